@@ -1,0 +1,1 @@
+"""Command-line interface: ``crawlfleet COMMAND`` (see :mod:`crawlfleet.cli.main`)."""

@@ -1,0 +1,50 @@
+"""The ``crawlfleet`` command: one module per sub-command.
+
+Each command module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int`` (the exit status). Options shared by several commands are declared
+once in :mod:`crawlfleet.cli.options`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+__all__ = ["COMMANDS", "main"]
+
+#: Command modules, in the order ``crawlfleet --help`` lists them.
+COMMANDS = ("demo", "crawl", "seed", "job", "site", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crawlfleet",
+        description="Distributed Scrapy crawling on a shared Redis frontier.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        module = importlib.import_module(f"crawlfleet.cli.{name}")
+        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s [%(name)s] %(levelname)s: %(message)s",
+    )
+    try:
+        return int(args._run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

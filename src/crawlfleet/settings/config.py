@@ -1,0 +1,208 @@
+"""Typed, validated views of the crawlfleet settings.
+
+Components read their settings through these dataclasses, never with
+``settings.get(NAME, default)``: the defaults live in ``default_settings`` only, and a
+wrong value stops start-up with a :class:`~crawlfleet.exceptions.ConfigError` naming the
+setting.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scrapy.settings import BaseSettings, Settings
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.settings import default_settings
+
+__all__ = ["FrontierConfig", "RedisConfig", "defaults", "settings_with_defaults"]
+
+SITE_KEYS = ("host", "domain", "ip")
+SEEN_MODES = ("exact", "bloom")
+
+
+def defaults() -> dict[str, Any]:
+    """Name -> default value of every crawlfleet setting."""
+    return {k: getattr(default_settings, k) for k in dir(default_settings) if k.isupper()}
+
+
+def settings_with_defaults(values: dict[str, Any] | None = None) -> Settings:
+    """A Scrapy ``Settings`` holding crawlfleet's defaults, updated with *values*.
+
+    Used by commands that work without a crawler (seed, job reset, bench).
+    """
+    settings = Settings()
+    settings.setmodule(default_settings, priority="addon")
+    env_url = os.environ.get("CRAWLFLEET_REDIS_URL")
+    if env_url:
+        settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
+    for name, value in (values or {}).items():
+        settings.set(name, value, priority="cmdline")
+    return settings
+
+
+def check_unknown(settings: BaseSettings) -> None:
+    """Reject ``CRAWLFLEET_*`` names that no component reads (a typo would be silent)."""
+    known = set(defaults())
+    for name in settings:
+        if isinstance(name, str) and name.startswith("CRAWLFLEET_") and name not in known:
+            close = [k for k in known if k.split("_")[1:2] == name.split("_")[1:2]]
+            hint = f" (did you mean {sorted(close)[0]}?)" if close else ""
+            raise ConfigError(f"unknown setting {name}{hint}")
+
+
+def _float(settings: BaseSettings, name: str, *, minimum: float, strict: bool = False) -> float:
+    raw = settings.get(name)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum or (strict and value == minimum):
+        relation = ">" if strict else ">="
+        raise ConfigError(f"{name} must be {relation} {minimum}, got {raw!r}")
+    return value
+
+
+def _int(settings: BaseSettings, name: str, *, minimum: int) -> int:
+    raw = settings.get(name)
+    if isinstance(raw, bool):
+        raise ConfigError(f"{name} must be an integer, got {raw!r}")
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def _bool(settings: BaseSettings, name: str) -> bool:
+    try:
+        return settings.getbool(name)
+    except ValueError:
+        raise ConfigError(f"{name} must be true or false, got {settings.get(name)!r}") from None
+
+
+def _choice(settings: BaseSettings, name: str, choices: tuple[str, ...]) -> str:
+    value = str(settings.get(name)).lower()
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    """Where the shared Redis is, or where the embedded one lives."""
+
+    url: str
+    data_dir: Path
+    key_prefix: str
+    retry_min_seconds: float
+    retry_max_seconds: float
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> RedisConfig:
+        url = os.environ.get("CRAWLFLEET_REDIS_URL") or str(settings.get("CRAWLFLEET_REDIS_URL") or "")
+        if url and not url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
+            raise ConfigError(
+                f"CRAWLFLEET_REDIS_URL must start with redis://, rediss:// or unix://, got {url!r}"
+            )
+        prefix = str(settings.get("CRAWLFLEET_KEY_PREFIX"))
+        if not prefix or any(c in prefix for c in "{}: "):
+            raise ConfigError(
+                f"CRAWLFLEET_KEY_PREFIX must be non-empty without braces, colons or spaces, "
+                f"got {prefix!r}"
+            )
+        lo = _float(settings, "CRAWLFLEET_REDIS_RETRY_MIN_SECONDS", minimum=0, strict=True)
+        hi = _float(settings, "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS", minimum=lo)
+        return cls(
+            url=url,
+            data_dir=Path(str(settings.get("CRAWLFLEET_DATA_DIR"))),
+            key_prefix=prefix,
+            retry_min_seconds=lo,
+            retry_max_seconds=hi,
+        )
+
+
+@dataclass(frozen=True)
+class FrontierConfig:
+    """Settings of the scheduler, the queues, leases and the seen-filter."""
+
+    job: str
+    site_key: str
+    prefetch: int
+    lease_seconds: float
+    heartbeat_seconds: float
+    reclaim_seconds: float
+    flush_seconds: float
+    flush_batch: int
+    lease_sites: int
+    start_requests_once: bool
+    seen_mode: str
+    bloom_capacity: int
+    bloom_error_rate: float
+    close_when_finished: bool
+    finish_grace_seconds: float
+    idle_max_seconds: float
+    start_urls_key: str
+    start_urls_batch: int
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, spider_name: str = "") -> FrontierConfig:
+        check_unknown(settings)
+        job = str(settings.get("CRAWLFLEET_JOB") or spider_name)
+        if not job:
+            raise ConfigError("CRAWLFLEET_JOB must be set when the spider has no name")
+        validate_job_name(job)
+        prefetch = _int(settings, "CRAWLFLEET_PREFETCH", minimum=0)
+        if prefetch == 0:
+            prefetch = 2 * max(1, settings.getint("CONCURRENT_REQUESTS"))
+        lease = _float(settings, "CRAWLFLEET_LEASE_SECONDS", minimum=1)
+        heartbeat = _float(settings, "CRAWLFLEET_HEARTBEAT_SECONDS", minimum=0.1)
+        if heartbeat * 2 > lease:
+            raise ConfigError(
+                "CRAWLFLEET_HEARTBEAT_SECONDS must be at most half of CRAWLFLEET_LEASE_SECONDS "
+                f"(leases are renewed by the heartbeat), got {heartbeat} and {lease}"
+            )
+        error_rate = _float(settings, "CRAWLFLEET_BLOOM_ERROR_RATE", minimum=0, strict=True)
+        if error_rate >= 0.5:
+            raise ConfigError(f"CRAWLFLEET_BLOOM_ERROR_RATE must be < 0.5, got {error_rate}")
+        start_key = str(settings.get("CRAWLFLEET_START_URLS_KEY") or "")
+        try:
+            start_key = start_key % {"spider": spider_name or job}
+        except (KeyError, ValueError, TypeError):
+            raise ConfigError(
+                f"CRAWLFLEET_START_URLS_KEY may only use %(spider)s, got {start_key!r}"
+            ) from None
+        return cls(
+            job=job,
+            site_key=_choice(settings, "CRAWLFLEET_SITE_KEY", SITE_KEYS),
+            prefetch=prefetch,
+            lease_seconds=lease,
+            heartbeat_seconds=heartbeat,
+            reclaim_seconds=_float(settings, "CRAWLFLEET_RECLAIM_SECONDS", minimum=0.1),
+            flush_seconds=_float(settings, "CRAWLFLEET_FLUSH_SECONDS", minimum=0.001),
+            flush_batch=_int(settings, "CRAWLFLEET_FLUSH_BATCH", minimum=1),
+            lease_sites=_int(settings, "CRAWLFLEET_LEASE_SITES", minimum=1),
+            start_requests_once=_bool(settings, "CRAWLFLEET_START_REQUESTS_ONCE"),
+            seen_mode=_choice(settings, "CRAWLFLEET_SEEN_MODE", SEEN_MODES),
+            bloom_capacity=_int(settings, "CRAWLFLEET_BLOOM_CAPACITY", minimum=1000),
+            bloom_error_rate=error_rate,
+            close_when_finished=_bool(settings, "CRAWLFLEET_CLOSE_WHEN_FINISHED"),
+            finish_grace_seconds=_float(settings, "CRAWLFLEET_FINISH_GRACE_SECONDS", minimum=0),
+            idle_max_seconds=_float(settings, "CRAWLFLEET_IDLE_MAX_SECONDS", minimum=0.1),
+            start_urls_key=start_key,
+            start_urls_batch=_int(settings, "CRAWLFLEET_START_URLS_BATCH", minimum=1),
+        )
+
+
+def validate_job_name(job: str) -> str:
+    """Job names become part of a Redis hash tag: no braces, no whitespace."""
+    if not job or any(c in job for c in "{} \t\r\n") or len(job) > 200:
+        raise ConfigError(
+            f"job name must be 1-200 characters without braces or whitespace, got {job!r}"
+        )
+    return job

@@ -1,0 +1,75 @@
+"""Every crawlfleet setting and its default, in one place.
+
+The add-on installs these at the ``addon`` priority, so a project's own
+``settings.py``, a spider's ``custom_settings`` and ``-s NAME=VALUE`` all win.
+Each setting is documented in ``docs/settings.md``; names carry their unit.
+"""
+
+from __future__ import annotations
+
+# --- Redis --------------------------------------------------------------------------
+#: URL of the shared Redis (``redis://``, ``rediss://``, ``unix://``). Empty: start
+#: (or join) the embedded Redis under CRAWLFLEET_DATA_DIR. Env CRAWLFLEET_REDIS_URL wins.
+CRAWLFLEET_REDIS_URL = ""
+#: Directory for local state: the embedded Redis (AOF files, socket, pid), item files.
+CRAWLFLEET_DATA_DIR = ".crawlfleet"
+#: Prefix of every Redis key crawlfleet writes (see crawlfleet.redis.keys).
+CRAWLFLEET_KEY_PREFIX = "cf"
+#: First and longest wait between reconnection attempts while Redis is unreachable.
+CRAWLFLEET_REDIS_RETRY_MIN_SECONDS = 0.5
+CRAWLFLEET_REDIS_RETRY_MAX_SECONDS = 10.0
+
+# --- Job ----------------------------------------------------------------------------
+#: Name of the job this node works on. Empty: the spider's name.
+CRAWLFLEET_JOB = ""
+
+# --- Frontier -----------------------------------------------------------------------
+#: What makes two requests belong to the same site (one queue, one politeness budget):
+#: "host", "domain" (registered domain, e.g. example.co.uk) or "ip".
+CRAWLFLEET_SITE_KEY = "host"
+#: Requests kept leased in the local buffer, ready for the engine. 0: twice
+#: CONCURRENT_REQUESTS.
+CRAWLFLEET_PREFETCH = 0
+#: How long a lease lasts unless its node renews it (nodes renew with each heartbeat).
+#: A killed node's requests return to their queue after at most this long.
+CRAWLFLEET_LEASE_SECONDS = 30.0
+#: Interval of the node heartbeat, which renews leases and reads the job's state.
+CRAWLFLEET_HEARTBEAT_SECONDS = 2.0
+#: How often any node looks for expired leases and returns them to their queues.
+CRAWLFLEET_RECLAIM_SECONDS = 5.0
+#: Longest time new requests and acknowledgements wait in the node before they are
+#: sent to Redis in one batch.
+CRAWLFLEET_FLUSH_SECONDS = 0.05
+#: Largest number of requests (new or acknowledged) sent in one batch.
+CRAWLFLEET_FLUSH_BATCH = 500
+#: Sites offered to one lease call (the least recently served ready sites).
+CRAWLFLEET_LEASE_SITES = 32
+#: Start requests (spider.start / start_urls) enter the job once, however many nodes
+#: start: they go through the seen-filter even though Scrapy marks them dont_filter.
+CRAWLFLEET_START_REQUESTS_ONCE = True
+
+# --- Seen-filter --------------------------------------------------------------------
+#: "exact" (binary fingerprints in a Redis set) or "bloom" (scalable Bloom filter on
+#: Redis bitmaps; bounded memory, a small false-positive rate).
+CRAWLFLEET_SEEN_MODE = "exact"
+#: Bloom mode: URLs the first layer is sized for; further layers double it.
+CRAWLFLEET_BLOOM_CAPACITY = 1_000_000
+#: Bloom mode: target false-positive rate of the whole filter, all layers together.
+CRAWLFLEET_BLOOM_ERROR_RATE = 1e-6
+
+# --- Finishing ----------------------------------------------------------------------
+#: Close the node (reason "finished") once the job is finished: queues empty, nothing
+#: leased, no node busy. False: stay up waiting for new seeds.
+CRAWLFLEET_CLOSE_WHEN_FINISHED = True
+#: The job must look finished for this long, on consecutive checks, before nodes close.
+CRAWLFLEET_FINISH_GRACE_SECONDS = 2.0
+#: While waiting for work, polling Redis backs off up to this interval.
+CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
+
+# --- Seeding ------------------------------------------------------------------------
+#: Redis list read for seeds, compatible with scrapy-redis: plain URLs or JSON objects
+#: {"url": ..., "meta": ..., "priority": ...}. "%(spider)s" is replaced by the spider
+#: name. Empty: no list is read.
+CRAWLFLEET_START_URLS_KEY = "%(spider)s:start_urls"
+#: Entries taken from that list per batch.
+CRAWLFLEET_START_URLS_BATCH = 100
