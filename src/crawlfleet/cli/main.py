@@ -16,7 +16,7 @@ from collections.abc import Sequence
 __all__ = ["COMMANDS", "main"]
 
 #: Command modules, in the order ``crawlfleet --help`` lists them.
-COMMANDS = ("demo", "crawl", "seed", "job", "site", "bench")
+COMMANDS = ("crawl", "site")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,16 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"crawlfleet.cli.{name}")
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+        command.set_defaults(_run=module.run,
+                             _scrapy_logging=getattr(module, "SCRAPY_LOGGING", False))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s [%(name)s] %(levelname)s: %(message)s",
-    )
+    if not getattr(args, "_scrapy_logging", False):
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(asctime)s [%(name)s] %(levelname)s: %(message)s",
+        )
     try:
         return int(args._run(args))
     except KeyboardInterrupt:

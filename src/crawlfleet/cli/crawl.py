@@ -1,0 +1,90 @@
+"""``crawlfleet crawl SPIDER``: run one node of a job (a Scrapy process with the add-on)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from scrapy import Spider
+from scrapy.crawler import CrawlerProcess
+from scrapy.settings import Settings
+from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.misc import load_object
+from scrapy.utils.project import get_project_settings
+
+from crawlfleet.addon import Addon
+from crawlfleet.cli.options import add_redis_options, add_settings_option, parse_settings
+from crawlfleet.exceptions import ConfigError
+
+NAME = "crawl"
+#: Scrapy sets up logging for this command (see cli.main)
+SCRAPY_LOGGING = True
+HELP = "run a node: crawl with SPIDER (a spider name in this project, or module:Class)"
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spider", help="spider name (Scrapy project) or module:Class")
+    parser.add_argument("--job", help="job name (default: the spider's name)")
+    parser.add_argument("-a", dest="spider_args", action="append", default=[],
+                        metavar="NAME=VALUE", help="spider argument")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="append items to FILE (feed export: .jsonl, .csv, ...)")
+    add_redis_options(parser)
+    add_settings_option(parser)
+
+
+def node_settings(values: dict[str, Any], *, job: str | None = None) -> Settings:
+    """Project settings (when in a Scrapy project) + the add-on + *values*."""
+    settings = get_project_settings()
+    addons = dict(settings.getdict("ADDONS"))
+    if not any(load_object(k) is Addon if isinstance(k, str) else k is Addon for k in addons):
+        addons[Addon] = 100
+    settings.set("ADDONS", addons, priority="cmdline")
+    for name, value in values.items():
+        settings.set(name, value, priority="cmdline")
+    if job:
+        settings.set("CRAWLFLEET_JOB", job, priority="cmdline")
+    return settings
+
+
+def resolve_spider(target: str, settings: Settings) -> type[Spider]:
+    if ":" in target:
+        module, _, name = target.partition(":")
+        cls = load_object(f"{module}.{name}")
+    else:
+        try:
+            cls = get_spider_loader(settings).load(target)
+        except KeyError:
+            raise ConfigError(f"spider {target!r} not found (use a name or module:Class)") from None
+    if not (isinstance(cls, type) and issubclass(cls, Spider)):
+        raise ConfigError(f"{target!r} is not a Scrapy spider class")
+    return cls
+
+
+def run(args: argparse.Namespace) -> int:
+    values = parse_settings(args)
+    if args.output:
+        values["FEEDS"] = {args.output: {"format": _feed_format(args.output)}}
+    settings = node_settings(values, job=args.job)
+    spidercls = resolve_spider(args.spider, settings)
+    spider_args = {}
+    for item in args.spider_args:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"-a expects NAME=VALUE, got {item!r}")
+        spider_args[name] = value
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(spidercls)
+    process.crawl(crawler, **spider_args)
+    process.start()
+    reason = crawler.stats.get_value("finish_reason") if crawler.stats else None
+    return 0 if reason in ("finished", "shutdown") else 1
+
+
+def _feed_format(path: str) -> str:
+    suffix = path.rsplit(".", 1)[-1].lower()
+    return {"jsonl": "jsonlines", "jl": "jsonlines", "json": "json", "csv": "csv",
+            "xml": "xml"}.get(suffix, "jsonlines")

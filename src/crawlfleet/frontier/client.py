@@ -1,0 +1,290 @@
+"""Frontier operations on one job: each method is one Redis round trip (one script).
+
+This is the only place that calls the job scripts; the scheduler, the seeding command,
+``crawlfleet job`` and the benchmark all go through it. Every method may raise
+``redis.exceptions.ConnectionError`` / ``TimeoutError``: callers decide how to wait.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.redis.scripts import ScriptSet
+
+__all__ = [
+    "CommitResult", "Frontier", "JobState", "LeaseResult", "Leased", "Outgoing", "SeenConfig",
+]
+
+PRIORITY_LIMIT = 2**19
+#: Unused Bloom layer keys passed with each call, so that one batch can fill several
+#: layers (each new layer is at least twice as large as the one before).
+BLOOM_SPARES = 4
+_STALE = re.compile(r"CFSTALE (\d+)")
+
+
+@dataclass(frozen=True)
+class SeenConfig:
+    """How the job's seen-filter works: "exact", or "bloom" with its sizing."""
+
+    mode: str = "exact"
+    bloom_capacity: int = 1_000_000
+    bloom_error_rate: float = 1e-6
+    bloom_growth: float = 2.0
+    bloom_tightening: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A request on its way into the frontier. ``fp`` empty: bypass the seen-filter."""
+
+    fp: bytes
+    site: str
+    priority: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    rid: str
+    site: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    queued: int
+    duplicates: int
+    acked: int
+    duplicate_indexes: list[int] = field(default_factory=list)  # 0-based
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    now_ms: int
+    entries: list[Leased]
+    offer: list[str]
+
+
+@dataclass(frozen=True)
+class JobState:
+    now_ms: int
+    queued: int
+    leased: int
+    live_nodes: int
+    busy_others: int
+
+    @property
+    def empty(self) -> bool:
+        """Nothing queued, nothing leased, no other node busy."""
+        return self.queued <= 0 and self.leased == 0 and self.busy_others == 0
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def split_entry(entry: bytes) -> tuple[str, bytes]:
+    """(site, payload) of a stored ``<score>\\0<site>\\0<payload>`` entry."""
+    a = entry.index(b"\0")
+    b = entry.index(b"\0", a + 1)
+    return entry[a + 1 : b].decode(), entry[b + 1 :]
+
+
+class Frontier:
+    """The shared frontier of one job in one Redis."""
+
+    def __init__(self, client: Redis, keys: JobKeys, seen: SeenConfig | None = None) -> None:
+        self.client = client
+        self.keys = keys
+        self.seen = seen or SeenConfig()
+        self.scripts = ScriptSet(client, self.seen.mode)
+        self._bloom_layers: int | None = None
+        #: Redis round trips made through this object (for stats and the benchmark).
+        self.round_trips = 0
+
+    # -- seen-filter keys ----------------------------------------------------------------
+    async def _seen_keys(self) -> tuple[list[str], list[Any]]:
+        if self.seen.mode == "exact":
+            return [self.keys.seen], []
+        if self._bloom_layers is None:
+            raw = await self.client.hget(self.keys.bloom, "layers")
+            self.round_trips += 1
+            self._bloom_layers = int(raw or 0)
+        n = self._bloom_layers
+        layers = range(1, n + 1 + BLOOM_SPARES)
+        keys = [self.keys.bloom] + [self.keys.bloom_layer(i) for i in layers]
+        s = self.seen
+        return keys, [s.bloom_capacity, repr(s.bloom_error_rate), s.bloom_growth,
+                      s.bloom_tightening]
+
+    async def _with_seen(self, name: str, build: Any) -> Any:
+        """Run script *name* with args from ``build(seen_keys, seen_args)``; on a stale
+        Bloom layer count, refresh it and run again (the script wrote nothing)."""
+        for _ in range(3):
+            seen_keys, seen_args = await self._seen_keys()
+            keys, args = build(seen_keys, seen_args)
+            try:
+                self.round_trips += 1
+                return await self.scripts(name, keys, args)
+            except ResponseError as exc:
+                m = _STALE.search(str(exc))
+                if not m:
+                    raise
+                self._bloom_layers = int(m.group(1))
+        raise RuntimeError("Bloom filter layers kept changing under this client")
+
+    def _note_layers(self, created: int) -> None:
+        if created and self._bloom_layers is not None:
+            self._bloom_layers += int(created)
+
+    # -- queueing --------------------------------------------------------------------
+    async def commit(
+        self,
+        node: str,
+        requests: Sequence[Outgoing] = (),
+        acks: Sequence[str] = (),
+        bad: Sequence[str] = (),
+    ) -> CommitResult:
+        """Acknowledge *acks*, set *bad* aside, queue the unseen *requests*: atomically."""
+        k = self.keys
+        qindex: dict[str, int] = {}
+        tail: list[Any] = []
+        for r in requests:
+            qi = qindex.setdefault(r.site, len(qindex) + 1)
+            prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
+            tail += [r.fp, qi, r.site, prio, r.payload]
+        queue_keys = [k.queue(site) for site in qindex]
+
+        def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
+            keys = [k.sites, k.req, k.leases, k.owner, k.counters, k.bad, *seen_keys,
+                    *queue_keys]
+            args = [node, len(seen_keys), len(seen_args), len(acks), len(bad), len(requests),
+                    *seen_args, *acks, *bad, *tail]
+            return keys, args
+
+        queued, dups, acked, dup_idx, layers = await self._with_seen("commit", build)
+        self._note_layers(layers)
+        return CommitResult(int(queued), int(dups), int(acked), [int(i) - 1 for i in dup_idx])
+
+    async def lease(
+        self, node: str, n: int, sites: Sequence[str], *, lease_ms: int, per_site: int,
+        offer_size: int,
+    ) -> LeaseResult:
+        """Lease up to *n* requests from *sites* (least recently served first)."""
+        k = self.keys
+        keys = [k.sites, k.req, k.leases, k.owner, k.counters, *(k.queue(s) for s in sites)]
+        args = [node, lease_ms, n, per_site, offer_size, *sites]
+        self.round_trips += 1
+        now, flat, offer = await self.scripts("lease", keys, args)
+        entries = []
+        for i in range(0, len(flat), 2):
+            site, payload = split_entry(flat[i + 1])
+            entries.append(Leased(_s(flat[i]), site, payload))
+        return LeaseResult(int(now), entries, [_s(s) for s in offer])
+
+    async def offer(self, size: int) -> list[str]:
+        """Up to *size* sites with queued requests, least recently served first."""
+        self.round_trips += 1
+        raw = await self.client.zrangebyscore(self.keys.sites, "-inf", "+inf", start=0, num=size)
+        return [_s(s) for s in raw]
+
+    # -- leases ----------------------------------------------------------------------
+    async def _requeue(self, mode: str, node: str, held: Iterable[tuple[str, str]]) -> int:
+        k = self.keys
+        qindex: dict[str, int] = {}
+        args: list[Any] = [mode, node]
+        for rid, site in held:
+            qi = qindex.setdefault(site, len(qindex) + 1) if site else 0
+            args += [rid, qi]
+        if len(args) == 2:
+            return 0
+        keys = [k.sites, k.req, k.leases, k.owner, k.counters, *(k.queue(s) for s in qindex)]
+        self.round_trips += 1
+        return int(await self.scripts("requeue", keys, args))
+
+    async def reclaim_expired(self, limit: int = 1000) -> int:
+        """Return leases past their deadline to their queues; the number returned."""
+        self.round_trips += 1
+        flat = await self.scripts("expired", [self.keys.leases, self.keys.req], [limit])
+        pairs = [(_s(flat[i]), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
+        return await self._requeue("expired", "", pairs)
+
+    async def release(self, node: str, held: Iterable[tuple[str, str]]) -> int:
+        """Give back leases *node* holds (rid, site) to their queues, at their place."""
+        return await self._requeue("owner", node, held)
+
+    async def heartbeat(
+        self, node: str, *, ttl_ms: int, status: str, busy: bool, lease_ms: int,
+        renew: Sequence[str] = (),
+    ) -> JobState:
+        """Register *node* as alive, renew its leases, read the job's state.
+        *status* "leaving" removes the node from the registry."""
+        k = self.keys
+        keys = [k.nodes, k.nodeinfo, k.busy, k.leases, k.owner, k.counters]
+        self.round_trips += 1
+        now, queued, leased, live, busy_others, _renewed = await self.scripts(
+            "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
+        )
+        return JobState(int(now), int(queued), int(leased), int(live), int(busy_others))
+
+    # -- seed lists (scrapy-redis compatible) ---------------------------------------
+    async def read_seeds(self, key: str, n: int) -> list[bytes]:
+        """The first *n* entries of the seed list *key*, left in place."""
+        self.round_trips += 1
+        return list(await self.client.lrange(key, 0, n - 1))
+
+    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
+        """Drop *entries* (read by ``read_seeds``) from the list's head, if still there."""
+        if not entries:
+            return False
+        self.round_trips += 1
+        return bool(await self.scripts("trim_seeds", [key], [len(entries), entries[0]]))
+
+    # -- inspection and administration -----------------------------------------------
+    async def seen_check(self, fingerprints: Sequence[bytes], *, add: bool) -> list[bool]:
+        """For each fingerprint: was it seen before? With *add*, record the new ones."""
+
+        def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
+            return seen_keys, ["add" if add else "check", len(seen_args), *seen_args,
+                               *fingerprints]
+
+        _hits, layers, flags = await self._with_seen("seen", build)
+        self._note_layers(layers)
+        return [c == ord("1") for c in flags]
+
+    async def counters(self) -> dict[str, int]:
+        self.round_trips += 1
+        raw = await self.client.hgetall(self.keys.counters)
+        return {_s(k): int(v) for k, v in raw.items()}
+
+    async def register_job(self) -> None:
+        self.round_trips += 1
+        await self.client.sadd(jobs_key(self.keys.prefix), self.keys.job)
+
+    async def live_nodes(self) -> list[str]:
+        now_s, now_us = await self.client.time()
+        now = int(now_s) * 1000 + int(now_us) // 1000
+        return [_s(n) for n in await self.client.zrangebyscore(self.keys.nodes, now, "+inf")]
+
+    async def reset(self) -> int:
+        """Delete every key of the job (queues, leases, seen-filter, counters).
+
+        The caller makes sure no node works on the job. Returns the keys deleted."""
+        k = self.keys
+        sites = [_s(s) for s in await self.client.zrange(k.sites, 0, -1)]
+        layers = int(await self.client.hget(k.bloom, "layers") or 0)
+        doomed = [*k.fixed(), *(k.queue(s) for s in sites),
+                  *(k.bloom_layer(i) for i in range(1, layers + 1))]
+        deleted = 0
+        for i in range(0, len(doomed), 500):
+            deleted += int(await self.client.delete(*doomed[i : i + 500]))
+        await self.client.srem(jobs_key(k.prefix), k.job)
+        self._bloom_layers = None
+        return deleted

@@ -1,0 +1,528 @@
+"""The crawlfleet scheduler: Scrapy's scheduler interface on the shared Redis frontier.
+
+``enqueue_request()`` and ``next_request()`` never wait on Redis. They work on local
+buffers; a background task on the reactor's asyncio loop does all Redis traffic in
+batches:
+
+- new requests (and the acknowledgements of finished ones) go out in one ``commit``
+  script per batch, which checks the seen-filter and queues atomically;
+- the local buffer is refilled with leased requests, sized to free capacity;
+- a heartbeat renews this node's leases and reads the job's state; any node returns
+  expired leases to their queues.
+
+A request handed to the engine is acknowledged only once the engine has finished with
+it (downloaded, parsed, its new requests buffered, its items through the pipelines), and
+in the same batch as, or after, those new requests: a node killed at any moment loses
+nothing, its leases come back when they expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Collection
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.crawler import Crawler
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.reactor import is_asyncio_reactor_installed
+from twisted.internet.defer import Deferred
+
+from crawlfleet import __version__
+from crawlfleet.exceptions import ConfigError, MalformedEntry, SerializationError
+from crawlfleet.frontier.client import Frontier, JobState, Outgoing, SeenConfig
+from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.redis.connection import shared_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.config import FrontierConfig, RedisConfig
+
+__all__ = ["Scheduler", "new_node_id"]
+
+logger = logging.getLogger(__name__)
+
+REDIS_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError, OSError)
+FINGERPRINT_BYTES = 16
+#: How long close() keeps trying to hand its last batch to an unreachable Redis.
+CLOSE_FLUSH_SECONDS = 60.0
+
+
+def new_node_id() -> str:
+    """host-pid-random: unique per process, readable in status listings."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Scheduler(BaseScheduler):
+    """A Scrapy scheduler whose queue is one job's shared frontier in Redis."""
+
+    def __init__(
+        self,
+        *,
+        client: Redis,
+        config: FrontierConfig,
+        redis_config: RedisConfig,
+        fingerprint: Callable[[Request], bytes],
+        stats: Any = None,
+        node_id: str | None = None,
+        concurrency: int = 16,
+    ) -> None:
+        self.config = config
+        self.redis_config = redis_config
+        self.node_id = node_id or new_node_id()
+        self.frontier = Frontier(
+            client,
+            JobKeys.of(redis_config.key_prefix, config.job),
+            SeenConfig(config.seen_mode, config.bloom_capacity, config.bloom_error_rate),
+        )
+        self.fingerprint = fingerprint
+        self.stats = stats
+        self.concurrency = concurrency
+        self.sites = SiteKeyer(config.site_key)
+        self.codec = RequestCodec(None)
+        self.spider: Spider | None = None
+        # hooks into the engine, set by from_crawler (tests may leave them unset)
+        self.inprogress: Callable[[], Collection[Request] | None] = lambda: None
+        self.wake_engine: Callable[[], None] = lambda: None
+        self.engine_starting: Callable[[], bool] = lambda: False
+        self.on_dropped: Callable[[Request], None] = lambda request: None
+
+        self._out: list[tuple[Request, bytes, bytes]] = []  # request, fingerprint, payload
+        self._acks: list[str] = []
+        self._bad: list[str] = []
+        self._buffer: deque[tuple[Request, str]] = deque()  # leased, not yet handed out
+        self._handed: dict[Request, str] = {}  # handed to the engine, not finished
+        self._held: dict[str, str] = {}  # rid -> site of every lease this node holds
+        self._offer: list[str] = []
+        self._state: JobState | None = None
+        self._empty_since: float | None = None
+        self._finished = False
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._next_heartbeat = 0.0
+        self._next_reclaim = 0.0
+        self._next_lease = 0.0
+        self._next_seeds = 0.0
+        self._idle_delay = 0.0
+        self._redis_down_since: float | None = None
+        self._logged_dup = False
+        self._seeds_waiting = False
+        self._started = time.time()
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        if not is_asyncio_reactor_installed():
+            raise ConfigError(
+                "crawlfleet needs TWISTED_REACTOR = "
+                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor'"
+            )
+        settings = crawler.settings
+        spider_name = crawler.spider.name if crawler.spider else ""
+        config = FrontierConfig.from_settings(settings, spider_name)
+        redis_config = RedisConfig.from_settings(settings)
+        assert crawler.request_fingerprinter is not None
+        scheduler = cls(
+            client=shared_client(crawler, redis_config),
+            config=config,
+            redis_config=redis_config,
+            fingerprint=crawler.request_fingerprinter.fingerprint,
+            stats=crawler.stats,
+            concurrency=settings.getint("CONCURRENT_REQUESTS"),
+        )
+        scheduler._bind_engine(crawler)
+        return scheduler
+
+    def _bind_engine(self, crawler: Crawler) -> None:
+        """Hooks into Scrapy's engine: its set of requests in progress (a request leaves
+        it only when fully processed), its wake-up call, and whether it is still reading
+        the spider's start requests. These are engine internals, checked here once."""
+
+        def slot() -> Any:
+            engine = crawler.engine
+            return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+
+        def inprogress() -> Collection[Request] | None:
+            s = slot()
+            return None if s is None else s.inprogress
+
+        def wake() -> None:
+            s = slot()
+            if s is not None:
+                s.nextcall.schedule()
+
+        def starting() -> bool:
+            return getattr(crawler.engine, "_start", None) is not None
+
+        self.inprogress, self.wake_engine, self.engine_starting = inprogress, wake, starting
+
+        def dropped(request: Request) -> None:
+            crawler.signals.send_catch_log(
+                signals.request_dropped, request=request, spider=crawler.spider
+            )
+
+        self.on_dropped = dropped
+
+    # -- Scrapy's scheduler interface -------------------------------------------------
+    def open(self, spider: Spider) -> Deferred[None]:
+        self.spider = spider
+        self.codec = RequestCodec(spider)
+        return deferred_from_coro(self._open())
+
+    async def _open(self) -> None:
+        self._wake = asyncio.Event()
+        await self._until_reachable("open the frontier", self.frontier.register_job)
+        logger.info(
+            "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
+            self.node_id, self.config.job, self.config.seen_mode, self.config.site_key,
+            self.config.prefetch,
+        )
+        self._task = asyncio.ensure_future(self._run())
+
+    def close(self, reason: str) -> Deferred[None]:
+        return deferred_from_coro(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        if self._task is not None:
+            await self._task
+        self._collect_finished()
+        # whatever the engine did not finish (only on a forced stop) goes back
+        for request, rid in list(self._handed.items()):
+            self._buffer.append((request, rid))
+        self._handed.clear()
+        deadline = time.monotonic() + CLOSE_FLUSH_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                while self._out or self._acks or self._bad:
+                    await self._flush()
+                held = list(self._held.items())
+                if held:
+                    back = await self.frontier.release(self.node_id, held)
+                    self._inc("crawlfleet/frontier/released", back)
+                self._held.clear()
+                self._buffer.clear()
+                await self._heartbeat(leaving=True)
+                break
+            except REDIS_ERRORS as exc:
+                logger.warning("Redis unreachable while closing (%s); retrying", exc)
+                await asyncio.sleep(self.redis_config.retry_min_seconds)
+        else:
+            logger.error(
+                "Could not reach Redis for %.0fs while closing: %d new requests were not "
+                "queued; %d leases will return to their queues when they expire",
+                CLOSE_FLUSH_SECONDS, len(self._out), len(self._held),
+            )
+        self._set_stat("crawlfleet/redis/round_trips", self.frontier.round_trips)
+        logger.info("crawlfleet node %s closed (%s); shared state left in place",
+                    self.node_id, reason)
+
+    def has_pending_requests(self) -> bool:
+        if self._buffer or self._out or self._handed or self._acks or self._bad:
+            return True
+        if not self.config.close_when_finished:
+            return True
+        return not self._finished
+
+    def enqueue_request(self, request: Request) -> bool:
+        once = self.config.start_requests_once and request.meta.get("is_start_request")
+        try:
+            fp = (
+                b""
+                if request.dont_filter and not once
+                else self.fingerprint(request)[:FINGERPRINT_BYTES]
+            )
+            payload = self.codec.encode(request)
+        except SerializationError as exc:
+            logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
+            self._inc("crawlfleet/scheduler/unserializable")
+            return False
+        self._out.append((request, fp, payload))
+        self._inc("crawlfleet/scheduler/enqueued")
+        if len(self._out) >= self.config.flush_batch and self._wake is not None:
+            self._wake.set()
+        return True
+
+    def next_request(self) -> Request | None:
+        if not self._buffer:
+            self._kick()
+            return None
+        request, rid = self._buffer.popleft()
+        self._handed[request] = rid
+        self._inc("crawlfleet/scheduler/dequeued")
+        if len(self._buffer) <= self.config.prefetch // 2:
+            self._kick()
+        return request
+
+    def __len__(self) -> int:
+        return len(self._buffer) + len(self._out)
+
+    # -- background work ----------------------------------------------------------------
+    def _kick(self) -> None:
+        if self._wake is not None and not self._wake.is_set():
+            self._wake.set()
+
+    async def _run(self) -> None:
+        delay = self.redis_config.retry_min_seconds
+        while not self._closing:
+            try:
+                await self._tick()
+                if self._redis_down_since is not None:
+                    logger.info("Redis reachable again after %.1fs; %d requests waited locally",
+                                time.monotonic() - self._redis_down_since, len(self._out))
+                    self._redis_down_since = None
+                delay = self.redis_config.retry_min_seconds
+            except REDIS_ERRORS as exc:
+                self._inc("crawlfleet/redis/errors")
+                if self._redis_down_since is None:
+                    self._redis_down_since = time.monotonic()
+                logger.warning(
+                    "Redis unreachable (%s): retrying in %.1fs; holding %d new requests and "
+                    "%d finished ones locally, nothing is lost",
+                    exc, delay, len(self._out), len(self._acks),
+                )
+                await self._sleep(delay)
+                delay = min(delay * 2, self.redis_config.retry_max_seconds)
+                continue
+            except Exception:
+                logger.exception("crawlfleet scheduler loop failed; retrying in 1s")
+                await self._sleep(1.0)
+                continue
+            await self._sleep(self.config.flush_seconds)
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._wake is not None
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def _tick(self) -> None:
+        self._collect_finished()
+        while self._out or self._acks or self._bad:
+            await self._flush()
+            if len(self._out) < self.config.flush_batch:
+                break
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            await self._heartbeat()
+        if now >= self._next_reclaim:
+            self._next_reclaim = now + self.config.reclaim_seconds
+            back = await self.frontier.reclaim_expired()
+            if back:
+                logger.info("Returned %d expired leases to their queues", back)
+                self._inc("crawlfleet/frontier/reclaimed", back)
+        if len(self._buffer) <= self.config.prefetch // 2 and now >= self._next_lease:
+            await self._lease()
+        if self.config.start_urls_key and now >= self._next_seeds:
+            await self._pull_seeds()
+
+    def _collect_finished(self) -> None:
+        """Requests the engine no longer has in progress are finished: acknowledge."""
+        if not self._handed:
+            return
+        inprogress = self.inprogress()
+        if inprogress is None:
+            return  # no engine slot (not open yet, or closed): nothing can be known
+        done = [r for r in self._handed if r not in inprogress]
+        for request in done:
+            rid = self._handed.pop(request)
+            self._held.pop(rid, None)
+            self._acks.append(rid)
+
+    async def _flush(self) -> None:
+        batch = self._out[: self.config.flush_batch]
+        # acknowledgements travel with or after the requests their pages produced
+        send_acks = len(batch) == len(self._out)
+        acks = list(self._acks) if send_acks else []
+        bad = list(self._bad)
+        for request, _fp, _payload in batch:
+            if self.sites.needs_resolving(request):
+                await self.sites.resolve(self.sites.host(request))
+        outgoing = [
+            Outgoing(fp, self.sites.site(request), request.priority, payload)
+            for request, fp, payload in batch
+        ]
+        result = await self.frontier.commit(self.node_id, outgoing, acks, bad)
+        del self._out[: len(batch)]
+        if send_acks:
+            del self._acks[: len(acks)]
+        del self._bad[: len(bad)]
+        self._inc("crawlfleet/frontier/queued", result.queued)
+        self._inc("crawlfleet/frontier/acked", result.acked)
+        if result.queued:
+            self._idle_delay = 0.0
+            self._next_lease = 0.0
+        for i in result.duplicate_indexes:
+            self._duplicate(batch[i][0])
+
+    def _duplicate(self, request: Request) -> None:
+        self._inc("crawlfleet/scheduler/duplicates")
+        self._inc("dupefilter/filtered")
+        if not self._logged_dup:
+            logger.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be shown",
+                {"request": request}, extra={"spider": self.spider},
+            )
+            self._logged_dup = True
+        self.on_dropped(request)
+
+    async def _lease(self) -> None:
+        want = self.config.prefetch - len(self._buffer)
+        if want <= 0:
+            return
+        offer = self._offer or await self.frontier.offer(self.config.lease_sites)
+        result = None
+        if offer:
+            result = await self.frontier.lease(
+                self.node_id, want, offer,
+                lease_ms=int(self.config.lease_seconds * 1000),
+                per_site=max(1, math.ceil(want / len(offer))),
+                offer_size=self.config.lease_sites,
+            )
+            self._offer = result.offer
+        if result is None or not result.entries:
+            self._idle_delay = min(
+                max(self._idle_delay * 2, 0.05), self.config.idle_max_seconds
+            )
+            self._next_lease = time.monotonic() + self._idle_delay
+            return
+        self._idle_delay = 0.0
+        for entry in result.entries:
+            self._held[entry.rid] = entry.site
+            try:
+                request = self.codec.decode(entry.payload)
+            except MalformedEntry as exc:
+                logger.error("Malformed frontier entry %s set aside (job %s): %s",
+                             entry.rid, self.config.job, exc)
+                self._inc("crawlfleet/frontier/malformed")
+                self._held.pop(entry.rid, None)
+                self._bad.append(entry.rid)
+                continue
+            self._buffer.append((request, entry.rid))
+        self._inc("crawlfleet/frontier/leased", len(result.entries))
+        self.wake_engine()
+
+    def _locally_idle(self) -> bool:
+        return not (
+            self._buffer or self._handed or self._out or self._acks or self._bad
+            or self.engine_starting()
+        )
+
+    async def _heartbeat(self, *, leaving: bool = False) -> None:
+        idle = self._locally_idle()
+        status = "leaving" if leaving else json.dumps({
+            "node": self.node_id, "host": socket.gethostname(), "pid": os.getpid(),
+            "job": self.config.job, "spider": getattr(self.spider, "name", ""),
+            "version": __version__, "started": self._started,
+            "buffered": len(self._buffer), "in_progress": len(self._handed),
+        })
+        state = await self.frontier.heartbeat(
+            self.node_id,
+            ttl_ms=int(self.config.heartbeat_seconds * 3000),
+            status=status, busy=not idle,
+            lease_ms=int(self.config.lease_seconds * 1000),
+            renew=list(self._held),
+        )
+        self._state = state
+        now = time.monotonic()
+        fast = idle and self.config.close_when_finished
+        self._next_heartbeat = now + (min(0.5, self.config.heartbeat_seconds) if fast
+                                      else self.config.heartbeat_seconds)
+        if state.queued > 0 and not self._buffer:
+            self._next_lease = 0.0
+        self._update_finished(state, idle, now)
+
+    def _update_finished(self, state: JobState, idle: bool, now: float) -> None:
+        empty = idle and state.empty and not self._seeds_waiting
+        if not empty:
+            self._empty_since = None
+            self._finished = False
+            return
+        if self._empty_since is None:
+            self._empty_since = now
+        if not self._finished and now - self._empty_since >= self.config.finish_grace_seconds:
+            self._finished = True
+            if self.config.close_when_finished:
+                logger.info("Job %r is finished: nothing queued, nothing leased, no node busy",
+                            self.config.job)
+            self.wake_engine()
+
+    # -- seed list (scrapy-redis compatible) ----------------------------------------
+    async def _pull_seeds(self) -> None:
+        key = self.config.start_urls_key
+        entries = await self.frontier.read_seeds(key, self.config.start_urls_batch)
+        self._seeds_waiting = bool(entries)
+        if not entries:
+            self._next_seeds = time.monotonic() + max(self._idle_delay, 1.0)
+            return
+        outgoing: list[tuple[Request, bytes, bytes]] = []
+        for raw in entries:
+            try:
+                request = self._request_from_seed(raw)
+                fp = self.fingerprint(request)[:FINGERPRINT_BYTES]
+                outgoing.append((request, fp, self.codec.encode(request)))
+            except (ValueError, TypeError, SerializationError) as exc:
+                logger.warning("Invalid seed %r in %s skipped: %s", raw[:200], key, exc)
+                self._inc("crawlfleet/seeds/invalid")
+        # queue first, then trim: a crash in between re-reads them, the seen-filter
+        # drops the repeats
+        self._out.extend(outgoing)
+        while self._out:
+            await self._flush()
+        await self.frontier.trim_seeds(key, entries)
+        self._inc("crawlfleet/seeds/read", len(entries))
+        self._next_seeds = 0.0
+
+    def _request_from_seed(self, raw: bytes) -> Request:
+        make = getattr(self.spider, "make_request_from_data", None)
+        if callable(make):
+            request = make(raw)
+            if not isinstance(request, Request):
+                raise TypeError(f"make_request_from_data returned {type(request).__name__}")
+            return request
+        text = raw.decode("utf-8").strip()
+        if text.startswith("{"):
+            data = json.loads(text)
+            if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+                raise ValueError("JSON seed needs a string 'url'")
+            unknown = set(data) - {"url", "meta", "priority"}
+            if unknown:
+                raise ValueError(f"unknown seed keys {sorted(unknown)}")
+            return Request(data["url"], meta=data.get("meta") or {},
+                           priority=int(data.get("priority", 0)))
+        return Request(text)
+
+    # -- helpers ----------------------------------------------------------------------
+    async def _until_reachable(self, what: str, call: Callable[[], Any]) -> Any:
+        delay = self.redis_config.retry_min_seconds
+        while True:
+            try:
+                return await call()
+            except REDIS_ERRORS as exc:
+                logger.warning("Redis unreachable, cannot %s (%s); retrying in %.1fs",
+                               what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.redis_config.retry_max_seconds)
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if self.stats is not None and count:
+            self.stats.inc_value(key, count)
+
+    def _set_stat(self, key: str, value: Any) -> None:
+        if self.stats is not None:
+            self.stats.set_value(key, value)

@@ -1,0 +1,153 @@
+"""The wire format of queued requests: a version byte, then msgpack. Never pickle.
+
+The fields are those of ``Request.to_dict``: callbacks and errbacks travel by name and
+are looked up on the spider when the request is read back. Only request classes from
+Scrapy or from the spider's own top-level package are instantiated; anything else is a
+malformed entry, as is any entry that does not decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from scrapy import Request, Spider
+from scrapy.utils.misc import load_object
+
+from crawlfleet.exceptions import MalformedEntry, SerializationError
+
+__all__ = ["VERSION", "RequestCodec"]
+
+VERSION = b"\x01"
+
+# Fields equal to these defaults are left out of the payload.
+_DEFAULTS: dict[str, Any] = {
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "flags": [],
+    "cb_kwargs": {},
+    "method": "GET",
+    "priority": 0,
+    "dont_filter": False,
+    "headers": {},
+    "callback": None,
+    "errback": None,
+}
+
+
+class RequestCodec:
+    """Encodes and decodes requests for one spider. Method-name lookups are cached."""
+
+    def __init__(self, spider: Spider | None) -> None:
+        self.spider = spider
+        self._names: dict[Any, str] = {}
+        root = type(spider).__module__.split(".")[0] if spider is not None else None
+        self._class_roots = ("scrapy.",) + ((root + ".",) if root else ())
+        self._classes: dict[str, type[Request]] = {}
+
+    def _method_name(self, func: Any, what: str) -> str | None:
+        if func is None or isinstance(func, str):
+            return func
+        inner = getattr(func, "__func__", None)
+        if inner is not None and getattr(func, "__self__", None) is self.spider:
+            name = self._names.get(inner)
+            if name is None:
+                name = inner.__name__
+                if getattr(getattr(self.spider, name, None), "__func__", None) is not inner:
+                    raise SerializationError(f"{what} {func!r} is not a method of the spider")
+                self._names[inner] = name
+            return name
+        raise SerializationError(
+            f"{what} {func!r} is not a method of the spider; only spider methods can be "
+            "stored in the shared frontier"
+        )
+
+    def encode(self, request: Request) -> bytes:
+        """The payload for *request*. Raises SerializationError naming what cannot go."""
+        d: dict[str, Any] = {"url": request.url}
+        cb = self._method_name(request.callback, "callback")
+        eb = self._method_name(request.errback, "errback")
+        if cb is not None:
+            d["callback"] = cb
+        if eb is not None:
+            d["errback"] = eb
+        if request.headers:
+            d["headers"] = dict(request.headers)
+        for attr in request.attributes:
+            if attr in d or attr in ("url", "callback", "errback", "headers"):
+                continue
+            value = getattr(request, attr)
+            if attr in _DEFAULTS and value == _DEFAULTS[attr]:
+                continue
+            d[attr] = value
+        if type(request) is not Request:
+            d["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+        try:
+            return VERSION + msgpack.packb(d, use_bin_type=True, datetime=False)
+        except (TypeError, ValueError, OverflowError) as exc:
+            bad = _first_unpackable(d)
+            raise SerializationError(
+                f"request {request.url} cannot be stored: {bad or exc} "
+                "(meta, cb_kwargs and cookies must hold only str, bytes, numbers, "
+                "bools, None, lists and dicts)"
+            ) from None
+
+    def decode(self, data: bytes) -> Request:
+        """A request from *data*; raises MalformedEntry for anything that is not one."""
+        if not data[:1] == VERSION:
+            raise MalformedEntry(f"unknown format version {data[:1]!r}")
+        try:
+            d = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise MalformedEntry(f"undecodable payload: {exc}") from None
+        if not isinstance(d, dict) or not isinstance(d.get("url"), str):
+            raise MalformedEntry("payload is not a request (no url)")
+        cls = self._request_class(d.pop("_class", None))
+        kwargs = {k: v for k, v in d.items() if k in cls.attributes}
+        for name in ("callback", "errback"):
+            value = d.get(name)
+            if value is not None:
+                method = getattr(self.spider, str(value), None) if self.spider else None
+                if not callable(method):
+                    raise MalformedEntry(f"{name} {value!r} is not a method of the spider")
+                kwargs[name] = method
+        try:
+            return cls(**kwargs)
+        except Exception as exc:
+            raise MalformedEntry(f"invalid request fields: {exc}") from None
+
+    def _request_class(self, path: Any) -> type[Request]:
+        if path is None:
+            return Request
+        if not isinstance(path, str) or not path.startswith(self._class_roots):
+            raise MalformedEntry(f"request class {path!r} is not allowed")
+        cls = self._classes.get(path)
+        if cls is None:
+            try:
+                cls = load_object(path)
+            except Exception as exc:
+                raise MalformedEntry(f"request class {path!r}: {exc}") from None
+            if not (isinstance(cls, type) and issubclass(cls, Request)):
+                raise MalformedEntry(f"{path!r} is not a Request class")
+            self._classes[path] = cls
+        return cls
+
+
+def _first_unpackable(value: Any, path: str = "") -> str | None:
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _first_unpackable(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _first_unpackable(v, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    return f"{path} is a {type(value).__name__}"

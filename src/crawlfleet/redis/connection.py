@@ -1,0 +1,54 @@
+"""One Redis client per process: the configured URL, or the embedded default."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from typing import Any
+
+from redis.asyncio import Redis
+
+from crawlfleet.redis.embedded import EmbeddedRedis
+from crawlfleet.settings.config import RedisConfig
+
+__all__ = ["make_client", "resolve_url", "shared_client"]
+
+logger = logging.getLogger(__name__)
+
+_embedded: dict[str, EmbeddedRedis] = {}
+
+
+def resolve_url(config: RedisConfig) -> str:
+    """The Redis URL to use: the configured one, or the embedded Redis's (started on
+    first use, released when the process exits)."""
+    if config.url:
+        return config.url.replace("valkey://", "redis://", 1)
+    key = str(config.data_dir.resolve())
+    handle = _embedded.get(key)
+    if handle is None:
+        handle = EmbeddedRedis(config.data_dir)
+        handle.acquire()
+        _embedded[key] = handle
+        atexit.register(handle.release)
+    return handle.url
+
+
+def make_client(url: str, **options: Any) -> Redis:
+    """An asyncio client for *url*: binary replies, bounded timeouts."""
+    kwargs: dict[str, Any] = {
+        "decode_responses": False,
+        "socket_connect_timeout": 5,
+        "socket_timeout": 60,
+        "health_check_interval": 15,
+    }
+    kwargs.update(options)
+    return Redis.from_url(url, **kwargs)
+
+
+def shared_client(crawler: Any, config: RedisConfig) -> Redis:
+    """The client of this crawler's process, created once and kept on the crawler."""
+    client: Redis | None = getattr(crawler, "_crawlfleet_redis", None)
+    if client is None:
+        client = make_client(resolve_url(config))
+        crawler._crawlfleet_redis = client
+    return client

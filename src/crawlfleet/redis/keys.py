@@ -1,0 +1,107 @@
+"""The Redis key schema: every key crawlfleet uses is built here, nowhere else.
+
+All keys of one job share the hash tag ``{job}``, so that a Redis Cluster keeps a job's
+keys in one slot and every script's keys are served by one master::
+
+    <prefix>:jobs                      set    names of the jobs known to this Redis
+    <prefix>:{<job>}:sites             zset   site -> time (ms) the site is next ready
+    <prefix>:{<job>}:q:<site>          zset   rid -> score (-priority * 2^32 + seq)
+    <prefix>:{<job>}:req               hash   rid -> "<score>\\0<site>\\0<payload>"
+    <prefix>:{<job>}:leases            zset   rid -> lease deadline (ms, Redis clock)
+    <prefix>:{<job>}:owner             hash   rid -> node id holding the lease
+    <prefix>:{<job>}:counters          hash   seq, queued, leased, enqueued, ...
+    <prefix>:{<job>}:bad               list   malformed entries set aside
+    <prefix>:{<job>}:nodes             zset   node id -> time (ms) it counts as dead
+    <prefix>:{<job>}:nodeinfo          hash   node id -> JSON status
+    <prefix>:{<job>}:busy              zset   node id -> time (ms) it counts as busy
+    <prefix>:{<job>}:seen              set    exact mode: binary fingerprints
+    <prefix>:{<job>}:bloom             hash   Bloom mode: layer parameters and counts
+    <prefix>:{<job>}:bloom:<n>         string Bloom mode: bitmap of layer n (1-based)
+
+The seed list read for scrapy-redis compatibility (``<spider>:start_urls``) is the
+user's own key and lives outside this schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["JobKeys", "jobs_key"]
+
+
+def jobs_key(prefix: str) -> str:
+    """The set of job names known to this Redis (for listings; not used in scripts)."""
+    return f"{prefix}:jobs"
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """Every key of one job. Build with ``JobKeys.of(prefix, job)``."""
+
+    prefix: str
+    job: str
+
+    @classmethod
+    def of(cls, prefix: str, job: str) -> JobKeys:
+        return cls(prefix=prefix, job=job)
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.job}}}"
+
+    @property
+    def sites(self) -> str:
+        return f"{self.base}:sites"
+
+    def queue(self, site: str) -> str:
+        return f"{self.base}:q:{site}"
+
+    @property
+    def req(self) -> str:
+        return f"{self.base}:req"
+
+    @property
+    def leases(self) -> str:
+        return f"{self.base}:leases"
+
+    @property
+    def owner(self) -> str:
+        return f"{self.base}:owner"
+
+    @property
+    def counters(self) -> str:
+        return f"{self.base}:counters"
+
+    @property
+    def bad(self) -> str:
+        return f"{self.base}:bad"
+
+    @property
+    def nodes(self) -> str:
+        return f"{self.base}:nodes"
+
+    @property
+    def nodeinfo(self) -> str:
+        return f"{self.base}:nodeinfo"
+
+    @property
+    def busy(self) -> str:
+        return f"{self.base}:busy"
+
+    @property
+    def seen(self) -> str:
+        return f"{self.base}:seen"
+
+    @property
+    def bloom(self) -> str:
+        return f"{self.base}:bloom"
+
+    def bloom_layer(self, n: int) -> str:
+        return f"{self.base}:bloom:{n}"
+
+    def fixed(self) -> list[str]:
+        """Keys whose names do not depend on the job's contents (for reset)."""
+        return [
+            self.sites, self.req, self.leases, self.owner, self.counters, self.bad,
+            self.nodes, self.nodeinfo, self.busy, self.seen, self.bloom,
+        ]

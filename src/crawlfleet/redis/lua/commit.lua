@@ -1,0 +1,89 @@
+-- commit: one batch from a node: acknowledge finished leases, set malformed entries
+-- aside, and queue new requests whose fingerprint the seen-filter has not seen.
+-- uses: seen
+--
+-- KEYS[1] sites     zset  site -> time (ms) it is next ready
+-- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
+-- KEYS[3] leases    zset  rid -> lease deadline (ms, Redis clock)
+-- KEYS[4] owner     hash  rid -> node id
+-- KEYS[5] counters  hash  seq, queued, leased, enqueued, duplicates, acked, bad, ...
+-- KEYS[6] bad       list  malformed entries, kept for inspection
+-- KEYS[7 .. 6+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
+-- KEYS[7+S ..]      site queues: zset rid -> score (-priority * 2^32 + seq)
+--
+-- ARGV[1] node id     ARGV[2] S     ARGV[3] P (seen parameters)
+-- ARGV[4] A (acks)    ARGV[5] B (malformed)     ARGV[6] R (requests)
+-- then P seen parameters, A rids to acknowledge, B rids to set aside,
+-- then R groups of 5: fingerprint ("" = bypass the seen-filter), queue index
+-- (1-based among the queue keys), site, priority, payload.
+--
+-- Returns {queued, duplicates, acked, {1-based indexes of duplicate requests},
+--          new bloom layers}
+-- An ack is applied only if the lease is still this node's (a reclaimed lease is
+-- left to its new holder or queue).
+
+local node = ARGV[1]
+local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+                      tonumber(ARGV[5]), tonumber(ARGV[6])
+local seen_keys, seen_args = {}, {}
+for i = 1, S do seen_keys[i] = KEYS[6 + i] end
+for i = 1, P do seen_args[i] = ARGV[6 + i] end
+seen_init(seen_keys, seen_args)
+local qbase = 6 + S
+local pos = 7 + P
+
+local acked = 0
+for i = 1, A do
+  local rid = ARGV[pos]; pos = pos + 1
+  if redis.call('HGET', KEYS[4], rid) == node then
+    redis.call('ZREM', KEYS[3], rid)
+    redis.call('HDEL', KEYS[4], rid)
+    redis.call('HDEL', KEYS[2], rid)
+    acked = acked + 1
+  end
+end
+
+local bad = 0
+for i = 1, B do
+  local rid = ARGV[pos]; pos = pos + 1
+  if redis.call('HGET', KEYS[4], rid) == node then
+    local entry = redis.call('HGET', KEYS[2], rid)
+    if entry then redis.call('RPUSH', KEYS[6], entry) end
+    redis.call('ZREM', KEYS[3], rid)
+    redis.call('HDEL', KEYS[4], rid)
+    redis.call('HDEL', KEYS[2], rid)
+    bad = bad + 1
+  end
+end
+
+local queued, dups, dup_idx = 0, 0, {}
+local seq = tonumber(redis.call('HGET', KEYS[5], 'seq') or '0')
+for i = 1, R do
+  local fp, qi, site, prio, payload = ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2],
+                                      tonumber(ARGV[pos + 3]), ARGV[pos + 4]
+  pos = pos + 5
+  if fp ~= '' and seen_add(fp) == 0 then
+    dups = dups + 1
+    dup_idx[#dup_idx + 1] = i
+  else
+    seq = seq + 1
+    local rid = tostring(seq)
+    local score = -prio * 4294967296 + (seq % 4294967296)
+    redis.call('HSET', KEYS[2], rid, string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
+    redis.call('ZADD', KEYS[qbase + qi], score, rid)
+    redis.call('ZADD', KEYS[1], 'NX', 0, site)
+    queued = queued + 1
+  end
+end
+seen_finish()
+
+if R > 0 then redis.call('HSET', KEYS[5], 'seq', seq) end
+if queued > 0 then
+  redis.call('HINCRBY', KEYS[5], 'queued', queued)
+  redis.call('HINCRBY', KEYS[5], 'enqueued', queued)
+end
+if dups > 0 then redis.call('HINCRBY', KEYS[5], 'duplicates', dups) end
+if acked + bad > 0 then redis.call('HINCRBY', KEYS[5], 'leased', -(acked + bad)) end
+if acked > 0 then redis.call('HINCRBY', KEYS[5], 'acked', acked) end
+if bad > 0 then redis.call('HINCRBY', KEYS[5], 'bad', bad) end
+return {queued, dups, acked, dup_idx, seen_new_layers()}

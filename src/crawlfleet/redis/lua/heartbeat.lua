@@ -1,0 +1,53 @@
+-- heartbeat: a node says it is alive (and whether it is busy), renews the leases it
+-- holds, and reads the job's state, all on the Redis clock.
+--
+-- KEYS[1] nodes     zset  node id -> time (ms) after which it counts as dead
+-- KEYS[2] nodeinfo  hash  node id -> JSON status written by the node
+-- KEYS[3] busy      zset  node id -> time (ms) until which it counts as busy
+-- KEYS[4] leases    zset  rid -> lease deadline (ms)
+-- KEYS[5] owner     hash  rid -> node id
+-- KEYS[6] counters  hash
+--
+-- ARGV[1] node id   ARGV[2] node time-to-live (ms)   ARGV[3] status JSON
+-- ARGV[4] busy: "1" or "0"      ARGV[5] lease length (ms)
+-- ARGV[6 ..] rids this node holds: their deadline moves to now + lease length
+-- ("leaving" as ARGV[3] removes the node instead: it is stopping cleanly)
+-- Returns {now_ms, queued, leased, live nodes, busy live nodes other than this one,
+--          renewed}
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local node, ttl, info, busy = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local lease_ms = tonumber(ARGV[5])
+if info == 'leaving' then
+  redis.call('ZREM', KEYS[1], node)
+  redis.call('HDEL', KEYS[2], node)
+  redis.call('ZREM', KEYS[3], node)
+else
+  redis.call('ZADD', KEYS[1], now + ttl, node)
+  redis.call('HSET', KEYS[2], node, info)
+  if busy == '1' then
+    redis.call('ZADD', KEYS[3], now + ttl, node)
+  else
+    redis.call('ZREM', KEYS[3], node)
+  end
+end
+local renewed = 0
+for i = 6, #ARGV do
+  if redis.call('HGET', KEYS[5], ARGV[i]) == node then
+    redis.call('ZADD', KEYS[4], 'XX', now + lease_ms, ARGV[i])
+    renewed = renewed + 1
+  end
+end
+-- forget nodes dead for over an hour, so the registry does not grow without bound
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
+for _, old in ipairs(gone) do
+  redis.call('ZREM', KEYS[1], old)
+  redis.call('HDEL', KEYS[2], old)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local busy_others = redis.call('ZCOUNT', KEYS[3], now, '+inf')
+if busy == '1' and info ~= 'leaving' then busy_others = busy_others - 1 end
+local queued = tonumber(redis.call('HGET', KEYS[6], 'queued') or '0')
+return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1], now, '+inf'),
+        busy_others, renewed}

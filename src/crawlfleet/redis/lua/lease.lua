@@ -1,0 +1,60 @@
+-- lease: hand up to N queued requests to a node, fairly across the sites offered,
+-- each leased until a deadline on the Redis clock.
+--
+-- KEYS[1] sites     zset  site -> time (ms) it is next ready
+-- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
+-- KEYS[3] leases    zset  rid -> lease deadline (ms)
+-- KEYS[4] owner     hash  rid -> node id
+-- KEYS[5] counters  hash
+-- KEYS[6 ..]        the queues of the offered sites, in the order of ARGV[6 ..]
+--
+-- ARGV[1] node id       ARGV[2] lease length (ms)     ARGV[3] N, most requests in all
+-- ARGV[4] most requests per site       ARGV[5] H, sites to return as the next offer
+-- ARGV[6 ..] offered sites (site names)
+--
+-- A site is served only if its ready time is <= now; afterwards its ready time becomes
+-- now (so the least recently served sites come first in the next offer). This is the
+-- seam for politeness: a rate limit sets a later ready time. An emptied site leaves the
+-- sites zset (its queue key is gone with its last member).
+-- Returns {now_ms, {rid, entry, rid, entry, ...}, {next offer: up to H ready sites}}
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local node, lease_ms = ARGV[1], tonumber(ARGV[2])
+local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local deadline = now + lease_ms
+local out, got = {}, 0
+
+for i = 6, #ARGV do
+  if got >= want then break end
+  local site, qkey = ARGV[i], KEYS[i]
+  local ready = redis.call('ZSCORE', KEYS[1], site)
+  if ready and tonumber(ready) <= now then
+    local take = math.min(per_site, want - got)
+    local popped = redis.call('ZPOPMIN', qkey, take)
+    for j = 1, #popped, 2 do
+      local rid = popped[j]
+      local entry = redis.call('HGET', KEYS[2], rid)
+      if entry then
+        redis.call('ZADD', KEYS[3], deadline, rid)
+        redis.call('HSET', KEYS[4], rid, node)
+        out[#out + 1] = rid
+        out[#out + 1] = entry
+        got = got + 1
+      end
+    end
+    if redis.call('EXISTS', qkey) == 0 then
+      redis.call('ZREM', KEYS[1], site)
+    else
+      redis.call('ZADD', KEYS[1], 'XX', now, site)
+    end
+    local n = #popped / 2
+    if n > 0 then redis.call('HINCRBY', KEYS[5], 'queued', -n) end
+  end
+end
+if got > 0 then
+  redis.call('HINCRBY', KEYS[5], 'leased', got)
+  redis.call('HINCRBY', KEYS[5], 'leased_total', got)
+end
+local hint = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, hint_n)
+return {now, out, hint}

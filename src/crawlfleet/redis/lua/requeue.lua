@@ -1,0 +1,56 @@
+-- requeue: return leased requests to their site queues, at their original place
+-- (same score: priority, then FIFO). Used for expired leases (any node), and by a
+-- node that gives back what it holds when it stops.
+--
+-- KEYS[1] sites     zset  site -> ready time (ms)
+-- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
+-- KEYS[3] leases    zset  rid -> lease deadline (ms)
+-- KEYS[4] owner     hash  rid -> node id
+-- KEYS[5] counters  hash
+-- KEYS[6 ..]        site queues
+--
+-- ARGV[1] mode: "expired" (only leases past their deadline) or "owner" (only leases
+--         held by ARGV[2])
+-- ARGV[2] node id (mode "owner")
+-- ARGV[3 ..] pairs: rid, queue index (1-based among KEYS[6 ..]; 0 = request gone)
+-- Returns the number of requests returned to a queue.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mode, node = ARGV[1], ARGV[2]
+local back, dropped = 0, 0
+for i = 3, #ARGV, 2 do
+  local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
+  local deadline = redis.call('ZSCORE', KEYS[3], rid)
+  local ok = false
+  if deadline then
+    if mode == 'expired' then
+      ok = tonumber(deadline) < now
+    else
+      ok = redis.call('HGET', KEYS[4], rid) == node
+    end
+  end
+  if ok then
+    redis.call('ZREM', KEYS[3], rid)
+    redis.call('HDEL', KEYS[4], rid)
+    local entry = redis.call('HGET', KEYS[2], rid)
+    if entry and qi > 0 then
+      local a = string.find(entry, '\0', 1, true)
+      local b = string.find(entry, '\0', a + 1, true)
+      local score = tonumber(string.sub(entry, 1, a - 1))
+      local site = string.sub(entry, a + 1, b - 1)
+      redis.call('ZADD', KEYS[5 + qi], score, rid)
+      redis.call('ZADD', KEYS[1], 'NX', 0, site)
+      back = back + 1
+    else
+      redis.call('HDEL', KEYS[2], rid)
+      dropped = dropped + 1
+    end
+  end
+end
+if back + dropped > 0 then redis.call('HINCRBY', KEYS[5], 'leased', -(back + dropped)) end
+if back > 0 then
+  redis.call('HINCRBY', KEYS[5], 'queued', back)
+  redis.call('HINCRBY', KEYS[5], 'requeued', back)
+end
+return back

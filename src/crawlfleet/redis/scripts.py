@@ -1,0 +1,51 @@
+"""Loading the Lua scripts in ``lua/``: one file per atomic operation.
+
+A script whose header says ``-- uses: seen`` is built twice, once with each seen-filter
+library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked up as
+``name`` with ``seen_mode`` "exact" or "bloom". Scripts are registered with redis-py,
+which runs them by SHA and re-sends a script the server has forgotten (NOSCRIPT after
+a restart).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+__all__ = ["SEEN_MODES", "ScriptSet", "script_source"]
+
+SEEN_MODES = ("exact", "bloom")
+
+
+def _read(name: str) -> str:
+    return resources.files("crawlfleet.redis").joinpath("lua", name).read_text("utf-8")
+
+
+@cache
+def script_source(name: str, seen_mode: str | None = None) -> str:
+    """The full source of script *name* (without ``.lua``), libraries included."""
+    body = _read(f"{name}.lua")
+    uses_seen = "-- uses: seen" in body
+    if uses_seen:
+        if seen_mode not in SEEN_MODES:
+            raise ValueError(f"script {name} needs a seen mode, one of {SEEN_MODES}")
+        return _read(f"_seen_{seen_mode}.lua") + "\n" + body
+    return body
+
+
+class ScriptSet:
+    """The job scripts registered on one client, for one seen-filter mode."""
+
+    NAMES = ("commit", "lease", "expired", "requeue", "heartbeat", "seen", "trim_seeds")
+
+    def __init__(self, client: Redis, seen_mode: str) -> None:
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(script_source(name, seen_mode)) for name in self.NAMES
+        }
+
+    async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        return await self._scripts[name](keys=keys, args=args)
