@@ -1,0 +1,143 @@
+"""``crawlfleet site``: serve the bundled test website on loopback until interrupted.
+
+Binds only ``127.0.0.1`` .. ``127.0.0.{hosts}``. Once serving, it prints the port on
+stdout, writes it to ``--port-file`` (atomically) if given, and logs the seed URLs.
+SIGINT and SIGTERM stop it cleanly (exit status 0); the port file is then removed.
+Also runnable as ``python -m crawlfleet.cli.site`` (what
+:func:`crawlfleet.testsite.process.start_site_process` uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from crawlfleet.testsite.model import MAX_HOSTS, SiteModel
+from crawlfleet.testsite.server import SiteServer
+
+__all__ = ["HELP", "NAME", "add_arguments", "main", "run"]
+
+NAME = "site"
+HELP = "Serve the bundled test website on loopback (demo, tests, benchmarks)."
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pages", type=int, default=200, help="content pages (default: 200)")
+    parser.add_argument(
+        "--hosts", type=int, default=3, help=f"loopback hosts, 1..{MAX_HOSTS} (default: 3)"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="link graph seed (default: 1)")
+    parser.add_argument(
+        "--links-per-page", type=int, default=6, help="random links per page (default: 6)"
+    )
+    parser.add_argument(
+        "--articles", type=int, default=None, help="article pages (default: a tenth)"
+    )
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="seconds added to every response"
+    )
+    parser.add_argument(
+        "--timeout-seconds",
+        type=float,
+        default=30.0,
+        help="seconds before /slow answers (default: 30)",
+    )
+    parser.add_argument(
+        "--no-problems",
+        action="store_true",
+        help="no error, redirect, slow, odd-file or legacy-encoding pages",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port (default: 0, a free one)")
+    parser.add_argument("--port-file", type=Path, help="write the bound port to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; 0 on a clean stop, 2 on bad options, 1 if the
+    addresses cannot be bound."""
+    try:
+        model = SiteModel(
+            pages=args.pages,
+            hosts=args.hosts,
+            seed=args.seed,
+            links_per_page=args.links_per_page,
+            problems=not args.no_problems,
+            articles=args.articles,
+        )
+        server = SiteServer(
+            model,
+            port=args.port,
+            latency_seconds=args.latency,
+            timeout_seconds=args.timeout_seconds,
+        )
+    except ValueError as exc:
+        logger.error("invalid option: %s", exc)
+        return 2
+    try:
+        asyncio.run(_serve(server, args.port_file))
+    except OSError as exc:
+        logger.error("cannot serve the test site: %s", exc)
+        return 1
+    return 0
+
+
+async def _serve(server: SiteServer, port_file: Path | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    port = await server.start()
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if port_file is not None:
+            _write_atomically(port_file, f"{port}\n")
+        model = server.model
+        logger.info(
+            "test site: %d pages (%d articles) on %d hosts, port %d, problems %s",
+            model.pages,
+            model.articles,
+            model.hosts,
+            port,
+            "on" if model.problems else "off",
+        )
+        for url in server.seed_urls:
+            logger.info("seed URL %s", url)
+        print(port, flush=True)
+        await stop.wait()
+        logger.info("test site stopping")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await server.stop()
+        if port_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                port_file.unlink()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python -m crawlfleet.cli.site``."""
+    parser = argparse.ArgumentParser(prog="crawlfleet site", description=HELP)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s [%(name)s] %(levelname)s: %(message)s",
+    )
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""Applying a spec to one page: which item type it yields, its items, the links to follow.
+
+This is the whole behaviour of a spec spider, free of Scrapy's engine, so that
+:class:`~crawlfleet.spiders.config_spider.SpecSpider` and ``crawlfleet extract`` share it.
+
+A page's *role* says what it yields and how far it is from the start:
+
+- a request the spider made carries its role in ``meta`` (:data:`META_ITEM`,
+  :data:`META_FOLLOW`, :data:`META_DEPTH`, :data:`META_PAGE`);
+- a page without it (a seed from the shared frontier, a URL given to ``extract``) takes
+  the item type of the first link rule with an ``item`` that accepts its URL, else the
+  spec's ``start_item``, at depth 0.
+
+Items are plain dicts: ``_type``, ``url``, ``_key``, the declared fields in order, and
+``_errors`` (a list of ``"field: problem"`` strings) only when something is wrong.
+Auto-article items carry ``_auto`` and the page under ``_html`` instead of fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+from urllib.parse import urldefrag, urlsplit
+
+from parsel import Selector, SelectorList
+from scrapy.http import TextResponse
+from scrapy.linkextractors import LinkExtractor
+
+from crawlfleet.spiders.processors import ProcessorContext, apply_processors
+from crawlfleet.spiders.spec import FieldSpec, ItemSpec, Query, Spec
+
+__all__ = [
+    "AUTO_FIELD",
+    "ENCODING_FIELD",
+    "ERRORS_FIELD",
+    "HTML_FIELD",
+    "KEY_FIELD",
+    "META_DEPTH",
+    "META_FOLLOW",
+    "META_ITEM",
+    "META_PAGE",
+    "TYPE_FIELD",
+    "FollowLink",
+    "PageResult",
+    "PageRole",
+    "SpecExtractor",
+]
+
+TYPE_FIELD = "_type"  #: the item type's name
+KEY_FIELD = "_key"  #: the item's identity (a string) for upserts, with ``_type``
+ERRORS_FIELD = "_errors"  #: problems found while extracting; present only when non-empty
+HTML_FIELD = "_html"  #: auto items: the page's decoded HTML
+AUTO_FIELD = "_auto"  #: auto items: the extraction wanted (``"article"``)
+ENCODING_FIELD = "_encoding"  #: auto items: the encoding the page was decoded with
+
+META_ITEM = "spec_item"  #: request meta: item type the page yields (``None``: none)
+META_FOLLOW = "spec_follow"  #: request meta: whether link rules apply to the page
+META_DEPTH = "spec_depth"  #: request meta: link depth (start pages 0; pagination keeps it)
+META_PAGE = "spec_page"  #: request meta: pagination index (first page 1)
+
+
+@dataclass(frozen=True)
+class PageRole:
+    """What a page yields (``item``), whether link rules apply to it, and where it is."""
+
+    item: str | None
+    follow: bool = True
+    depth: int = 0
+    page: int = 1
+
+    def meta(self) -> dict[str, Any]:
+        """The request meta that gives the fetched page this role."""
+        return {
+            META_ITEM: self.item,
+            META_FOLLOW: self.follow,
+            META_DEPTH: self.depth,
+            META_PAGE: self.page,
+        }
+
+
+@dataclass(frozen=True)
+class FollowLink:
+    """A URL to request; ``rule`` is the link rule's index (``None`` for pagination)."""
+
+    url: str
+    kind: Literal["link", "next"]
+    role: PageRole
+    rule: int | None = None
+    text: str = ""
+
+
+@dataclass
+class PageResult:
+    """Everything a spec gets from one page.
+
+    ``warnings`` are problems for the log; ``unmatched`` is set when the page's item
+    type has a ``match`` selector that found nothing (the page then yields no item).
+    """
+
+    url: str
+    role: PageRole
+    items: list[dict[str, Any]] = field(default_factory=list)
+    links: list[FollowLink] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    unmatched: bool = False
+
+
+class SpecExtractor:
+    """A spec made ready to apply to pages: link extractors built once.
+
+    With ``allowed_domains``, only links to those hosts (or their sub-domains) are
+    followed and only URLs on them are placed by link rules; ``check_domains=False``
+    ignores the list (for a saved file whose URL is a ``file://`` path).
+    """
+
+    def __init__(self, spec: Spec, *, check_domains: bool = True) -> None:
+        self.spec = spec
+        self.check_domains = check_domains
+        self._domains = tuple(d.lower() for d in spec.allowed_domains) if check_domains else ()
+        # Domains are checked here, by host name: LinkExtractor's check includes the port.
+        self._extractors = [
+            LinkExtractor(
+                allow=rule.allow,
+                deny=rule.deny,
+                restrict_css=rule.restrict_css,
+                restrict_xpaths=rule.restrict_xpath,
+                unique=True,
+            )
+            for rule in spec.links
+        ]
+
+    # -- roles ------------------------------------------------------------------------
+
+    def role_for(self, url: str, meta: Mapping[str, Any] | None = None) -> PageRole:
+        """The role of the page at *url* fetched with *meta* (see the module docstring)."""
+        meta = meta or {}
+        if META_ITEM in meta:
+            item = meta[META_ITEM]
+            return PageRole(
+                item=item if isinstance(item, str) and item in self.spec.items else None,
+                follow=bool(meta.get(META_FOLLOW, True)),
+                depth=int(meta.get(META_DEPTH, 0)),
+                page=int(meta.get(META_PAGE, 1)),
+            )
+        index = self.matching_rule(url)
+        if index is not None:
+            rule = self.spec.links[index]
+            return PageRole(item=rule.item, follow=rule.follow)
+        return PageRole(item=self.spec.start_item)
+
+    def matching_rule(self, url: str) -> int | None:
+        """Index of the first link rule with an ``item`` whose allow/deny accept *url*."""
+        if not self.on_domains(url):
+            return None
+        for index, (rule, extractor) in enumerate(
+            zip(self.spec.links, self._extractors, strict=True)
+        ):
+            if rule.item is not None and extractor.matches(url):
+                return index
+        return None
+
+    def on_domains(self, url: str) -> bool:
+        """Whether *url*'s host is one of ``allowed_domains`` or under one (or none is set)."""
+        if not self._domains:
+            return True
+        host = (urlsplit(url).hostname or "").lower()
+        return any(host == d or host.endswith(f".{d}") for d in self._domains)
+
+    def start_role(self) -> PageRole:
+        """The role of a start URL."""
+        return PageRole(item=self.spec.start_item)
+
+    # -- the whole page ---------------------------------------------------------------
+
+    def process(
+        self, response: TextResponse, role: PageRole | None = None, *, item: str | None = None
+    ) -> PageResult:
+        """Items and links of *response*; *item* forces the item type (``extract --item``)."""
+        if role is None:
+            role = self.role_for(response.url, response.meta if _has_meta(response) else None)
+        if item is not None:
+            role = replace(role, item=item)
+        result = PageResult(url=response.url, role=role)
+        if role.item is not None:
+            item_spec = self.spec.items[role.item]
+            if item_spec.match is None or _select(response.selector, item_spec.match):
+                result.items, result.warnings = self.items(response, item_spec)
+            else:
+                result.unmatched = True
+        result.links = self.links(response, role)
+        return result
+
+    # -- items ------------------------------------------------------------------------
+
+    def items(
+        self, response: TextResponse, item: ItemSpec
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The items of type *item* on *response*, and warnings about them.
+
+        ``item.match`` is not checked here (:meth:`process` does).
+        """
+        url = response.url
+        if item.auto is not None:
+            return [
+                {
+                    TYPE_FIELD: item.name,
+                    "url": url,
+                    KEY_FIELD: url,
+                    AUTO_FIELD: item.auto,
+                    HTML_FIELD: response.text,
+                    ENCODING_FIELD: response.encoding,
+                }
+            ], []
+        context = ProcessorContext(response.urljoin)
+        roots: list[Selector] | SelectorList[Selector]
+        roots = [response.selector] if item.each is None else _select(response.selector, item.each)
+        if item.each is not None and not roots:
+            return [], [f"{url}: no {item.name!r} items: 'each' matched nothing"]
+        out: list[dict[str, Any]] = []
+        warnings: list[str] = []
+        for root in roots:
+            record, errors = _extract_one(root, item, url, context)
+            if errors:
+                record[ERRORS_FIELD] = errors
+                warnings.append(
+                    f"{url}: {item.name} item {record[KEY_FIELD]!r}: {'; '.join(errors)}"
+                )
+            out.append(record)
+        return out, warnings
+
+    # -- links ------------------------------------------------------------------------
+
+    def links(self, response: TextResponse, role: PageRole) -> list[FollowLink]:
+        """The requests *response* leads to: link rules (if ``role.follow``), then next pages.
+
+        URLs lose their ``#fragment``. A next page is never also a rule's link, and a link
+        matched by several rules goes with the first. Links deeper than the spec's or the
+        rule's ``max_depth`` are left out, and so are pages past ``max_pages``.
+        Pagination applies whatever ``role.follow`` says.
+        """
+        pagination = self.spec.pagination
+        next_links: list[FollowLink] = []
+        if pagination is not None and (
+            pagination.max_pages is None or role.page < pagination.max_pages
+        ):
+            target = replace(role, page=role.page + 1)
+            next_links = [
+                FollowLink(url, "next", target)
+                for url in self._next_urls(response, pagination.query)
+            ]
+        seen = {link.url for link in next_links}
+        out: list[FollowLink] = []
+        depth = role.depth + 1
+        if role.follow and (self.spec.max_depth is None or depth <= self.spec.max_depth):
+            for index, (rule, extractor) in enumerate(
+                zip(self.spec.links, self._extractors, strict=True)
+            ):
+                if rule.max_depth is not None and depth > rule.max_depth:
+                    continue
+                target = PageRole(item=rule.item, follow=rule.follow, depth=depth)
+                for link in extractor.extract_links(response):
+                    url = urldefrag(link.url).url
+                    if url not in seen and self.on_domains(url):
+                        seen.add(url)
+                        out.append(FollowLink(url, "link", target, index, link.text))
+        return out + next_links
+
+    def _next_urls(self, response: TextResponse, query: Query) -> list[str]:
+        urls: list[str] = []
+        for node in _select(response.selector, query):
+            raw = node.root if isinstance(node.root, str) else node.attrib.get("href")
+            if not raw or not str(raw).strip():
+                continue
+            url = urldefrag(response.urljoin(str(raw).strip())).url
+            if not url.startswith(("http://", "https://", "file://")):
+                continue
+            if url not in urls and self.on_domains(url):
+                urls.append(url)
+        return urls
+
+
+def _has_meta(response: TextResponse) -> bool:
+    try:
+        response.meta  # noqa: B018 - raises without a request
+    except AttributeError:
+        return False
+    return True
+
+
+def _select(root: Selector, query: Query) -> SelectorList[Selector]:
+    return root.css(query.expr) if query.kind == "css" else root.xpath(query.expr)
+
+
+def _extract_one(
+    root: Selector, item: ItemSpec, url: str, context: ProcessorContext
+) -> tuple[dict[str, Any], list[str]]:
+    values: dict[str, Any] = {}
+    errors: list[str] = []
+    for spec in item.fields:
+        value, problems = _field_value(root, spec, context)
+        errors.extend(f"{spec.name}: {p}" for p in problems)
+        if _is_empty(value):
+            if spec.required:
+                errors.append(f"{spec.name}: required field is empty")
+            if spec.has_default:
+                value = spec.default
+        values[spec.name] = value
+    key = url
+    if item.key:
+        parts = [values[name] for name in item.key]
+        empty = [name for name, v in zip(item.key, parts, strict=True) if _is_empty(v)]
+        if empty:
+            errors.append(f"{', '.join(empty)}: key field is empty; the page URL is the key")
+        elif len(parts) == 1 and not isinstance(parts[0], list | dict):
+            key = str(parts[0])
+        else:
+            key = json.dumps(parts, default=str, ensure_ascii=False)
+    record: dict[str, Any] = {TYPE_FIELD: item.name, "url": url, KEY_FIELD: key}
+    record.update(values)
+    return record, errors
+
+
+def _field_value(
+    root: Selector, spec: FieldSpec, context: ProcessorContext
+) -> tuple[Any, list[str]]:
+    selected = _select(root, spec.query)
+    raw: list[str] = selected.re(spec.regex) if spec.regex is not None else selected.getall()
+    values, problems = apply_processors(raw, spec.processors, context)
+    if spec.many:
+        return values, problems
+    return (values[0] if values else None), problems
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value == "" or value == []

@@ -1,0 +1,346 @@
+"""The test site's HTTP server: a :class:`SiteModel` served by aiohttp on loopback.
+
+Host ``i`` listens on ``127.0.0.{i+1}``, all hosts on one port. Bodies are rendered once
+at start-up; a request costs a dict lookup and a counter update. Every host answers:
+
+- the model's pages, catalogues and files; ``/r/<n>`` (302 to page ``n``),
+  ``/status/<code>`` (that status), ``/slow`` (200 after ``timeout_seconds``),
+  anything else 404; ``latency_seconds`` is added to all of these;
+- ``/robots.txt`` (allow all; counted apart, no latency);
+- ``GET /_stats`` (``?brief=1`` leaves out ``requests``) and ``POST /_reset``, never
+  counted. ``/_stats`` returns (URLs are ``http://127.0.0.X:PORT/path``)::
+
+    {"port": int, "total_requests": int, "max_rate_1s": int, "rate_window": str,
+     "active_seconds": float,            # first to last counted request
+     "hosts": {"127.0.0.1": {"requests": int, "max_rate_1s": int}, ...},
+     "expected_urls": int, "content_requests": int, "content_fetched": int,
+     "fetched_twice": [{"url": str, "count": int}, ...],   # content URLs only
+     "never_fetched": [str, ...],                           # expected, not requested
+     "problem_requests": {url: int},     # /status/*, /slow, /r/*, odd files
+     "unknown_requests": {url: int},     # neither content nor problem (404s)
+     "robots_requests": {"127.0.0.1": int, ...},
+     "requests": {url: int}}             # every counted URL
+
+Two ways to run it: :class:`SiteServer` inside a running event loop, or
+:class:`TestSite`, which runs one in a background thread for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from crawlfleet.testsite.model import Loc, SiteModel, host_address
+from crawlfleet.testsite.render import Resource, render_site
+from crawlfleet.testsite.stats import RequestLog
+
+__all__ = ["SiteServer", "TestSite", "bind_loopback"]
+
+_T = TypeVar("_T")
+_ROBOTS = b"User-agent: *\nAllow: /\n"
+_BACKLOG = 1024
+_Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+def bind_loopback(hosts: int, port: int = 0, attempts: int = 10) -> list[socket.socket]:
+    """Listening sockets on ``127.0.0.1`` .. ``127.0.0.{hosts}``, all on one port.
+
+    With ``port == 0`` a free port is chosen on ``127.0.0.1`` and the other addresses
+    are bound to it; if one of them has it taken, everything is closed and another port
+    tried, up to ``attempts`` times. Raises :class:`OSError` naming the address that
+    could not be bound.
+    """
+    for attempt in range(attempts):
+        socks: list[socket.socket] = []
+        address = host_address(0)
+        try:
+            for host in range(hosts):
+                address = host_address(host)
+                chosen = port if host == 0 else socks[0].getsockname()[1]
+                socks.append(socket.create_server((address, chosen), backlog=_BACKLOG))
+            return socks
+        except OSError as exc:
+            for sock in socks:
+                sock.close()
+            if port or attempt == attempts - 1:
+                bound = socks[0].getsockname()[1] if socks else port
+                raise OSError(exc.errno, f"cannot bind {address}:{bound}: {exc}") from exc
+    raise ValueError(f"attempts must be >= 1, got {attempts}")
+
+
+class SiteServer:
+    """Serves ``model`` on the loopback hosts; :meth:`start` and :meth:`stop` must run in
+    the same event loop, and all other methods in that loop's thread.
+
+    ``port`` 0 picks a free port. ``latency_seconds`` delays every counted response;
+    ``/slow`` answers after ``timeout_seconds`` (or at :meth:`stop`).
+    """
+
+    def __init__(
+        self,
+        model: SiteModel,
+        *,
+        port: int = 0,
+        latency_seconds: float = 0.0,
+        timeout_seconds: float = 30.0,
+    ) -> None:
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be between 0 and 65535, got {port}")
+        if latency_seconds < 0:
+            raise ValueError(f"latency_seconds must be >= 0, got {latency_seconds}")
+        if timeout_seconds < 0:
+            raise ValueError(f"timeout_seconds must be >= 0, got {timeout_seconds}")
+        self.model = model
+        self.latency_seconds = latency_seconds
+        self.timeout_seconds = timeout_seconds
+        self._requested_port = port
+        self._port: int | None = None
+        self._runners: list[web.ServerRunner] = []
+        self._log: RequestLog | None = None
+        self._closing: asyncio.Event | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port; ``RuntimeError`` before :meth:`start`."""
+        if self._port is None:
+            raise RuntimeError("the site is not started")
+        return self._port
+
+    @property
+    def seed_urls(self) -> list[str]:
+        return self.model.seed_urls(self.port)
+
+    def url(self, n: int) -> str:
+        return self.model.url(n, self.port)
+
+    async def start(self) -> int:
+        """Bind, render and start serving; returns the port."""
+        socks = bind_loopback(self.model.hosts, self._requested_port)
+        try:
+            port: int = socks[0].getsockname()[1]
+            by_host: list[dict[str, Resource]] = [{} for _ in range(self.model.hosts)]
+            for (host, path), resource in render_site(self.model, port).items():
+                by_host[host][path] = resource
+            self._log = RequestLog(self.model, port)
+            self._closing = asyncio.Event()
+            for host, sock in enumerate(socks):
+                server = web.Server(
+                    self._handler(host, by_host[host]), handler_cancellation=True, access_log=None
+                )
+                runner = web.ServerRunner(server, shutdown_timeout=1.0)
+                await runner.setup()
+                self._runners.append(runner)
+                await web.SockSite(runner, sock, backlog=_BACKLOG).start()
+        except BaseException:
+            await self.stop()
+            for sock in socks:
+                sock.close()
+            raise
+        self._port = port
+        return port
+
+    async def stop(self) -> None:
+        """Stop serving; pending ``/slow`` requests are answered at once. Idempotent."""
+        if self._closing is not None:
+            self._closing.set()
+        runners, self._runners = self._runners, []
+        for runner in runners:
+            await runner.cleanup()
+
+    def stats(self, *, brief: bool = False) -> dict[str, Any]:
+        """The request counters (see the module docstring); ``brief`` drops
+        ``requests``."""
+        if self._log is None:
+            raise RuntimeError("the site is not started")
+        snapshot = self._log.snapshot()
+        if brief:
+            del snapshot["requests"]
+        return snapshot
+
+    def reset(self) -> None:
+        """Clear all counters."""
+        if self._log is not None:
+            self._log.reset()
+
+    def _handler(self, host: int, resources: dict[str, Resource]) -> _Handler:
+        log = self._log
+        assert log is not None
+
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            path = request.raw_path
+            if path.startswith("/_"):
+                control = self._control(request, path)
+                if control is not None:
+                    return control
+            if path == "/robots.txt":
+                log.record_robots(host)
+                return web.Response(body=_ROBOTS, content_type="text/plain")
+            log.record(host, path)
+            if self.latency_seconds:
+                await asyncio.sleep(self.latency_seconds)
+            resource = resources.get(path)
+            if resource is None:
+                return await self._dynamic((host, path))
+            return web.Response(
+                body=resource.body,
+                status=resource.status,
+                headers={"Content-Type": resource.content_type},
+            )
+
+        return handle
+
+    def _control(self, request: web.BaseRequest, path: str) -> web.StreamResponse | None:
+        name, _, query = path.partition("?")
+        if name == "/_stats":
+            if request.method not in ("GET", "HEAD"):
+                return web.Response(status=405, text="use GET\n")
+            brief = query in ("brief=1", "brief=true")
+            return web.Response(
+                text=json.dumps(self.stats(brief=brief)), content_type="application/json"
+            )
+        if name == "/_reset":
+            if request.method != "POST":
+                return web.Response(status=405, text="use POST\n")
+            self.reset()
+            return web.Response(text='{"reset": true}', content_type="application/json")
+        return None
+
+    async def _dynamic(self, loc: Loc) -> web.StreamResponse:
+        path = loc[1]
+        if path == "/slow":
+            assert self._closing is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.timeout_seconds)
+            return web.Response(text="finally, the slow page\n")
+        if path.startswith("/status/") and path[8:].isdigit():
+            code = int(path[8:])
+            if 200 <= code <= 599:
+                text = None if code in (204, 304) else f"status {code}\n"
+                return web.Response(status=code, text=text)
+        target = self.model.redirect_target(loc)
+        if target is not None:
+            return web.Response(status=302, headers={"Location": self.url(target)})
+        return web.Response(status=404, text="not found\n")
+
+
+class TestSite:
+    """A :class:`SiteServer` running in a background thread with its own event loop,
+    for tests: ``with TestSite(model) as site: ... site.stats()``.
+
+    :meth:`stats` and :meth:`reset` run in the server's loop, so they are consistent and
+    safe to call from any thread.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        model: SiteModel | None = None,
+        *,
+        port: int = 0,
+        latency_seconds: float = 0.0,
+        timeout_seconds: float = 30.0,
+    ) -> None:
+        self.model = model if model is not None else SiteModel()
+        self.server = SiteServer(
+            self.model,
+            port=port,
+            latency_seconds=latency_seconds,
+            timeout_seconds=timeout_seconds,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def seed_urls(self) -> list[str]:
+        """The root URL of every host."""
+        return self.server.seed_urls
+
+    def url(self, n: int) -> str:
+        """The canonical URL of page ``n``."""
+        return self.server.url(n)
+
+    def expected_urls(self) -> frozenset[str]:
+        return self.model.expected_urls(self.port)
+
+    def start(self) -> None:
+        """Start the thread and serve; returns once the site accepts connections."""
+        if self._loop is not None:
+            raise RuntimeError("the site is already started")
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, args=(loop,), name="testsite")
+        self._thread.daemon = True
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.start(), loop).result(timeout=60)
+        except BaseException:
+            self._halt()
+            raise
+
+    def stop(self) -> None:
+        """Stop serving and join the thread. Idempotent."""
+        if self._loop is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(timeout=30)
+        finally:
+            self._halt()
+
+    def stats(self, *, brief: bool = False) -> dict[str, Any]:
+        """The counters, read in-process (same shape as ``GET /_stats``)."""
+        return self._call(lambda: self.server.stats(brief=brief))
+
+    def reset(self) -> None:
+        """Clear all counters."""
+        self._call(self.server.reset)
+
+    def __enter__(self) -> TestSite:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _call(self, fn: Callable[[], _T]) -> _T:
+        if self._loop is None:
+            raise RuntimeError("the site is not started")
+
+        async def call() -> _T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=30)
+
+    def _halt(self) -> None:
+        loop, thread = self._loop, self._thread
+        self._loop = self._thread = None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=30)
+
+    @staticmethod
+    def _run(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()

@@ -1,0 +1,81 @@
+"""A plain Scrapy spider for the bundled test site.
+
+It imports nothing from crawlfleet, so it runs under vanilla Scrapy too::
+
+    scrapy runspider spider.py -a start_urls=http://127.0.0.1:8080/,http://127.0.0.2:8080/
+
+Start URLs come from the ``start_urls`` spider argument (comma-separated) or else from
+the ``TESTSITE_START_URLS`` setting (a list). It follows every ``<a href>`` of every HTML
+page and yields one item per product page (``url``, ``title``, ``price``, ``date``,
+``sku``) and per article page (``url``, ``headline``, ``author``, ``date``). Non-HTML
+responses yield nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import scrapy
+from scrapy.http import HtmlResponse, Response
+
+__all__ = ["TestSiteSpider"]
+
+
+class TestSiteSpider(scrapy.Spider):
+    """Crawls the test site completely; see the module docstring."""
+
+    __test__ = False  # not a pytest test class
+    name = "testsite"
+
+    def __init__(
+        self, name: str | None = None, start_urls: str | list[str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(name, **kwargs)
+        if isinstance(start_urls, str):
+            self.start_urls = [url.strip() for url in start_urls.split(",") if url.strip()]
+        else:
+            self.start_urls = list(start_urls or [])
+
+    async def start(self) -> AsyncIterator[Any]:
+        """Requests for the start URLs. Unlike Scrapy's default they go through the
+        duplicate filter, so a later link to a root is not fetched a second time."""
+        urls = self.start_urls or self.settings.getlist("TESTSITE_START_URLS")
+        if not urls:
+            raise ValueError("TestSiteSpider needs the start_urls argument or TESTSITE_START_URLS")
+        for url in urls:
+            yield scrapy.Request(url, callback=self.parse)
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        if not isinstance(response, HtmlResponse):
+            return
+        item = self.extract_item(response)
+        if item is not None:
+            yield item
+        for href in response.css("a::attr(href)").getall():
+            try:
+                yield response.follow(href, callback=self.parse)
+            except ValueError:
+                self.logger.warning("bad link %r on %s", href, response.url)
+
+    @staticmethod
+    def extract_item(response: HtmlResponse) -> dict[str, Any] | None:
+        """The product or article item of ``response``, or ``None`` if it has none."""
+        product = response.css("div.product")
+        if product:
+            return {
+                "url": response.url,
+                "title": product.css("h1.title::text").get(),
+                "price": product.css("span.price::text").get(),
+                "date": product.css("time::attr(datetime)").get(),
+                "sku": product.css("span.sku::text").get(),
+            }
+        article = response.css("article.post")
+        if article:
+            return {
+                "url": response.url,
+                "headline": article.css("h1.headline::text").get(),
+                "author": article.css("span.author::text").get(),
+                "date": article.css("time::attr(datetime)").get(),
+            }
+        return None

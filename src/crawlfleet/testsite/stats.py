@@ -1,0 +1,143 @@
+"""Request accounting for the test site: counts per URL and peak request rates.
+
+Rates use an exact sliding window: for each host (and for the whole site) a deque keeps
+the arrival times of the last second, so the highest number of requests in any window
+``(t - 1 s, t]`` is updated in O(1) amortised time per request, with memory bounded by
+the peak rate rather than by the number of requests. A busiest window always ends at
+some request's arrival, so checking the window at each arrival finds the true maximum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from crawlfleet.testsite.model import ODD_FILES, Loc, SiteModel, host_address
+
+__all__ = ["RATE_WINDOW_SECONDS", "RateWindow", "RequestLog", "is_problem_path"]
+
+RATE_WINDOW_SECONDS = 1.0
+_PROBLEM_PREFIXES = ("/status/", "/r/")
+_PROBLEM_PATHS = frozenset(("/slow", *ODD_FILES))
+
+
+def is_problem_path(path: str) -> bool:
+    """Whether ``path`` (with query) is one of the site's problem resources: error
+    statuses, the slow page, redirects and the non-HTML files."""
+    return path in _PROBLEM_PATHS or path.startswith(_PROBLEM_PREFIXES)
+
+
+class RateWindow:
+    """The highest number of events seen in any window of ``width`` seconds.
+
+    Times passed to :meth:`add` must not decrease (a monotonic clock).
+    """
+
+    __slots__ = ("_times", "_width", "peak")
+
+    def __init__(self, width: float = RATE_WINDOW_SECONDS) -> None:
+        self._width = width
+        self._times: deque[float] = deque()
+        self.peak = 0
+
+    def add(self, t: float) -> None:
+        times = self._times
+        times.append(t)
+        cutoff = t - self._width
+        while times[0] <= cutoff:
+            times.popleft()
+        if len(times) > self.peak:
+            self.peak = len(times)
+
+
+class RequestLog:
+    """Counts the requests a site receives, by ``(host index, path with query)``.
+
+    Not thread-safe: call it from the server's event loop only. Robots.txt requests are
+    counted apart; the control endpoints (``/_stats``, ``/_reset``) are not counted.
+    """
+
+    def __init__(
+        self, model: SiteModel, port: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._model = model
+        self._port = port
+        self._clock = clock
+        self._content = model.content_locs()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every request counted so far."""
+        self._counts: dict[Loc, int] = {}
+        self._robots = [0] * self._model.hosts
+        self._host_requests = [0] * self._model.hosts
+        self._host_rates = [RateWindow() for _ in range(self._model.hosts)]
+        self._site_rate = RateWindow()
+        self._first: float | None = None
+        self._last: float | None = None
+
+    def record(self, host: int, path: str) -> None:
+        """Count one request for ``path`` on host index ``host``."""
+        now = self._clock()
+        key = (host, path)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self._host_requests[host] += 1
+        self._host_rates[host].add(now)
+        self._site_rate.add(now)
+        if self._first is None:
+            self._first = now
+        self._last = now
+
+    def record_robots(self, host: int) -> None:
+        self._robots[host] += 1
+
+    def count(self, loc: Loc) -> int:
+        return self._counts.get(loc, 0)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as a JSON-ready dict (shape documented in the server module)."""
+        url = self._model.loc_url
+        port = self._port
+        requests: dict[str, int] = {}
+        problems: dict[str, int] = {}
+        unknown: dict[str, int] = {}
+        twice: list[dict[str, Any]] = []
+        content_requests = 0
+        for loc, n in sorted(self._counts.items()):
+            u = url(loc, port)
+            requests[u] = n
+            if loc in self._content:
+                content_requests += n
+                if n > 1:
+                    twice.append({"url": u, "count": n})
+            elif is_problem_path(loc[1]):
+                problems[u] = n
+            else:
+                unknown[u] = n
+        never = sorted(url(loc, port) for loc in self._content if loc not in self._counts)
+        active = 0.0 if self._first is None or self._last is None else self._last - self._first
+        return {
+            "port": port,
+            "total_requests": sum(self._host_requests),
+            "max_rate_1s": self._site_rate.peak,
+            "rate_window": "exact sliding 1 s window over request arrival times",
+            "active_seconds": round(active, 6),
+            "hosts": {
+                host_address(h): {
+                    "requests": self._host_requests[h],
+                    "max_rate_1s": self._host_rates[h].peak,
+                }
+                for h in range(self._model.hosts)
+            },
+            "expected_urls": len(self._content),
+            "content_requests": content_requests,
+            "content_fetched": len(self._content) - len(never),
+            "fetched_twice": twice,
+            "never_fetched": never,
+            "problem_requests": problems,
+            "unknown_requests": unknown,
+            "robots_requests": {host_address(h): n for h, n in enumerate(self._robots)},
+            "requests": requests,
+        }

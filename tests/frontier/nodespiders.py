@@ -1,0 +1,69 @@
+"""Spiders that node processes of the tests import (``tests.frontier.nodespiders:X``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import scrapy
+from scrapy import signals
+
+from crawlfleet.testsite.spider import TestSiteSpider
+
+__all__ = ["ContractSpider", "StartUrlsSpider"]
+
+
+class StartUrlsSpider(TestSiteSpider):
+    """The test-site spider with Scrapy's default start(): start requests are
+    dont_filter, yet each must enter the job once however many nodes start."""
+
+    name = "starturls"
+
+    async def start(self) -> Any:  # Scrapy's own implementation, not TestSiteSpider's
+        async for item in scrapy.Spider.start(self):
+            yield item
+
+
+class ContractSpider(scrapy.Spider):
+    """Checks Scrapy's scheduler contracts on one node; writes what it saw to ``out``."""
+
+    name = "contract"
+    custom_settings = {"CONCURRENT_REQUESTS": 1}
+
+    def __init__(self, base: str = "", out: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.base, self.out = base, out
+        self.order: list[str] = []
+        self.dropped: list[str] = []
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> ContractSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.on_dropped, signal=signals.request_dropped)
+        return spider
+
+    def on_dropped(self, request: scrapy.Request, spider: Any) -> None:
+        self.dropped.append(request.url)
+
+    async def start(self) -> Any:
+        yield scrapy.Request(self.base + "/", callback=self.first)
+
+    def first(self, response: Any) -> Iterator[scrapy.Request]:
+        page = self.base + "/p/{}"  # pages 3, 6, 9, 12 live on the first host
+        yield scrapy.Request(page.format(3), callback=self.record)
+        yield scrapy.Request(page.format(3), callback=self.record)  # duplicate: dropped
+        yield scrapy.Request(page.format(6), callback=self.record, dont_filter=True)
+        yield scrapy.Request(page.format(6), callback=self.record, dont_filter=True)
+        yield scrapy.Request(page.format(9), callback=self.record, priority=10)
+        yield scrapy.Request(page.format(12), callback=self.record, priority=-10)
+        yield scrapy.Request(self.base + "/", callback=self.record)  # seen: dropped
+
+    def record(self, response: Any) -> None:
+        self.order.append(response.url)
+
+    def closed(self, reason: str) -> None:
+        stats = self.crawler.stats.get_stats()
+        with open(self.out, "w") as f:
+            json.dump({"order": self.order, "dropped": self.dropped, "reason": reason,
+                       "stats": {k: v for k, v in stats.items() if isinstance(v, int)}}, f)

@@ -1,0 +1,63 @@
+"""Settings are validated at start-up, and errors name the setting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scrapy.settings import Settings
+
+from crawlfleet.addon import Addon
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
+
+
+def frontier(**values: Any) -> FrontierConfig:
+    return FrontierConfig.from_settings(settings_with_defaults(values), "spider")
+
+
+def test_defaults_are_valid() -> None:
+    config = frontier()
+    assert config.job == "spider" and config.seen_mode == "exact"
+    assert config.prefetch == 2 * 16  # twice Scrapy's CONCURRENT_REQUESTS
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"CRAWLFLEET_SEEN_MODE": "fuzzy"}, "CRAWLFLEET_SEEN_MODE must be one of exact, bloom"),
+        ({"CRAWLFLEET_SITE_KEY": "port"}, "CRAWLFLEET_SITE_KEY must be one of host, domain, ip"),
+        ({"CRAWLFLEET_LEASE_SECONDS": "soon"}, "CRAWLFLEET_LEASE_SECONDS must be a number"),
+        ({"CRAWLFLEET_LEASE_SECONDS": 0.5}, "CRAWLFLEET_LEASE_SECONDS must be >= 1"),
+        ({"CRAWLFLEET_FLUSH_BATCH": 0}, "CRAWLFLEET_FLUSH_BATCH must be >= 1"),
+        ({"CRAWLFLEET_PREFETCH": True}, "CRAWLFLEET_PREFETCH must be an integer"),
+        ({"CRAWLFLEET_BLOOM_ERROR_RATE": 0.7}, "CRAWLFLEET_BLOOM_ERROR_RATE must be < 0.5"),
+        ({"CRAWLFLEET_HEARTBEAT_SECONDS": 20}, "at most half of CRAWLFLEET_LEASE_SECONDS"),
+        ({"CRAWLFLEET_CLOSE_WHEN_FINISHED": "maybe"}, "CRAWLFLEET_CLOSE_WHEN_FINISHED must be"),
+        ({"CRAWLFLEET_JOB": "a job"}, "job name must be"),
+        ({"CRAWLFLEET_LEASE_SECOND": 3}, "unknown setting CRAWLFLEET_LEASE_SECOND"),
+        ({"CRAWLFLEET_START_URLS_KEY": "%(nope)s"}, "CRAWLFLEET_START_URLS_KEY may only use"),
+    ],
+)
+def test_bad_values_name_the_setting(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        frontier(**values)
+
+
+def test_false_and_zero_can_be_set() -> None:
+    config = frontier(CRAWLFLEET_CLOSE_WHEN_FINISHED=False, CRAWLFLEET_FINISH_GRACE_SECONDS=0)
+    assert config.close_when_finished is False and config.finish_grace_seconds == 0
+
+
+def test_redis_url_is_checked_and_env_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="CRAWLFLEET_REDIS_URL must start with"):
+        RedisConfig.from_settings(settings_with_defaults({"CRAWLFLEET_REDIS_URL": "localhost"}))
+    monkeypatch.setenv("CRAWLFLEET_REDIS_URL", "redis://127.0.0.1:1/0")
+    settings = Settings({"CRAWLFLEET_REDIS_URL": "redis://from-project:6379"})
+    Addon().update_settings(settings)
+    assert RedisConfig.from_settings(settings).url == "redis://127.0.0.1:1/0"
+    # -s on the command line still wins
+    config = RedisConfig.from_settings(
+        settings_with_defaults({"CRAWLFLEET_REDIS_URL": "redis://cmdline:6379"}))
+    assert config.url == "redis://cmdline:6379"

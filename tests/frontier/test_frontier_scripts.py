@@ -1,0 +1,206 @@
+"""The frontier scripts on a real Redis: queueing, dedup, leases, acks, reclaim."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from crawlfleet.frontier.client import Frontier, Outgoing, SeenConfig
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+
+T = TypeVar("T")
+
+
+def fp(text: str) -> bytes:
+    return hashlib.sha1(text.encode()).digest()[:16]
+
+
+def out(url: str, site: str = "a", priority: int = 0, *, dont_filter: bool = False) -> Outgoing:
+    return Outgoing(b"" if dont_filter else fp(url), site, priority, url.encode())
+
+
+@pytest.fixture(params=["exact", "bloom"])
+def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
+    """run(fn) runs ``await fn(frontier)`` on a fresh job, in each seen-filter mode."""
+    mode = request.param
+
+    def runner(fn: Callable[[Frontier], Awaitable[T]], job: str = "job1") -> T:
+        async def main() -> T:
+            client = make_client(redis_server_url)
+            try:
+                seen = SeenConfig(mode, bloom_capacity=1000, bloom_error_rate=1e-4)
+                return await fn(Frontier(client, JobKeys.of(key_prefix, job), seen))
+            finally:
+                await client.aclose()
+
+        return asyncio.run(main())
+
+    return runner
+
+
+async def lease_all(f: Frontier, node: str = "n1", n: int = 100, **kw: Any) -> list[str]:
+    res = await f.lease(node, n, await f.offer(50), lease_ms=kw.get("lease_ms", 60000),
+                        per_site=kw.get("per_site", n), offer_size=50)
+    return [e.payload.decode() for e in res.entries]
+
+
+def test_duplicates_are_dropped_and_reported(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        r = await f.commit("n1", [out("u1"), out("u2"), out("u1")])
+        assert (r.queued, r.duplicates, r.duplicate_indexes) == (2, 1, [2])
+        r = await f.commit("n1", [out("u2"), out("u3")])
+        assert (r.queued, r.duplicates, r.duplicate_indexes) == (1, 1, [0])
+        c = await f.counters()
+        assert c["queued"] == 3 and c["duplicates"] == 2
+
+    run(body)
+
+
+def test_dont_filter_bypasses_the_seen_filter(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1")])
+        r = await f.commit("n1", [out("u1", dont_filter=True), out("u1", dont_filter=True)])
+        assert r.queued == 2 and r.duplicates == 0
+        assert sorted(await lease_all(f)) == ["u1", "u1", "u1"]
+
+    run(body)
+
+
+def test_priority_then_fifo_within_a_site(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("low1", priority=-5), out("mid1"), out("high1", priority=9),
+                              out("mid2"), out("low2", priority=-5), out("high2", priority=9)])
+        assert await lease_all(f) == ["high1", "high2", "mid1", "mid2", "low1", "low2"]
+
+    run(body)
+
+
+def test_leases_are_fair_across_sites(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        big = [out(f"big{i}", "big") for i in range(100)]
+        small = [out(f"s{s}-{i}", f"site{s}") for s in range(3) for i in range(3)]
+        await f.commit("n1", big + small)
+        offer = await f.offer(50)
+        sites: list[str] = []
+        for _ in range(3):
+            res = await f.lease("n1", 4, offer, lease_ms=60000, per_site=1, offer_size=50)
+            sites += [e.site for e in res.entries]
+            offer = res.offer
+        assert {s: sites.count(s) for s in set(sites)} == {
+            "big": 3, "site0": 3, "site1": 3, "site2": 3
+        }
+        # the small sites are empty now: only the big one is offered
+        assert offer == ["big"]
+
+    run(body)
+
+
+def test_ack_removes_the_lease_and_only_the_owner_can_ack(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1"), out("u2")])
+        res = await f.lease("n1", 10, ["a"], lease_ms=60000, per_site=10, offer_size=10)
+        rids = [e.rid for e in res.entries]
+        r = await f.commit("n2", acks=rids)  # not n2's leases
+        assert r.acked == 0
+        r = await f.commit("n1", acks=rids)
+        assert r.acked == 2
+        c = await f.counters()
+        assert c["leased"] == 0 and c["queued"] == 0 and c["acked"] == 2
+        assert await f.client.hlen(f.keys.req) == 0
+
+    run(body)
+
+
+def test_release_returns_leases_to_their_place(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out(f"u{i}") for i in range(5)])
+        res = await f.lease("n1", 2, ["a"], lease_ms=60000, per_site=2, offer_size=10)
+        assert [e.payload for e in res.entries] == [b"u0", b"u1"]
+        assert await f.release("n2", [(e.rid, e.site) for e in res.entries]) == 0
+        assert await f.release("n1", [(e.rid, e.site) for e in res.entries]) == 2
+        assert await lease_all(f) == ["u0", "u1", "u2", "u3", "u4"]
+
+    run(body)
+
+
+def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1"), out("u2")])
+        res = await f.lease("n1", 2, ["a"], lease_ms=200, per_site=2, offer_size=10)
+        keep = res.entries[0].rid
+        await asyncio.sleep(0.1)
+        st = await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=True, lease_ms=60000,
+                               renew=[keep])
+        assert st.leased == 2
+        assert await f.reclaim_expired() == 0
+        await asyncio.sleep(0.25)
+        assert await f.reclaim_expired() == 1
+        assert await lease_all(f, "n2") == [res.entries[1].payload.decode()]
+        c = await f.counters()
+        assert c["requeued"] == 1 and c["leased"] == 2
+
+    run(body)
+
+
+def test_malformed_entries_are_set_aside(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1")])
+        res = await f.lease("n1", 1, ["a"], lease_ms=60000, per_site=1, offer_size=10)
+        await f.commit("n1", bad=[res.entries[0].rid])
+        assert await f.client.llen(f.keys.bad) == 1
+        c = await f.counters()
+        assert c["bad"] == 1 and c["leased"] == 0
+
+    run(body)
+
+
+def test_heartbeat_reports_job_state(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        st = await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=1000)
+        assert st.empty and st.live_nodes == 1
+        await f.heartbeat("n2", ttl_ms=5000, status="{}", busy=True, lease_ms=1000)
+        st = await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=1000)
+        assert not st.empty and st.busy_others == 1 and st.live_nodes == 2
+        await f.heartbeat("n2", ttl_ms=5000, status="leaving", busy=False, lease_ms=1000)
+        await f.commit("n1", [out("u1")])
+        st = await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=1000)
+        assert st.queued == 1 and st.live_nodes == 1 and not st.empty
+
+    run(body)
+
+
+def test_jobs_are_separate(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1")])
+        other = Frontier(f.client, JobKeys.of(f.keys.prefix, "job2"), f.seen)
+        r = await other.commit("n1", [out("u1")])
+        assert r.queued == 1
+        await other.reset()
+        assert await lease_all(f) == ["u1"]
+
+    run(body)
+
+
+def test_reset_deletes_every_key_of_the_job(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out(f"u{i}", f"s{i % 4}") for i in range(20)])
+        await f.lease("n1", 3, await f.offer(10), lease_ms=60000, per_site=1, offer_size=10)
+        await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=1000)
+        assert await f.reset() > 0
+        left = [k async for k in f.client.scan_iter(match=f"{f.keys.prefix}:*")]
+        assert left == []
+        r = await f.commit("n1", [out("u1")])
+        assert r.queued == 1  # the seen-filter is gone too
+
+    run(body)
+
+
+def test_keys_share_the_job_hash_tag(key_prefix: str) -> None:
+    keys = JobKeys.of(key_prefix, "myjob")
+    for key in [*keys.fixed(), keys.queue("example.com"), keys.bloom_layer(3)]:
+        assert "{myjob}" in key

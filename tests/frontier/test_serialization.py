@@ -1,0 +1,86 @@
+"""The request wire format: round trips, clear errors, nothing executed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+from scrapy import FormRequest, Request, Spider
+
+from crawlfleet.exceptions import MalformedEntry, SerializationError
+from crawlfleet.frontier.serialization import VERSION, RequestCodec
+
+
+class DemoSpider(Spider):
+    name = "demo"
+
+    def parse_item(self, response: Any) -> None:
+        pass
+
+    def on_error(self, failure: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def codec() -> RequestCodec:
+    return RequestCodec(DemoSpider())
+
+
+def test_round_trip_keeps_every_field(codec: RequestCodec) -> None:
+    spider = codec.spider
+    assert isinstance(spider, DemoSpider)
+    r = Request(
+        "https://example.com/a?b=1", callback=spider.parse_item, errback=spider.on_error,
+        method="POST", headers={"X-Test": "1"}, body=b"\x00\xffdata", cookies={"c": "v"},
+        meta={"depth": 2, "nested": {"list": [1, "two", b"3"]}}, encoding="latin-1",
+        priority=7, dont_filter=True, flags=["f"], cb_kwargs={"k": 1.5},
+    )
+    back = codec.decode(codec.encode(r))
+    assert back.url == r.url and back.method == "POST" and back.body == r.body
+    assert back.callback == spider.parse_item and back.errback == spider.on_error
+    assert back.headers.get("X-Test") == b"1"
+    assert back.meta == r.meta and back.cookies == r.cookies and back.encoding == "latin-1"
+    assert (back.priority, back.dont_filter, back.flags, back.cb_kwargs) == (
+        7, True, ["f"], {"k": 1.5})
+
+
+def test_request_subclasses_survive(codec: RequestCodec) -> None:
+    r = FormRequest("https://example.com/f", formdata={"q": "x"})
+    back = codec.decode(codec.encode(r))
+    assert type(back) is FormRequest and back.body == b"q=x"
+
+
+def test_payload_is_small_for_plain_requests(codec: RequestCodec) -> None:
+    assert len(codec.encode(Request("https://example.com/p/1"))) < 40
+
+
+def test_unserialisable_meta_is_named(codec: RequestCodec) -> None:
+    r = Request("https://example.com/", meta={"ok": 1, "handle": object()})
+    with pytest.raises(SerializationError, match="handle is a object"):
+        codec.encode(r)
+
+
+def test_callback_must_be_a_spider_method(codec: RequestCodec) -> None:
+    with pytest.raises(SerializationError, match="not a method of the spider"):
+        codec.encode(Request("https://example.com/", callback=lambda r: None))
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "unknown format version"),
+        (b"\x02abc", "unknown format version"),
+        (VERSION + b"\xc1", "undecodable"),
+        (VERSION + msgpack.packb([1, 2]), "no url"),
+        (VERSION + msgpack.packb({"url": "https://e.com", "callback": "nope"}), "not a method"),
+        (VERSION + msgpack.packb({"url": "https://e.com", "_class": "os.system"}), "not allowed"),
+        (VERSION + msgpack.packb({"url": "https://e.com", "_class": "scrapy.Spider"}),
+         "not a Request class"),
+        (VERSION + msgpack.packb({"url": "no scheme"}), "invalid request fields"),
+    ],
+)
+def test_malformed_payloads_are_rejected(codec: RequestCodec, payload: bytes,
+                                         message: str) -> None:
+    with pytest.raises(MalformedEntry, match=message):
+        codec.decode(payload)

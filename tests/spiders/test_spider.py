@@ -1,0 +1,150 @@
+"""SpecSpider without an engine: construction, settings, start requests, parse output."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.crawler import Crawler
+from scrapy.settings import Settings
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.spiders import SpecSpider, load_spec
+from tests.spiders.helpers import html_response, write_spec
+
+SPEC = r"""
+name: shop-books
+start_urls: [http://shop.example/list]
+allowed_domains: [shop.example]
+request:
+  headers: {Accept-Language: de}
+  cookies: false
+  meta: {download_timeout: 7}
+settings: {DOWNLOAD_DELAY: 0.25, CONCURRENT_REQUESTS_PER_DOMAIN: 3}
+links:
+  - allow: '/book/\d+'
+    item: book
+pagination: {css: a.next}
+items:
+  book:
+    fields:
+      title: {css: 'h1::text', required: true}
+"""
+
+
+def start_requests(spider: SpecSpider) -> list[Request]:
+    async def collect() -> list[Any]:
+        return [request async for request in spider.start()]
+
+    return asyncio.run(collect())
+
+
+def test_spec_argument(tmp_path: Path) -> None:
+    spider = SpecSpider(spec=str(write_spec(tmp_path, SPEC)))
+    assert spider.name == "shop-books"
+    assert spider.allowed_domains == ["shop.example"]
+    assert spider.start_urls == ["http://shop.example/list"]
+    (request,) = start_requests(spider)
+    assert request.url == "http://shop.example/list"
+    assert request.dont_filter
+    assert request.headers["Accept-Language"] == b"de"
+    assert request.meta == {
+        "download_timeout": 7,
+        "spec_item": None,
+        "spec_follow": True,
+        "spec_depth": 0,
+        "spec_page": 1,
+        "dont_merge_cookies": True,
+    }
+
+
+def test_start_urls_argument_overrides_the_spec(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, SPEC)
+    spider = SpecSpider(spec=path, start_urls="http://shop.example/a, http://shop.example/b")
+    assert spider.start_urls == ["http://shop.example/a", "http://shop.example/b"]
+    assert SpecSpider(spec=path, start_urls=[]).start_urls == []
+
+
+def test_spec_settings_apply_at_spider_priority(tmp_path: Path) -> None:
+    crawler = Crawler(SpecSpider, Settings({"DOWNLOAD_DELAY": 5}))
+    spider = SpecSpider.from_crawler(crawler, spec=write_spec(tmp_path, SPEC))
+    assert spider.name == "shop-books"
+    assert crawler.settings.getfloat("DOWNLOAD_DELAY") == 0.25
+    assert crawler.settings.getpriority("DOWNLOAD_DELAY") == 30  # "spider"
+    assert crawler.settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 3
+
+
+def test_subclass_with_spec_path_relative_to_its_module(tmp_path: Path) -> None:
+    write_spec(tmp_path, SPEC, "books.yaml")
+    module = types.ModuleType("shop_spiders_for_test")
+    module.__file__ = str(tmp_path / "shop_spiders_for_test.py")
+    sys.modules[module.__name__] = module
+    try:
+        namespace = {"__module__": module.__name__, "spec_path": "books.yaml"}
+        cls: type[SpecSpider] = type("BooksSpider", (SpecSpider,), namespace)
+    finally:
+        del sys.modules[module.__name__]
+    assert cls.name == "shop-books"
+    assert cls.custom_settings == {"DOWNLOAD_DELAY": 0.25, "CONCURRENT_REQUESTS_PER_DOMAIN": 3}
+    assert cls().start_urls == ["http://shop.example/list"]
+
+
+def test_invalid_spec_stops_class_definition(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "name: s\nitems: {}\n")
+    with pytest.raises(ConfigError, match=r"spec.yaml:2: items: must have at least 1 key"):
+        type("Broken", (SpecSpider,), {"spec_path": str(path)})
+
+
+def test_from_spec_names_a_subclass(tmp_path: Path) -> None:
+    spec = load_spec(write_spec(tmp_path, SPEC))
+    cls = SpecSpider.from_spec(spec, module=__name__)
+    assert cls.__name__ == "ShopBooksSpider"
+    assert cls.__module__ == __name__
+    assert cls.name == "shop-books" and cls.default_spec is spec
+    assert cls().spec is spec
+
+
+def test_spider_needs_a_spec() -> None:
+    with pytest.raises(ConfigError, match="SpecSpider needs a spec: set spec_path"):
+        SpecSpider()
+
+
+def test_parse_yields_items_then_requests(tmp_path: Path) -> None:
+    spider = SpecSpider(spec=write_spec(tmp_path, SPEC))
+    listing = html_response(
+        "http://shop.example/list",
+        '<a href="/book/1">b</a><a href="/about">x</a><a class="next" href="?p=2">n</a>',
+        meta={"spec_item": None, "spec_follow": True, "spec_depth": 0, "spec_page": 1},
+    )
+    out = list(spider.parse(listing))
+    assert all(isinstance(r, Request) for r in out)
+    assert [(r.url, r.meta["spec_item"], r.meta["spec_page"]) for r in out] == [
+        ("http://shop.example/book/1", "book", 1),
+        ("http://shop.example/list?p=2", None, 2),
+    ]
+    assert out[0].callback == spider.parse and not out[0].dont_filter
+    assert out[0].meta["dont_merge_cookies"] is True
+    # a seed from the frontier (no spec meta) is placed by URL
+    book = html_response("http://shop.example/book/1", "<h1>Title</h1>")
+    assert list(spider.parse(book)) == [
+        {
+            "_type": "book",
+            "url": "http://shop.example/book/1",
+            "_key": "http://shop.example/book/1",
+            "title": "Title",
+        }
+    ]
+
+
+def test_parse_warns_about_empty_required_fields(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spider = SpecSpider(spec=write_spec(tmp_path, SPEC))
+    (item,) = spider.parse(html_response("http://shop.example/book/2", "<p>no title</p>"))
+    assert item["_errors"] == ["title: required field is empty"]
+    assert "title: required field is empty" in caplog.text
