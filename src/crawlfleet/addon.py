@@ -15,6 +15,7 @@ from crawlfleet.settings import default_settings
 __all__ = ["Addon"]
 
 SCHEDULER = "crawlfleet.frontier.scheduler.Scheduler"
+STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
 
 
 class Addon:
@@ -27,3 +28,7 @@ class Addon:
             # the environment beats settings files (deployment), not -s on the command line
             settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
+        # component dicts are merged, as Scrapy's add-on docs show: the project's own
+        # entries (including None to disable one of ours) are kept
+        if STATS_FILE not in settings["EXTENSIONS"]:
+            settings["EXTENSIONS"][STATS_FILE] = 900

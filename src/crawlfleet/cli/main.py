@@ -16,7 +16,7 @@ from collections.abc import Sequence
 __all__ = ["COMMANDS", "main"]
 
 #: Command modules, in the order ``crawlfleet --help`` lists them.
-COMMANDS = ("crawl", "site", "validate", "extract")
+COMMANDS = ("demo", "crawl", "seed", "job", "site", "validate", "extract", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

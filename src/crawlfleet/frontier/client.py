@@ -192,7 +192,7 @@ class Frontier:
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, least recently served first."""
         self.round_trips += 1
-        raw = await self.client.zrangebyscore(self.keys.sites, "-inf", "+inf", start=0, num=size)
+        raw = await self.client.zrange(self.keys.sites, 0, size - 1)
         return [_s(s) for s in raw]
 
     # -- leases ----------------------------------------------------------------------

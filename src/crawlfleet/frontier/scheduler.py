@@ -47,6 +47,7 @@ from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.redis.connection import shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
+from crawlfleet.spiders.seeding import parse_seed
 
 __all__ = ["Scheduler", "new_node_id"]
 
@@ -430,6 +431,9 @@ class Scheduler(BaseScheduler):
             "job": self.config.job, "spider": getattr(self.spider, "name", ""),
             "version": __version__, "started": self._started,
             "buffered": len(self._buffer), "in_progress": len(self._handed),
+            "pages": self._stat("response_received_count"),
+            "items": self._stat("item_scraped_count"),
+            "done": self._stat("crawlfleet/frontier/acked"),
         })
         state = await self.frontier.heartbeat(
             self.node_id,
@@ -490,22 +494,12 @@ class Scheduler(BaseScheduler):
 
     def _request_from_seed(self, raw: bytes) -> Request:
         make = getattr(self.spider, "make_request_from_data", None)
-        if callable(make):
+        if callable(make):  # scrapy-redis spiders decide themselves
             request = make(raw)
             if not isinstance(request, Request):
                 raise TypeError(f"make_request_from_data returned {type(request).__name__}")
             return request
-        text = raw.decode("utf-8").strip()
-        if text.startswith("{"):
-            data = json.loads(text)
-            if not isinstance(data, dict) or not isinstance(data.get("url"), str):
-                raise ValueError("JSON seed needs a string 'url'")
-            unknown = set(data) - {"url", "meta", "priority"}
-            if unknown:
-                raise ValueError(f"unknown seed keys {sorted(unknown)}")
-            return Request(data["url"], meta=data.get("meta") or {},
-                           priority=int(data.get("priority", 0)))
-        return Request(text)
+        return parse_seed(raw)
 
     # -- helpers ----------------------------------------------------------------------
     async def _until_reachable(self, what: str, call: Callable[[], Any]) -> Any:
@@ -522,6 +516,9 @@ class Scheduler(BaseScheduler):
     def _inc(self, key: str, count: int = 1) -> None:
         if self.stats is not None and count:
             self.stats.inc_value(key, count)
+
+    def _stat(self, key: str) -> int:
+        return int(self.stats.get_value(key, 0)) if self.stats is not None else 0
 
     def _set_stat(self, key: str, value: Any) -> None:
         if self.stats is not None:

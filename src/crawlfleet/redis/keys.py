@@ -4,7 +4,7 @@ All keys of one job share the hash tag ``{job}``, so that a Redis Cluster keeps 
 keys in one slot and every script's keys are served by one master::
 
     <prefix>:jobs                      set    names of the jobs known to this Redis
-    <prefix>:{<job>}:sites             zset   site -> time (ms) the site is next ready
+    <prefix>:{<job>}:sites             zset   site -> serve order (round robin)
     <prefix>:{<job>}:q:<site>          zset   rid -> score (-priority * 2^32 + seq)
     <prefix>:{<job>}:req               hash   rid -> "<score>\\0<site>\\0<payload>"
     <prefix>:{<job>}:leases            zset   rid -> lease deadline (ms, Redis clock)

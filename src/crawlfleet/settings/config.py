@@ -105,7 +105,9 @@ class RedisConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RedisConfig:
-        url = os.environ.get("CRAWLFLEET_REDIS_URL") or str(settings.get("CRAWLFLEET_REDIS_URL") or "")
+        # the environment variable is installed as a setting by the add-on (priority 25:
+        # above settings files, below -s on the command line)
+        url = str(settings.get("CRAWLFLEET_REDIS_URL") or "")
         if url and not url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
             raise ConfigError(
                 f"CRAWLFLEET_REDIS_URL must start with redis://, rediss:// or unix://, got {url!r}"

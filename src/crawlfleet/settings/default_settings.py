@@ -19,6 +19,9 @@ CRAWLFLEET_KEY_PREFIX = "cf"
 CRAWLFLEET_REDIS_RETRY_MIN_SECONDS = 0.5
 CRAWLFLEET_REDIS_RETRY_MAX_SECONDS = 10.0
 
+#: Write the node's final Scrapy stats as JSON to this file when it closes. Empty: off.
+CRAWLFLEET_STATS_FILE = ""
+
 # --- Job ----------------------------------------------------------------------------
 #: Name of the job this node works on. Empty: the spider's name.
 CRAWLFLEET_JOB = ""

@@ -2,7 +2,7 @@
 -- aside, and queue new requests whose fingerprint the seen-filter has not seen.
 -- uses: seen
 --
--- KEYS[1] sites     zset  site -> time (ms) it is next ready
+-- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
 -- KEYS[3] leases    zset  rid -> lease deadline (ms, Redis clock)
 -- KEYS[4] owner     hash  rid -> node id

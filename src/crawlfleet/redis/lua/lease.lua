@@ -1,7 +1,8 @@
 -- lease: hand up to N queued requests to a node, fairly across the sites offered,
 -- each leased until a deadline on the Redis clock.
 --
--- KEYS[1] sites     zset  site -> time (ms) it is next ready
+-- KEYS[1] sites     zset  site -> serve order (0 for a new site; the job's serve counter
+--                         when last served)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
 -- KEYS[3] leases    zset  rid -> lease deadline (ms)
 -- KEYS[4] owner     hash  rid -> node id
@@ -12,11 +13,12 @@
 -- ARGV[4] most requests per site       ARGV[5] H, sites to return as the next offer
 -- ARGV[6 ..] offered sites (site names)
 --
--- A site is served only if its ready time is <= now; afterwards its ready time becomes
--- now (so the least recently served sites come first in the next offer). This is the
--- seam for politeness: a rate limit sets a later ready time. An emptied site leaves the
--- sites zset (its queue key is gone with its last member).
--- Returns {now_ms, {rid, entry, rid, entry, ...}, {next offer: up to H ready sites}}
+-- A served site moves behind every other site (round robin: one big site cannot starve
+-- the rest). Politeness plugs in where a site is considered (site_ready below): a rate
+-- limit says no, and the site is skipped. An emptied site leaves the sites zset (its
+-- queue key is gone with its last member).
+-- Returns {now_ms, {rid, entry, rid, entry, ...}, {next offer: the H sites least
+-- recently served}}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -25,11 +27,14 @@ local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(AR
 local deadline = now + lease_ms
 local out, got = {}, 0
 
+local function site_ready(site)
+  return redis.call('ZSCORE', KEYS[1], site) ~= false
+end
+
 for i = 6, #ARGV do
   if got >= want then break end
   local site, qkey = ARGV[i], KEYS[i]
-  local ready = redis.call('ZSCORE', KEYS[1], site)
-  if ready and tonumber(ready) <= now then
+  if site_ready(site) then
     local take = math.min(per_site, want - got)
     local popped = redis.call('ZPOPMIN', qkey, take)
     for j = 1, #popped, 2 do
@@ -46,7 +51,7 @@ for i = 6, #ARGV do
     if redis.call('EXISTS', qkey) == 0 then
       redis.call('ZREM', KEYS[1], site)
     else
-      redis.call('ZADD', KEYS[1], 'XX', now, site)
+      redis.call('ZADD', KEYS[1], 'XX', redis.call('HINCRBY', KEYS[5], 'served', 1), site)
     end
     local n = #popped / 2
     if n > 0 then redis.call('HINCRBY', KEYS[5], 'queued', -n) end
@@ -56,5 +61,5 @@ if got > 0 then
   redis.call('HINCRBY', KEYS[5], 'leased', got)
   redis.call('HINCRBY', KEYS[5], 'leased_total', got)
 end
-local hint = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, hint_n)
+local hint = redis.call('ZRANGE', KEYS[1], 0, hint_n - 1)
 return {now, out, hint}

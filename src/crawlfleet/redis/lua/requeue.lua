@@ -2,7 +2,7 @@
 -- (same score: priority, then FIFO). Used for expired leases (any node), and by a
 -- node that gives back what it holds when it stops.
 --
--- KEYS[1] sites     zset  site -> ready time (ms)
+-- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
 -- KEYS[3] leases    zset  rid -> lease deadline (ms)
 -- KEYS[4] owner     hash  rid -> node id

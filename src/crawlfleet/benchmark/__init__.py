@@ -1,0 +1,1 @@
+"""``crawlfleet bench``: throughput against vanilla Scrapy, Redis traffic, memory."""

@@ -1,0 +1,127 @@
+"""Crawl throughput scenarios for ``crawlfleet bench``.
+
+Each run crawls a fresh bundled test site (its own process, so it does not share a GIL
+with Scrapy) with the test-site spider, in separate processes: vanilla Scrapy (its
+memory scheduler) or N crawlfleet nodes of one job. Speed is measured by the site:
+requests served divided by the time from its first to its last request, which leaves
+out process start-up, the same for every contender.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
+
+__all__ = ["CrawlResult", "Scenario", "run_crawl"]
+
+SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    pages: int
+    latency_seconds: float
+    concurrency: int
+    hosts: int = 4
+
+
+@dataclass
+class CrawlResult:
+    scenario: str
+    contender: str  # "scrapy" or "crawlfleet"
+    nodes: int
+    pages_per_second: float
+    requests: int
+    seconds: float
+    fetched_twice: int
+    never_fetched: int
+    round_trips_per_page: float | None = None
+    node_shares: list[float] = field(default_factory=list)
+    exit_codes: list[int | None] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _common_settings(scenario: Scenario) -> dict[str, Any]:
+    return {
+        "CONCURRENT_REQUESTS": scenario.concurrency,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": scenario.concurrency,
+        "LOG_LEVEL": "WARNING",
+        "TELNETCONSOLE_ENABLED": False,
+        "LOGSTATS_INTERVAL": 3600,
+        "COOKIES_ENABLED": False,
+    }
+
+
+def run_crawl(scenario: Scenario, contender: str, nodes: int, *, redis_url: str = "",
+              key_prefix: str = "cfbench", timeout: float = 900) -> CrawlResult:
+    """Crawl a fresh site once; *contender* is "scrapy" (vanilla) or "crawlfleet"."""
+    model = SiteModel(pages=scenario.pages, hosts=scenario.hosts, problems=False)
+    workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-bench-"))
+    site, port = start_site_process(model, latency_seconds=scenario.latency_seconds,
+                                    stderr=subprocess.DEVNULL)
+    try:
+        seeds = ",".join(model.seed_urls(port))
+        settings = _common_settings(scenario)
+        if contender == "scrapy":
+            procs = [_start_vanilla(seeds, settings, workdir)]
+        else:
+            job = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
+            procs = [
+                start_node(SPIDER, job=job, redis_url=redis_url,
+                           log=workdir / f"node{i}.log", spider_args={"start_urls": seeds},
+                           settings={**settings, "CRAWLFLEET_KEY_PREFIX": key_prefix,
+                                     "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
+                                     "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5})
+                for i in range(nodes)
+            ]
+        codes = wait_all(procs, timeout)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        stats = fetch_stats(port, brief=True)
+    finally:
+        stop_site_process(site)
+    requests = int(stats["total_requests"])
+    seconds = float(stats["active_seconds"]) or 1e-9
+    result = CrawlResult(
+        scenario=scenario.name, contender=contender, nodes=nodes,
+        pages_per_second=requests / seconds, requests=requests, seconds=seconds,
+        fetched_twice=len(stats["fetched_twice"]), never_fetched=len(stats["never_fetched"]),
+        exit_codes=codes,
+    )
+    if contender == "crawlfleet":
+        node_stats = [json.loads(p.read_text()) for p in sorted(workdir.glob("stats*.json"))]
+        trips = sum(s.get("crawlfleet/redis/round_trips", 0) for s in node_stats)
+        pages = [s.get("response_received_count", 0) for s in node_stats]
+        result.round_trips_per_page = trips / max(sum(pages), 1)
+        result.node_shares = [p / max(sum(pages), 1) for p in pages]
+    shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def _start_vanilla(seeds: str, settings: dict[str, Any], workdir: Path
+                   ) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "crawlfleet.benchmark.vanilla", SPIDER, "-a",
+           f"start_urls={seeds}"]
+    for name, value in settings.items():
+        cmd += ["-s", f"{name}={value}"]
+    log = open(workdir / "vanilla.log", "wb")  # noqa: SIM115 - closed below
+    try:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    finally:
+        log.close()

@@ -1,0 +1,140 @@
+"""``crawlfleet bench``: crawlfleet against vanilla Scrapy on the bundled site.
+
+Runs, in one invocation: vanilla Scrapy and crawlfleet with 1, 2 and 4 nodes on a
+CPU-bound site (no latency) and on a latency-bound one; then the seen-filter's memory
+per URL (exact and Bloom) and the Bloom filter's measured false-positive rate. Prints a
+table and writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
+from crawlfleet.benchmark.memory import measure_seen
+from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.redis.connection import resolve_url
+from crawlfleet.settings.config import RedisConfig
+
+NAME = "bench"
+HELP = "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cpu-pages", type=int, default=3000,
+                        help="pages of the CPU-bound site (default 3000)")
+    parser.add_argument("--latency-pages", type=int, default=800,
+                        help="pages of the latency-bound site (default 800)")
+    parser.add_argument("--latency", type=float, default=0.2,
+                        help="latency of the latency-bound site in seconds (default 0.2)")
+    parser.add_argument("--nodes", default="1,2,4", help="node counts (default 1,2,4)")
+    parser.add_argument("--seen-urls", type=int, default=1_000_000,
+                        help="fingerprints for the memory measurement (default 1M)")
+    parser.add_argument("--skip", action="append", default=[],
+                        choices=["cpu", "latency", "seen"], help="leave out a part")
+    parser.add_argument("--json", type=Path, default=Path("bench-results.json"),
+                        help="where to write the figures (default bench-results.json)")
+    add_redis_options(parser)
+    add_settings_option(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(width=max(Console().width, 150))
+    config = RedisConfig.from_settings(command_settings(args))
+    url = resolve_url(config)
+    prefix = f"{config.key_prefix}bench"
+    nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
+    scenarios = []
+    if "cpu" not in args.skip:
+        scenarios.append(Scenario("cpu-bound", args.cpu_pages, 0.0, 16))
+    if "latency" not in args.skip:
+        scenarios.append(Scenario("latency-bound", args.latency_pages, args.latency, 8))
+    results: list[CrawlResult] = []
+    contenders = [("scrapy", 1)] + [("crawlfleet", n) for n in nodes]
+    if importlib.util.find_spec("scrapy_redis") is not None:
+        console.print("[yellow]scrapy-redis is installed but not benchmarked yet[/]")
+    for scenario in scenarios:
+        for contender, n in contenders:
+            console.print(f"{scenario.name}: {contender} x{n} ...")
+            results.append(run_crawl(scenario, contender, n, redis_url=url, key_prefix=prefix))
+    seen = []
+    if "seen" not in args.skip:
+        for mode, rate in (("exact", 0.0), ("bloom", 1e-3), ("bloom", 1e-6)):
+            console.print(f"seen-filter {mode} {rate or ''} with {args.seen_urls} URLs ...")
+            seen.append(measure_seen(url, prefix, mode, args.seen_urls, rate or 1e-3,
+                                     probes=args.seen_urls))
+    report = _report(console, results, seen)
+    report["command"] = "crawlfleet bench " + " ".join(
+        f"--{k.replace('_', '-')}={v}" for k, v in sorted(vars(args).items())
+        if k in ("cpu_pages", "latency_pages", "latency", "nodes", "seen_urls"))
+    report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    args.json.write_text(json.dumps(report, indent=2))
+    console.print(f"figures written to {args.json}")
+    return 0 if report["targets_met"] else 1
+
+
+def _report(console: Console, results: list[CrawlResult], seen: list[Any]) -> dict[str, Any]:
+    table = Table(title="crawl throughput (measured by the site)")
+    for col in ("scenario", "contender", "nodes", "pages/s", "x scrapy", "x 1 node",
+                "round trips/page", "twice", "never", "node shares"):
+        table.add_column(col, justify="left" if col in ("scenario", "contender") else "right")
+    targets: dict[str, bool] = {}
+    for r in results:
+        base = next((b for b in results if b.scenario == r.scenario
+                     and b.contender == "scrapy"), None)
+        one = next((b for b in results if b.scenario == r.scenario
+                    and b.contender == "crawlfleet" and b.nodes == 1), None)
+        vs_scrapy = r.pages_per_second / base.pages_per_second if base else None
+        vs_one = r.pages_per_second / one.pages_per_second if one else None
+        table.add_row(
+            r.scenario, r.contender, str(r.nodes), f"{r.pages_per_second:.0f}",
+            f"{vs_scrapy:.2f}" if vs_scrapy else "", f"{vs_one:.2f}" if vs_one and
+            r.contender == "crawlfleet" else "",
+            f"{r.round_trips_per_page:.3f}" if r.round_trips_per_page is not None else "",
+            str(r.fetched_twice), str(r.never_fetched),
+            " ".join(f"{s:.0%}" for s in r.node_shares),
+        )
+        targets[f"{r.scenario}/{r.contender}x{r.nodes}: exact"] = (
+            r.fetched_twice == 0 and r.never_fetched == 0)
+        if r.contender == "crawlfleet":
+            targets[f"{r.scenario}/x{r.nodes}: round trips/page < 1"] = (
+                (r.round_trips_per_page or 0) < 1)
+            if r.nodes == 1 and vs_scrapy is not None and r.scenario == "cpu-bound":
+                targets["cpu-bound: 1 node >= 0.9x scrapy"] = vs_scrapy >= 0.9
+            if r.nodes == 4 and vs_one is not None and r.scenario == "latency-bound":
+                targets["latency-bound: 4 nodes >= 3.5x 1 node"] = vs_one >= 3.5
+    console.print(table)
+    if seen:
+        mem = Table(title="seen-filter memory")
+        for col in ("mode", "error rate", "URLs", "bytes/URL", "layers", "measured FP rate",
+                    "insert s"):
+            mem.add_column(col, justify="right")
+        for s in seen:
+            mem.add_row(s.mode, f"{s.error_rate:g}" if s.error_rate else "", str(s.urls),
+                        f"{s.bytes_per_url:.2f}", str(s.layers or ""),
+                        f"{s.false_positive_rate:.2e}" if s.false_positive_rate is not None
+                        else "", f"{s.insert_seconds:.1f}")
+            if s.mode == "bloom" and s.error_rate == 1e-3:
+                targets["bloom 1e-3: <= 2.5 bytes/URL"] = s.bytes_per_url <= 2.5
+            if s.mode == "bloom" and s.false_positive_rate is not None and s.error_rate:
+                # the measured rate of a sample: allow the sampling noise of a few hits
+                limit = s.error_rate * 1.2 + 5 / s.urls
+                targets[f"bloom {s.error_rate:g}: FP rate within target"] = (
+                    s.false_positive_rate <= limit)
+        console.print(mem)
+    for name, ok in targets.items():
+        console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
+    return {
+        "crawl": [r.as_dict() for r in results],
+        "seen": [s.as_dict() for s in seen],
+        "targets": targets,
+        "targets_met": all(targets.values()),
+    }

@@ -1,0 +1,47 @@
+"""Seeds: turning plain URLs or JSON entries into requests for the frontier.
+
+The entry format is scrapy-redis's: a plain URL, or a JSON object
+``{"url": ..., "meta": {...}, "priority": N}``. The same format is accepted from a
+Redis seed list (``<spider>:start_urls``), from ``crawlfleet seed`` arguments and from
+seed files (one entry per line).
+"""
+
+from __future__ import annotations
+
+import json
+
+from scrapy import Request
+
+__all__ = ["SEED_KEYS", "parse_seed"]
+
+SEED_KEYS = frozenset({"url", "meta", "priority"})
+
+
+def parse_seed(raw: bytes | str) -> Request:
+    """The request for one seed entry. Raises ValueError saying what is wrong."""
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    text = text.strip()
+    if not text:
+        raise ValueError("empty seed")
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"invalid JSON seed: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            raise ValueError("JSON seed needs a string 'url'")
+        unknown = set(data) - SEED_KEYS
+        if unknown:
+            raise ValueError(f"unknown seed keys {sorted(unknown)}")
+        meta = data.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError("seed 'meta' must be an object")
+        priority = data.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ValueError("seed 'priority' must be an integer")
+        request = Request(data["url"], meta=meta, priority=priority)
+    else:
+        request = Request(text)
+    if request.url.split(":", 1)[0] not in ("http", "https"):
+        raise ValueError(f"seed URL must be http or https: {request.url}")
+    return request

@@ -1,0 +1,166 @@
+"""Real databases for the store tests, and a TCP proxy to take them "down".
+
+PostgreSQL and MariaDB/MySQL are found at their usual loopback ports (users root, then
+postgres), or at CRAWLFLEET_TEST_PG_URL / CRAWLFLEET_TEST_MYSQL_URL. A server that does
+not answer makes its tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+__all__ = [
+    "TcpProxy",
+    "mysql_url",
+    "postgres_url",
+    "require_server",
+    "unique_table",
+    "wait_until",
+]
+
+PG_CANDIDATES = (
+    "postgresql+psycopg://root@127.0.0.1:5432/test",
+    "postgresql+psycopg://postgres@127.0.0.1:5432/test",
+)
+MYSQL_CANDIDATES = ("mysql+pymysql://root@127.0.0.1:3306/test",)
+
+
+def _first_reachable(env: str, candidates: tuple[str, ...]) -> tuple[str | None, str]:
+    """``(url, "")`` of the first server that answers, else ``(None, reason)``."""
+    urls = [os.environ[env]] if os.environ.get(env) else list(candidates)
+    errors = []
+    for url in urls:
+        engine = sa.create_engine(url, connect_args={"connect_timeout": 2}, poolclass=sa.NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+            return url, ""
+        except Exception as exc:
+            lines = str(getattr(exc, "orig", exc)).strip().splitlines()
+            shown = make_url(url).render_as_string(hide_password=True)
+            errors.append(f"{shown}: {lines[0] if lines else type(exc).__name__}")
+        finally:
+            engine.dispose()
+    return None, "; ".join(errors)
+
+
+@functools.cache
+def postgres_url() -> tuple[str | None, str]:
+    """URL of a reachable PostgreSQL, or None and why not."""
+    return _first_reachable("CRAWLFLEET_TEST_PG_URL", PG_CANDIDATES)
+
+
+@functools.cache
+def mysql_url() -> tuple[str | None, str]:
+    """URL of a reachable MySQL/MariaDB, or None and why not."""
+    return _first_reachable("CRAWLFLEET_TEST_MYSQL_URL", MYSQL_CANDIDATES)
+
+
+def require_server(backend: str) -> str:
+    """URL of the *backend* server ("postgresql" or "mysql"); skips the test if it does not
+    answer, printing why."""
+    url, why = postgres_url() if backend == "postgresql" else mysql_url()
+    if url is None:
+        label = "PostgreSQL" if backend == "postgresql" else "MySQL/MariaDB"
+        pytest.skip(f"{label} not reachable at {why}")
+    return url
+
+
+def unique_table(prefix: str = "cft_items") -> str:
+    """A table name no other test run uses."""
+    return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0, step: float = 0.02) -> bool:
+    """Poll *condition* until it is true (True) or *timeout* passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+class TcpProxy:
+    """A loopback TCP proxy to a real server that can be stopped and started again.
+
+    While stopped, connections to its port are refused and the ones it carried are cut:
+    to a client, the database is down.
+    """
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port: int = probe.getsockname()[1]
+        probe.close()
+        self._listener: socket.socket | None = None
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Accept connections (again) on the same port."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        """Refuse new connections and cut the open ones."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            # shutdown() wakes the thread blocked in accept(); close() alone would not.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._sockets.update((client, server))
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            src.close()  # each socket is the source of exactly one pump
+            with self._lock:
+                self._sockets.discard(src)
+                self._sockets.discard(dst)

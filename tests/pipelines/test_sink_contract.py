@@ -1,0 +1,246 @@
+"""The ItemSink contract, run against every sink: SQLite, PostgreSQL, MySQL/MariaDB.
+
+Upsert by key, batching by size and by delay, a store that goes down and comes back
+(nothing lost), back-pressure when the buffer is full, and spill-and-replay when the
+store is still down at close. Outages are real: an exclusive lock held by another
+connection for SQLite, a TCP proxy that is stopped and started for the servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy.statscollectors import StatsCollector
+from scrapy.utils.test import get_crawler
+from sqlalchemy.engine import make_url
+
+from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
+from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sql import SqlSink
+from tests.pipelines.dbs import TcpProxy, require_server, unique_table, wait_until
+
+BACKENDS = ["sqlite", "postgresql", "mysql"]
+FAST = StoreOptions(
+    batch_items=10,
+    batch_seconds=0.02,
+    buffer_items=1000,
+    retry_min_seconds=0.05,
+    retry_max_seconds=0.2,
+    close_timeout_seconds=5.0,
+)
+
+
+@dataclass
+class Harness:
+    """Builds sinks of one backend on one table and can take that store down."""
+
+    make: Callable[[StoreOptions], BufferedSink]
+    begin_outage: Callable[[], None]
+    end_outage: Callable[[], None]
+    stats: StatsCollector
+
+    def sink(self, **changes: Any) -> BufferedSink:
+        return self.make(dataclasses.replace(FAST, **changes))
+
+
+def _record(i: int, version: int = 1, **extra: Any) -> StoredItem:
+    document = {"n": i, "version": version, "title": f"标题 {i} — café", **extra}
+    return StoredItem(f"key{i:04d}", "job-a", "product", f"https://example.com/{i}", document)
+
+
+async def _put_all(sink: BufferedSink, records: list[StoredItem]) -> None:
+    for record in records:
+        await sink.put(record)
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+@pytest.fixture(params=BACKENDS)
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    backend: str = request.param
+    table = unique_table()
+    stats = get_crawler().stats
+    assert stats is not None
+    spill = tmp_path / "unwritten"
+    if backend == "sqlite":
+        path = tmp_path / "items.sqlite3"
+        url = f"sqlite:///{path}"
+        lock: list[sqlite3.Connection] = []
+
+        def make(options: StoreOptions) -> BufferedSink:
+            options = dataclasses.replace(options, spill_dir=spill)
+            # A short busy timeout: a locked database fails fast and is retried.
+            return SqlSink(
+                url,
+                table=table,
+                options=options,
+                stats=stats,
+                engine_options={"connect_args": {"timeout": 0.1}},
+            )
+
+        def begin() -> None:
+            conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+            conn.execute("BEGIN EXCLUSIVE")
+            lock.append(conn)
+
+        def end() -> None:
+            conn = lock.pop()
+            conn.execute("ROLLBACK")
+            conn.close()
+
+        yield Harness(make, begin, end, stats)
+        SqlSink(url, table=table).drop_table()
+        return
+
+    direct = require_server(backend)
+    server = make_url(direct)
+    proxy = TcpProxy(server.host or "127.0.0.1", server.port or 0)
+    proxy.start()
+    proxied = server.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+
+    def make_proxied(options: StoreOptions) -> BufferedSink:
+        options = dataclasses.replace(options, spill_dir=spill)
+        return SqlSink(proxied, table=table, options=options, stats=stats)
+
+    def end_proxy_outage() -> None:
+        proxy.start()
+
+    yield Harness(make_proxied, proxy.stop, end_proxy_outage, stats)
+    proxy.stop()
+    SqlSink(direct, table=table).drop_table()
+
+
+def test_upsert_same_key_twice_is_one_updated_row(harness: Harness) -> None:
+    sink = harness.sink()
+    sink.open()
+    _run(sink.put(_record(1, version=1)))
+    assert wait_until(lambda: sink.pending == 0)
+    first = sink.get("key0001")
+    assert first is not None and first.document["version"] == 1
+    _run(sink.put(_record(1, version=2, extra="x")))
+    assert _run(sink.close()) == 0
+    stored = sink.get("key0001")
+    assert stored is not None
+    assert stored.document == {"n": 1, "version": 2, "title": "标题 1 — café", "extra": "x"}
+    assert (stored.job, stored.item_type, stored.url) == (
+        "job-a",
+        "product",
+        "https://example.com/1",
+    )
+    assert stored.created_at == first.created_at
+    assert stored.updated_at is not None and first.updated_at is not None
+    assert stored.updated_at >= first.updated_at
+    assert sink.count() == 1
+    assert sink.get("missing") is None
+
+
+def test_same_key_twice_in_one_batch_keeps_the_last(harness: Harness) -> None:
+    sink = harness.sink(batch_items=100, batch_seconds=5.0)
+    sink.open()
+    _run(_put_all(sink, [_record(1, version=v) for v in range(1, 6)] + [_record(2)]))
+    assert _run(sink.close()) == 0
+    stored = sink.get("key0001")
+    assert stored is not None and stored.document["version"] == 5
+    assert sink.count() == 2
+
+
+def test_batches_by_size_then_by_delay(harness: Harness) -> None:
+    sink = harness.sink(batch_items=50, batch_seconds=60.0)
+    sink.open()
+    _run(_put_all(sink, [_record(i) for i in range(120)]))
+    # Two full batches go at once; the 20 left wait for the delay (60 s) or the close.
+    assert wait_until(lambda: sink.pending == 20)
+    assert harness.stats.get_value("crawlfleet/store/sql/batches") == 2
+    assert sink.count() == 100
+    assert _run(sink.close()) == 0
+    assert sink.count() == 120
+    assert harness.stats.get_value("crawlfleet/store/sql/written") == 120
+
+    quick = harness.sink(batch_items=1000, batch_seconds=0.1)
+    quick.open()
+    _run(_put_all(quick, [_record(i, version=2) for i in range(5)]))
+    assert wait_until(lambda: quick.pending == 0, timeout=5)
+    assert quick.count() == 120
+    assert _run(quick.close()) == 0
+
+
+def test_store_down_and_back_loses_nothing(harness: Harness) -> None:
+    sink = harness.sink()
+    sink.open()
+    _run(_put_all(sink, [_record(i) for i in range(30)]))
+    assert wait_until(lambda: sink.pending == 0)
+    harness.begin_outage()
+    try:
+        _run(_put_all(sink, [_record(i, version=2) for i in range(20, 60)]))
+        assert wait_until(
+            lambda: (harness.stats.get_value("crawlfleet/store/sql/retries") or 0) >= 2
+        )
+        assert sink.pending == 40  # nothing written, nothing dropped
+    finally:
+        harness.end_outage()
+    assert wait_until(lambda: sink.pending == 0, timeout=15)
+    assert _run(sink.close()) == 0
+    assert sink.count() == 60
+    for i in (0, 19, 20, 59):
+        stored = sink.get(f"key{i:04d}")
+        assert stored is not None and stored.document["version"] == (1 if i < 20 else 2)
+
+
+def test_full_buffer_makes_put_wait(harness: Harness) -> None:
+    sink = harness.sink(batch_items=10, buffer_items=20)
+    sink.open()
+    harness.begin_outage()
+    ended = False
+
+    async def scenario() -> None:
+        nonlocal ended
+        await _put_all(sink, [_record(i) for i in range(20)])
+        blocked = asyncio.ensure_future(sink.put(_record(20)))
+        await asyncio.sleep(0.4)
+        assert not blocked.done(), "put() must wait while the buffer is full"
+        harness.end_outage()
+        ended = True
+        await asyncio.wait_for(blocked, 15)
+
+    try:
+        _run(scenario())
+    finally:
+        if not ended:
+            harness.end_outage()
+    assert (harness.stats.get_value("crawlfleet/store/sql/waits") or 0) >= 1
+    assert _run(sink.close()) == 0
+    assert sink.count() == 21
+
+
+def test_close_while_down_spills_and_next_open_writes(harness: Harness) -> None:
+    sink = harness.sink(close_timeout_seconds=0.3)
+    sink.open()
+    harness.begin_outage()
+    try:
+        _run(_put_all(sink, [_record(i) for i in range(15)]))
+        assert _run(sink.close()) == 15
+    finally:
+        harness.end_outage()
+    assert harness.stats.get_value("crawlfleet/store/sql/unwritten") == 15
+    spill_dir = sink.options.spill_dir
+    assert spill_dir is not None
+    assert len(list(spill_dir.glob("*.jsonl"))) == 1
+    with pytest.raises(RuntimeError):
+        _run(sink.put(_record(99)))
+
+    again = harness.sink()
+    again.open()
+    assert wait_until(lambda: again.pending == 0)
+    assert _run(again.close()) == 0
+    assert again.count() == 15
+    assert harness.stats.get_value("crawlfleet/store/sql/replayed") == 15
+    assert list(spill_dir.glob("*.jsonl")) == []

@@ -1,0 +1,228 @@
+"""SQL store specifics: settings, the store pipeline, refused records, lost connections."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import decimal
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from scrapy import Spider
+from scrapy.utils.test import get_crawler
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.pipelines.buffered import StoreOptions
+from crawlfleet.pipelines.key import make_key
+from crawlfleet.pipelines.sinks import StoredItem, to_document
+from crawlfleet.pipelines.sql import SqlSink, SqlStorePipeline
+from tests.pipelines.dbs import require_server, unique_table, wait_until
+
+FAST = StoreOptions(
+    batch_items=20, batch_seconds=0.02, retry_min_seconds=0.05, retry_max_seconds=0.2
+)
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'items.sqlite3'}"
+    return require_server(request.param)
+
+
+@pytest.fixture
+def table(sql_url: str) -> Iterator[str]:
+    name = unique_table()
+    yield name
+    SqlSink(sql_url, table=name).drop_table()
+
+
+def _record(key: str, **document: Any) -> StoredItem:
+    return StoredItem(key, "job", "item", None, document or {"v": 1})
+
+
+# --- settings --------------------------------------------------------------------------
+
+
+def test_from_crawler_defaults_to_sqlite_under_the_data_dir(tmp_path: Path) -> None:
+    crawler = get_crawler(settings_dict={"CRAWLFLEET_DATA_DIR": str(tmp_path / "data")})
+    pipeline = SqlStorePipeline.from_crawler(crawler)
+    sink = pipeline.sink
+    assert isinstance(sink, SqlSink)
+    assert sink.url.database == str(tmp_path / "data" / "items.sqlite3")
+    assert sink.table.name == "crawlfleet_items"
+    assert sink.options.batch_items == 500
+    assert sink.options.spill_dir == tmp_path / "data" / "unwritten"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"CRAWLFLEET_SQL_URL": "not a url"}, "CRAWLFLEET_SQL_URL is not a database URL"),
+        ({"CRAWLFLEET_SQL_URL": "oracle://u@h/db"}, "'oracle' is not supported"),
+        ({"CRAWLFLEET_SQL_URL": "postgresql+nodriver://u@h/db"}, "CRAWLFLEET_SQL_URL"),
+        ({"CRAWLFLEET_SQL_TABLE": "items; drop"}, "CRAWLFLEET_SQL_TABLE"),
+        ({"CRAWLFLEET_STORE_BATCH_ITEMS": 0}, "CRAWLFLEET_STORE_BATCH_ITEMS must be >= 1"),
+        ({"CRAWLFLEET_STORE_BUFFER_ITEMS": 10}, "CRAWLFLEET_STORE_BUFFER_ITEMS must be >= 500"),
+        (
+            {"CRAWLFLEET_STORE_RETRY_MIN_SECONDS": 5, "CRAWLFLEET_STORE_RETRY_MAX_SECONDS": 1},
+            "CRAWLFLEET_STORE_RETRY_MAX_SECONDS",
+        ),
+        ({"CRAWLFLEET_STORE_BATCH_SECONDS": "soon"}, "CRAWLFLEET_STORE_BATCH_SECONDS must be a"),
+    ],
+)
+def test_wrong_settings_stop_start_up_naming_the_setting(
+    tmp_path: Path, settings: dict[str, Any], message: str
+) -> None:
+    crawler = get_crawler(settings_dict={"CRAWLFLEET_DATA_DIR": str(tmp_path), **settings})
+    with pytest.raises(ConfigError, match=message):
+        SqlStorePipeline.from_crawler(crawler)
+
+
+# --- documents ---------------------------------------------------------------------------
+
+
+def test_document_keeps_public_fields_as_plain_json() -> None:
+    item = {
+        "_key": "k",
+        "_html": "<p>x</p>",
+        "title": "café\x00\udce9",
+        "when": dt.datetime(2024, 3, 5, 10, 0),
+        "price": decimal.Decimal("19.90"),
+        "count": decimal.Decimal("3"),
+        "tags": ("a", "b"),
+        "raw": b"\xff\xfe",
+        "nan": float("nan"),
+        "nested": {1: {"x"}},
+    }
+    document = to_document(item)
+    assert document == {
+        "title": "caféé",
+        "when": "2024-03-05T10:00:00",
+        "price": 19.9,
+        "count": 3,
+        "tags": ["a", "b"],
+        "raw": {"base64": "//4="},
+        "nan": None,
+        "nested": {"1": ["x"]},
+    }
+    json.dumps(document)  # plain JSON
+    with pytest.raises(TypeError, match="obj: object values cannot be stored"):
+        to_document({"obj": object()})
+
+
+# --- the store pipeline ----------------------------------------------------------------------
+
+
+def test_store_pipeline_writes_items_with_key_job_type_url(sql_url: str, table: str) -> None:
+    crawler = get_crawler(
+        Spider,
+        settings_dict={
+            "CRAWLFLEET_SQL_URL": sql_url,
+            "CRAWLFLEET_SQL_TABLE": table,
+            "CRAWLFLEET_STORE_BATCH_SECONDS": 0.01,
+        },
+    )
+    pipeline = SqlStorePipeline.from_crawler(crawler)
+    pipeline.open_spider(Spider("shop"))
+    items: list[dict[str, Any]] = [
+        {"_type": "product", "url": "https://shop.test/p/1", "name": "Ein Stück", "price": 3},
+        {"_type": "product", "url": "https://shop.test/p/1", "name": "Ein Stück", "price": 4},
+        {"_type": "review", "url": "https://shop.test/p/1", "stars": 5, "_key_parts": ["x"]},
+    ]
+
+    async def run() -> list[Any]:
+        out = [await pipeline.process_item(item) for item in items]
+        await pipeline.close_spider()
+        return out
+
+    assert _run(run()) == items  # items pass through unchanged
+    sink = pipeline.sink
+    assert sink.count() == 2
+    product = sink.get(make_key("product", ["https://shop.test/p/1"]))
+    assert product is not None
+    assert (product.job, product.item_type, product.url) == ("shop", "product", items[0]["url"])
+    assert product.document == {"url": items[0]["url"], "name": "Ein Stück", "price": 4}
+    review = sink.get(make_key("review", ["https://shop.test/p/1"]))
+    assert review is not None and "_key_parts" not in review.document
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("crawlfleet/store/sql/written") == 3
+
+
+@pytest.mark.parametrize("sql_url", ["postgresql", "mysql"], indirect=True)
+def test_refused_records_are_set_aside_and_the_rest_written(
+    sql_url: str, table: str, tmp_path: Path
+) -> None:
+    # SQLite is left out: it stores an over-long key, so there is nothing to refuse.
+    stats = get_crawler().stats
+    assert stats is not None
+    options = StoreOptions(batch_items=10, batch_seconds=0.01, spill_dir=tmp_path / "spill")
+    sink = SqlSink(sql_url, table=table, options=options, stats=stats)
+    sink.open()
+    records = [_record(f"good{i}") for i in range(9)] + [_record("x" * 300)]
+
+    async def run() -> int:
+        for record in records:
+            await sink.put(record)
+        return await sink.close()
+
+    assert _run(run()) == 0
+    assert sink.count() == 9
+    assert stats.get_value("crawlfleet/store/sql/rejected") == 1
+    rejected = list((tmp_path / "spill").glob("*-rejected.jsonl"))
+    assert len(rejected) == 1
+    assert json.loads(rejected[0].read_text())["key"] == "x" * 300
+
+
+def test_table_dropped_mid_crawl_is_created_again(sql_url: str, table: str) -> None:
+    sink = SqlSink(sql_url, table=table, options=FAST)
+    sink.open()
+    _run(sink.put(_record("a")))
+    assert wait_until(lambda: sink.pending == 0)
+    sink.drop_table()
+    _run(sink.put(_record("b")))
+    assert _run(sink.close()) == 0
+    assert sink.get("b") is not None
+
+
+@pytest.mark.parametrize("sql_url", ["postgresql"], indirect=True)
+def test_postgres_connections_killed_mid_crawl_lose_nothing(table: str, sql_url: str) -> None:
+    app = f"cft-{table}"
+    sink = SqlSink(
+        sql_url,
+        table=table,
+        options=FAST,
+        engine_options={"connect_args": {"application_name": app}},
+    )
+    sink.open()
+    admin = sa.create_engine(sql_url, poolclass=sa.NullPool)
+    killed = 0
+
+    async def run() -> None:
+        nonlocal killed
+        for i in range(300):
+            await sink.put(_record(f"k{i}", v=i))
+            if i % 60 == 30:
+                await asyncio.sleep(0.03)
+                with admin.connect() as conn:
+                    killed += conn.execute(
+                        sa.text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE application_name = :app"
+                        ),
+                        {"app": app},
+                    ).rowcount
+        assert await sink.close() == 0
+
+    _run(run())
+    admin.dispose()
+    assert killed >= 1
+    assert sink.count() == 300
