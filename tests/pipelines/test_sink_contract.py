@@ -244,3 +244,31 @@ def test_close_while_down_spills_and_next_open_writes(harness: Harness) -> None:
     assert again.count() == 15
     assert harness.stats.get_value("crawlfleet/store/sql/replayed") == 15
     assert list(spill_dir.glob("*.jsonl")) == []
+
+
+def test_stopping_crawl_spills_instead_of_waiting_on_a_full_buffer(harness: Harness) -> None:
+    sink = harness.sink(batch_items=10, buffer_items=20, close_timeout_seconds=0.3)
+    stopping = False
+    sink.overflow_when = lambda: stopping
+    sink.open()
+    harness.begin_outage()
+
+    async def scenario() -> int:
+        nonlocal stopping
+        await _put_all(sink, [_record(i) for i in range(20)])
+        blocked = asyncio.ensure_future(sink.put(_record(20)))
+        await asyncio.sleep(0.2)
+        assert not blocked.done()
+        stopping = True  # e.g. Ctrl-C: the crawler is no longer crawling
+        await asyncio.wait_for(blocked, 5)  # released within about a second
+        await sink.put(_record(21))  # goes straight to the spill file
+        return await sink.close()
+
+    try:
+        assert _run(scenario()) == 22
+    finally:
+        harness.end_outage()
+    again = harness.sink()
+    again.open()
+    assert _run(again.close()) == 0
+    assert again.count() == 22

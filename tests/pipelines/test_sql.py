@@ -177,6 +177,7 @@ def test_refused_records_are_set_aside_and_the_rest_written(
     assert _run(run()) == 0
     assert sink.count() == 9
     assert stats.get_value("crawlfleet/store/sql/rejected") == 1
+    assert stats.get_value("crawlfleet/store/sql/written") == 9
     rejected = list((tmp_path / "spill").glob("*-rejected.jsonl"))
     assert len(rejected) == 1
     assert json.loads(rejected[0].read_text())["key"] == "x" * 300

@@ -76,3 +76,65 @@ CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
 CRAWLFLEET_START_URLS_KEY = "%(spider)s:start_urls"
 #: Entries taken from that list per batch.
 CRAWLFLEET_START_URLS_BATCH = 100
+
+# ======================= item pipeline (see docs/pipelines.md) ======================
+
+# --- Clean --------------------------------------------------------------------
+#: Remove fields whose value is empty after cleaning (None, "", whitespace only,
+#: empty list or dict). False: keep them as they are.
+CRAWLFLEET_CLEAN_DROP_EMPTY = True
+#: Field name -> value given to a field that is missing or empty after cleaning,
+#: e.g. {"currency": "EUR"}. Applied after CRAWLFLEET_CLEAN_DROP_EMPTY.
+CRAWLFLEET_CLEAN_DEFAULTS = {}
+#: Fields whose line breaks are kept (paragraphs); every other text field is folded
+#: into one line.
+CRAWLFLEET_CLEAN_MULTILINE_FIELDS = ["text", "content", "body", "description"]
+
+# --- Encoding -----------------------------------------------------------------
+#: Repair mojibake in item strings (UTF-8 read as Latin-1/cp1252, raw bytes kept as
+#: surrogate escapes).
+CRAWLFLEET_ENCODING_FIX_MOJIBAKE = True
+#: Chinese script conversion of text fields: "" (off), "t2s" (Traditional to
+#: Simplified) or "s2t" (Simplified to Traditional).
+CRAWLFLEET_CHINESE_CONVERT = ""
+
+# --- Text extraction ----------------------------------------------------------
+#: Trafilatura's balance between precision and recall: "balanced", "precision" or
+#: "recall".
+CRAWLFLEET_TEXT_FAVOR = "balanced"
+#: Keep the text of tables in the extracted main text.
+CRAWLFLEET_TEXT_INCLUDE_TABLES = True
+#: Keep reader comments below an article in the extracted main text.
+CRAWLFLEET_TEXT_INCLUDE_COMMENTS = False
+
+# --- Validate -----------------------------------------------------------------
+#: Item type -> {field: type}; types: str, int, float, number, bool, list, dict, url,
+#: any; a trailing "?" makes the field optional (checked only when present). The
+#: item type "*" applies to every item. E.g. {"product": {"name": "str",
+#: "price": "number", "sku": "str?"}}.
+CRAWLFLEET_VALIDATE_FIELDS = {}
+
+# --- Key ----------------------------------------------------------------------
+#: Item type -> list of fields whose values identify an item (its upsert key);
+#: "*" applies to types not listed. Types not listed: the canonical page URL.
+CRAWLFLEET_KEY_FIELDS = {}
+
+# --- Stores -------------------------------------------------------------------
+#: SQLAlchemy URL of the SQL item store: sqlite:///path, postgresql+psycopg://...,
+#: mysql+pymysql://... Empty: SQLite file items.sqlite3 under CRAWLFLEET_DATA_DIR.
+CRAWLFLEET_SQL_URL = ""
+#: Table of the SQL item store (created when missing).
+CRAWLFLEET_SQL_TABLE = "crawlfleet_items"
+#: Largest number of items written in one batch (one transaction).
+CRAWLFLEET_STORE_BATCH_ITEMS = 500
+#: Longest time an item waits in the buffer before its batch is written.
+CRAWLFLEET_STORE_BATCH_SECONDS = 1.0
+#: Items a store holds in memory while it writes or while it is unreachable; when
+#: full, the item pipeline waits (back-pressure on the crawl).
+CRAWLFLEET_STORE_BUFFER_ITEMS = 10_000
+#: First and longest wait between attempts while a store is unreachable.
+CRAWLFLEET_STORE_RETRY_MIN_SECONDS = 0.5
+CRAWLFLEET_STORE_RETRY_MAX_SECONDS = 30.0
+#: On close, how long a store may take to write what it holds; what is left is
+#: saved to CRAWLFLEET_DATA_DIR/unwritten/ and written at the next start.
+CRAWLFLEET_STORE_CLOSE_TIMEOUT_SECONDS = 60.0

@@ -1,0 +1,479 @@
+"""A sink base that buffers, batches, retries and never loses what it accepted.
+
+:class:`BufferedSink` keeps accepted records in a bounded FIFO buffer. One worker thread
+takes batches from its head (``batch_items`` at most, or whatever is there once the
+oldest record has waited ``batch_seconds``) and writes them with the subclass's blocking
+:meth:`~BufferedSink.write_batch`. A record leaves the buffer only after its batch was
+written, so:
+
+- a store that is down (transient error, see :meth:`~BufferedSink.is_transient`) is
+  retried with exponential back-off (``retry_min_seconds`` doubling up to
+  ``retry_max_seconds``), with one WARNING when it goes down and one when it is back;
+- when the buffer is full, :meth:`~BufferedSink.put` waits: back-pressure on the crawl;
+- a batch that fails for another reason (bad data) is written record by record, and only
+  the records the store refuses are set aside: ERROR log, stats ``rejected``, and a line
+  in ``<spill dir>/<spill id>-rejected.jsonl``;
+- on close the worker flushes for up to ``close_timeout_seconds``; what is left is saved
+  to ``<spill dir>/<spill id>-<time>.jsonl`` (ERROR log naming the count and file) and
+  written first when a sink with the same spill id opens next time;
+- while :attr:`~BufferedSink.overflow_when` says so (the store pipeline sets it to "the
+  crawl is stopping"), a put that finds the buffer full goes to that file too instead
+  of waiting, so a shutdown is not held up by a store that is down.
+
+Stats (``crawlfleet/store/<name>/``): ``written``, ``batches``, ``retries``,
+``rejected``, ``waits`` (puts that waited for room), ``unwritten`` (left at close),
+``replayed`` (records read back from spill files).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from abc import abstractmethod
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Self
+
+from scrapy.settings import BaseSettings
+from scrapy.statscollectors import StatsCollector
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.pipelines._config import get_float, get_int, get_path
+from crawlfleet.pipelines._threads import Wakeup, run_in_thread
+from crawlfleet.pipelines.sinks import ItemSink, StoredItem
+
+__all__ = ["BufferedSink", "StoreOptions"]
+
+logger = logging.getLogger(__name__)
+
+#: A full buffer is logged at most this often (it may fill many times a second).
+_FULL_LOG_INTERVAL_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Buffering and retry behaviour shared by every store (CRAWLFLEET_STORE_*)."""
+
+    batch_items: int = 500
+    batch_seconds: float = 1.0
+    buffer_items: int = 10_000
+    retry_min_seconds: float = 0.5
+    retry_max_seconds: float = 30.0
+    close_timeout_seconds: float = 60.0
+    #: Where unwritten and rejected records are saved; None: nowhere (they are logged).
+    spill_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_items < 1:
+            raise ValueError(f"batch_items must be >= 1, got {self.batch_items}")
+        if self.buffer_items < self.batch_items:
+            raise ValueError(
+                f"buffer_items ({self.buffer_items}) must be >= batch_items ({self.batch_items})"
+            )
+        if self.batch_seconds < 0 or self.close_timeout_seconds < 0:
+            raise ValueError("batch_seconds and close_timeout_seconds must be >= 0")
+        if not 0 < self.retry_min_seconds <= self.retry_max_seconds:
+            raise ValueError("retry seconds must satisfy 0 < retry_min <= retry_max")
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Read the CRAWLFLEET_STORE_* settings; spill files go under CRAWLFLEET_DATA_DIR."""
+        batch = get_int(settings, "CRAWLFLEET_STORE_BATCH_ITEMS", minimum=1)
+        buffer = get_int(settings, "CRAWLFLEET_STORE_BUFFER_ITEMS", minimum=batch)
+        low = get_float(settings, "CRAWLFLEET_STORE_RETRY_MIN_SECONDS", minimum=0, strict=True)
+        high = get_float(settings, "CRAWLFLEET_STORE_RETRY_MAX_SECONDS", minimum=0, strict=True)
+        if high < low:
+            raise ConfigError(
+                f"CRAWLFLEET_STORE_RETRY_MAX_SECONDS ({high}) must be >= "
+                f"CRAWLFLEET_STORE_RETRY_MIN_SECONDS ({low})"
+            )
+        return cls(
+            batch_items=batch,
+            batch_seconds=get_float(settings, "CRAWLFLEET_STORE_BATCH_SECONDS", minimum=0),
+            buffer_items=buffer,
+            retry_min_seconds=low,
+            retry_max_seconds=high,
+            close_timeout_seconds=get_float(
+                settings, "CRAWLFLEET_STORE_CLOSE_TIMEOUT_SECONDS", minimum=0
+            ),
+            spill_dir=get_path(settings, "CRAWLFLEET_DATA_DIR") / "unwritten",
+        )
+
+
+class BufferedSink(ItemSink):
+    """Base of the stores: subclasses implement the blocking store operations.
+
+    :meth:`setup`, :meth:`write_batch` and :meth:`teardown` run on the worker thread.
+    """
+
+    def __init__(
+        self, options: StoreOptions | None = None, *, stats: StatsCollector | None = None
+    ) -> None:
+        self.options = options or StoreOptions()
+        self.stats = stats
+        self._buffer: deque[tuple[float, StoredItem]] = deque()
+        self._cond = threading.Condition()
+        self._space = Wakeup()
+        self._retry_wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self._abandoned = False
+        self._deadline = float("inf")
+        self._full_logged_at = -float("inf")
+        self._replay_files: list[Path] = []
+        self._replay_left = 0
+        self._overflowed = 0
+        self._run_suffix = f"{time.strftime('%Y%m%dT%H%M%S')}-{id(self):x}"
+        #: When set and true while the buffer is full (e.g. "the crawl is stopping"), a
+        #: put() saves its record to this run's spill file instead of waiting, so that
+        #: a shutdown is not held up by a store that is down. Checked at least every
+        #: second while puts wait.
+        self.overflow_when: Callable[[], bool] | None = None
+
+    # --- to implement ----------------------------------------------------------------
+
+    #: Identifies this store's spill files (unique per store target, stable over runs).
+    @property
+    @abstractmethod
+    def spill_id(self) -> str:
+        """A file-name-safe id of the store target (e.g. dialect + hash of URL and table)."""
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Prepare the store (connect, create tables). Called before the first write and
+        again after any failure; must be idempotent."""
+
+    @abstractmethod
+    def write_batch(self, records: Sequence[StoredItem]) -> None:
+        """Upsert *records* (distinct keys) in one transaction, or raise."""
+
+    @abstractmethod
+    def is_transient(self, exc: BaseException) -> bool:
+        """True if *exc* means the store is unreachable or busy (retry the same batch);
+        False if the data was refused (write record by record, set refused ones aside)."""
+
+    @property
+    def target(self) -> str:
+        """What this sink writes to, for log lines (no passwords)."""
+        return self.name
+
+    def teardown(self) -> None:
+        """Release connections. Called once on the worker thread when it ends."""
+
+    # --- ItemSink --------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Records accepted but not yet written."""
+        return len(self._buffer)
+
+    def open(self) -> None:
+        """Load spill files of an earlier run, then start the worker thread."""
+        if self._thread is not None:
+            raise RuntimeError(f"item store {self.name} is already open")
+        self._replay_spills()
+        self._thread = threading.Thread(
+            target=self._run, name=f"crawlfleet-store-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    async def put(self, record: StoredItem) -> None:
+        """Buffer *record*; wait while the buffer is full (see :attr:`overflow_when`)."""
+        if self._closing or self._thread is None:
+            raise RuntimeError(f"item store {self.name} is not open")
+        while True:
+            with self._cond:
+                size = len(self._buffer)
+                if size < self.options.buffer_items:
+                    self._buffer.append((time.monotonic(), record))
+                    if size == 0 or size + 1 >= self.options.batch_items:
+                        self._cond.notify()
+                    return
+                overflow = self.overflow_when is not None and self.overflow_when()
+                if not overflow:
+                    waiter = self._space.wait()
+            if overflow:
+                if self._overflow(record):
+                    return
+                continue
+            now = time.monotonic()
+            if now - self._full_logged_at >= _FULL_LOG_INTERVAL_SECONDS:
+                self._full_logged_at = now
+                logger.warning(
+                    "Item store %s: buffer full (%d items); the crawl waits for the store",
+                    self.target,
+                    size,
+                )
+            self._inc("waits")
+            await waiter
+
+    def _overflow(self, record: StoredItem) -> bool:
+        """Save *record* to this run's spill file; False (and no more overflowing) if that
+        is impossible."""
+        where = self._spill([record], self._run_suffix)
+        if where is None:
+            self.overflow_when = None  # nowhere to put it: wait for the store instead
+            return False
+        self._overflowed += 1
+        self._inc("unwritten")
+        if self._overflowed == 1:
+            logger.warning(
+                "Item store %s: buffer full while the crawl stops; further items go to %s "
+                "(written at the next start)",
+                self.target,
+                where,
+            )
+        return True
+
+    async def close(self) -> int:
+        """Flush for at most ``close_timeout_seconds``; spill and count what is left."""
+        if self._thread is None:
+            return 0
+        with self._cond:
+            self._closing = True
+            self._deadline = time.monotonic() + self.options.close_timeout_seconds
+            self._cond.notify_all()
+        self._retry_wake.set()
+        await run_in_thread(self._thread.join, self.options.close_timeout_seconds + 1.0)
+        with self._cond:
+            self._abandoned = True
+            left = [record for _, record in self._buffer]
+            self._buffer.clear()
+        self._space.notify_all()
+        if not left:
+            self._remove_replayed_files()
+            return self._overflowed
+        self._inc("unwritten", len(left))
+        where = self._spill(left, self._run_suffix)
+        self._remove_replayed_files()
+        logger.error(
+            "Item store %s: %d items were not written within %.0f s; %s",
+            self.target,
+            len(left),
+            self.options.close_timeout_seconds,
+            f"saved to {where}, written at the next start" if where else "they are lost",
+        )
+        return len(left) + self._overflowed
+
+    # --- worker ----------------------------------------------------------------------
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(f"crawlfleet/store/{self.name}/{name}", count)
+
+    def _next_batch(self) -> list[StoredItem] | None:
+        """Wait for a batch to be due; None when closing with an empty buffer."""
+        opts = self.options
+        with self._cond:
+            while True:
+                if self._abandoned or (self._closing and not self._buffer):
+                    return None
+                if self._buffer:
+                    age = time.monotonic() - self._buffer[0][0]
+                    if self._closing or len(self._buffer) >= opts.batch_items:
+                        break
+                    if age >= opts.batch_seconds:
+                        break
+                    self._cond.wait(opts.batch_seconds - age)
+                else:
+                    self._cond.wait()
+            return [record for _, record in islice(self._buffer, opts.batch_items)]
+
+    def _run(self) -> None:
+        delay = self.options.retry_min_seconds
+        ready = False
+        down_since: float | None = None
+        try:
+            while (batch := self._next_batch()) is not None:
+                try:
+                    if not ready:
+                        self.setup()
+                        ready = True
+                    refused = self._write_isolating(batch)
+                except Exception as exc:
+                    ready = False
+                    now = time.monotonic()
+                    self._inc("retries")
+                    if down_since is None:
+                        down_since = now
+                        logger.warning(
+                            "Item store %s is unreachable (%s); %d items wait in memory, "
+                            "retrying in %.1f s",
+                            self.target,
+                            _describe(exc),
+                            len(self._buffer),
+                            delay,
+                        )
+                    else:
+                        logger.info(
+                            "Item store %s still unreachable after %.0f s (%s); %d items waiting",
+                            self.target,
+                            now - down_since,
+                            _describe(exc),
+                            len(self._buffer),
+                        )
+                    if self._closing and now >= self._deadline:
+                        return
+                    self._pause(min(delay, max(0.0, self._deadline - now)))
+                    delay = min(delay * 2, self.options.retry_max_seconds)
+                    continue
+                self._done(len(batch), refused)
+                if down_since is not None:
+                    logger.warning(
+                        "Item store %s is back after %.1f s; writing %d waiting items",
+                        self.target,
+                        time.monotonic() - down_since,
+                        len(self._buffer),
+                    )
+                    down_since = None
+                    delay = self.options.retry_min_seconds
+        except BaseException:
+            logger.exception(
+                "Item store %s: writer thread failed; %d items stay in memory until close",
+                self.target,
+                len(self._buffer),
+            )
+            raise
+        finally:
+            try:
+                self.teardown()
+            except Exception:
+                logger.exception("Item store %s: error while closing", self.target)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep before a retry (cut short by close); wake waiting puts every second so
+        that they look at :attr:`overflow_when` again."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if self._retry_wake.wait(min(left, 1.0)):
+                break
+            self._space.notify_all()
+        self._retry_wake.clear()
+
+    def _done(self, count: int, refused: int = 0) -> None:
+        """Remove the *count* records handled (written or *refused*) from the head of the
+        buffer."""
+        with self._cond:
+            if self._abandoned:
+                return
+            for _ in range(min(count, len(self._buffer))):
+                self._buffer.popleft()
+        self._inc("written", count - refused)
+        self._inc("batches")
+        self._space.notify_all()
+        if self._replay_left:
+            self._replay_left = max(0, self._replay_left - count)
+            if not self._replay_left:
+                self._remove_replayed_files()
+
+    def _write_isolating(self, batch: list[StoredItem]) -> int:
+        """Write *batch*; on a non-transient error, write record by record and set
+        refused records aside. Return how many were refused. Transient errors propagate
+        (the batch is retried; upserts make writing a record twice harmless)."""
+        unique = list({record.key: record for record in batch}.values())
+        try:
+            self.write_batch(unique)
+            return 0
+        except Exception as exc:
+            if self.is_transient(exc):
+                raise
+            logger.warning(
+                "Item store %s refused a batch of %d (%s); writing one by one",
+                self.target,
+                len(unique),
+                _describe(exc),
+            )
+        self.setup()
+        refused = 0
+        for record in unique:
+            try:
+                self.write_batch([record])
+            except Exception as exc:
+                if self.is_transient(exc):
+                    raise
+                self._reject(record, exc)
+                refused += 1
+        return refused
+
+    def _reject(self, record: StoredItem, exc: BaseException) -> None:
+        self._inc("rejected")
+        where = self._spill([record], "rejected")
+        logger.error(
+            "Item store %s refused item %s from %s: %s%s",
+            self.target,
+            record.key,
+            record.url,
+            _describe(exc),
+            f" (saved to {where})" if where else "",
+        )
+
+    # --- spill files -----------------------------------------------------------------
+
+    def _spill_path(self, suffix: str) -> Path | None:
+        if self.options.spill_dir is None:
+            return None
+        return self.options.spill_dir / f"{self.spill_id}-{suffix}.jsonl"
+
+    def _spill(self, records: list[StoredItem], suffix: str) -> Path | None:
+        """Append *records* to a JSON-lines spill file; None if there is no spill dir."""
+        path = self._spill_path(suffix)
+        if path is None:
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as fh:
+                for record in records:
+                    fh.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+        except OSError as exc:
+            logger.error("Item store %s: cannot write %s: %s", self.target, path, exc)
+            return None
+        return path
+
+    def _replay_spills(self) -> None:
+        spill_dir = self.options.spill_dir
+        if spill_dir is None or not spill_dir.is_dir():
+            return
+        now = time.monotonic()
+        for path in sorted(spill_dir.glob(f"{self.spill_id}-*.jsonl")):
+            if path.name.endswith("-rejected.jsonl"):
+                continue
+            count = 0
+            with path.open(encoding="utf-8") as fh:
+                for number, line in enumerate(fh, 1):
+                    try:
+                        record = StoredItem.from_json(json.loads(line))
+                    except ValueError as exc:
+                        logger.error(
+                            "Item store %s: %s line %d skipped: %s", self.target, path, number, exc
+                        )
+                        continue
+                    self._buffer.append((now, record))
+                    count += 1
+            self._replay_files.append(path)
+            self._replay_left += count
+            self._inc("replayed", count)
+            logger.warning(
+                "Item store %s: %d items left unwritten by an earlier run read from %s",
+                self.target,
+                count,
+                path,
+            )
+        if self._replay_files and not self._replay_left:
+            self._remove_replayed_files()
+
+    def _remove_replayed_files(self) -> None:
+        files, self._replay_files = self._replay_files, []
+        for path in files:
+            path.unlink(missing_ok=True)
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line description of a store error (drivers put SQL and parameters in it)."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first[:300]}"

@@ -1,0 +1,294 @@
+"""SQL item store: SQLite, PostgreSQL and MySQL/MariaDB through SQLAlchemy 2.
+
+One table (``CRAWLFLEET_SQL_TABLE``, created when missing) with the columns
+
+============  ==============================================================
+key           primary key: the item key (``_key``, see ``pipelines/key.py``)
+job           the job that last wrote the item
+item_type     the item's type (``_type``, class name, or ``item``)
+url           the page the item came from (``url`` field), may be NULL
+document      the item's public fields as JSON (JSONB on PostgreSQL)
+created_at    when the key was first written (UTC)
+updated_at    when it was last written (UTC)
+============  ==============================================================
+
+Writes are upserts by key (``INSERT ... ON CONFLICT (key) DO UPDATE`` on SQLite and
+PostgreSQL, ``INSERT ... ON DUPLICATE KEY UPDATE`` on MySQL/MariaDB), in batches of up
+to ``CRAWLFLEET_STORE_BATCH_ITEMS`` per transaction, on the store's worker thread; see
+:mod:`crawlfleet.pipelines.buffered` for buffering, retries and back-pressure.
+
+``CRAWLFLEET_SQL_URL`` selects the database, e.g. ``sqlite:///items.db``,
+``postgresql+psycopg://user@host:5432/db``, ``mysql+pymysql://user@host:3306/db``;
+empty: ``items.sqlite3`` under ``CRAWLFLEET_DATA_DIR``. SQLite files use WAL mode.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+import sqlalchemy as sa
+from scrapy.crawler import Crawler
+from scrapy.statscollectors import StatsCollector
+from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import URL, Engine, make_url
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.pipelines._config import get_path, get_str
+from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
+from crawlfleet.pipelines.key import MAX_KEY_LENGTH
+from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.store import StorePipeline
+
+__all__ = ["SUPPORTED_DIALECTS", "SqlSink", "SqlStorePipeline", "default_sql_url", "items_table"]
+
+#: Database backends the SQL store supports (SQLAlchemy dialect names).
+SUPPORTED_DIALECTS = ("sqlite", "postgresql", "mysql", "mariadb")
+_TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_UPDATED = ("job", "item_type", "url", "document", "updated_at")
+
+
+def _json_dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def items_table(name: str, metadata: sa.MetaData | None = None) -> sa.Table:
+    """The items table called *name* (see the module docstring)."""
+    if not _TABLE_RE.match(name):
+        raise ConfigError(
+            f"CRAWLFLEET_SQL_TABLE must be a letter or _ then letters, digits or _ "
+            f"(at most 63), got {name!r}"
+        )
+    return sa.Table(
+        name,
+        metadata or sa.MetaData(),
+        sa.Column("key", sa.String(MAX_KEY_LENGTH), primary_key=True),
+        sa.Column("job", sa.String(255), nullable=False),
+        sa.Column("item_type", sa.String(255), nullable=False),
+        sa.Column("url", sa.Text, nullable=True),
+        sa.Column(
+            "document", sa.JSON().with_variant(postgresql.JSONB(), "postgresql"), nullable=False
+        ),
+        sa.Column("created_at", sa.DateTime, nullable=False),
+        sa.Column("updated_at", sa.DateTime, nullable=False),
+        sa.Index(f"ix_{name}_job_updated", "job", "updated_at"),
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+
+
+def default_sql_url(data_dir: Path) -> str:
+    """The URL of the default SQLite store under *data_dir*."""
+    return f"sqlite:///{(data_dir / 'items.sqlite3').as_posix()}"
+
+
+def _connect_args(url: URL) -> dict[str, Any]:
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return {"timeout": 5.0}
+    if backend == "postgresql":
+        # Keepalives: a server that vanishes mid-query is noticed in ~25 s, not minutes.
+        return {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+            "application_name": "crawlfleet",
+        }
+    return {"connect_timeout": 5, "read_timeout": 60, "write_timeout": 60, "charset": "utf8mb4"}
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+class SqlSink(BufferedSink):
+    """Item sink writing to one SQL table (see the module docstring).
+
+    *engine_options* are extra ``sqlalchemy.create_engine`` arguments; its
+    ``connect_args`` are merged over the defaults (timeouts, keepalives, utf8mb4).
+    """
+
+    name = "sql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        table: str = "crawlfleet_items",
+        options: StoreOptions | None = None,
+        stats: StatsCollector | None = None,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(options, stats=stats)
+        try:
+            self.url = make_url(url)
+        except sa_exc.ArgumentError as exc:
+            raise ConfigError(
+                f"CRAWLFLEET_SQL_URL is not a database URL: {url!r} ({exc})"
+            ) from None
+        backend = self.url.get_backend_name()
+        if backend not in SUPPORTED_DIALECTS:
+            raise ConfigError(
+                f"CRAWLFLEET_SQL_URL: database {backend!r} is not supported "
+                f"(use one of {', '.join(SUPPORTED_DIALECTS)})"
+            )
+        self.table = items_table(table)
+        options_ = dict(engine_options or {})
+        connect_args = {**_connect_args(self.url), **options_.pop("connect_args", {})}
+        try:
+            self.engine: Engine = sa.create_engine(
+                self.url,
+                pool_pre_ping=True,
+                json_serializer=_json_dumps,
+                connect_args=connect_args,
+                **options_,
+            )
+        except (ImportError, sa_exc.NoSuchModuleError, sa_exc.ArgumentError) as exc:
+            raise ConfigError(f"CRAWLFLEET_SQL_URL {self.safe_url}: {exc}") from None
+        if backend == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        digest = hashlib.sha1(
+            f"{self.url.render_as_string(hide_password=True)}|{table}".encode(),
+            usedforsecurity=False,
+        ).hexdigest()[:12]
+        self._spill_id = f"sql-{backend}-{table}-{digest}"
+        self._statement = self._upsert_statement()
+
+    @property
+    def safe_url(self) -> str:
+        """The database URL without its password (for logs)."""
+        return self.url.render_as_string(hide_password=True)
+
+    @property
+    def target(self) -> str:
+        """``sql <url without password> table <name>``."""
+        return f"sql {self.safe_url} table {self.table.name}"
+
+    @property
+    def spill_id(self) -> str:
+        """Spill-file id: backend, table and a hash of URL and table."""
+        return self._spill_id
+
+    # --- worker-thread operations ----------------------------------------------------
+
+    def setup(self) -> None:
+        """Create the SQLite directory and the table when missing."""
+        database = self.url.database
+        if self.url.get_backend_name() == "sqlite" and database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        self.table.metadata.create_all(self.engine, checkfirst=True)
+
+    def _upsert_statement(self) -> sa.Executable:
+        """The upsert of one row with named parameters; executed with many rows, the
+        drivers send whole batches (multi-row VALUES, pipelining)."""
+        dialect = self.engine.dialect.name
+        values = {c.name: sa.bindparam(c.name, type_=c.type) for c in self.table.columns}
+        if dialect in ("mysql", "mariadb"):
+            my_stmt = mysql.insert(self.table).values(values)
+            return my_stmt.on_duplicate_key_update({c: my_stmt.inserted[c] for c in _UPDATED})
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = insert(self.table).values(values)
+        return stmt.on_conflict_do_update(
+            index_elements=[self.table.c.key], set_={c: stmt.excluded[c] for c in _UPDATED}
+        )
+
+    def write_batch(self, records: Sequence[StoredItem]) -> None:
+        """Upsert *records* in one transaction."""
+        now = _utcnow()
+        rows = [
+            {
+                "key": r.key,
+                "job": r.job,
+                "item_type": r.item_type,
+                "url": r.url,
+                "document": r.document,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for r in records
+        ]
+        with self.engine.begin() as conn:
+            conn.execute(self._statement, rows)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Connection trouble, timeouts and locks are transient; data errors are not."""
+        if isinstance(exc, sa_exc.DBAPIError):
+            return exc.connection_invalidated or isinstance(
+                exc, sa_exc.OperationalError | sa_exc.InterfaceError
+            )
+        return isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError | OSError)
+
+    def teardown(self) -> None:
+        """Close the connection pool."""
+        self.engine.dispose()
+
+    # --- reads -----------------------------------------------------------------------
+
+    def get(self, key: str) -> StoredItem | None:
+        """The stored record with *key*, or None."""
+        t = self.table
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(t).where(t.c.key == key)).mappings().first()
+        if row is None:
+            return None
+        document = row["document"]
+        if isinstance(document, str):  # MariaDB returns JSON columns as text
+            document = json.loads(document)
+        return StoredItem(
+            key=row["key"],
+            job=row["job"],
+            item_type=row["item_type"],
+            url=row["url"],
+            document=document,
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    def count(self) -> int:
+        """Rows in the table."""
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(sa.select(sa.func.count()).select_from(self.table)).scalar_one()
+            )
+
+    def drop_table(self) -> None:
+        """Drop the table (tests and ``job reset`` tooling). Blocking."""
+        self.table.drop(self.engine, checkfirst=True)
+
+
+class SqlStorePipeline(StorePipeline):
+    """Item pipeline storing into the SQL store configured by CRAWLFLEET_SQL_URL and
+    CRAWLFLEET_SQL_TABLE (see :class:`~crawlfleet.pipelines.store.StorePipeline`)."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Build the SQL sink from settings; a wrong URL or table stops start-up."""
+        settings = crawler.settings
+        url = get_str(settings, "CRAWLFLEET_SQL_URL").strip()
+        if not url:
+            url = default_sql_url(get_path(settings, "CRAWLFLEET_DATA_DIR"))
+        sink = SqlSink(
+            url,
+            table=get_str(settings, "CRAWLFLEET_SQL_TABLE"),
+            options=StoreOptions.from_settings(settings),
+            stats=crawler.stats,
+        )
+        return cls._from_crawler_with_sink(crawler, sink)

@@ -1,0 +1,107 @@
+"""Store stage: hand items to an :class:`~crawlfleet.pipelines.sinks.ItemSink`.
+
+One :class:`StorePipeline` per store; several stores at once are several pipelines in
+``ITEM_PIPELINES`` (e.g. SQL and, later, MongoDB or a Redis stream), each with its own
+buffer, so a slow store holds back only when its own buffer is full.
+
+The record of an item: its key (``_key`` as set by the key stage; computed here the same
+way when the item has none, e.g. a Scrapy Item without a ``_key`` field), the job
+(``CRAWLFLEET_JOB``, else the spider name), its type, its ``url`` and its public fields
+as the document. The item itself is returned unchanged, so later pipelines see it.
+
+While the store is down and its buffer full, ``process_item`` waits (back-pressure), so
+a crawl cannot finish before the store is back; once a stop was asked for (Ctrl-C), such
+items go to the store's spill file instead and are written at the next start.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from itemadapter import ItemAdapter
+from scrapy import Spider
+from scrapy.crawler import Crawler
+from scrapy.exceptions import DropItem
+
+from crawlfleet.pipelines._config import get_dict, get_str
+from crawlfleet.pipelines._util import item_type, item_url
+from crawlfleet.pipelines.buffered import BufferedSink
+from crawlfleet.pipelines.key import ItemKeyer, KeyUnavailable
+from crawlfleet.pipelines.sinks import ItemSink, StoredItem, to_document
+
+__all__ = ["StorePipeline"]
+
+
+class StorePipeline:
+    """Item pipeline writing every item to *sink* (see the module docstring).
+
+    *job* names the job in stored records; empty: the spider's name at open.
+    *keyer* computes keys of items that reach the store without a final ``_key``.
+    """
+
+    def __init__(
+        self,
+        sink: ItemSink,
+        *,
+        job: str = "",
+        keyer: ItemKeyer | None = None,
+    ) -> None:
+        self.sink = sink
+        self.job = job
+        self.keyer = keyer or ItemKeyer()
+        self.crawler: Crawler | None = None
+        self._was_crawling = False
+
+    @classmethod
+    def _from_crawler_with_sink(cls, crawler: Crawler, sink: ItemSink) -> Self:
+        """Build around *sink* with the job and key settings of *crawler*."""
+        pipeline = cls(
+            sink,
+            job=get_str(crawler.settings, "CRAWLFLEET_JOB").strip(),
+            keyer=ItemKeyer(get_dict(crawler.settings, "CRAWLFLEET_KEY_FIELDS")),
+        )
+        pipeline.crawler = crawler
+        if isinstance(sink, BufferedSink):
+            # Once a running crawl is asked to stop (Ctrl-C, a close command), a full
+            # buffer spills to disk rather than hold the shutdown up while the store is down.
+            sink.overflow_when = lambda: pipeline._was_crawling and not crawler.crawling
+        return pipeline
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Subclasses build their sink from settings (see ``SqlStorePipeline``)."""
+        raise NotImplementedError(f"{cls.__name__} has no sink of its own; use a subclass")
+
+    def open_spider(self, spider: Spider | None = None) -> None:
+        """Resolve the job name and open the sink."""
+        self._was_crawling = self.crawler is not None and self.crawler.crawling
+        if not self.job:
+            if spider is None and self.crawler is not None:
+                spider = self.crawler.spider
+            self.job = spider.name if spider is not None else "default"
+        self.sink.open()
+
+    def record(self, item: Any) -> StoredItem:
+        """The record stored for *item*; raises DropItem if it has no key, TypeError if a
+        value cannot be stored."""
+        adapter = ItemAdapter(item)
+        try:
+            key = self.keyer.key(adapter)
+        except KeyUnavailable as exc:
+            raise DropItem(f"not stored: {exc}") from None
+        return StoredItem(
+            key=key,
+            job=self.job[:255],
+            item_type=item_type(adapter)[:255],
+            url=item_url(adapter),
+            document=to_document(item),
+        )
+
+    async def process_item(self, item: Any, spider: Spider | None = None) -> Any:
+        """Buffer *item* in the sink (waits only while the sink's buffer is full)."""
+        await self.sink.put(self.record(item))
+        return item
+
+    async def close_spider(self, spider: Spider | None = None) -> None:
+        """Flush the sink; what it could not write is logged (and spilled) by the sink."""
+        await self.sink.close()
