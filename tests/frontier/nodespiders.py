@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import scrapy
 from scrapy import signals
@@ -29,7 +29,7 @@ class ContractSpider(scrapy.Spider):
     """Checks Scrapy's scheduler contracts on one node; writes what it saw to ``out``."""
 
     name = "contract"
-    custom_settings = {"CONCURRENT_REQUESTS": 1}
+    custom_settings: ClassVar[dict[str, Any]] = {"CONCURRENT_REQUESTS": 1}
 
     def __init__(self, base: str = "", out: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -65,5 +65,12 @@ class ContractSpider(scrapy.Spider):
     def closed(self, reason: str) -> None:
         stats = self.crawler.stats.get_stats()
         with open(self.out, "w") as f:
-            json.dump({"order": self.order, "dropped": self.dropped, "reason": reason,
-                       "stats": {k: v for k, v in stats.items() if isinstance(v, int)}}, f)
+            json.dump(
+                {
+                    "order": self.order,
+                    "dropped": self.dropped,
+                    "reason": reason,
+                    "stats": {k: v for k, v in stats.items() if isinstance(v, int)},
+                },
+                f,
+            )

@@ -23,8 +23,11 @@ def test_false_positive_rate_within_target_while_layers_grow(
 
     async def body() -> tuple[int, int, list[bool], float]:
         client = make_client(redis_server_url)
-        f = Frontier(client, JobKeys.of(key_prefix, "bloom"),
-                     SeenConfig("bloom", bloom_capacity=200_000, bloom_error_rate=target))
+        f = Frontier(
+            client,
+            JobKeys.of(key_prefix, "bloom"),
+            SeenConfig("bloom", bloom_capacity=200_000, bloom_error_rate=target),
+        )
         try:
             first = [os.urandom(16) for _ in range(1000)]
             assert await f.seen_check(first, add=True) == [False] * 1000
@@ -34,12 +37,12 @@ def test_false_positive_rate_within_target_while_layers_grow(
             again = await f.seen_check(first, add=False)
             hits = 0
             for _ in range(0, probes, BATCH):
-                hits += sum(await f.seen_check([os.urandom(16) for _ in range(BATCH)],
-                                               add=False))
+                hits += sum(await f.seen_check([os.urandom(16) for _ in range(BATCH)], add=False))
             meta = {k.decode(): float(v) for k, v in (await client.hgetall(f.keys.bloom)).items()}
             layers = int(meta["layers"])
-            nbytes = sum([int(await client.strlen(f.keys.bloom_layer(i)))
-                          for i in range(1, layers + 1)])
+            nbytes = sum(
+                [int(await client.strlen(f.keys.bloom_layer(i))) for i in range(1, layers + 1)]
+            )
             return hits, layers, again, nbytes / inserted
         finally:
             await client.aclose()
@@ -54,8 +57,7 @@ def test_false_positive_rate_within_target_while_layers_grow(
     assert bytes_per_url < 3.5
 
 
-def test_a_new_layer_is_added_when_the_last_is_full(redis_server_url: str,
-                                                     key_prefix: str) -> None:
+def test_a_new_layer_is_added_when_the_last_is_full(redis_server_url: str, key_prefix: str) -> None:
     async def body() -> dict[str, str]:
         client = make_client(redis_server_url)
         seen = SeenConfig("bloom", bloom_capacity=1000, bloom_error_rate=1e-3)

@@ -28,8 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def site() -> Iterator[TestSite]:
-    with TestSite(SiteModel(pages=240, hosts=3), latency_seconds=0.05,
-                  timeout_seconds=5) as s:
+    with TestSite(SiteModel(pages=240, hosts=3), latency_seconds=0.05, timeout_seconds=5) as s:
         yield s
 
 
@@ -48,13 +47,27 @@ def node_settings(node_env: dict[str, str], **extra: Any) -> dict[str, Any]:
     }
 
 
-def start_nodes(n: int, site: TestSite, url: str, tmp_path: Path, settings: dict[str, Any],
-                spider: str = SPIDER, job: str = "crawl", first: int = 0
-                ) -> list[subprocess.Popen[bytes]]:
+def start_nodes(
+    n: int,
+    site: TestSite,
+    url: str,
+    tmp_path: Path,
+    settings: dict[str, Any],
+    spider: str = SPIDER,
+    job: str = "crawl",
+    first: int = 0,
+) -> list[subprocess.Popen[bytes]]:
     return [
-        start_node(spider, job=job, redis_url=url, log=tmp_path / f"node{i}.log",
-                   spider_args={"start_urls": ",".join(site.seed_urls)}, settings=settings,
-                   output=tmp_path / f"items{i}.jsonl", cwd=ROOT)
+        start_node(
+            spider,
+            job=job,
+            redis_url=url,
+            log=tmp_path / f"node{i}.log",
+            spider_args={"start_urls": ",".join(site.seed_urls)},
+            settings=settings,
+            output=tmp_path / f"items{i}.jsonl",
+            cwd=ROOT,
+        )
         for i in range(first, first + n)
     ]
 
@@ -83,8 +96,7 @@ def assert_complete(site: TestSite, tmp_path: Path, *, exact: bool = True) -> No
         assert len({i["url"] for i in items(tmp_path)}) == site.model.pages
 
 
-def finish(procs: Sequence[subprocess.Popen[bytes]], tmp_path: Path, timeout: float = 90
-           ) -> None:
+def finish(procs: Sequence[subprocess.Popen[bytes]], tmp_path: Path, timeout: float = 90) -> None:
     codes = wait_all(procs, timeout)
     for p in procs:
         if p.poll() is None:
@@ -116,15 +128,17 @@ def test_start_requests_enter_the_job_once(
     site: TestSite, redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
     spider = "tests.frontier.nodespiders:StartUrlsSpider"
-    procs = start_nodes(2, site, redis_server_url, tmp_path, node_settings(node_env),
-                        spider=spider)
+    procs = start_nodes(2, site, redis_server_url, tmp_path, node_settings(node_env), spider=spider)
     finish(procs, tmp_path)
     assert_complete(site, tmp_path)
 
 
 @pytest.mark.parametrize("kill_after_pages", [10, 90, 170])
 def test_kill_9_of_a_node_loses_nothing(
-    site: TestSite, redis_server_url: str, node_env: dict[str, str], tmp_path: Path,
+    site: TestSite,
+    redis_server_url: str,
+    node_env: dict[str, str],
+    tmp_path: Path,
     kill_after_pages: int,
 ) -> None:
     procs = start_nodes(2, site, redis_server_url, tmp_path, node_settings(node_env))
@@ -138,8 +152,11 @@ def test_kill_9_of_a_node_loses_nothing(
 
 
 def test_malformed_entry_is_set_aside_and_the_crawl_goes_on(
-    site: TestSite, sync_redis: redis.Redis, redis_server_url: str,
-    node_env: dict[str, str], tmp_path: Path
+    site: TestSite,
+    sync_redis: redis.Redis,
+    redis_server_url: str,
+    node_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     keys = JobKeys.of(node_env["CRAWLFLEET_KEY_PREFIX"], "crawl")
     sync_redis.hset(keys.req, "999999", b"0\x00127.0.0.1\x00\x01garbage")
@@ -154,19 +171,34 @@ def test_malformed_entry_is_set_aside_and_the_crawl_goes_on(
 
 
 def test_seed_list_is_read_and_invalid_seeds_are_reported(
-    site: TestSite, sync_redis: redis.Redis, redis_server_url: str,
-    node_env: dict[str, str], tmp_path: Path
+    site: TestSite,
+    sync_redis: redis.Redis,
+    redis_server_url: str,
+    node_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     key = f"{node_env['CRAWLFLEET_KEY_PREFIX']}:seeds"
-    sync_redis.rpush(key, site.seed_urls[0], "not a url", json.dumps({"url": site.seed_urls[1],
-                     "priority": 5}), '{"nourl": 1}', site.seed_urls[2])
+    sync_redis.rpush(
+        key,
+        site.seed_urls[0],
+        "not a url",
+        json.dumps({"url": site.seed_urls[1], "priority": 5}),
+        '{"nourl": 1}',
+        site.seed_urls[2],
+    )
     procs = [
-        start_node(SPIDER, job="seeded", redis_url=redis_server_url,
-                   log=tmp_path / f"node{i}.log", output=tmp_path / f"items{i}.jsonl",
-                   spider_args={"start_urls": "http://127.0.0.1:1/unused"},
-                   settings=node_settings(node_env, CRAWLFLEET_START_URLS_KEY=key,
-                                          CRAWLFLEET_START_REQUESTS_ONCE=True),
-                   cwd=ROOT)
+        start_node(
+            SPIDER,
+            job="seeded",
+            redis_url=redis_server_url,
+            log=tmp_path / f"node{i}.log",
+            output=tmp_path / f"items{i}.jsonl",
+            spider_args={"start_urls": "http://127.0.0.1:1/unused"},
+            settings=node_settings(
+                node_env, CRAWLFLEET_START_URLS_KEY=key, CRAWLFLEET_START_REQUESTS_ONCE=True
+            ),
+            cwd=ROOT,
+        )
         for i in range(2)
     ]
     finish(procs, tmp_path)
@@ -183,10 +215,15 @@ def test_scheduler_honours_scrapy_contracts(
 ) -> None:
     out = tmp_path / "contract.json"
     base = site.seed_urls[0].rstrip("/")
-    proc = start_node("tests.frontier.nodespiders:ContractSpider", job="contract",
-                      redis_url=redis_server_url, log=tmp_path / "node0.log",
-                      spider_args={"base": base, "out": str(out)},
-                      settings=node_settings(node_env), cwd=ROOT)
+    proc = start_node(
+        "tests.frontier.nodespiders:ContractSpider",
+        job="contract",
+        redis_url=redis_server_url,
+        log=tmp_path / "node0.log",
+        spider_args={"base": base, "out": str(out)},
+        settings=node_settings(node_env),
+        cwd=ROOT,
+    )
     finish([proc], tmp_path)
     result = json.loads(out.read_text())
     p = base + "/p/{}"
@@ -221,9 +258,22 @@ class RedisProcess:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.dir), "--appendonly", "yes", "--save", ""],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                find_redis_server(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -276,8 +326,13 @@ def test_stop_everything_and_redis_then_resume(
 def test_redis_restart_during_the_crawl(
     site: TestSite, own_redis: RedisProcess, node_env: dict[str, str], tmp_path: Path
 ) -> None:
-    procs = start_nodes(2, site, own_redis.url, tmp_path,
-                        node_settings(node_env, CRAWLFLEET_REDIS_RETRY_MAX_SECONDS=1))
+    procs = start_nodes(
+        2,
+        site,
+        own_redis.url,
+        tmp_path,
+        node_settings(node_env, CRAWLFLEET_REDIS_RETRY_MAX_SECONDS=1),
+    )
     wait_for_pages(site, 60)
     own_redis.stop()
     time.sleep(2)
@@ -304,4 +359,5 @@ def test_embedded_redis_is_shared_and_stopped_by_the_last_user(tmp_path: Path) -
     assert redis.Redis.from_url(url).get("k") == b"v"
     c.release()
     assert os.path.exists(tmp_path / "redis" / "appendonly.aof") or any(
-        (tmp_path / "redis").glob("appendonly*"))
+        (tmp_path / "redis").glob("appendonly*")
+    )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from scrapy.settings import Settings
 
 from crawlfleet.addon import Addon
@@ -59,5 +58,6 @@ def test_redis_url_is_checked_and_env_wins(monkeypatch: pytest.MonkeyPatch) -> N
     assert RedisConfig.from_settings(settings).url == "redis://127.0.0.1:1/0"
     # -s on the command line still wins
     config = RedisConfig.from_settings(
-        settings_with_defaults({"CRAWLFLEET_REDIS_URL": "redis://cmdline:6379"}))
+        settings_with_defaults({"CRAWLFLEET_REDIS_URL": "redis://cmdline:6379"})
+    )
     assert config.url == "redis://cmdline:6379"

@@ -44,8 +44,14 @@ def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., A
 
 
 async def lease_all(f: Frontier, node: str = "n1", n: int = 100, **kw: Any) -> list[str]:
-    res = await f.lease(node, n, await f.offer(50), lease_ms=kw.get("lease_ms", 60000),
-                        per_site=kw.get("per_site", n), offer_size=50)
+    res = await f.lease(
+        node,
+        n,
+        await f.offer(50),
+        lease_ms=kw.get("lease_ms", 60000),
+        per_site=kw.get("per_site", n),
+        offer_size=50,
+    )
     return [e.payload.decode() for e in res.entries]
 
 
@@ -73,8 +79,17 @@ def test_dont_filter_bypasses_the_seen_filter(run: Callable[..., Any]) -> None:
 
 def test_priority_then_fifo_within_a_site(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
-        await f.commit("n1", [out("low1", priority=-5), out("mid1"), out("high1", priority=9),
-                              out("mid2"), out("low2", priority=-5), out("high2", priority=9)])
+        await f.commit(
+            "n1",
+            [
+                out("low1", priority=-5),
+                out("mid1"),
+                out("high1", priority=9),
+                out("mid2"),
+                out("low2", priority=-5),
+                out("high2", priority=9),
+            ],
+        )
         assert await lease_all(f) == ["high1", "high2", "mid1", "mid2", "low1", "low2"]
 
     run(body)
@@ -92,7 +107,10 @@ def test_leases_are_fair_across_sites(run: Callable[..., Any]) -> None:
             sites += [e.site for e in res.entries]
             offer = res.offer
         assert {s: sites.count(s) for s in set(sites)} == {
-            "big": 3, "site0": 3, "site1": 3, "site2": 3
+            "big": 3,
+            "site0": 3,
+            "site1": 3,
+            "site2": 3,
         }
         # the small sites are empty now: only the big one is offered
         assert offer == ["big"]
@@ -134,8 +152,9 @@ def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[...
         res = await f.lease("n1", 2, ["a"], lease_ms=200, per_site=2, offer_size=10)
         keep = res.entries[0].rid
         await asyncio.sleep(0.1)
-        st = await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=True, lease_ms=60000,
-                               renew=[keep])
+        st = await f.heartbeat(
+            "n1", ttl_ms=5000, status="{}", busy=True, lease_ms=60000, renew=[keep]
+        )
         assert st.leased == 2
         assert await f.reclaim_expired() == 0
         await asyncio.sleep(0.25)

@@ -31,10 +31,19 @@ def test_round_trip_keeps_every_field(codec: RequestCodec) -> None:
     spider = codec.spider
     assert isinstance(spider, DemoSpider)
     r = Request(
-        "https://example.com/a?b=1", callback=spider.parse_item, errback=spider.on_error,
-        method="POST", headers={"X-Test": "1"}, body=b"\x00\xffdata", cookies={"c": "v"},
-        meta={"depth": 2, "nested": {"list": [1, "two", b"3"]}}, encoding="latin-1",
-        priority=7, dont_filter=True, flags=["f"], cb_kwargs={"k": 1.5},
+        "https://example.com/a?b=1",
+        callback=spider.parse_item,
+        errback=spider.on_error,
+        method="POST",
+        headers={"X-Test": "1"},
+        body=b"\x00\xffdata",
+        cookies={"c": "v"},
+        meta={"depth": 2, "nested": {"list": [1, "two", b"3"]}},
+        encoding="latin-1",
+        priority=7,
+        dont_filter=True,
+        flags=["f"],
+        cb_kwargs={"k": 1.5},
     )
     back = codec.decode(codec.encode(r))
     assert back.url == r.url and back.method == "POST" and back.body == r.body
@@ -42,7 +51,11 @@ def test_round_trip_keeps_every_field(codec: RequestCodec) -> None:
     assert back.headers.get("X-Test") == b"1"
     assert back.meta == r.meta and back.cookies == r.cookies and back.encoding == "latin-1"
     assert (back.priority, back.dont_filter, back.flags, back.cb_kwargs) == (
-        7, True, ["f"], {"k": 1.5})
+        7,
+        True,
+        ["f"],
+        {"k": 1.5},
+    )
 
 
 def test_request_subclasses_survive(codec: RequestCodec) -> None:
@@ -75,12 +88,13 @@ def test_callback_must_be_a_spider_method(codec: RequestCodec) -> None:
         (VERSION + msgpack.packb([1, 2]), "no url"),
         (VERSION + msgpack.packb({"url": "https://e.com", "callback": "nope"}), "not a method"),
         (VERSION + msgpack.packb({"url": "https://e.com", "_class": "os.system"}), "not allowed"),
-        (VERSION + msgpack.packb({"url": "https://e.com", "_class": "scrapy.Spider"}),
-         "not a Request class"),
+        (
+            VERSION + msgpack.packb({"url": "https://e.com", "_class": "scrapy.Spider"}),
+            "not a Request class",
+        ),
         (VERSION + msgpack.packb({"url": "no scheme"}), "invalid request fields"),
     ],
 )
-def test_malformed_payloads_are_rejected(codec: RequestCodec, payload: bytes,
-                                         message: str) -> None:
+def test_malformed_payloads_are_rejected(codec: RequestCodec, payload: bytes, message: str) -> None:
     with pytest.raises(MalformedEntry, match=message):
         codec.decode(payload)

@@ -66,13 +66,21 @@ def _common_settings(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def run_crawl(scenario: Scenario, contender: str, nodes: int, *, redis_url: str = "",
-              key_prefix: str = "cfbench", timeout: float = 900) -> CrawlResult:
+def run_crawl(
+    scenario: Scenario,
+    contender: str,
+    nodes: int,
+    *,
+    redis_url: str = "",
+    key_prefix: str = "cfbench",
+    timeout: float = 900,
+) -> CrawlResult:
     """Crawl a fresh site once; *contender* is "scrapy" (vanilla) or "crawlfleet"."""
     model = SiteModel(pages=scenario.pages, hosts=scenario.hosts, problems=False)
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-bench-"))
-    site, port = start_site_process(model, latency_seconds=scenario.latency_seconds,
-                                    stderr=subprocess.DEVNULL)
+    site, port = start_site_process(
+        model, latency_seconds=scenario.latency_seconds, stderr=subprocess.DEVNULL
+    )
     try:
         seeds = ",".join(model.seed_urls(port))
         settings = _common_settings(scenario)
@@ -81,11 +89,19 @@ def run_crawl(scenario: Scenario, contender: str, nodes: int, *, redis_url: str 
         else:
             job = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
             procs = [
-                start_node(SPIDER, job=job, redis_url=redis_url,
-                           log=workdir / f"node{i}.log", spider_args={"start_urls": seeds},
-                           settings={**settings, "CRAWLFLEET_KEY_PREFIX": key_prefix,
-                                     "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
-                                     "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5})
+                start_node(
+                    SPIDER,
+                    job=job,
+                    redis_url=redis_url,
+                    log=workdir / f"node{i}.log",
+                    spider_args={"start_urls": seeds},
+                    settings={
+                        **settings,
+                        "CRAWLFLEET_KEY_PREFIX": key_prefix,
+                        "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
+                        "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5,
+                    },
+                )
                 for i in range(nodes)
             ]
         codes = wait_all(procs, timeout)
@@ -98,9 +114,14 @@ def run_crawl(scenario: Scenario, contender: str, nodes: int, *, redis_url: str 
     requests = int(stats["total_requests"])
     seconds = float(stats["active_seconds"]) or 1e-9
     result = CrawlResult(
-        scenario=scenario.name, contender=contender, nodes=nodes,
-        pages_per_second=requests / seconds, requests=requests, seconds=seconds,
-        fetched_twice=len(stats["fetched_twice"]), never_fetched=len(stats["never_fetched"]),
+        scenario=scenario.name,
+        contender=contender,
+        nodes=nodes,
+        pages_per_second=requests / seconds,
+        requests=requests,
+        seconds=seconds,
+        fetched_twice=len(stats["fetched_twice"]),
+        never_fetched=len(stats["never_fetched"]),
         exit_codes=codes,
     )
     if contender == "crawlfleet":
@@ -113,15 +134,19 @@ def run_crawl(scenario: Scenario, contender: str, nodes: int, *, redis_url: str 
     return result
 
 
-def _start_vanilla(seeds: str, settings: dict[str, Any], workdir: Path
-                   ) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "crawlfleet.benchmark.vanilla", SPIDER, "-a",
-           f"start_urls={seeds}"]
+def _start_vanilla(seeds: str, settings: dict[str, Any], workdir: Path) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "crawlfleet.benchmark.vanilla",
+        SPIDER,
+        "-a",
+        f"start_urls={seeds}",
+    ]
     for name, value in settings.items():
         cmd += ["-s", f"{name}={value}"]
     log = open(workdir / "vanilla.log", "wb")  # noqa: SIM115 - closed below
     try:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     finally:
         log.close()

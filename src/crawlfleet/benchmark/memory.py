@@ -31,13 +31,15 @@ class SeenResult:
         return asdict(self)
 
 
-async def _measure(url: str, prefix: str, mode: str, urls: int, error_rate: float,
-                   probes: int) -> SeenResult:
+async def _measure(
+    url: str, prefix: str, mode: str, urls: int, error_rate: float, probes: int
+) -> SeenResult:
     client = make_client(url)
     job = f"bench-seen-{mode}-{os.getpid()}-{time.time_ns()}"
     keys = JobKeys.of(prefix, job)
-    frontier = Frontier(client, keys, SeenConfig(mode, bloom_capacity=urls,
-                                                 bloom_error_rate=error_rate))
+    frontier = Frontier(
+        client, keys, SeenConfig(mode, bloom_capacity=urls, bloom_error_rate=error_rate)
+    )
     try:
         started = time.perf_counter()
         for start in range(0, urls, BATCH):
@@ -58,15 +60,28 @@ async def _measure(url: str, prefix: str, mode: str, urls: int, error_rate: floa
                 fps = [os.urandom(16) for _ in range(min(BATCH, probes - start))]
                 hits += sum(await frontier.seen_check(fps, add=False))
             fp_rate = hits / probes
-        return SeenResult(mode, None if mode == "exact" else error_rate, urls, used / urls,
-                          layers, fp_rate, insert_seconds)
+        return SeenResult(
+            mode,
+            None if mode == "exact" else error_rate,
+            urls,
+            used / urls,
+            layers,
+            fp_rate,
+            insert_seconds,
+        )
     finally:
         await frontier.reset()
         await client.aclose()
 
 
-def measure_seen(url: str, prefix: str, mode: str, urls: int = 1_000_000,
-                 error_rate: float = 1e-3, probes: int = 1_000_000) -> SeenResult:
+def measure_seen(
+    url: str,
+    prefix: str,
+    mode: str,
+    urls: int = 1_000_000,
+    error_rate: float = 1e-3,
+    probes: int = 1_000_000,
+) -> SeenResult:
     """Insert *urls* random fingerprints, then measure memory (and, for Bloom, the
     false-positive rate over *probes* fingerprints never inserted)."""
     return asyncio.run(_measure(url, prefix, mode, urls, error_rate, probes))

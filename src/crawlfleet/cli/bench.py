@@ -29,19 +29,41 @@ HELP = "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cpu-pages", type=int, default=3000,
-                        help="pages of the CPU-bound site (default 3000)")
-    parser.add_argument("--latency-pages", type=int, default=800,
-                        help="pages of the latency-bound site (default 800)")
-    parser.add_argument("--latency", type=float, default=0.2,
-                        help="latency of the latency-bound site in seconds (default 0.2)")
+    parser.add_argument(
+        "--cpu-pages", type=int, default=3000, help="pages of the CPU-bound site (default 3000)"
+    )
+    parser.add_argument(
+        "--latency-pages",
+        type=int,
+        default=800,
+        help="pages of the latency-bound site (default 800)",
+    )
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.2,
+        help="latency of the latency-bound site in seconds (default 0.2)",
+    )
     parser.add_argument("--nodes", default="1,2,4", help="node counts (default 1,2,4)")
-    parser.add_argument("--seen-urls", type=int, default=1_000_000,
-                        help="fingerprints for the memory measurement (default 1M)")
-    parser.add_argument("--skip", action="append", default=[],
-                        choices=["cpu", "latency", "seen"], help="leave out a part")
-    parser.add_argument("--json", type=Path, default=Path("bench-results.json"),
-                        help="where to write the figures (default bench-results.json)")
+    parser.add_argument(
+        "--seen-urls",
+        type=int,
+        default=1_000_000,
+        help="fingerprints for the memory measurement (default 1M)",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=["cpu", "latency", "seen"],
+        help="leave out a part",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path("bench-results.json"),
+        help="where to write the figures (default bench-results.json)",
+    )
     add_redis_options(parser)
     add_settings_option(parser)
 
@@ -69,12 +91,15 @@ def run(args: argparse.Namespace) -> int:
     if "seen" not in args.skip:
         for mode, rate in (("exact", 0.0), ("bloom", 1e-3), ("bloom", 1e-6)):
             console.print(f"seen-filter {mode} {rate or ''} with {args.seen_urls} URLs ...")
-            seen.append(measure_seen(url, prefix, mode, args.seen_urls, rate or 1e-3,
-                                     probes=args.seen_urls))
+            seen.append(
+                measure_seen(url, prefix, mode, args.seen_urls, rate or 1e-3, probes=args.seen_urls)
+            )
     report = _report(console, results, seen)
     report["command"] = "crawlfleet bench " + " ".join(
-        f"--{k.replace('_', '-')}={v}" for k, v in sorted(vars(args).items())
-        if k in ("cpu_pages", "latency_pages", "latency", "nodes", "seen_urls"))
+        f"--{k.replace('_', '-')}={v}"
+        for k, v in sorted(vars(args).items())
+        if k in ("cpu_pages", "latency_pages", "latency", "nodes", "seen_urls")
+    )
     report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     args.json.write_text(json.dumps(report, indent=2))
     console.print(f"figures written to {args.json}")
@@ -83,30 +108,53 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(console: Console, results: list[CrawlResult], seen: list[Any]) -> dict[str, Any]:
     table = Table(title="crawl throughput (measured by the site)")
-    for col in ("scenario", "contender", "nodes", "pages/s", "x scrapy", "x 1 node",
-                "round trips/page", "twice", "never", "node shares"):
+    for col in (
+        "scenario",
+        "contender",
+        "nodes",
+        "pages/s",
+        "x scrapy",
+        "x 1 node",
+        "round trips/page",
+        "twice",
+        "never",
+        "node shares",
+    ):
         table.add_column(col, justify="left" if col in ("scenario", "contender") else "right")
     targets: dict[str, bool] = {}
     for r in results:
-        base = next((b for b in results if b.scenario == r.scenario
-                     and b.contender == "scrapy"), None)
-        one = next((b for b in results if b.scenario == r.scenario
-                    and b.contender == "crawlfleet" and b.nodes == 1), None)
+        base = next(
+            (b for b in results if b.scenario == r.scenario and b.contender == "scrapy"), None
+        )
+        one = next(
+            (
+                b
+                for b in results
+                if b.scenario == r.scenario and b.contender == "crawlfleet" and b.nodes == 1
+            ),
+            None,
+        )
         vs_scrapy = r.pages_per_second / base.pages_per_second if base else None
         vs_one = r.pages_per_second / one.pages_per_second if one else None
         table.add_row(
-            r.scenario, r.contender, str(r.nodes), f"{r.pages_per_second:.0f}",
-            f"{vs_scrapy:.2f}" if vs_scrapy else "", f"{vs_one:.2f}" if vs_one and
-            r.contender == "crawlfleet" else "",
+            r.scenario,
+            r.contender,
+            str(r.nodes),
+            f"{r.pages_per_second:.0f}",
+            f"{vs_scrapy:.2f}" if vs_scrapy else "",
+            f"{vs_one:.2f}" if vs_one and r.contender == "crawlfleet" else "",
             f"{r.round_trips_per_page:.3f}" if r.round_trips_per_page is not None else "",
-            str(r.fetched_twice), str(r.never_fetched),
+            str(r.fetched_twice),
+            str(r.never_fetched),
             " ".join(f"{s:.0%}" for s in r.node_shares),
         )
         targets[f"{r.scenario}/{r.contender}x{r.nodes}: exact"] = (
-            r.fetched_twice == 0 and r.never_fetched == 0)
+            r.fetched_twice == 0 and r.never_fetched == 0
+        )
         if r.contender == "crawlfleet":
             targets[f"{r.scenario}/x{r.nodes}: round trips/page < 1"] = (
-                (r.round_trips_per_page or 0) < 1)
+                r.round_trips_per_page or 0
+            ) < 1
             if r.nodes == 1 and vs_scrapy is not None and r.scenario == "cpu-bound":
                 targets["cpu-bound: 1 node >= 0.9x scrapy"] = vs_scrapy >= 0.9
             if r.nodes == 4 and vs_one is not None and r.scenario == "latency-bound":
@@ -114,21 +162,34 @@ def _report(console: Console, results: list[CrawlResult], seen: list[Any]) -> di
     console.print(table)
     if seen:
         mem = Table(title="seen-filter memory")
-        for col in ("mode", "error rate", "URLs", "bytes/URL", "layers", "measured FP rate",
-                    "insert s"):
+        for col in (
+            "mode",
+            "error rate",
+            "URLs",
+            "bytes/URL",
+            "layers",
+            "measured FP rate",
+            "insert s",
+        ):
             mem.add_column(col, justify="right")
         for s in seen:
-            mem.add_row(s.mode, f"{s.error_rate:g}" if s.error_rate else "", str(s.urls),
-                        f"{s.bytes_per_url:.2f}", str(s.layers or ""),
-                        f"{s.false_positive_rate:.2e}" if s.false_positive_rate is not None
-                        else "", f"{s.insert_seconds:.1f}")
+            mem.add_row(
+                s.mode,
+                f"{s.error_rate:g}" if s.error_rate else "",
+                str(s.urls),
+                f"{s.bytes_per_url:.2f}",
+                str(s.layers or ""),
+                f"{s.false_positive_rate:.2e}" if s.false_positive_rate is not None else "",
+                f"{s.insert_seconds:.1f}",
+            )
             if s.mode == "bloom" and s.error_rate == 1e-3:
                 targets["bloom 1e-3: <= 2.5 bytes/URL"] = s.bytes_per_url <= 2.5
             if s.mode == "bloom" and s.false_positive_rate is not None and s.error_rate:
                 # the measured rate of a sample: allow the sampling noise of a few hits
                 limit = s.error_rate * 1.2 + 5 / s.urls
                 targets[f"bloom {s.error_rate:g}: FP rate within target"] = (
-                    s.false_positive_rate <= limit)
+                    s.false_positive_rate <= limit
+                )
         console.print(mem)
     for name, ok in targets.items():
         console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")

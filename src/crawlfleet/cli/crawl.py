@@ -16,6 +16,7 @@ from scrapy.utils.project import get_project_settings
 from crawlfleet.addon import Addon
 from crawlfleet.cli.options import add_redis_options, add_settings_option, parse_settings
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.settings.config import FrontierConfig, RedisConfig
 
 NAME = "crawl"
 #: Scrapy sets up logging for this command (see cli.main)
@@ -28,10 +29,20 @@ logger = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spider", help="spider name (Scrapy project) or module:Class")
     parser.add_argument("--job", help="job name (default: the spider's name)")
-    parser.add_argument("-a", dest="spider_args", action="append", default=[],
-                        metavar="NAME=VALUE", help="spider argument")
-    parser.add_argument("-o", "--output", metavar="FILE",
-                        help="append items to FILE (feed export: .jsonl, .csv, ...)")
+    parser.add_argument(
+        "-a",
+        dest="spider_args",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="spider argument",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="append items to FILE (feed export: .jsonl, .csv, ...)",
+    )
     add_redis_options(parser)
     add_settings_option(parser)
 
@@ -76,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         if not sep:
             raise ConfigError(f"-a expects NAME=VALUE, got {item!r}")
         spider_args[name] = value
+    check_settings(settings, spidercls)
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(spidercls)
     process.crawl(crawler, **spider_args)
@@ -84,7 +96,22 @@ def run(args: argparse.Namespace) -> int:
     return 0 if reason in ("finished", "shutdown") else 1
 
 
+def check_settings(settings: Settings, spidercls: type[Spider]) -> None:
+    """Validate the node's crawlfleet settings (with the spider's custom_settings) before
+    Scrapy starts, so that a mistake is one clear line, not a traceback."""
+    probe = settings.copy()
+    Addon().update_settings(probe)  # Scrapy applies add-ons only when it builds the crawler
+    spidercls.update_settings(probe)
+    FrontierConfig.from_settings(probe, getattr(spidercls, "name", "") or "")
+    RedisConfig.from_settings(probe)
+
+
 def _feed_format(path: str) -> str:
     suffix = path.rsplit(".", 1)[-1].lower()
-    return {"jsonl": "jsonlines", "jl": "jsonlines", "json": "json", "csv": "csv",
-            "xml": "xml"}.get(suffix, "jsonlines")
+    return {
+        "jsonl": "jsonlines",
+        "jl": "jsonlines",
+        "json": "json",
+        "csv": "csv",
+        "xml": "xml",
+    }.get(suffix, "jsonlines")

@@ -39,13 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="node processes (default 3)")
     parser.add_argument("--pages", type=int, default=600, help="pages on the site")
     parser.add_argument("--hosts", type=int, default=3, help="host names (127.0.0.N)")
-    parser.add_argument("--latency", type=float, default=0.02,
-                        help="seconds the site waits before each answer")
-    parser.add_argument("--concurrency", type=int, default=8,
-                        help="CONCURRENT_REQUESTS per node")
+    parser.add_argument(
+        "--latency", type=float, default=0.02, help="seconds the site waits before each answer"
+    )
+    parser.add_argument("--concurrency", type=int, default=8, help="CONCURRENT_REQUESTS per node")
     parser.add_argument("--spider", default=SPIDER, help="spider (module:Class) to run")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the job's state in Redis afterwards (default: reset it)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the job's state in Redis afterwards (default: reset it)",
+    )
     parser.add_argument("--timeout", type=float, default=600, help="give up after seconds")
     add_redis_options(parser)
     add_settings_option(parser)
@@ -67,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
 
     model = SiteModel(pages=args.pages, hosts=args.hosts)
     with open(out_dir / "site.log", "wb") as site_log:
-        site, port = start_site_process(model, latency_seconds=args.latency, timeout_seconds=3,
-                                        stderr=site_log)
+        site, port = start_site_process(
+            model, latency_seconds=args.latency, timeout_seconds=3, stderr=site_log
+        )
     try:
         seeds = model.seed_urls(port)
         console.print(f"Test site: {', '.join(seeds)} ({args.pages} pages)")
@@ -84,15 +88,22 @@ def run(args: argparse.Namespace) -> int:
         }
         node_settings.update(dict(item.split("=", 1) for item in args.settings))
         procs = [
-            start_node(args.spider, job=job, redis_url=url, log=out_dir / f"node-{i}.log",
-                       spider_args={"start_urls": ",".join(seeds)}, settings=node_settings,
-                       output=out_dir / f"items-{i}.jsonl")
+            start_node(
+                args.spider,
+                job=job,
+                redis_url=url,
+                log=out_dir / f"node-{i}.log",
+                spider_args={"start_urls": ",".join(seeds)},
+                settings=node_settings,
+                output=out_dir / f"items-{i}.jsonl",
+            )
             for i in range(args.nodes)
         ]
         console.print(f"Job {job}: {args.nodes} nodes, logs and items in {out_dir}")
         started = time.monotonic()
-        timed_out = _watch(console, procs, url, redis_config.key_prefix, job, port, started,
-                           args.timeout)
+        timed_out = _watch(
+            console, procs, url, redis_config.key_prefix, job, port, started, args.timeout
+        )
         codes = [p.poll() for p in procs]
         elapsed = time.monotonic() - started
         stats = fetch_stats(port)
@@ -104,8 +115,16 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _watch(console: Console, procs: list[Any], url: str, prefix: str, job: str, port: int,
-           started: float, timeout: float) -> bool:
+def _watch(
+    console: Console,
+    procs: list[Any],
+    url: str,
+    prefix: str,
+    job: str,
+    port: int,
+    started: float,
+    timeout: float,
+) -> bool:
     """Live view until every node has exited; True if the timeout cut it short."""
     keys = JobKeys.of(prefix, job)
     with Live(console=console, refresh_per_second=4, transient=False) as live:
@@ -131,13 +150,18 @@ async def _snapshot(url: str, keys: JobKeys) -> tuple[dict[str, Any], dict[str, 
     try:
         raw = await client.hgetall(keys.nodeinfo)
         counters = await Frontier(client, keys).counters()
-        return {k.decode(): json.loads(v) for k, v in raw.items()}, counters
+        return {_text(k): json.loads(v) for k, v in raw.items()}, counters
     finally:
         await client.aclose()
 
 
-def _progress(procs: list[Any], nodes: dict[str, Any], counters: dict[str, int],
-              site: dict[str, Any], elapsed: float) -> Group:
+def _progress(
+    procs: list[Any],
+    nodes: dict[str, Any],
+    counters: dict[str, int],
+    site: dict[str, Any],
+    elapsed: float,
+) -> Group:
     table = Table(title=f"crawl progress ({elapsed:.0f}s)")
     for col in ("node", "pid", "pages", "items", "pages/s", "buffered", "in progress"):
         table.add_column(col, justify="right" if col != "node" else "left")
@@ -147,19 +171,33 @@ def _progress(procs: list[Any], nodes: dict[str, Any], counters: dict[str, int],
         if pid not in {p.pid for p in procs}:
             continue
         up = max(time.time() - float(info.get("started", time.time())), 1e-6)
-        table.add_row(node, f"{pid}{'' if pid in alive else ' (exited)'}",
-                      str(info.get("pages", 0)), str(info.get("items", 0)),
-                      f"{info.get('pages', 0) / up:.0f}", str(info.get("buffered", 0)),
-                      str(info.get("in_progress", 0)))
-    line = (f"site: {site.get('content_fetched', 0)}/{site.get('expected_urls', 0)} pages, "
-            f"{site.get('total_requests', 0)} requests | frontier: "
-            f"{counters.get('queued', 0)} queued, {counters.get('leased', 0)} leased, "
-            f"{counters.get('duplicates', 0)} duplicates filtered")
+        table.add_row(
+            node,
+            f"{pid}{'' if pid in alive else ' (exited)'}",
+            str(info.get("pages", 0)),
+            str(info.get("items", 0)),
+            f"{info.get('pages', 0) / up:.0f}",
+            str(info.get("buffered", 0)),
+            str(info.get("in_progress", 0)),
+        )
+    line = (
+        f"site: {site.get('content_fetched', 0)}/{site.get('expected_urls', 0)} pages, "
+        f"{site.get('total_requests', 0)} requests | frontier: "
+        f"{counters.get('queued', 0)} queued, {counters.get('leased', 0)} leased, "
+        f"{counters.get('duplicates', 0)} duplicates filtered"
+    )
     return Group(table, line)
 
 
-def _summary(console: Console, model: SiteModel, stats: dict[str, Any], out_dir: Path,
-             codes: list[int | None], elapsed: float, timed_out: bool) -> bool:
+def _summary(
+    console: Console,
+    model: SiteModel,
+    stats: dict[str, Any],
+    out_dir: Path,
+    codes: list[int | None],
+    elapsed: float,
+    timed_out: bool,
+) -> bool:
     items: list[dict[str, Any]] = []
     for path in sorted(out_dir.glob("items-*.jsonl")):
         items += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -170,21 +208,31 @@ def _summary(console: Console, model: SiteModel, stats: dict[str, Any], out_dir:
     table.add_column("value", justify="right")
     table.add_column("ok")
     rows = [
-        ("pages crawled", f"{stats['content_fetched']}/{stats['expected_urls']}",
-         stats["content_fetched"] == stats["expected_urls"]),
+        (
+            "pages crawled",
+            f"{stats['content_fetched']}/{stats['expected_urls']}",
+            stats["content_fetched"] == stats["expected_urls"],
+        ),
         ("never fetched", str(len(never)), not never),
         ("fetched twice", str(len(twice)), not twice),
-        ("items stored", f"{len(items)} ({len(unique)} distinct)",
-         len(items) == len(unique) == model.pages),
-        ("nodes finished cleanly", f"{sum(c == 0 for c in codes)}/{len(codes)}",
-         all(c == 0 for c in codes) and not timed_out),
+        (
+            "items stored",
+            f"{len(items)} ({len(unique)} distinct)",
+            len(items) == len(unique) == model.pages,
+        ),
+        (
+            "nodes finished cleanly",
+            f"{sum(c == 0 for c in codes)}/{len(codes)}",
+            all(c == 0 for c in codes) and not timed_out,
+        ),
     ]
     for name, value, ok in rows:
         table.add_row(name, value, "[green]yes[/]" if ok else "[red]NO[/]")
     console.print(table)
     rate = stats["total_requests"] / max(elapsed, 1e-6)
-    console.print(f"{stats['total_requests']} requests in {elapsed:.1f}s ({rate:.0f}/s); "
-                  f"items in {out_dir}")
+    console.print(
+        f"{stats['total_requests']} requests in {elapsed:.1f}s ({rate:.0f}/s); items in {out_dir}"
+    )
     for url in never[:5]:
         console.print(f"  never fetched: {url}")
     for entry in twice[:5]:
@@ -200,3 +248,7 @@ async def _reset(url: str, prefix: str, job: str) -> None:
         await Frontier(client, JobKeys.of(prefix, job)).reset()
     finally:
         await client.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -10,8 +10,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
-from crawlfleet.cli.options import run_on_frontier
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    run_on_frontier,
+)
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.redis.connection import make_client, resolve_url
 from crawlfleet.redis.keys import jobs_key
@@ -28,8 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     reset = sub.add_parser("reset", help="delete every key of a job (queues, seen-filter...)")
     reset.add_argument("job")
-    reset.add_argument("--force", action="store_true",
-                       help="reset even while nodes are alive on the job")
+    reset.add_argument(
+        "--force", action="store_true", help="reset even while nodes are alive on the job"
+    )
     sub.add_parser("list", help="jobs known to this Redis")
     for p in (status, reset, sub.choices["list"]):
         add_redis_options(p)
@@ -40,9 +45,11 @@ async def _status(frontier: Frontier) -> dict[str, Any]:
     counters = await frontier.counters()
     nodes = await frontier.live_nodes()
     client, keys = frontier.client, frontier.keys
-    info = {n: json.loads(v) for n, v in (
-        (k.decode(), v) for k, v in (await client.hgetall(keys.nodeinfo)).items()
-    ) if n in nodes}
+    info = {
+        n: json.loads(v)
+        for n, v in ((_text(k), v) for k, v in (await client.hgetall(keys.nodeinfo)).items())
+        if n in nodes
+    }
     return {
         "job": keys.job,
         "queued": counters.get("queued", 0),
@@ -77,8 +84,10 @@ def run(args: argparse.Namespace) -> int:
     async def reset(frontier: Frontier) -> int | None:
         live = await frontier.live_nodes()
         if live and not args.force:
-            console.print(f"[red]refusing to reset {args.job}[/]: live nodes {', '.join(live)}"
-                          " (stop them first, or --force)")
+            console.print(
+                f"[red]refusing to reset {args.job}[/]: live nodes {', '.join(live)}"
+                " (stop them first, or --force)"
+            )
             return None
         return await frontier.reset()
 
@@ -95,10 +104,14 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     async def main() -> list[str]:
         client = make_client(resolve_url(config))
         try:
-            return sorted(j.decode() for j in await client.smembers(jobs_key(config.key_prefix)))
+            return sorted(_text(j) for j in await client.smembers(jobs_key(config.key_prefix)))
         finally:
             await client.aclose()
 
     for job in asyncio.run(main()):
         console.print(job)
     return 0
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -13,6 +13,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from crawlfleet.exceptions import ConfigError
+
 __all__ = ["COMMANDS", "main"]
 
 #: Command modules, in the order ``crawlfleet --help`` lists them.
@@ -30,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"crawlfleet.cli.{name}")
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
-        command.set_defaults(_run=module.run,
-                             _scrapy_logging=getattr(module, "SCRAPY_LOGGING", False))
+        command.set_defaults(
+            _run=module.run, _scrapy_logging=getattr(module, "SCRAPY_LOGGING", False)
+        )
     return parser
 
 
@@ -44,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         return int(args._run(args))
+    except ConfigError as exc:
+        print(f"crawlfleet {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

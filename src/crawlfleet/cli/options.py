@@ -26,15 +26,28 @@ T = TypeVar("T")
 
 
 def add_redis_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--redis-url", metavar="URL",
-                        help="shared Redis (default: CRAWLFLEET_REDIS_URL, else embedded)")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help="local data directory (default: CRAWLFLEET_DATA_DIR, .crawlfleet)")
+    parser.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="shared Redis (default: CRAWLFLEET_REDIS_URL, else embedded)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="local data directory (default: CRAWLFLEET_DATA_DIR, .crawlfleet)",
+    )
 
 
 def add_settings_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-s", "--set", dest="settings", action="append", default=[],
-                        metavar="NAME=VALUE", help="set a Scrapy/crawlfleet setting")
+    parser.add_argument(
+        "-s",
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a Scrapy/crawlfleet setting",
+    )
 
 
 def parse_settings(args: argparse.Namespace) -> dict[str, Any]:

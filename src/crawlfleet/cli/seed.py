@@ -10,8 +10,12 @@ from rich.console import Console
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
-from crawlfleet.cli.options import run_on_frontier
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    run_on_frontier,
+)
 from crawlfleet.frontier.client import Frontier, Outgoing
 from crawlfleet.frontier.scheduler import FINGERPRINT_BYTES
 from crawlfleet.frontier.serialization import RequestCodec
@@ -27,8 +31,14 @@ BATCH = 500
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="job name (by default a job is named after its spider)")
     parser.add_argument("urls", nargs="*", metavar="URL", help="URLs or JSON seed entries")
-    parser.add_argument("--file", "-f", type=Path, action="append", default=[],
-                        help="read seeds from a file, one per line ('-' for stdin)")
+    parser.add_argument(
+        "--file",
+        "-f",
+        type=Path,
+        action="append",
+        default=[],
+        help="read seeds from a file, one per line ('-' for stdin)",
+    )
     add_redis_options(parser)
     add_settings_option(parser)
 
@@ -37,8 +47,9 @@ def _entries(args: argparse.Namespace) -> list[str]:
     entries = list(args.urls)
     for path in args.file:
         text = sys.stdin.read() if str(path) == "-" else path.read_text("utf-8")
-        entries += [line for line in text.splitlines() if line.strip() and
-                    not line.lstrip().startswith("#")]
+        entries += [
+            line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+        ]
     return entries
 
 
@@ -71,11 +82,18 @@ def run(args: argparse.Namespace) -> int:
             for r in chunk:
                 if keyer.needs_resolving(r):
                     await keyer.resolve(keyer.host(r))
-            result = await frontier.commit("seed", [
-                Outgoing(fingerprinter.fingerprint(r)[:FINGERPRINT_BYTES], keyer.site(r),
-                         r.priority, codec.encode(r))
-                for r in chunk
-            ])
+            result = await frontier.commit(
+                "seed",
+                [
+                    Outgoing(
+                        fingerprinter.fingerprint(r)[:FINGERPRINT_BYTES],
+                        keyer.site(r),
+                        r.priority,
+                        codec.encode(r),
+                    )
+                    for r in chunk
+                ],
+            )
             queued += result.queued
             dups += result.duplicates
         return queued, dups

@@ -19,7 +19,13 @@ from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.redis.scripts import ScriptSet
 
 __all__ = [
-    "CommitResult", "Frontier", "JobState", "LeaseResult", "Leased", "Outgoing", "SeenConfig",
+    "CommitResult",
+    "Frontier",
+    "JobState",
+    "LeaseResult",
+    "Leased",
+    "Outgoing",
+    "SeenConfig",
 ]
 
 PRIORITY_LIMIT = 2**19
@@ -121,8 +127,12 @@ class Frontier:
         layers = range(1, n + 1 + BLOOM_SPARES)
         keys = [self.keys.bloom] + [self.keys.bloom_layer(i) for i in layers]
         s = self.seen
-        return keys, [s.bloom_capacity, repr(s.bloom_error_rate), s.bloom_growth,
-                      s.bloom_tightening]
+        return keys, [
+            s.bloom_capacity,
+            repr(s.bloom_error_rate),
+            s.bloom_growth,
+            s.bloom_tightening,
+        ]
 
     async def _with_seen(self, name: str, build: Any) -> Any:
         """Run script *name* with args from ``build(seen_keys, seen_args)``; on a stale
@@ -163,10 +173,19 @@ class Frontier:
         queue_keys = [k.queue(site) for site in qindex]
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
-            keys = [k.sites, k.req, k.leases, k.owner, k.counters, k.bad, *seen_keys,
-                    *queue_keys]
-            args = [node, len(seen_keys), len(seen_args), len(acks), len(bad), len(requests),
-                    *seen_args, *acks, *bad, *tail]
+            keys = [k.sites, k.req, k.leases, k.owner, k.counters, k.bad, *seen_keys, *queue_keys]
+            args = [
+                node,
+                len(seen_keys),
+                len(seen_args),
+                len(acks),
+                len(bad),
+                len(requests),
+                *seen_args,
+                *acks,
+                *bad,
+                *tail,
+            ]
             return keys, args
 
         queued, dups, acked, dup_idx, layers = await self._with_seen("commit", build)
@@ -174,7 +193,13 @@ class Frontier:
         return CommitResult(int(queued), int(dups), int(acked), [int(i) - 1 for i in dup_idx])
 
     async def lease(
-        self, node: str, n: int, sites: Sequence[str], *, lease_ms: int, per_site: int,
+        self,
+        node: str,
+        n: int,
+        sites: Sequence[str],
+        *,
+        lease_ms: int,
+        per_site: int,
         offer_size: int,
     ) -> LeaseResult:
         """Lease up to *n* requests from *sites* (least recently served first)."""
@@ -221,7 +246,13 @@ class Frontier:
         return await self._requeue("owner", node, held)
 
     async def heartbeat(
-        self, node: str, *, ttl_ms: int, status: str, busy: bool, lease_ms: int,
+        self,
+        node: str,
+        *,
+        ttl_ms: int,
+        status: str,
+        busy: bool,
+        lease_ms: int,
         renew: Sequence[str] = (),
     ) -> JobState:
         """Register *node* as alive, renew its leases, read the job's state.
@@ -238,7 +269,10 @@ class Frontier:
     async def read_seeds(self, key: str, n: int) -> list[bytes]:
         """The first *n* entries of the seed list *key*, left in place."""
         self.round_trips += 1
-        return list(await self.client.lrange(key, 0, n - 1))
+        return [
+            e if isinstance(e, bytes) else e.encode()
+            for e in await self.client.lrange(key, 0, n - 1)
+        ]
 
     async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
         """Drop *entries* (read by ``read_seeds``) from the list's head, if still there."""
@@ -252,8 +286,7 @@ class Frontier:
         """For each fingerprint: was it seen before? With *add*, record the new ones."""
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
-            return seen_keys, ["add" if add else "check", len(seen_args), *seen_args,
-                               *fingerprints]
+            return seen_keys, ["add" if add else "check", len(seen_args), *seen_args, *fingerprints]
 
         _hits, layers, flags = await self._with_seen("seen", build)
         self._note_layers(layers)
@@ -280,8 +313,11 @@ class Frontier:
         k = self.keys
         sites = [_s(s) for s in await self.client.zrange(k.sites, 0, -1)]
         layers = int(await self.client.hget(k.bloom, "layers") or 0)
-        doomed = [*k.fixed(), *(k.queue(s) for s in sites),
-                  *(k.bloom_layer(i) for i in range(1, layers + 1))]
+        doomed = [
+            *k.fixed(),
+            *(k.queue(s) for s in sites),
+            *(k.bloom_layer(i) for i in range(1, layers + 1)),
+        ]
         deleted = 0
         for i in range(0, len(doomed), 500):
             deleted += int(await self.client.delete(*doomed[i : i + 500]))

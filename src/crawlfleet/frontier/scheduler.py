@@ -19,6 +19,7 @@ nothing, its leases come back when they expire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -31,7 +32,9 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.crawler import Crawler
@@ -53,7 +56,7 @@ __all__ = ["Scheduler", "new_node_id"]
 
 logger = logging.getLogger(__name__)
 
-REDIS_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError, OSError)
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 FINGERPRINT_BYTES = 16
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
@@ -186,7 +189,10 @@ class Scheduler(BaseScheduler):
         await self._until_reachable("open the frontier", self.frontier.register_job)
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
-            self.node_id, self.config.job, self.config.seen_mode, self.config.site_key,
+            self.node_id,
+            self.config.job,
+            self.config.seen_mode,
+            self.config.site_key,
             self.config.prefetch,
         )
         self._task = asyncio.ensure_future(self._run())
@@ -225,11 +231,14 @@ class Scheduler(BaseScheduler):
             logger.error(
                 "Could not reach Redis for %.0fs while closing: %d new requests were not "
                 "queued; %d leases will return to their queues when they expire",
-                CLOSE_FLUSH_SECONDS, len(self._out), len(self._held),
+                CLOSE_FLUSH_SECONDS,
+                len(self._out),
+                len(self._held),
             )
         self._set_stat("crawlfleet/redis/round_trips", self.frontier.round_trips)
-        logger.info("crawlfleet node %s closed (%s); shared state left in place",
-                    self.node_id, reason)
+        logger.info(
+            "crawlfleet node %s closed (%s); shared state left in place", self.node_id, reason
+        )
 
     def has_pending_requests(self) -> bool:
         if self._buffer or self._out or self._handed or self._acks or self._bad:
@@ -282,8 +291,11 @@ class Scheduler(BaseScheduler):
             try:
                 await self._tick()
                 if self._redis_down_since is not None:
-                    logger.info("Redis reachable again after %.1fs; %d requests waited locally",
-                                time.monotonic() - self._redis_down_since, len(self._out))
+                    logger.info(
+                        "Redis reachable again after %.1fs; %d requests waited locally",
+                        time.monotonic() - self._redis_down_since,
+                        len(self._out),
+                    )
                     self._redis_down_since = None
                 delay = self.redis_config.retry_min_seconds
             except REDIS_ERRORS as exc:
@@ -293,7 +305,10 @@ class Scheduler(BaseScheduler):
                 logger.warning(
                     "Redis unreachable (%s): retrying in %.1fs; holding %d new requests and "
                     "%d finished ones locally, nothing is lost",
-                    exc, delay, len(self._out), len(self._acks),
+                    exc,
+                    delay,
+                    len(self._out),
+                    len(self._acks),
                 )
                 await self._sleep(delay)
                 delay = min(delay * 2, self.redis_config.retry_max_seconds)
@@ -306,10 +321,8 @@ class Scheduler(BaseScheduler):
 
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
         self._wake.clear()
 
     async def _tick(self) -> None:
@@ -377,7 +390,8 @@ class Scheduler(BaseScheduler):
         if not self._logged_dup:
             logger.debug(
                 "Filtered duplicate request: %(request)s - no more duplicates will be shown",
-                {"request": request}, extra={"spider": self.spider},
+                {"request": request},
+                extra={"spider": self.spider},
             )
             self._logged_dup = True
         self.on_dropped(request)
@@ -390,16 +404,16 @@ class Scheduler(BaseScheduler):
         result = None
         if offer:
             result = await self.frontier.lease(
-                self.node_id, want, offer,
+                self.node_id,
+                want,
+                offer,
                 lease_ms=int(self.config.lease_seconds * 1000),
                 per_site=max(1, math.ceil(want / len(offer))),
                 offer_size=self.config.lease_sites,
             )
             self._offer = result.offer
         if result is None or not result.entries:
-            self._idle_delay = min(
-                max(self._idle_delay * 2, 0.05), self.config.idle_max_seconds
-            )
+            self._idle_delay = min(max(self._idle_delay * 2, 0.05), self.config.idle_max_seconds)
             self._next_lease = time.monotonic() + self._idle_delay
             return
         self._idle_delay = 0.0
@@ -408,8 +422,12 @@ class Scheduler(BaseScheduler):
             try:
                 request = self.codec.decode(entry.payload)
             except MalformedEntry as exc:
-                logger.error("Malformed frontier entry %s set aside (job %s): %s",
-                             entry.rid, self.config.job, exc)
+                logger.error(
+                    "Malformed frontier entry %s set aside (job %s): %s",
+                    entry.rid,
+                    self.config.job,
+                    exc,
+                )
                 self._inc("crawlfleet/frontier/malformed")
                 self._held.pop(entry.rid, None)
                 self._bad.append(entry.rid)
@@ -420,33 +438,50 @@ class Scheduler(BaseScheduler):
 
     def _locally_idle(self) -> bool:
         return not (
-            self._buffer or self._handed or self._out or self._acks or self._bad
+            self._buffer
+            or self._handed
+            or self._out
+            or self._acks
+            or self._bad
             or self.engine_starting()
         )
 
     async def _heartbeat(self, *, leaving: bool = False) -> None:
         idle = self._locally_idle()
-        status = "leaving" if leaving else json.dumps({
-            "node": self.node_id, "host": socket.gethostname(), "pid": os.getpid(),
-            "job": self.config.job, "spider": getattr(self.spider, "name", ""),
-            "version": __version__, "started": self._started,
-            "buffered": len(self._buffer), "in_progress": len(self._handed),
-            "pages": self._stat("response_received_count"),
-            "items": self._stat("item_scraped_count"),
-            "done": self._stat("crawlfleet/frontier/acked"),
-        })
+        status = (
+            "leaving"
+            if leaving
+            else json.dumps(
+                {
+                    "node": self.node_id,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "job": self.config.job,
+                    "spider": getattr(self.spider, "name", ""),
+                    "version": __version__,
+                    "started": self._started,
+                    "buffered": len(self._buffer),
+                    "in_progress": len(self._handed),
+                    "pages": self._stat("response_received_count"),
+                    "items": self._stat("item_scraped_count"),
+                    "done": self._stat("crawlfleet/frontier/acked"),
+                }
+            )
+        )
         state = await self.frontier.heartbeat(
             self.node_id,
             ttl_ms=int(self.config.heartbeat_seconds * 3000),
-            status=status, busy=not idle,
+            status=status,
+            busy=not idle,
             lease_ms=int(self.config.lease_seconds * 1000),
             renew=list(self._held),
         )
         self._state = state
         now = time.monotonic()
         fast = idle and self.config.close_when_finished
-        self._next_heartbeat = now + (min(0.5, self.config.heartbeat_seconds) if fast
-                                      else self.config.heartbeat_seconds)
+        self._next_heartbeat = now + (
+            min(0.5, self.config.heartbeat_seconds) if fast else self.config.heartbeat_seconds
+        )
         if state.queued > 0 and not self._buffer:
             self._next_lease = 0.0
         self._update_finished(state, idle, now)
@@ -462,8 +497,10 @@ class Scheduler(BaseScheduler):
         if not self._finished and now - self._empty_since >= self.config.finish_grace_seconds:
             self._finished = True
             if self.config.close_when_finished:
-                logger.info("Job %r is finished: nothing queued, nothing leased, no node busy",
-                            self.config.job)
+                logger.info(
+                    "Job %r is finished: nothing queued, nothing leased, no node busy",
+                    self.config.job,
+                )
             self.wake_engine()
 
     # -- seed list (scrapy-redis compatible) ----------------------------------------
@@ -508,8 +545,9 @@ class Scheduler(BaseScheduler):
             try:
                 return await call()
             except REDIS_ERRORS as exc:
-                logger.warning("Redis unreachable, cannot %s (%s); retrying in %.1fs",
-                               what, exc, delay)
+                logger.warning(
+                    "Redis unreachable, cannot %s (%s); retrying in %.1fs", what, exc, delay
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.redis_config.retry_max_seconds)
 

@@ -85,7 +85,8 @@ class RequestCodec:
         if type(request) is not Request:
             d["_class"] = f"{type(request).__module__}.{type(request).__name__}"
         try:
-            return VERSION + msgpack.packb(d, use_bin_type=True, datetime=False)
+            packed: bytes = msgpack.packb(d, use_bin_type=True, datetime=False)
+            return VERSION + packed
         except (TypeError, ValueError, OverflowError) as exc:
             bad = _first_unpackable(d)
             raise SerializationError(

@@ -25,8 +25,17 @@ def node_command(
     settings: Mapping[str, Any] | None = None,
     output: str | os.PathLike[str] | None = None,
 ) -> list[str]:
-    cmd = [sys.executable, "-m", "crawlfleet.cli.main", "crawl", spider, "--job", job,
-           "--redis-url", redis_url]
+    cmd = [
+        sys.executable,
+        "-m",
+        "crawlfleet.cli.main",
+        "crawl",
+        spider,
+        "--job",
+        job,
+        "--redis-url",
+        redis_url,
+    ]
     for name, value in (spider_args or {}).items():
         cmd += ["-a", f"{name}={value}"]
     for name, value in (settings or {}).items():
@@ -57,9 +66,19 @@ def start_node(
         sink = open(Path(log), "ab")  # noqa: SIM115 - owned by the child from here on
     try:
         return subprocess.Popen(
-            node_command(spider, job=job, redis_url=redis_url, spider_args=spider_args,
-                         settings=settings, output=output),
-            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            node_command(
+                spider,
+                job=job,
+                redis_url=redis_url,
+                spider_args=spider_args,
+                settings=settings,
+                output=output,
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
         )
     finally:
         if not isinstance(sink, int):

