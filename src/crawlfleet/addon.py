@@ -1,7 +1,16 @@
 """The crawlfleet Scrapy add-on: ``ADDONS = {"crawlfleet.Addon": 100}``.
 
 It installs crawlfleet's defaults and components at the ``addon`` priority, so that the
-project's own settings, a spider's ``custom_settings`` and ``-s`` options still win.
+project's own settings, a spider's ``custom_settings`` and ``-s`` options still win:
+
+- the scheduler (the shared Redis frontier) and the stats-file extension;
+- the item stages named in ``CRAWLFLEET_ITEM_STAGES`` (text extraction, encoding
+  repair, cleaning, validation, keys), in that fixed order, plus the charset-repairing
+  downloader middleware when "encoding" is one of them;
+- a store pipeline for each name in ``CRAWLFLEET_STORES`` ("sql", "mongodb", "redis").
+
+Component dicts (``ITEM_PIPELINES``, ``EXTENSIONS``, ...) are merged: an entry the project
+already has, including ``None`` to disable one of ours, is kept.
 """
 
 from __future__ import annotations
@@ -10,12 +19,39 @@ import os
 
 from scrapy.settings import BaseSettings
 
+from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings import default_settings
 
-__all__ = ["Addon"]
+__all__ = ["ITEM_STAGES", "STORES", "Addon"]
 
 SCHEDULER = "crawlfleet.frontier.scheduler.Scheduler"
 STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
+CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
+
+#: stage name -> (pipeline, order). Extraction first: the fields it fills are repaired
+#: and cleaned like the others; encoding before clean: clean would delete the control
+#: characters that mis-decoded UTF-8 leaves, and with them the chance to repair it.
+ITEM_STAGES: dict[str, tuple[str, int]] = {
+    "text": ("crawlfleet.pipelines.text.TextExtractionPipeline", 300),
+    "encoding": ("crawlfleet.pipelines.encoding.EncodingPipeline", 400),
+    "clean": ("crawlfleet.pipelines.clean.CleanPipeline", 500),
+    "validate": ("crawlfleet.pipelines.validate.ValidatePipeline", 600),
+    "key": ("crawlfleet.pipelines.key.KeyPipeline", 700),
+}
+#: store name -> (pipeline, order); stores come after every stage.
+STORES: dict[str, tuple[str, int]] = {
+    "sql": ("crawlfleet.pipelines.sql.SqlStorePipeline", 800),
+    "mongodb": ("crawlfleet.pipelines.mongo.MongoStorePipeline", 810),
+    "redis": ("crawlfleet.pipelines.stream.RedisStreamPipeline", 820),
+}
+
+
+def _names(settings: BaseSettings, name: str, known: dict[str, tuple[str, int]]) -> list[str]:
+    names = [n for n in (str(v).strip() for v in settings.getlist(name)) if n]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"{name} has unknown names {unknown}; known: {', '.join(known)}")
+    return names
 
 
 class Addon:
@@ -28,7 +64,17 @@ class Addon:
             # the environment beats settings files (deployment), not -s on the command line
             settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
-        # component dicts are merged, as Scrapy's add-on docs show: the project's own
-        # entries (including None to disable one of ours) are kept
-        if STATS_FILE not in settings["EXTENSIONS"]:
-            settings["EXTENSIONS"][STATS_FILE] = 900
+        self._component(settings, "EXTENSIONS", STATS_FILE, 900)
+        stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)
+        for stage in stages:
+            self._component(settings, "ITEM_PIPELINES", *ITEM_STAGES[stage])
+        if "encoding" in stages:
+            # below HttpCompressionMiddleware (590): it sees decompressed bodies
+            self._component(settings, "DOWNLOADER_MIDDLEWARES", CHARSET_MIDDLEWARE, 580)
+        for store in _names(settings, "CRAWLFLEET_STORES", STORES):
+            self._component(settings, "ITEM_PIPELINES", *STORES[store])
+
+    @staticmethod
+    def _component(settings: BaseSettings, setting: str, path: str, order: int) -> None:
+        if path not in settings[setting]:
+            settings[setting][path] = order

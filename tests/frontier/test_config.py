@@ -19,7 +19,7 @@ def frontier(**values: Any) -> FrontierConfig:
 def test_defaults_are_valid() -> None:
     config = frontier()
     assert config.job == "spider" and config.seen_mode == "exact"
-    assert config.prefetch == 2 * 16  # twice Scrapy's CONCURRENT_REQUESTS
+    assert config.prefetch == 16  # Scrapy's CONCURRENT_REQUESTS
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 PostgreSQL and MariaDB/MySQL are found at their usual loopback ports (users root, then
 postgres), or at CRAWLFLEET_TEST_PG_URL / CRAWLFLEET_TEST_MYSQL_URL. A server that does
-not answer makes its tests skip with the reason.
+not answer makes its tests skip with the reason. MongoDB is used only when
+CRAWLFLEET_TEST_MONGODB_URL names one (no server is installed on the usual test machines).
 """
 
 from __future__ import annotations
@@ -15,18 +16,24 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 __all__ = [
+    "MONGODB_SKIP_REASON",
     "TcpProxy",
     "mysql_url",
     "postgres_url",
+    "require_mongodb",
     "require_server",
+    "sql_test_url",
     "unique_table",
     "wait_until",
+    "with_host_port",
 ]
 
 PG_CANDIDATES = (
@@ -75,6 +82,31 @@ def require_server(backend: str) -> str:
         label = "PostgreSQL" if backend == "postgresql" else "MySQL/MariaDB"
         pytest.skip(f"{label} not reachable at {why}")
     return url
+
+
+MONGODB_SKIP_REASON = "CRAWLFLEET_TEST_MONGODB_URL not set: no MongoDB server to test against"
+
+
+def require_mongodb() -> str:
+    """URL of the test MongoDB (CRAWLFLEET_TEST_MONGODB_URL); skips the test without it."""
+    url = os.environ.get("CRAWLFLEET_TEST_MONGODB_URL", "").strip()
+    if not url:
+        pytest.skip(MONGODB_SKIP_REASON)
+    return url
+
+
+def sql_test_url(tmp_path: Path) -> str:
+    """PostgreSQL when it answers, else a SQLite file under *tmp_path*."""
+    url, _ = postgres_url()
+    return url or f"sqlite:///{tmp_path / 'items.sqlite3'}"
+
+
+def with_host_port(url: str, host: str, port: int) -> str:
+    """*url* (redis://, mongodb://) pointing at *host*:*port*, user info and path kept."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def unique_table(prefix: str = "cft_items") -> str:

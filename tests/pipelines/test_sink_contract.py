@@ -1,4 +1,5 @@
-"""The ItemSink contract, run against every sink: SQLite, PostgreSQL, MySQL/MariaDB.
+"""The ItemSink contract, run against every sink: SQLite, PostgreSQL, MySQL/MariaDB,
+the Redis item stream and MongoDB (only with CRAWLFLEET_TEST_MONGODB_URL).
 
 Upsert by key, batching by size and by delay, a store that goes down and comes back
 (nothing lost), back-pressure when the buffer is full, and spill-and-replay when the
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from scrapy.statscollectors import StatsCollector
@@ -22,11 +24,20 @@ from scrapy.utils.test import get_crawler
 from sqlalchemy.engine import make_url
 
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
+from crawlfleet.pipelines.mongo import MongoSink
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
-from tests.pipelines.dbs import TcpProxy, require_server, unique_table, wait_until
+from crawlfleet.pipelines.stream import RedisStreamSink
+from tests.pipelines.dbs import (
+    TcpProxy,
+    require_mongodb,
+    require_server,
+    unique_table,
+    wait_until,
+    with_host_port,
+)
 
-BACKENDS = ["sqlite", "postgresql", "mysql"]
+BACKENDS = ["sqlite", "postgresql", "mysql", "redis", "mongodb"]
 FAST = StoreOptions(
     batch_items=10,
     batch_seconds=0.02,
@@ -45,9 +56,14 @@ class Harness:
     begin_outage: Callable[[], None]
     end_outage: Callable[[], None]
     stats: StatsCollector
+    #: The sink's name in its stats (``crawlfleet/store/<name>/...``).
+    name: str = "sql"
 
     def sink(self, **changes: Any) -> BufferedSink:
         return self.make(dataclasses.replace(FAST, **changes))
+
+    def stat(self, name: str) -> str:
+        return f"crawlfleet/store/{self.name}/{name}"
 
 
 def _record(i: int, version: int = 1, **extra: Any) -> StoredItem:
@@ -101,6 +117,13 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
         SqlSink(url, table=table).drop_table()
         return
 
+    if backend == "redis":
+        yield from _redis_harness(request, spill, stats)
+        return
+    if backend == "mongodb":
+        yield from _mongodb_harness(spill, stats)
+        return
+
     direct = require_server(backend)
     server = make_url(direct)
     proxy = TcpProxy(server.host or "127.0.0.1", server.port or 0)
@@ -117,6 +140,47 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
     yield Harness(make_proxied, proxy.stop, end_proxy_outage, stats)
     proxy.stop()
     SqlSink(direct, table=table).drop_table()
+
+
+def _redis_harness(
+    request: pytest.FixtureRequest, spill: Path, stats: StatsCollector
+) -> Iterator[Harness]:
+    """The Redis item stream behind a proxy; keys under the test's own prefix."""
+    redis_url: str = request.getfixturevalue("redis_server_url")
+    prefix: str = request.getfixturevalue("key_prefix")
+    server = urlsplit(redis_url)
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 6379)
+    proxy.start()
+    proxied = with_host_port(redis_url, "127.0.0.1", proxy.port)
+
+    def make(options: StoreOptions) -> BufferedSink:
+        options = dataclasses.replace(options, spill_dir=spill)
+        return RedisStreamSink(proxied, prefix=prefix, options=options, stats=stats)
+
+    yield Harness(make, proxy.stop, proxy.start, stats, name="stream")
+    proxy.stop()
+
+
+def _mongodb_harness(spill: Path, stats: StatsCollector) -> Iterator[Harness]:
+    """MongoDB behind a proxy (direct connection: no replica-set discovery around it)."""
+    direct = require_mongodb()
+    server = urlsplit(direct)
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 27017)
+    proxy.start()
+    proxied = with_host_port(direct, "127.0.0.1", proxy.port)
+    collection = unique_table("cft_items")
+    # short timeouts: a store that is down fails fast and is retried
+    fast = {"serverSelectionTimeoutMS": 300, "connectTimeoutMS": 300, "directConnection": True}
+
+    def make(options: StoreOptions) -> BufferedSink:
+        options = dataclasses.replace(options, spill_dir=spill)
+        return MongoSink(
+            proxied, collection=collection, options=options, stats=stats, client_options=fast
+        )
+
+    yield Harness(make, proxy.stop, proxy.start, stats, name="mongodb")
+    proxy.stop()
+    MongoSink(direct, collection=collection).drop_collection()
 
 
 def test_upsert_same_key_twice_is_one_updated_row(harness: Harness) -> None:
@@ -159,11 +223,11 @@ def test_batches_by_size_then_by_delay(harness: Harness) -> None:
     _run(_put_all(sink, [_record(i) for i in range(120)]))
     # Two full batches go at once; the 20 left wait for the delay (60 s) or the close.
     assert wait_until(lambda: sink.pending == 20)
-    assert harness.stats.get_value("crawlfleet/store/sql/batches") == 2
+    assert harness.stats.get_value(harness.stat("batches")) == 2
     assert sink.count() == 100
     assert _run(sink.close()) == 0
     assert sink.count() == 120
-    assert harness.stats.get_value("crawlfleet/store/sql/written") == 120
+    assert harness.stats.get_value(harness.stat("written")) == 120
 
     quick = harness.sink(batch_items=1000, batch_seconds=0.1)
     quick.open()
@@ -181,9 +245,7 @@ def test_store_down_and_back_loses_nothing(harness: Harness) -> None:
     harness.begin_outage()
     try:
         _run(_put_all(sink, [_record(i, version=2) for i in range(20, 60)]))
-        assert wait_until(
-            lambda: (harness.stats.get_value("crawlfleet/store/sql/retries") or 0) >= 2
-        )
+        assert wait_until(lambda: (harness.stats.get_value(harness.stat("retries")) or 0) >= 2)
         assert sink.pending == 40  # nothing written, nothing dropped
     finally:
         harness.end_outage()
@@ -216,7 +278,7 @@ def test_full_buffer_makes_put_wait(harness: Harness) -> None:
     finally:
         if not ended:
             harness.end_outage()
-    assert (harness.stats.get_value("crawlfleet/store/sql/waits") or 0) >= 1
+    assert (harness.stats.get_value(harness.stat("waits")) or 0) >= 1
     assert _run(sink.close()) == 0
     assert sink.count() == 21
 
@@ -230,7 +292,7 @@ def test_close_while_down_spills_and_next_open_writes(harness: Harness) -> None:
         assert _run(sink.close()) == 15
     finally:
         harness.end_outage()
-    assert harness.stats.get_value("crawlfleet/store/sql/unwritten") == 15
+    assert harness.stats.get_value(harness.stat("unwritten")) == 15
     spill_dir = sink.options.spill_dir
     assert spill_dir is not None
     assert len(list(spill_dir.glob("*.jsonl"))) == 1
@@ -242,7 +304,7 @@ def test_close_while_down_spills_and_next_open_writes(harness: Harness) -> None:
     assert wait_until(lambda: again.pending == 0)
     assert _run(again.close()) == 0
     assert again.count() == 15
-    assert harness.stats.get_value("crawlfleet/store/sql/replayed") == 15
+    assert harness.stats.get_value(harness.stat("replayed")) == 15
     assert list(spill_dir.glob("*.jsonl")) == []
 
 

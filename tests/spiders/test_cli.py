@@ -12,11 +12,13 @@ import pytest
 
 from crawlfleet.cli import extract, validate
 from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.render import render_page_text
 from crawlfleet.testsite.server import TestSite
 from tests.spiders.helpers import EXAMPLES, write_spec
 
 CATALOG = EXAMPLES / "testsite_catalog.yaml"
 ARTICLES = EXAMPLES / "testsite_articles.yaml"
+FULL_SITE = EXAMPLES / "testsite.yaml"
 MODEL = SiteModel(pages=45, hosts=1, problems=False)
 
 
@@ -93,10 +95,8 @@ def test_extract_saved_file_as_json(tmp_path: Path, capsys: pytest.CaptureFixtur
         "listed_text": "2023-02-01",
         "description": "A good lamp.",
         "catalogue": "http://127.0.0.1:8080/catalog?page=1",
-        "_errors": [
-            "sku: required field is empty",
-            "sku: key field is empty; the page URL is the key",
-        ],
+        "_errors": ["sku: required field is empty"],
+        "_warnings": ["sku: key field is empty; the page URL is the key"],
     }
     assert out["warnings"] == [
         f"{url}: product item '{url}': sku: required field is empty; "
@@ -116,6 +116,7 @@ def test_extract_saved_file_listing(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "  price          19.90 (decimal)" in out
     assert "  listed         2023-02-01 (date)" in out
     assert "  ! sku: required field is empty" in out
+    assert '  _warnings      ["sku: key field is empty; the page URL is the key"]' in out
     assert "warning: file://" in out
     assert "links  0" in out
 
@@ -128,6 +129,47 @@ def test_extract_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     bad = write_spec(tmp_path, "name: s\n")
     assert call(extract, str(bad), "x.html") == 1
     assert capsys.readouterr().err == f"{bad}:1: (top level): missing required key 'items'\n"
+
+
+# -- several item types per rule: saved pages of both kinds -----------------------------
+
+
+@pytest.mark.parametrize("kind", ["product", "article"])
+def test_extract_saved_page_picks_the_matching_type(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = next(n for n in range(3, MODEL.pages) if MODEL.is_article(n) == (kind == "article"))
+    page = tmp_path / "page.html"
+    page.write_text(render_page_text(MODEL, n, 8080), encoding="utf-8")
+    url = MODEL.url(n, 8080)
+    assert call(extract, str(FULL_SITE), str(page), "--url", url, "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["role"] == {"item": "product|article", "follow": True, "depth": 0, "page": 1}
+    assert out["matched_rule"] == 0 and out["unmatched"] is False
+    (item,) = out["items"]
+    assert item["_type"] == kind and item["url"] == url
+    if kind == "product":
+        assert item["_key"] == item["sku"] == MODEL.product(n).sku
+        assert item["price"] == MODEL.product(n).price
+    else:
+        assert item["_key"] == url and item["_auto"] == "article"
+    assert "_errors" not in item and "_warnings" not in item
+    assert out["warnings"] == []
+    assert {link["item"] for link in out["links"]} == {"product|article"}
+
+    assert call(extract, str(FULL_SITE), str(page), "--url", url) == 0
+    listing = capsys.readouterr().out
+    assert "role   item type product|article (link rule links[0]); depth 0, page 1" in listing
+    assert f"item 1  {kind}  key={item['_key']}" in listing
+    assert "links[0] -> product|article, depth 1" in listing
+
+
+def test_extract_page_no_type_matches(site: TestSite, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{site.port}/catalog?page=2"
+    assert call(extract, str(FULL_SITE), url, "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unmatched"] is True and out["items"] == [] and out["warnings"] == []
+    assert len(out["links"]) > 0
 
 
 # -- extract on a served page -----------------------------------------------------------

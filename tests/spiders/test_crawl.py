@@ -132,3 +132,52 @@ def test_crawler_process_with_spec_argument(site: TestSite, tmp_path: Path) -> N
         assert item["_key"] == item["url"]
         assert MODEL.article(n).headline in item["_html"]
         assert set(item) == {"_type", "url", "_key", "_auto", "_html", "_encoding"}
+
+
+FULL_MODEL = SiteModel(pages=90, hosts=3)  # problems on: errors, redirects, odd files
+
+
+def test_full_site_spec_yields_one_item_per_page(tmp_path: Path) -> None:
+    """``examples/testsite.yaml`` on three hosts: every page fetched once, one item each.
+
+    ``scrapy runspider`` with a two-line spider module; the port comes from
+    ``-a start_urls=``.
+    """
+    (tmp_path / "full_site.py").write_text(
+        textwrap.dedent(
+            f"""
+            from crawlfleet.spiders import SpecSpider
+
+            class TestsiteSpider(SpecSpider):
+                spec_path = {str(EXAMPLES / "testsite.yaml")!r}
+            """
+        )
+    )
+    out = tmp_path / "items.jsonl"
+    with TestSite(FULL_MODEL) as site:
+        argv = [sys.executable, "-m", "scrapy", "runspider", "full_site.py", "-O", str(out)]
+        argv += ["-a", f"start_urls={','.join(site.seed_urls)}"]
+        for name, value in SETTINGS.items():
+            argv += ["-s", f"{name}={value}"]
+        done = run_child(argv, tmp_path)
+        stats = site.stats()
+        article_urls = {site.url(n) for n in FULL_MODEL.article_ids}
+
+    assert stats["never_fetched"] == []
+    assert stats["fetched_twice"] == []  # start URLs are not dont_filter
+    # status pages, /slow and the JSON feed are denied, the PNG skipped by extension
+    assert stats["problem_requests"]
+    assert all("/r/" in url for url in stats["problem_requests"])
+    catalogue_pages = len(FULL_MODEL.catalog_locs())
+    assert f"'spec/pages_unmatched': {catalogue_pages}," in done.stderr
+
+    items = read_lines(out)
+    products = [item for item in items if item["_type"] == "product"]
+    articles = [item for item in items if item["_type"] == "article"]
+    assert len(products) + len(articles) == len(items) == FULL_MODEL.pages
+    assert len({(item["_type"], item["_key"]) for item in items}) == len(items)
+    assert not [item for item in items if "_errors" in item]
+    assert {item["_key"] for item in products} == {
+        FULL_MODEL.product(n).sku for n in range(FULL_MODEL.pages) if not FULL_MODEL.is_article(n)
+    }
+    assert {item["url"] for item in articles} == article_urls

@@ -1,17 +1,22 @@
-"""Applying a spec to pages: item fields, keys, errors, roles, link rules, pagination."""
+"""Applying a spec to pages: item fields, keys, errors, roles, link rules, pagination,
+and several item types per rule on the test site's saved pages."""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from scrapy.http import HtmlResponse
 
 from crawlfleet.spiders.extraction import PageRole, SpecExtractor
-from crawlfleet.spiders.spec import Spec
-from tests.spiders.helpers import html_response, spec_from_text
+from crawlfleet.spiders.spec import Spec, load_spec
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.render import Resource, render_site
+from tests.spiders.helpers import EXAMPLES, html_response, spec_from_text
 
 BOOK_PAGE = """
 <html><head><base href="http://books.example/shop/"></head><body>
@@ -56,7 +61,7 @@ def extractor(tmp_path: Path, text: str, **kwargs: bool) -> SpecExtractor:
 def test_fields_of_one_item(tmp_path: Path) -> None:
     ex = extractor(tmp_path, BOOK_SPEC)
     result = ex.process(html_response("http://books.example/b/1", BOOK_PAGE))
-    assert result.role == PageRole(item="book")
+    assert result.role == PageRole(("book",))
     assert result.warnings == []
     (item,) = result.items
     assert list(item) == [
@@ -101,11 +106,13 @@ def test_empty_required_field_and_bad_values_are_marked(tmp_path: Path) -> None:
     (item,) = result.items
     assert item["title"] is None and item["published"] is None
     assert item["_key"] == "http://books.example/b/2"
-    assert item["_errors"] == [
-        "title: required field is empty",
+    # only the empty required field makes the item invalid
+    assert item["_errors"] == ["title: required field is empty"]
+    assert item["_warnings"] == [
         "published: cannot read 'soon' as a date (ISO 8601)",
         "isbn: key field is empty; the page URL is the key",
     ]
+    assert list(item)[-2:] == ["_errors", "_warnings"]
     assert result.warnings == [
         "http://books.example/b/2: book item 'http://books.example/b/2': "
         "title: required field is empty; published: cannot read 'soon' as a date "
@@ -139,11 +146,12 @@ def test_each_yields_one_item_per_node_with_a_composite_key(tmp_path: Path) -> N
         """,
     )
     result = ex.process(html_response("http://shop.example/stock", TABLE_PAGE))
-    assert [(i["_key"], i["count"], i.get("_errors")) for i in result.items] == [
+    assert [(i["_key"], i["count"], i.get("_warnings")) for i in result.items] == [
         ('["A1", "S"]', 3, None),
         ('["A1", "M"]', None, ["count: cannot convert 'x' to int"]),
         ("http://shop.example/stock", 1, ["sku: key field is empty; the page URL is the key"]),
     ]
+    assert not any("_errors" in i for i in result.items)
     assert json.loads(result.items[0]["_key"]) == ["A1", "S"]
     empty = ex.process(html_response("http://shop.example/none", "<html></html>"))
     assert empty.items == []
@@ -202,23 +210,23 @@ items:
 @pytest.mark.parametrize(
     ("url", "meta", "role"),
     [
-        ("http://books.example/book/1", None, PageRole("book", follow=False)),
-        ("http://www.books.example/book/1", None, PageRole("book", follow=False)),
-        ("http://books.example/book/0", None, PageRole("listing")),
-        ("http://books.example/author/7", None, PageRole("author", follow=True)),
-        ("http://books.example/tag/x", None, PageRole("listing")),
-        ("http://elsewhere.example/book/1", None, PageRole("listing")),
+        ("http://books.example/book/1", None, PageRole(("book",), follow=False)),
+        ("http://www.books.example/book/1", None, PageRole(("book",), follow=False)),
+        ("http://books.example/book/0", None, PageRole(("listing",))),
+        ("http://books.example/author/7", None, PageRole(("author",), follow=True)),
+        ("http://books.example/tag/x", None, PageRole(("listing",))),
+        ("http://elsewhere.example/book/1", None, PageRole(("listing",))),
         (
             "http://books.example/book/1",
             {"spec_item": None, "spec_follow": True, "spec_depth": 2, "spec_page": 3},
-            PageRole(None, follow=True, depth=2, page=3),
+            PageRole(follow=True, depth=2, page=3),
         ),
         (
             "http://books.example/x",
             {"spec_item": "author", "spec_follow": False, "spec_depth": 1},
-            PageRole("author", follow=False, depth=1),
+            PageRole(("author",), follow=False, depth=1),
         ),
-        ("http://books.example/x", {"spec_item": "gone"}, PageRole(None)),
+        ("http://books.example/x", {"spec_item": "gone"}, PageRole()),
     ],
 )
 def test_role_for(tmp_path: Path, url: str, meta: dict[str, object] | None, role: PageRole) -> None:
@@ -227,7 +235,7 @@ def test_role_for(tmp_path: Path, url: str, meta: dict[str, object] | None, role
 
 def test_role_travels_in_request_meta(tmp_path: Path) -> None:
     ex = extractor(tmp_path, ROLE_SPEC)
-    role = PageRole("author", follow=False, depth=4, page=2)
+    role = PageRole(("author",), follow=False, depth=4, page=2)
     response = html_response("http://books.example/b", "<html></html>", meta=role.meta())
     assert ex.process(response).role == role
 
@@ -281,7 +289,7 @@ def links_of(spec_or_ex: SpecExtractor, role: PageRole) -> list[tuple[str, str, 
 
 def test_link_rules_allow_deny_restrict_and_domains(tmp_path: Path) -> None:
     ex = extractor(tmp_path, LINK_SPEC)
-    assert links_of(ex, PageRole(None)) == [
+    assert links_of(ex, PageRole()) == [
         ("link", "http://books.example/book/1", "book"),
         ("link", "http://books.example/list/book/2?ref=x", "book"),
         ("link", "http://books.example/book/4", "author"),
@@ -289,7 +297,7 @@ def test_link_rules_allow_deny_restrict_and_domains(tmp_path: Path) -> None:
         ("link", "http://books.example/tag/poetry", None),
         ("next", "http://books.example/list/?page=2", 2),
     ]
-    links = ex.links(html_response("http://books.example/list/", LIST_PAGE), PageRole(None))
+    links = ex.links(html_response("http://books.example/list/", LIST_PAGE), PageRole())
     assert [(link.rule, link.role.follow, link.role.depth) for link in links[:5]] == [
         (0, False, 1),
         (0, False, 1),
@@ -302,7 +310,7 @@ def test_link_rules_allow_deny_restrict_and_domains(tmp_path: Path) -> None:
 def test_depth_limits(tmp_path: Path) -> None:
     ex = extractor(tmp_path, LINK_SPEC)
     # the author rule stops at depth 1: from a depth-1 page its links would be depth 2
-    assert [u for _, u, _ in links_of(ex, PageRole(None, depth=1))] == [
+    assert [u for _, u, _ in links_of(ex, PageRole(depth=1))] == [
         "http://books.example/book/1",
         "http://books.example/list/book/2?ref=x",
         "http://books.example/tag/poetry",
@@ -311,27 +319,25 @@ def test_depth_limits(tmp_path: Path) -> None:
     capped = extractor(
         tmp_path, LINK_SPEC.replace("allowed_domains:", "max_depth: 2\nallowed_domains:")
     )
-    assert links_of(capped, PageRole(None, depth=2)) == [
-        ("next", "http://books.example/list/?page=2", 2)
-    ]
+    assert links_of(capped, PageRole(depth=2)) == [("next", "http://books.example/list/?page=2", 2)]
 
 
 def test_follow_false_keeps_pagination_and_max_pages_stops_it(tmp_path: Path) -> None:
     ex = extractor(tmp_path, LINK_SPEC)
-    assert links_of(ex, PageRole("book", follow=False, depth=1, page=2)) == [
+    assert links_of(ex, PageRole(("book",), follow=False, depth=1, page=2)) == [
         ("next", "http://books.example/list/?page=2", 3)
     ]
     next_link = ex.links(
         html_response("http://books.example/list/", LIST_PAGE),
-        PageRole("book", follow=False, depth=1, page=2),
+        PageRole(("book",), follow=False, depth=1, page=2),
     )[0]
-    assert next_link.role == PageRole("book", follow=False, depth=1, page=3)
-    assert links_of(ex, PageRole(None, follow=False, page=3)) == []
+    assert next_link.role == PageRole(("book",), follow=False, depth=1, page=3)
+    assert links_of(ex, PageRole(follow=False, page=3)) == []
 
 
 def test_without_domain_check_every_link_counts(tmp_path: Path) -> None:
     ex = extractor(tmp_path, LINK_SPEC, check_domains=False)
-    urls = [u for _, u, _ in links_of(ex, PageRole(None))]
+    urls = [u for _, u, _ in links_of(ex, PageRole())]
     assert "http://other.example/book/9" in urls
     assert "http://other.example/?page=2" in urls
 
@@ -346,7 +352,7 @@ def test_pagination_by_xpath_attribute(tmp_path: Path) -> None:
         items: {a: {auto: article}}
         """,
     )
-    assert links_of(SpecExtractor(spec), PageRole("a", page=9)) == [
+    assert links_of(SpecExtractor(spec), PageRole(("a",), page=9)) == [
         ("next", "http://books.example/list/?page=2", 10)
     ]
 
@@ -362,9 +368,128 @@ def test_next_page_wins_over_a_link_rule(tmp_path: Path) -> None:
         items: {a: {auto: article}}
         """,
     )
-    links = ex.links(html_response("http://books.example/list/", LIST_PAGE), PageRole("a"))
+    links = ex.links(html_response("http://books.example/list/", LIST_PAGE), PageRole(("a",)))
     assert [(link.kind, link.url) for link in links if "/list/" in link.url] == [
         ("link", "http://books.example/list/book/2?ref=x"),
         ("next", "http://books.example/list/?page=2"),
     ]
-    assert links[-1].role == PageRole("a", page=2)
+    assert links[-1].role == PageRole(("a",), page=2)
+
+
+# -- several item types per rule: the bundled test site's saved pages -------------------
+
+SITE = SiteModel(pages=30, hosts=3, problems=False)
+PORT = 8080
+FULL_SITE = EXAMPLES / "testsite.yaml"
+
+
+@functools.cache
+def rendered_site() -> dict[tuple[int, str], Resource]:
+    return render_site(SITE, PORT)
+
+
+def saved_page(loc: tuple[int, str], meta: dict[str, object] | None = None) -> HtmlResponse:
+    """The test site's page at *loc*, as saved (and fetched with *meta*, if given)."""
+    body = rendered_site()[loc].body.decode("utf-8")
+    return html_response(SITE.loc_url(loc, PORT), body, meta)
+
+
+def test_one_rule_yields_products_and_articles_under_the_same_urls() -> None:
+    ex = SpecExtractor(load_spec(FULL_SITE))
+    product_n = next(n for n in range(SITE.hosts, SITE.pages) if not SITE.is_article(n))
+    article_n = min(SITE.article_ids)
+    both = PageRole(("product", "article"), follow=True)
+
+    product = ex.process(saved_page(SITE.loc_of(product_n)))
+    assert product.role == both and product.item_type == "product"
+    assert not product.unmatched and product.warnings == []
+    (item,) = product.items
+    expected = SITE.product(product_n)
+    assert item == {
+        "_type": "product",
+        "url": SITE.url(product_n, PORT),
+        "_key": expected.sku,
+        "title": expected.title,
+        "price": Decimal(expected.price),
+        "currency": "EUR",
+        "sku": expected.sku,
+        "listed": dt.date.fromisoformat(expected.date),
+        "description": expected.description,
+    }
+
+    article = ex.process(saved_page(SITE.loc_of(article_n)))
+    assert article.role == both and article.item_type == "article"
+    (item,) = article.items
+    assert (item["_type"], item["_key"], item["_auto"]) == (
+        "article",
+        SITE.url(article_n, PORT),
+        "article",
+    )
+    assert SITE.article(article_n).headline in item["_html"]
+
+    root = ex.process(saved_page(SITE.loc_of(1)))  # a start URL: start_item is the same list
+    assert [i["_key"] for i in root.items] == [SITE.product(1).sku]
+
+
+def test_a_page_no_listed_type_matches_yields_nothing_and_leads_on() -> None:
+    ex = SpecExtractor(load_spec(FULL_SITE))
+    catalog = ex.process(saved_page((0, "/catalog?page=1")))
+    assert catalog.unmatched and catalog.item_type is None
+    assert catalog.items == [] and catalog.warnings == []
+    # the links carry the whole list; a page fetched with that meta chooses its own type
+    article_n = min(n for n in SITE.article_ids if SITE.host_of(n) == 0)
+    link = next(link for link in catalog.links if link.url == SITE.url(article_n, PORT))
+    assert link.role == PageRole(("product", "article"), follow=True, depth=1)
+    meta = link.role.meta()
+    assert meta["spec_item"] == ["product", "article"]
+    assert json.loads(json.dumps(meta)) == meta
+    fetched = ex.process(saved_page(SITE.loc_of(article_n), meta))
+    assert fetched.role == link.role
+    assert [i["_type"] for i in fetched.items] == ["article"]
+
+
+def test_a_type_without_match_last_takes_the_rest(tmp_path: Path) -> None:
+    ex = extractor(
+        tmp_path,
+        """
+        name: s
+        start_item: [article, product, page]
+        items:
+          product: {match: {css: div.product}, fields: {sku: {css: 'span.sku::text'}}}
+          article: {auto: article, match: {xpath: '//article'}}
+          page: {fields: {heading: {css: 'h1::text'}}}
+        """,
+    )
+    assert ex.process(saved_page(SITE.loc_of(0))).item_type == "product"
+    assert ex.process(saved_page(SITE.loc_of(min(SITE.article_ids)))).item_type == "article"
+    catalog = ex.process(saved_page((0, "/catalog?page=1")))
+    assert not catalog.unmatched
+    assert [(i["_type"], i["heading"]) for i in catalog.items] == [
+        ("page", "Catalogue, page 1 of 1")
+    ]
+    # forcing one type (crawlfleet extract --item) tries that type only
+    forced = ex.process(saved_page((0, "/catalog?page=1")), item="product")
+    assert forced.role.item_types == ("product",) and forced.unmatched
+
+
+@pytest.mark.parametrize(
+    ("raw", "types"),
+    [
+        (None, ()),
+        ("book", ("book",)),
+        (["author", "book"], ("author", "book")),
+        (["gone", "book", 5], ("book",)),
+        (["gone"], ()),
+        ({"book": 1}, ()),
+    ],
+)
+def test_item_types_from_meta(tmp_path: Path, raw: object, types: tuple[str, ...]) -> None:
+    role = extractor(tmp_path, ROLE_SPEC).role_for("http://books.example/x", {"spec_item": raw})
+    assert role.item_types == types
+
+
+def test_role_meta_and_display() -> None:
+    assert PageRole().meta()["spec_item"] is None and PageRole().item is None
+    assert PageRole(("a",)).meta()["spec_item"] == "a" and PageRole(("a",)).item == "a"
+    several = PageRole(("a", "b"))
+    assert several.meta()["spec_item"] == ["a", "b"] and several.item == "a|b"

@@ -71,7 +71,8 @@ def test_valid_spec_becomes_typed_dataclasses(tmp_path: Path) -> None:
     assert spec.request.cookies is False
     assert spec.request.headers == {"Accept-Language": "en"}
     assert spec.settings == {"DOWNLOAD_DELAY": 0.5}
-    assert spec.links == (LinkRule(allow=("/book/",), item="book", follow=False),)
+    assert spec.links == (LinkRule(allow=("/book/",), item_types=("book",), follow=False),)
+    assert spec.start_item_types == ()
     assert spec.pagination is not None and spec.pagination.max_pages == 4
     book = spec.items["book"]
     assert book.key == ("isbn",)
@@ -223,7 +224,8 @@ def test_invalid_selectors_regexes_and_references(tmp_path: Path) -> None:
         "Expected ident or '*', got <EOF at 4>",
         "spec.yaml:9: links[0].restrict_xpath[1]: invalid XPath '//div[': "
         "Invalid expression in //div[",
-        "spec.yaml:10: links[0].item: unknown item type 'bok'; declared: art, book, empty",
+        "spec.yaml:10: links[0].item: unknown item type 'bok' (did you mean 'book'?); "
+        "declared: art, book, empty",
         "spec.yaml:11: pagination: needs exactly one of 'css' or 'xpath', found both",
         "spec.yaml:14: items.book.key[0]: unknown field 'isbn'; declared: title, price, "
         "url, both, neither, bad",
@@ -251,6 +253,85 @@ def test_invalid_selectors_regexes_and_references(tmp_path: Path) -> None:
         "spec.yaml:27: items.empty: needs 'fields' (or 'auto: article')",
         "spec.yaml:28: items.art.key: not allowed with 'auto: article' (the page is "
         "extracted by the text-extraction pipeline)",
+    ]
+
+
+def test_several_item_types_per_rule(tmp_path: Path) -> None:
+    spec = load_spec(
+        write_spec(
+            tmp_path,
+            """
+            name: s
+            start_item: [product, article]
+            links:
+              - item: [product, article, page]
+              - allow: x
+                item: article
+            items:
+              product: {match: {css: div.product}, fields: {t: {css: 'h1::text'}}}
+              article: {auto: article, match: {css: article}}
+              page: {fields: {t: {css: 'h1::text'}}}
+            """,
+        )
+    )
+    assert spec.start_item_types == ("product", "article")
+    assert [(r.item_types, r.follow) for r in spec.links] == [
+        (("product", "article", "page"), False),
+        (("article",), False),
+    ]
+
+
+def test_item_type_lists_are_checked(tmp_path: Path) -> None:
+    text = problems_of(
+        tmp_path,
+        """
+        name: s
+        start_item: [page, product]
+        links:
+          - item: [product, artcle]
+          - item: [page, article, product]
+          - item: [product, product]
+          - item: [article, page]
+        items:
+          product: {match: {css: div.product}, fields: {t: {css: 'h1::text'}}}
+          article: {auto: article}
+          page: {fields: {t: {css: 'h1::text'}}}
+        """,
+    )
+    assert text.splitlines() == [
+        "spec.yaml:2: start_item[0]: item type 'page' has no 'match', so it takes every "
+        "page and 'product' after it would never be tried: give it a 'match' or list it last",
+        "spec.yaml:4: links[0].item[1]: unknown item type 'artcle' (did you mean "
+        "'article'?); declared: article, page, product",
+        "spec.yaml:5: links[1].item[0]: item type 'page' has no 'match', so it takes every "
+        "page and 'article', 'product' after it would never be tried: give it a 'match' or "
+        "list it last",
+        "spec.yaml:5: links[1].item[1]: item type 'article' has no 'match', so it takes "
+        "every page and 'product' after it would never be tried: give it a 'match' or list "
+        "it last",
+        "spec.yaml:6: links[2].item[1]: item type 'product' is listed twice",
+        "spec.yaml:7: links[3].item[0]: item type 'article' has no 'match', so it takes "
+        "every page and 'page' after it would never be tried: give it a 'match' or list "
+        "it last",
+    ]
+
+
+def test_item_type_list_shape(tmp_path: Path) -> None:
+    text = problems_of(
+        tmp_path,
+        """
+        name: s
+        start_item: []
+        links:
+          - item: [a, 5]
+          - item: {a: 1}
+        items: {a: {auto: article}}
+        """,
+    )
+    assert text.splitlines() == [
+        "spec.yaml:2: start_item: must have at least 1 item",
+        "spec.yaml:4: links[0].item[1]: expected a string, got a number (5)",
+        "spec.yaml:5: links[1].item: expected a string or a list, got a mapping",
     ]
 
 
@@ -310,7 +391,9 @@ def test_every_processor_in_the_schema_is_implemented() -> None:
     assert set(BARE_PROCESSORS) | set(ARG_PROCESSORS) == set(_STEPS)
 
 
-@pytest.mark.parametrize("name", ["testsite_catalog.yaml", "testsite_articles.yaml"])
+@pytest.mark.parametrize(
+    "name", ["testsite.yaml", "testsite_catalog.yaml", "testsite_articles.yaml"]
+)
 def test_examples_are_valid(name: str) -> None:
     spec = load_spec(EXAMPLES / name)
     assert spec.name == name.removesuffix(".yaml")

@@ -14,6 +14,7 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.pipelines.validate import ValidatePipeline
 from crawlfleet.spiders import SpecSpider, load_spec
 from tests.spiders.helpers import html_response, write_spec
 
@@ -51,7 +52,8 @@ def test_spec_argument(tmp_path: Path) -> None:
     assert spider.start_urls == ["http://shop.example/list"]
     (request,) = start_requests(spider)
     assert request.url == "http://shop.example/list"
-    assert request.dont_filter
+    # start requests go through the duplicate filter: a later link back is not refetched
+    assert not request.dont_filter
     assert request.headers["Accept-Language"] == b"de"
     assert request.meta == {
         "download_timeout": 7,
@@ -147,4 +149,44 @@ def test_parse_warns_about_empty_required_fields(
     spider = SpecSpider(spec=write_spec(tmp_path, SPEC))
     (item,) = spider.parse(html_response("http://shop.example/book/2", "<p>no title</p>"))
     assert item["_errors"] == ["title: required field is empty"]
+    assert "_warnings" not in item
+    assert [p.reason for p in ValidatePipeline().problems(item)] == ["missing_field"]
     assert "title: required field is empty" in caplog.text
+
+
+MIXED = r"""
+name: mixed
+start_urls: [http://mixed.example/]
+start_item: [product, article]
+links:
+  - allow: '/p/\d+'
+    item: [product, article]
+items:
+  product:
+    match: {css: div.product}
+    key: sku
+    fields:
+      sku: {css: '.sku::text'}
+      price: {css: '.price::text', processors: [decimal]}
+  article:
+    auto: article
+    match: {css: article}
+"""
+
+
+def test_several_item_types_travel_in_meta_and_pick_per_page(tmp_path: Path) -> None:
+    spider = SpecSpider(spec=write_spec(tmp_path, MIXED))
+    (start,) = start_requests(spider)
+    assert start.meta["spec_item"] == ["product", "article"]
+    (link,) = spider.parse(html_response("http://mixed.example/", '<a href="/p/2">x</a>'))
+    assert isinstance(link, Request) and link.meta["spec_item"] == ["product", "article"]
+    product = '<div class="product"><span class="sku">S1</span><span class="price">x</span></div>'
+    (item,) = spider.parse(html_response(link.url, product, meta=link.meta))
+    assert (item["_type"], item["_key"]) == ("product", "S1")
+    # a value that cannot be converted is a warning: the item stays valid
+    assert item["_warnings"] == ["price: cannot convert 'x' to decimal"]
+    assert "_errors" not in item
+    assert ValidatePipeline().problems(item) == []
+    (item,) = spider.parse(html_response(link.url, "<article>Hi</article>", meta=link.meta))
+    assert item["_type"] == "article"
+    assert list(spider.parse(html_response(link.url, "<p>gone</p>", meta=link.meta))) == []

@@ -40,7 +40,7 @@ class Scenario:
 @dataclass
 class CrawlResult:
     scenario: str
-    contender: str  # "scrapy" or "crawlfleet"
+    contender: str  # "scrapy", "crawlfleet", "crawlfleet+pipeline" or "scrapy-redis"
     nodes: int
     pages_per_second: float
     requests: int
@@ -50,6 +50,8 @@ class CrawlResult:
     round_trips_per_page: float | None = None
     node_shares: list[float] = field(default_factory=list)
     exit_codes: list[int | None] = field(default_factory=list)
+    #: the run was stopped after this many seconds, before the crawl was complete
+    capped_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,8 +76,11 @@ def run_crawl(
     redis_url: str = "",
     key_prefix: str = "cfbench",
     timeout: float = 900,
+    cap_seconds: float | None = None,
 ) -> CrawlResult:
-    """Crawl a fresh site once; *contender* is "scrapy" (vanilla) or "crawlfleet"."""
+    """Crawl a fresh site once; *contender* is "scrapy" (vanilla), "crawlfleet" or
+    "scrapy-redis" (its scheduler and dupefilter, state kept on close). With
+    *cap_seconds*, each process is stopped after that long (CLOSESPIDER_TIMEOUT)."""
     model = SiteModel(pages=scenario.pages, hosts=scenario.hosts, problems=False)
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-bench-"))
     site, port = start_site_process(
@@ -84,10 +89,30 @@ def run_crawl(
     try:
         seeds = ",".join(model.seed_urls(port))
         settings = _common_settings(scenario)
+        if cap_seconds:
+            settings["CLOSESPIDER_TIMEOUT"] = cap_seconds
         if contender == "scrapy":
             procs = [_start_vanilla(seeds, settings, workdir)]
+        elif contender == "scrapy-redis":
+            tag = f"{key_prefix}-scrapy-redis-{int(time.time() * 1000)}"
+            settings.update(
+                {
+                    "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+                    "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+                    "REDIS_URL": redis_url,
+                    "SCHEDULER_PERSIST": True,  # its default wipes the shared queue on close
+                    "SCHEDULER_QUEUE_KEY": f"{tag}:requests",
+                    "SCHEDULER_DUPEFILTER_KEY": f"{tag}:dupefilter",
+                }
+            )
+            procs = [_start_vanilla(seeds, settings, workdir, i) for i in range(nodes)]
         else:
             job = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
+            if contender == "crawlfleet+pipeline":  # every item stage, into SQLite
+                settings["CRAWLFLEET_STORES"] = "sql"
+                settings["CRAWLFLEET_SQL_URL"] = f"sqlite:///{workdir / 'items.sqlite3'}"
+            else:  # the frontier alone, as vanilla Scrapy has no item stages
+                settings["CRAWLFLEET_ITEM_STAGES"] = ""
             procs = [
                 start_node(
                     SPIDER,
@@ -123,8 +148,9 @@ def run_crawl(
         fetched_twice=len(stats["fetched_twice"]),
         never_fetched=len(stats["never_fetched"]),
         exit_codes=codes,
+        capped_seconds=cap_seconds if stats["never_fetched"] else None,
     )
-    if contender == "crawlfleet":
+    if contender.startswith("crawlfleet"):
         node_stats = [json.loads(p.read_text()) for p in sorted(workdir.glob("stats*.json"))]
         trips = sum(s.get("crawlfleet/redis/round_trips", 0) for s in node_stats)
         pages = [s.get("response_received_count", 0) for s in node_stats]
@@ -134,7 +160,9 @@ def run_crawl(
     return result
 
 
-def _start_vanilla(seeds: str, settings: dict[str, Any], workdir: Path) -> subprocess.Popen[bytes]:
+def _start_vanilla(
+    seeds: str, settings: dict[str, Any], workdir: Path, index: int = 0
+) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-m",
@@ -145,7 +173,7 @@ def _start_vanilla(seeds: str, settings: dict[str, Any], workdir: Path) -> subpr
     ]
     for name, value in settings.items():
         cmd += ["-s", f"{name}={value}"]
-    log = open(workdir / "vanilla.log", "wb")  # noqa: SIM115 - closed below
+    log = open(workdir / f"vanilla{index}.log", "wb")  # noqa: SIM115 - closed below
     try:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     finally:

@@ -21,13 +21,13 @@ from crawlfleet.settings.config import FrontierConfig, RedisConfig
 NAME = "crawl"
 #: Scrapy sets up logging for this command (see cli.main)
 SCRAPY_LOGGING = True
-HELP = "run a node: crawl with SPIDER (a spider name in this project, or module:Class)"
+HELP = "run a node: crawl with SPIDER (a spec file, module:Class, or a spider name)"
 
 logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spider", help="spider name (Scrapy project) or module:Class")
+    parser.add_argument("spider", help="spec file (.yaml/.json), module:Class, or a spider name")
     parser.add_argument("--job", help="job name (default: the spider's name)")
     parser.add_argument(
         "-a",
@@ -61,7 +61,17 @@ def node_settings(values: dict[str, Any], *, job: str | None = None) -> Settings
     return settings
 
 
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def resolve_spider(target: str, settings: Settings) -> type[Spider]:
+    """The spider class for *target*: a spec file, ``module:Class``, or a spider name
+    in the current Scrapy project."""
+    if target.lower().endswith(SPEC_SUFFIXES):
+        from crawlfleet.spiders.config_spider import SpecSpider
+        from crawlfleet.spiders.spec import load_spec
+
+        return SpecSpider.from_spec(load_spec(target))
     if ":" in target:
         module, _, name = target.partition(":")
         cls = load_object(f"{module}.{name}")

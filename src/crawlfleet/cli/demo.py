@@ -127,6 +127,7 @@ def _watch(
 ) -> bool:
     """Live view until every node has exited; True if the timeout cut it short."""
     keys = JobKeys.of(prefix, job)
+    seen: dict[str, Any] = {}  # last status of every node: a node removes it when it stops
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while any(p.poll() is None for p in procs):
             if time.monotonic() - started > timeout:
@@ -140,7 +141,8 @@ def _watch(
                 live.update(Panel(f"waiting: {exc}"))
                 time.sleep(0.5)
                 continue
-            live.update(_progress(procs, nodes, counters, site, time.monotonic() - started))
+            seen.update(nodes)
+            live.update(_progress(procs, seen, counters, site, time.monotonic() - started))
             time.sleep(0.5)
     return False
 

@@ -18,7 +18,7 @@ from crawlfleet.exceptions import ConfigError
 __all__ = ["COMMANDS", "main"]
 
 #: Command modules, in the order ``crawlfleet --help`` lists them.
-COMMANDS = ("demo", "crawl", "seed", "job", "site", "validate", "extract", "bench")
+COMMANDS = ("demo", "crawl", "seed", "job", "items", "site", "validate", "extract", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

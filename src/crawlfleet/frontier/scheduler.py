@@ -58,6 +58,9 @@ logger = logging.getLogger(__name__)
 
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 FINGERPRINT_BYTES = 16
+#: Fingerprints this node has sent, kept to drop repeats without a Redis round trip
+#: (about 100 bytes each; the set starts over when full).
+LOCAL_SEEN_MAX = 200_000
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
 
@@ -102,6 +105,7 @@ class Scheduler(BaseScheduler):
         self.on_dropped: Callable[[Request], None] = lambda request: None
 
         self._out: list[tuple[Request, bytes, bytes]] = []  # request, fingerprint, payload
+        self._sent: set[bytes] = set()  # fingerprints this node has queued
         self._acks: list[str] = []
         self._bad: list[str] = []
         self._buffer: deque[tuple[Request, str]] = deque()  # leased, not yet handed out
@@ -114,6 +118,7 @@ class Scheduler(BaseScheduler):
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_lease = 0.0
@@ -186,6 +191,7 @@ class Scheduler(BaseScheduler):
 
     async def _open(self) -> None:
         self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
         await self._until_reachable("open the frontier", self.frontier.register_job)
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
@@ -202,8 +208,9 @@ class Scheduler(BaseScheduler):
 
     async def _close(self, reason: str) -> None:
         self._closing = True
-        if self._wake is not None:
+        if self._wake is not None and self._stop is not None:
             self._wake.set()
+            self._stop.set()
         if self._task is not None:
             await self._task
         self._collect_finished()
@@ -212,6 +219,7 @@ class Scheduler(BaseScheduler):
             self._buffer.append((request, rid))
         self._handed.clear()
         deadline = time.monotonic() + CLOSE_FLUSH_SECONDS
+        delay = self.redis_config.retry_min_seconds
         while time.monotonic() < deadline:
             try:
                 while self._out or self._acks or self._bad:
@@ -225,8 +233,11 @@ class Scheduler(BaseScheduler):
                 await self._heartbeat(leaving=True)
                 break
             except REDIS_ERRORS as exc:
-                logger.warning("Redis unreachable while closing (%s); retrying", exc)
-                await asyncio.sleep(self.redis_config.retry_min_seconds)
+                logger.warning(
+                    "Redis unreachable while closing (%s); retrying in %.1fs", exc, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.redis_config.retry_max_seconds)
         else:
             logger.error(
                 "Could not reach Redis for %.0fs while closing: %d new requests were not "
@@ -250,17 +261,25 @@ class Scheduler(BaseScheduler):
     def enqueue_request(self, request: Request) -> bool:
         once = self.config.start_requests_once and request.meta.get("is_start_request")
         try:
-            fp = (
-                b""
-                if request.dont_filter and not once
-                else self.fingerprint(request)[:FINGERPRINT_BYTES]
-            )
+            if request.dont_filter and not once:
+                fp = b""
+            else:
+                fp = self.fingerprint(request)[:FINGERPRINT_BYTES]
+                if fp in self._sent:
+                    # this node already sent it: the shared filter has it (or will, in
+                    # the batch on its way), so it is a duplicate without asking Redis
+                    self._count_duplicate(request)
+                    return False
             payload = self.codec.encode(request)
         except SerializationError as exc:
             logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
             self._inc("crawlfleet/scheduler/unserializable")
             return False
         self._out.append((request, fp, payload))
+        if fp:
+            if len(self._sent) >= LOCAL_SEEN_MAX:
+                self._sent.clear()
+            self._sent.add(fp)
         self._inc("crawlfleet/scheduler/enqueued")
         if len(self._out) >= self.config.flush_batch and self._wake is not None:
             self._wake.set()
@@ -310,7 +329,7 @@ class Scheduler(BaseScheduler):
                     len(self._out),
                     len(self._acks),
                 )
-                await self._sleep(delay)
+                await self._sleep(delay, wake_on_work=False)
                 delay = min(delay * 2, self.redis_config.retry_max_seconds)
                 continue
             except Exception:
@@ -319,10 +338,13 @@ class Scheduler(BaseScheduler):
                 continue
             await self._sleep(self.config.flush_seconds)
 
-    async def _sleep(self, seconds: float) -> None:
-        assert self._wake is not None
+    async def _sleep(self, seconds: float, *, wake_on_work: bool = True) -> None:
+        """Wait *seconds*, or less when woken (new work, closing). While Redis is
+        unreachable (*wake_on_work* False) only closing cuts the back-off short."""
+        assert self._wake is not None and self._stop is not None
+        event = self._wake if wake_on_work else self._stop
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+            await asyncio.wait_for(event.wait(), timeout=seconds)
         self._wake.clear()
 
     async def _tick(self) -> None:
@@ -385,6 +407,11 @@ class Scheduler(BaseScheduler):
             self._duplicate(batch[i][0])
 
     def _duplicate(self, request: Request) -> None:
+        """A request the shared seen-filter rejected (after enqueue_request said yes)."""
+        self._count_duplicate(request)
+        self.on_dropped(request)
+
+    def _count_duplicate(self, request: Request) -> None:
         self._inc("crawlfleet/scheduler/duplicates")
         self._inc("dupefilter/filtered")
         if not self._logged_dup:
@@ -394,7 +421,6 @@ class Scheduler(BaseScheduler):
                 extra={"spider": self.spider},
             )
             self._logged_dup = True
-        self.on_dropped(request)
 
     async def _lease(self) -> None:
         want = self.config.prefetch - len(self._buffer)

@@ -17,6 +17,13 @@ keys in one slot and every script's keys are served by one master::
     <prefix>:{<job>}:seen              set    exact mode: binary fingerprints
     <prefix>:{<job>}:bloom             hash   Bloom mode: layer parameters and counts
     <prefix>:{<job>}:bloom:<n>         string Bloom mode: bitmap of layer n (1-based)
+    <prefix>:{<job>}:items             stream item records for item workers (entry format
+                                              in crawlfleet.pipelines.stream)
+    <prefix>:{<job>}:items:dead        stream entries item workers could not store, each
+                                              with its entry id, reason and fields
+
+The item streams are output, not crawl state: they are not in ``JobKeys.fixed()``, so
+resetting a job's crawl keeps the items that workers have not stored yet.
 
 The seed list read for scrapy-redis compatibility (``<spider>:start_urls``) is the
 user's own key and lives outside this schema.
@@ -99,9 +106,26 @@ class JobKeys:
     def bloom_layer(self, n: int) -> str:
         return f"{self.base}:bloom:{n}"
 
+    @property
+    def items(self) -> str:
+        return f"{self.base}:items"
+
+    @property
+    def items_dead(self) -> str:
+        return f"{self.base}:items:dead"
+
     def fixed(self) -> list[str]:
         """Keys whose names do not depend on the job's contents (for reset)."""
         return [
-            self.sites, self.req, self.leases, self.owner, self.counters, self.bad,
-            self.nodes, self.nodeinfo, self.busy, self.seen, self.bloom,
+            self.sites,
+            self.req,
+            self.leases,
+            self.owner,
+            self.counters,
+            self.bad,
+            self.nodes,
+            self.nodeinfo,
+            self.busy,
+            self.seen,
+            self.bloom,
         ]

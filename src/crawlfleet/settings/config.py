@@ -161,7 +161,7 @@ class FrontierConfig:
         validate_job_name(job)
         prefetch = _int(settings, "CRAWLFLEET_PREFETCH", minimum=0)
         if prefetch == 0:
-            prefetch = 2 * max(1, settings.getint("CONCURRENT_REQUESTS"))
+            prefetch = max(1, settings.getint("CONCURRENT_REQUESTS"))
         lease = _float(settings, "CRAWLFLEET_LEASE_SECONDS", minimum=1)
         heartbeat = _float(settings, "CRAWLFLEET_HEARTBEAT_SECONDS", minimum=0.1)
         if heartbeat * 2 > lease:

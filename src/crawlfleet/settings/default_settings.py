@@ -30,8 +30,8 @@ CRAWLFLEET_JOB = ""
 #: What makes two requests belong to the same site (one queue, one politeness budget):
 #: "host", "domain" (registered domain, e.g. example.co.uk) or "ip".
 CRAWLFLEET_SITE_KEY = "host"
-#: Requests kept leased in the local buffer, ready for the engine. 0: twice
-#: CONCURRENT_REQUESTS.
+#: Requests kept leased in the local buffer, ready for the engine. 0:
+#: CONCURRENT_REQUESTS (a node holds no more than it can start soon).
 CRAWLFLEET_PREFETCH = 0
 #: How long a lease lasts unless its node renews it (nodes renew with each heartbeat).
 #: A killed node's requests return to their queue after at most this long.
@@ -78,6 +78,13 @@ CRAWLFLEET_START_URLS_KEY = "%(spider)s:start_urls"
 CRAWLFLEET_START_URLS_BATCH = 100
 
 # ======================= item pipeline (see docs/pipelines.md) ======================
+#: Item stages the add-on enables, always in this order: "text" (main-text extraction
+#: for automatic article items), "encoding", "clean", "validate", "key". [] for none.
+CRAWLFLEET_ITEM_STAGES = ["text", "encoding", "clean", "validate", "key"]
+#: Stores the add-on enables, any number: "sql", "mongodb", "redis" (a Redis stream
+#: that `crawlfleet items work` moves into a store). []: items go only where the
+#: project sends them (e.g. FEEDS).
+CRAWLFLEET_STORES: list[str] = []
 
 # --- Clean --------------------------------------------------------------------
 #: Remove fields whose value is empty after cleaning (None, "", whitespace only,

@@ -17,9 +17,13 @@ Three ways to run one:
 - ``scrapy crawl <name> -a spec=other.yaml`` replaces a subclass's spec for one run, and
   ``-a start_urls=URL,URL`` its start URLs.
 
-Every request goes to :meth:`SpecSpider.parse`; its role (item type, depth) travels in
+Every request goes to :meth:`SpecSpider.parse`; its role (item types, depth) travels in
 request meta, so requests that go through the shared frontier keep it. Seeds without
 that meta are placed by URL (see :mod:`crawlfleet.spiders.extraction`).
+
+Start requests go through the duplicate filter like every other request (Scrapy's own
+start requests are ``dont_filter``): a start URL that pages link to again is fetched
+once, under vanilla Scrapy as with crawlfleet's seen-filter.
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ from scrapy.crawler import Crawler
 from scrapy.http import Response, TextResponse
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.spiders.extraction import ERRORS_FIELD, PageRole, SpecExtractor
+from crawlfleet.spiders.extraction import (
+    ERRORS_FIELD,
+    WARNINGS_FIELD,
+    PageRole,
+    SpecExtractor,
+)
 from crawlfleet.spiders.spec import Spec, load_spec
 
 __all__ = ["SpecSpider"]
@@ -124,16 +133,21 @@ class SpecSpider(Spider):
         return spider
 
     async def start(self) -> AsyncIterator[Any]:
-        """One request per start URL (none if seeds come from the shared frontier)."""
+        """One request per start URL (none if seeds come from the shared frontier).
+
+        They are not ``dont_filter``: a start URL reached again by a link, or listed
+        twice, is fetched once.
+        """
         role = self.extractor.start_role()
         for url in self.start_urls:
-            yield self._request(url, role, dont_filter=True)
+            yield self._request(url, role)
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         """Yield the page's items, then requests for the links the spec follows.
 
-        Stats: ``spec/items``, ``spec/items_with_errors``, ``spec/pages_unmatched`` (the
-        item type's ``match`` found nothing), ``spec/pages_not_text`` (skipped).
+        Stats: ``spec/items``, ``spec/items_with_errors``, ``spec/items_with_warnings``,
+        ``spec/pages_unmatched`` (the ``match`` of none of the page's item types found
+        anything), ``spec/pages_not_text`` (skipped).
         """
         if not isinstance(response, TextResponse):
             self.logger.debug("%s: not a text page; skipped", response.url)
@@ -141,12 +155,14 @@ class SpecSpider(Spider):
             return
         result = self.extractor.process(response)
         if result.unmatched:
-            self.logger.debug("%s: no %s (items.%s.match)", response.url, *[result.role.item] * 2)
+            matches = ", ".join(f"items.{name}.match" for name in result.role.item_types)
+            self.logger.debug("%s: no item: nothing selected by %s", response.url, matches)
             self._count("spec/pages_unmatched")
         for warning in result.warnings:
             self.logger.warning("%s", warning)
         self._count("spec/items", len(result.items))
         self._count("spec/items_with_errors", sum(1 for i in result.items if ERRORS_FIELD in i))
+        self._count("spec/items_with_warnings", sum(1 for i in result.items if WARNINGS_FIELD in i))
         yield from result.items
         for link in result.links:
             yield self._request(link.url, link.role)
@@ -156,7 +172,7 @@ class SpecSpider(Spider):
         if count and crawler is not None and crawler.stats is not None:
             crawler.stats.inc_value(key, count)
 
-    def _request(self, url: str, role: PageRole, *, dont_filter: bool = False) -> Request:
+    def _request(self, url: str, role: PageRole) -> Request:
         spec = self.spec
         meta: dict[str, Any] = {**spec.request.meta, **role.meta()}
         if not spec.request.cookies:
@@ -166,7 +182,6 @@ class SpecSpider(Spider):
             callback=self.parse,
             headers=dict(spec.request.headers) or None,
             meta=meta,
-            dont_filter=dont_filter,
         )
 
 

@@ -3,17 +3,22 @@
 This is the whole behaviour of a spec spider, free of Scrapy's engine, so that
 :class:`~crawlfleet.spiders.config_spider.SpecSpider` and ``crawlfleet extract`` share it.
 
-A page's *role* says what it yields and how far it is from the start:
+A page's *role* says what it may yield and how far it is from the start:
 
 - a request the spider made carries its role in ``meta`` (:data:`META_ITEM`,
   :data:`META_FOLLOW`, :data:`META_DEPTH`, :data:`META_PAGE`);
 - a page without it (a seed from the shared frontier, a URL given to ``extract``) takes
-  the item type of the first link rule with an ``item`` that accepts its URL, else the
+  the item types of the first link rule with an ``item`` that accepts its URL, else the
   spec's ``start_item``, at depth 0.
 
-Items are plain dicts: ``_type``, ``url``, ``_key``, the declared fields in order, and
-``_errors`` (a list of ``"field: problem"`` strings) only when something is wrong.
-Auto-article items carry ``_auto`` and the page under ``_html`` instead of fields.
+A role lists item types in order; the page yields the first whose ``match`` selects
+something on it (a type without ``match`` always does), or nothing.
+
+Items are plain dicts: ``_type``, ``url``, ``_key``, the declared fields in order, then
+``_errors`` (what makes the item invalid: an empty required field) and ``_warnings``
+(notes that do not, such as a value a conversion could not read or an empty key field),
+each a list of ``"field: problem"`` strings present only when non-empty. Auto-article
+items carry ``_auto`` and the page under ``_html`` instead of fields.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "META_ITEM",
     "META_PAGE",
     "TYPE_FIELD",
+    "WARNINGS_FIELD",
     "FollowLink",
     "PageResult",
     "PageRole",
@@ -50,12 +56,15 @@ __all__ = [
 
 TYPE_FIELD = "_type"  #: the item type's name
 KEY_FIELD = "_key"  #: the item's identity (a string) for upserts, with ``_type``
-ERRORS_FIELD = "_errors"  #: problems found while extracting; present only when non-empty
+ERRORS_FIELD = "_errors"  #: problems that make the item invalid; present only when non-empty
+WARNINGS_FIELD = "_warnings"  #: problems that do not; present only when non-empty
 HTML_FIELD = "_html"  #: auto items: the page's decoded HTML
 AUTO_FIELD = "_auto"  #: auto items: the extraction wanted (``"article"``)
 ENCODING_FIELD = "_encoding"  #: auto items: the encoding the page was decoded with
 
-META_ITEM = "spec_item"  #: request meta: item type the page yields (``None``: none)
+#: request meta: the item type(s) the page may yield: ``None`` (none), a name, or a
+#: list of names tried in order
+META_ITEM = "spec_item"
 META_FOLLOW = "spec_follow"  #: request meta: whether link rules apply to the page
 META_DEPTH = "spec_depth"  #: request meta: link depth (start pages 0; pagination keeps it)
 META_PAGE = "spec_page"  #: request meta: pagination index (first page 1)
@@ -63,17 +72,34 @@ META_PAGE = "spec_page"  #: request meta: pagination index (first page 1)
 
 @dataclass(frozen=True)
 class PageRole:
-    """What a page yields (``item``), whether link rules apply to it, and where it is."""
+    """What a page may yield, whether link rules apply to it, and where it is.
 
-    item: str | None
+    ``item_types``: the item types tried in order (the first whose ``match`` selects
+    something is yielded); empty: the page yields nothing.
+    """
+
+    item_types: tuple[str, ...] = ()
     follow: bool = True
     depth: int = 0
     page: int = 1
 
+    @property
+    def item(self) -> str | None:
+        """``item_types`` as one string, as ``crawlfleet extract`` shows it: ``None``,
+        ``"book"``, or ``"product|article"`` for several."""
+        return "|".join(self.item_types) or None
+
     def meta(self) -> dict[str, Any]:
-        """The request meta that gives the fetched page this role."""
+        """The request meta that gives the fetched page this role (plain JSON values):
+        :data:`META_ITEM` is ``None``, a name, or a list for several types."""
+        types = self.item_types
+        item: str | list[str] | None = None
+        if len(types) == 1:
+            item = types[0]
+        elif types:
+            item = list(types)
         return {
-            META_ITEM: self.item,
+            META_ITEM: item,
             META_FOLLOW: self.follow,
             META_DEPTH: self.depth,
             META_PAGE: self.page,
@@ -95,12 +121,14 @@ class FollowLink:
 class PageResult:
     """Everything a spec gets from one page.
 
-    ``warnings`` are problems for the log; ``unmatched`` is set when the page's item
-    type has a ``match`` selector that found nothing (the page then yields no item).
+    ``item_type`` is the type the page yielded (``None``: none); ``unmatched`` is set when
+    the role has item types but none of their ``match`` selectors found anything (the
+    page then yields no item). ``warnings`` are problems for the log.
     """
 
     url: str
     role: PageRole
+    item_type: str | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     links: list[FollowLink] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -137,9 +165,8 @@ class SpecExtractor:
         """The role of the page at *url* fetched with *meta* (see the module docstring)."""
         meta = meta or {}
         if META_ITEM in meta:
-            item = meta[META_ITEM]
             return PageRole(
-                item=item if isinstance(item, str) and item in self.spec.items else None,
+                item_types=self._known_types(meta[META_ITEM]),
                 follow=bool(meta.get(META_FOLLOW, True)),
                 depth=int(meta.get(META_DEPTH, 0)),
                 page=int(meta.get(META_PAGE, 1)),
@@ -147,8 +174,13 @@ class SpecExtractor:
         index = self.matching_rule(url)
         if index is not None:
             rule = self.spec.links[index]
-            return PageRole(item=rule.item, follow=rule.follow)
-        return PageRole(item=self.spec.start_item)
+            return PageRole(item_types=rule.item_types, follow=rule.follow)
+        return self.start_role()
+
+    def _known_types(self, raw: Any) -> tuple[str, ...]:
+        # A request made under another version of the spec may name types that are gone.
+        names = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+        return tuple(n for n in names if isinstance(n, str) and n in self.spec.items)
 
     def matching_rule(self, url: str) -> int | None:
         """Index of the first link rule with an ``item`` whose allow/deny accept *url*."""
@@ -157,7 +189,7 @@ class SpecExtractor:
         for index, (rule, extractor) in enumerate(
             zip(self.spec.links, self._extractors, strict=True)
         ):
-            if rule.item is not None and extractor.matches(url):
+            if rule.item_types and extractor.matches(url):
                 return index
         return None
 
@@ -170,7 +202,7 @@ class SpecExtractor:
 
     def start_role(self) -> PageRole:
         """The role of a start URL."""
-        return PageRole(item=self.spec.start_item)
+        return PageRole(item_types=self.spec.start_item_types)
 
     # -- the whole page ---------------------------------------------------------------
 
@@ -181,23 +213,33 @@ class SpecExtractor:
         if role is None:
             role = self.role_for(response.url, response.meta if _has_meta(response) else None)
         if item is not None:
-            role = replace(role, item=item)
+            role = replace(role, item_types=(item,))
         result = PageResult(url=response.url, role=role)
-        if role.item is not None:
-            item_spec = self.spec.items[role.item]
-            if item_spec.match is None or _select(response.selector, item_spec.match):
-                result.items, result.warnings = self.items(response, item_spec)
-            else:
+        if role.item_types:
+            item_spec = self.item_type_for(response, role.item_types)
+            if item_spec is None:
                 result.unmatched = True
+            else:
+                result.item_type = item_spec.name
+                result.items, result.warnings = self.items(response, item_spec)
         result.links = self.links(response, role)
         return result
+
+    def item_type_for(self, response: TextResponse, names: tuple[str, ...]) -> ItemSpec | None:
+        """The first of the item types *names* whose ``match`` selects something on
+        *response* (a type without ``match`` always does), or ``None``."""
+        for name in names:
+            item = self.spec.items[name]
+            if item.match is None or _select(response.selector, item.match):
+                return item
+        return None
 
     # -- items ------------------------------------------------------------------------
 
     def items(
         self, response: TextResponse, item: ItemSpec
     ) -> tuple[list[dict[str, Any]], list[str]]:
-        """The items of type *item* on *response*, and warnings about them.
+        """The items of type *item* on *response*, and log lines about their problems.
 
         ``item.match`` is not checked here (:meth:`process` does).
         """
@@ -219,16 +261,18 @@ class SpecExtractor:
         if item.each is not None and not roots:
             return [], [f"{url}: no {item.name!r} items: 'each' matched nothing"]
         out: list[dict[str, Any]] = []
-        warnings: list[str] = []
+        log: list[str] = []
         for root in roots:
-            record, errors = _extract_one(root, item, url, context)
+            record, errors, warnings = _extract_one(root, item, url, context)
             if errors:
                 record[ERRORS_FIELD] = errors
-                warnings.append(
-                    f"{url}: {item.name} item {record[KEY_FIELD]!r}: {'; '.join(errors)}"
-                )
+            if warnings:
+                record[WARNINGS_FIELD] = warnings
+            if errors or warnings:
+                problems = "; ".join(errors + warnings)
+                log.append(f"{url}: {item.name} item {record[KEY_FIELD]!r}: {problems}")
             out.append(record)
-        return out, warnings
+        return out, log
 
     # -- links ------------------------------------------------------------------------
 
@@ -259,7 +303,7 @@ class SpecExtractor:
             ):
                 if rule.max_depth is not None and depth > rule.max_depth:
                     continue
-                target = PageRole(item=rule.item, follow=rule.follow, depth=depth)
+                target = PageRole(rule.item_types, follow=rule.follow, depth=depth)
                 for link in extractor.extract_links(response):
                     url = urldefrag(link.url).url
                     if url not in seen and self.on_domains(url):
@@ -295,12 +339,14 @@ def _select(root: Selector, query: Query) -> SelectorList[Selector]:
 
 def _extract_one(
     root: Selector, item: ItemSpec, url: str, context: ProcessorContext
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The record of one item, its errors (it is invalid) and its warnings."""
     values: dict[str, Any] = {}
     errors: list[str] = []
+    warnings: list[str] = []
     for spec in item.fields:
         value, problems = _field_value(root, spec, context)
-        errors.extend(f"{spec.name}: {p}" for p in problems)
+        warnings.extend(f"{spec.name}: {p}" for p in problems)
         if _is_empty(value):
             if spec.required:
                 errors.append(f"{spec.name}: required field is empty")
@@ -312,14 +358,14 @@ def _extract_one(
         parts = [values[name] for name in item.key]
         empty = [name for name, v in zip(item.key, parts, strict=True) if _is_empty(v)]
         if empty:
-            errors.append(f"{', '.join(empty)}: key field is empty; the page URL is the key")
+            warnings.append(f"{', '.join(empty)}: key field is empty; the page URL is the key")
         elif len(parts) == 1 and not isinstance(parts[0], list | dict):
             key = str(parts[0])
         else:
             key = json.dumps(parts, default=str, ensure_ascii=False)
     record: dict[str, Any] = {TYPE_FIELD: item.name, "url": url, KEY_FIELD: key}
     record.update(values)
-    return record, errors
+    return record, errors, warnings
 
 
 def _field_value(

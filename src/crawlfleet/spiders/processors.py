@@ -3,7 +3,7 @@
 Every processor maps a list of values to a list of values. Text processors work on
 strings; a conversion (``int``, ``float``, ``decimal``, ``date``) must come last (the spec
 loader enforces it). A value a conversion cannot read is dropped and reported as a
-problem, so the item records it in ``_errors`` instead of failing the page.
+problem, so the item records it in ``_warnings`` instead of failing the page.
 
 ============== ==========================================================================
 processor      effect

@@ -64,6 +64,17 @@ _QUERY: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+_ITEM_TYPES: dict[str, Any] = {
+    "description": (
+        "An item type, or a list of them: a page yields the first whose match selects "
+        "something (a type without match must be last)."
+    ),
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    ],
+}
+
 _PROCESSOR: dict[str, Any] = {
     "description": (
         "A processor name, or a one-key mapping from a processor name to its argument."
@@ -175,7 +186,11 @@ _LINK_RULE: dict[str, Any] = {
             "description": "Apply the link rules to the pages reached (default: true "
             "without item, false with item).",
         },
-        "item": {"type": "string", "description": "The item type the pages reached yield."},
+        "item": {
+            **_ITEM_TYPES,
+            "description": "The item type(s) the pages reached yield; with a list, the "
+            "first whose match selects something.",
+        },
         "max_depth": {"type": "integer", "minimum": 1},
     },
     "additionalProperties": False,
@@ -196,8 +211,9 @@ SPEC_SCHEMA: dict[str, Any] = {
         "start_urls": {"type": "array", "items": {"type": "string"}},
         "allowed_domains": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "start_item": {
-            "type": "string",
-            "description": "Item type yielded by start pages and seeds no link rule matches.",
+            **_ITEM_TYPES,
+            "description": "Item type(s) yielded by start pages and seeds no link rule "
+            "places; with a list, the first whose match selects something.",
         },
         "max_depth": {
             "type": "integer",

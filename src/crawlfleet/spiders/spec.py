@@ -30,6 +30,7 @@ from crawlfleet.spiders.validation import (
     quote,
     read_spec_file,
     schema_problems,
+    suggest,
 )
 
 __all__ = [
@@ -101,14 +102,15 @@ class ItemSpec:
 
 @dataclass(frozen=True)
 class LinkRule:
-    """Links to follow; pages reached yield ``item`` (or nothing when ``None``)."""
+    """Links to follow; a page reached yields the first of ``item_types`` whose ``match``
+    selects something on it (nothing when ``item_types`` is empty)."""
 
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     restrict_css: tuple[str, ...] = ()
     restrict_xpath: tuple[str, ...] = ()
     follow: bool = True
-    item: str | None = None
+    item_types: tuple[str, ...] = ()
     max_depth: int | None = None
 
 
@@ -131,13 +133,16 @@ class RequestSpec:
 
 @dataclass(frozen=True)
 class Spec:
-    """A validated spider spec. ``path`` is the file it came from (``None`` if built in code)."""
+    """A validated spider spec. ``path`` is the file it came from (``None`` if built in code).
+
+    ``start_item_types`` are what start pages yield, chosen like a link rule's.
+    """
 
     name: str
     items: Mapping[str, ItemSpec]
     start_urls: tuple[str, ...] = ()
     allowed_domains: tuple[str, ...] = ()
-    start_item: str | None = None
+    start_item_types: tuple[str, ...] = ()
     max_depth: int | None = None
     links: tuple[LinkRule, ...] = ()
     pagination: Pagination | None = None
@@ -226,8 +231,8 @@ def _build(data: Mapping[str, Any], path: Path | None) -> Spec:
             deny=_strings(r.get("deny")),
             restrict_css=_strings(r.get("restrict_css")),
             restrict_xpath=_strings(r.get("restrict_xpath")),
-            follow=r.get("follow", r.get("item") is None),
-            item=r.get("item"),
+            follow=r.get("follow", "item" not in r),
+            item_types=_strings(r.get("item")),
             max_depth=r.get("max_depth"),
         )
         for r in data.get("links", ())
@@ -239,7 +244,7 @@ def _build(data: Mapping[str, Any], path: Path | None) -> Spec:
         items=items,
         start_urls=tuple(data.get("start_urls", ())),
         allowed_domains=tuple(data.get("allowed_domains", ())),
-        start_item=data.get("start_item"),
+        start_item_types=_strings(data.get("start_item")),
         max_depth=data.get("max_depth"),
         links=links,
         pagination=Pagination(_query(pag), pag.get("max_pages")) if pag is not None else None,
@@ -254,7 +259,8 @@ def _build(data: Mapping[str, Any], path: Path | None) -> Spec:
 
 
 def _unused_items(spec: Spec) -> list[str]:
-    used = {r.item for r in spec.links} | {spec.start_item}
+    used = {name for rule in spec.links for name in rule.item_types}
+    used.update(spec.start_item_types)
     return [name for name in spec.items if name not in used]
 
 
@@ -276,8 +282,8 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[Problem]:
                     f"expected a domain name such as 'example.com', got {domain!r}",
                 )
             )
-    if "start_item" in data and data["start_item"] not in items:
-        out.append(_unknown_item(("start_item",), data["start_item"], items))
+    if "start_item" in data:
+        out.extend(_item_types_problems(("start_item",), data["start_item"], items))
     for i, rule in enumerate(data.get("links", ())):
         out.extend(_rule_problems(("links", i), rule, items))
     if "pagination" in data:
@@ -292,9 +298,35 @@ def _is_http_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+def _item_types_problems(
+    path: PathT, raw: str | list[str], items: Mapping[str, Any]
+) -> list[Problem]:
+    """Problems of an ``item`` / ``start_item`` value: one name or a list tried in order."""
+    if isinstance(raw, str):
+        return [] if raw in items else [_unknown_item(path, raw, items)]
+    out: list[Problem] = []
+    for j, name in enumerate(raw):
+        where = (*path, j)
+        if name not in items:
+            out.append(_unknown_item(where, name, items))
+        elif name in raw[:j]:
+            out.append(Problem(where, f"item type {name!r} is listed twice"))
+        elif j < len(raw) - 1 and "match" not in items[name]:
+            later = ", ".join(repr(n) for n in raw[j + 1 :])
+            out.append(
+                Problem(
+                    where,
+                    f"item type {name!r} has no 'match', so it takes every page and "
+                    f"{later} after it would never be tried: give it a 'match' or list it last",
+                )
+            )
+    return out
+
+
 def _unknown_item(path: PathT, name: str, items: Mapping[str, Any]) -> Problem:
     declared = ", ".join(sorted(items)) or "none"
-    return Problem(path, f"unknown item type {name!r}; declared: {declared}")
+    hint = suggest(name, items)
+    return Problem(path, f"unknown item type {name!r}{hint}; declared: {declared}")
 
 
 def _rule_problems(path: PathT, rule: Mapping[str, Any], items: Mapping[str, Any]) -> list[Problem]:
@@ -308,8 +340,8 @@ def _rule_problems(path: PathT, rule: Mapping[str, Any], items: Mapping[str, Any
         elif raw is not None:
             for j, expr in enumerate(raw):
                 out.extend(_selector_problem((*path, key, j), kind, expr))
-    if "item" in rule and rule["item"] not in items:
-        out.append(_unknown_item((*path, "item"), rule["item"], items))
+    if "item" in rule:
+        out.extend(_item_types_problems((*path, "item"), rule["item"], items))
     return out
 
 

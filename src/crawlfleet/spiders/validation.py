@@ -29,6 +29,7 @@ __all__ = [
     "quote",
     "read_spec_file",
     "schema_problems",
+    "suggest",
 ]
 
 PathT = tuple[str | int, ...]
@@ -208,7 +209,8 @@ def _types(value: str | list[str]) -> str:
     return " or ".join(names)
 
 
-def _suggest(word: str, choices: Iterable[str]) -> str:
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to *word*, or ``""`` if none is close."""
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -222,14 +224,14 @@ def _translate(error: ValidationError) -> list[Problem]:
         allowed = sorted(error.schema.get("properties", {}))
         if _in_processors(path):
             return [
-                Problem(path, f"unknown processor {k!r}{_suggest(str(k), allowed)}")
+                Problem(path, f"unknown processor {k!r}{suggest(str(k), allowed)}")
                 for k in instance
                 if k not in allowed
             ]
         return [
             Problem(
                 (*path, key),
-                f"unknown key{_suggest(str(key), allowed)}; allowed keys: {', '.join(allowed)}",
+                f"unknown key{suggest(str(key), allowed)}; allowed keys: {', '.join(allowed)}",
             )
             for key in instance
             if key not in allowed
@@ -242,11 +244,11 @@ def _translate(error: ValidationError) -> list[Problem]:
         return [Problem(path, f"expected {_types(value)}, got {_describe(instance)}")]
     if kind == "enum" and _in_processors(path):
         known = ", ".join(value)
-        hint = _suggest(str(instance), value)
+        hint = suggest(str(instance), value)
         return [Problem(path, f"unknown processor {instance!r}{hint}; known: {known}")]
     if kind == "enum":
         choices = ", ".join(repr(v) for v in value)
-        hint = _suggest(instance, [str(v) for v in value]) if isinstance(instance, str) else ""
+        hint = suggest(instance, [str(v) for v in value]) if isinstance(instance, str) else ""
         return [Problem(path, f"got {_describe(instance)}{hint}; expected one of: {choices}")]
     if kind == "pattern" and path == ("name",):
         return [

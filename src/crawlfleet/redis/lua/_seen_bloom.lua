@@ -24,6 +24,7 @@
 local B_META, B_KEYS, B_LAYERS, B_M, B_K, B_CAP, B_N
 local B_ARGS, B_CREATED, B_DIRTY = nil, 0, {}
 local MAX_BITS = 4294967295
+local PREALLOC_MAX_BYTES = 64 * 1024 * 1024
 
 local function b_word(fp, i)
   local a, b, c, d = string.byte(fp, i, i + 3)
@@ -47,6 +48,13 @@ local function b_add_layer()
   if m == MAX_BITS then cap = math.floor(m * (math.log(2) ^ 2) / -math.log(rate)) end
   redis.call('HSET', B_META, 'layers', i, 'm' .. i, m, 'k' .. i, k, 'cap' .. i, cap,
              'n' .. i, 0)
+  -- allocate the bitmap at its exact size now: grown bit by bit, Redis 6.2 reserves up
+  -- to 1 MB beyond the end (55% extra for a 1M-URL layer). Larger layers grow as they
+  -- go, where that margin is small.
+  local nbytes = math.ceil(m / 8)
+  if nbytes <= PREALLOC_MAX_BYTES and redis.call('EXISTS', B_KEYS[i]) == 0 then
+    redis.call('SET', B_KEYS[i], string.rep('\0', nbytes))
+  end
   B_LAYERS = i
   B_M[i], B_K[i], B_CAP[i], B_N[i] = m, k, cap, 0
   B_CREATED = B_CREATED + 1

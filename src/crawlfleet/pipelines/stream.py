@@ -1,0 +1,406 @@
+"""Redis stream item store: items go to a stream per job, for separate item workers.
+
+Crawling and item processing then scale separately: nodes append their items to the
+job's stream (``<prefix>:{<job>}:items``, see :mod:`crawlfleet.redis.keys`) and any
+number of ``crawlfleet items work`` processes move them into SQL or MongoDB (see
+:mod:`crawlfleet.pipelines.workers`).
+
+Entry format, version 1 (no pickle: every value is text)::
+
+    v     "1"
+    key   the item key (upsert key)
+    job   the job that wrote the item
+    type  the item type
+    url   the page of the item (absent when the item has none)
+    doc   the item's public fields, a JSON object (UTF-8)
+
+A reader rejects any other version and any entry missing a field or with a ``doc`` that
+is not a JSON object (:class:`~crawlfleet.exceptions.MalformedEntry`).
+
+Appending uses :class:`~crawlfleet.pipelines.buffered.BufferedSink`: batches of up to
+``CRAWLFLEET_STORE_BATCH_ITEMS`` go in one pipelined round trip (one ``XADD`` per
+item), from the store's worker thread; while Redis is down items wait in the bounded
+buffer and are retried, and a full buffer makes the crawl wait. A batch retried after a
+connection was cut mid-reply may append some items twice: workers upsert by key, so that
+leaves no duplicate rows. ``CRAWLFLEET_ITEMS_STREAM_MAXLEN`` > 0 trims the stream
+(approximately) to that many entries, dropping the oldest even if no worker took them;
+the default 0 never trims (workers delete the entries every group has stored).
+
+Inside Scrapy the sink uses the process's shared asyncio Redis client: its batches run
+as coroutines on the reactor's loop (the worker thread only waits for them). Built with a
+URL only (tools, tests), it keeps a blocking client of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import hashlib
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Self
+
+import redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from scrapy.crawler import Crawler
+from scrapy.settings import BaseSettings
+from scrapy.statscollectors import StatsCollector
+
+from crawlfleet.exceptions import ConfigError, MalformedEntry
+from crawlfleet.pipelines._config import get_int, get_str, raw_setting
+from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
+from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.store import StorePipeline
+from crawlfleet.redis.connection import resolve_url, shared_client
+from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.settings.config import RedisConfig, validate_job_name
+
+__all__ = [
+    "ENTRY_VERSION",
+    "RedisStreamPipeline",
+    "RedisStreamSink",
+    "decode_entry",
+    "encode_entry",
+    "entry_time",
+    "is_transient_redis_error",
+]
+
+#: Version written in the ``v`` field of every entry.
+ENTRY_VERSION = 1
+_VERSION = str(ENTRY_VERSION).encode()
+_REQUIRED = (b"key", b"job", b"type", b"doc")
+#: Longest wait of the worker thread for a batch sent on the reactor's loop; the shared
+#: client's own timeouts and retries normally end it much sooner.
+_LOOP_WRITE_TIMEOUT_SECONDS = 120.0
+#: Entries read per XRANGE call by get() and count().
+_SCAN_CHUNK = 1000
+
+
+def encode_entry(record: StoredItem) -> dict[bytes, bytes]:
+    """The stream fields of *record* (see the module docstring)."""
+    fields = {
+        b"v": _VERSION,
+        b"key": record.key.encode(),
+        b"job": record.job.encode(),
+        b"type": record.item_type.encode(),
+        b"doc": json.dumps(record.document, ensure_ascii=False, separators=(",", ":")).encode(),
+    }
+    if record.url is not None:
+        fields[b"url"] = record.url.encode()
+    return fields
+
+
+def decode_entry(fields: Mapping[bytes, bytes]) -> StoredItem:
+    """The record in stream entry *fields*; raises MalformedEntry saying what is wrong."""
+    version = fields.get(b"v")
+    if version != _VERSION:
+        shown = "missing" if version is None else repr(version[:20])
+        raise MalformedEntry(f"entry version {shown}, expected {ENTRY_VERSION}")
+    missing = [name.decode() for name in _REQUIRED if not fields.get(name)]
+    if missing:
+        raise MalformedEntry(f"entry without {', '.join(missing)}")
+    try:
+        key, job, kind = (fields[name].decode() for name in (b"key", b"job", b"type"))
+        url = fields[b"url"].decode() if b"url" in fields else None
+        document = json.loads(fields[b"doc"])
+    except UnicodeDecodeError as exc:
+        raise MalformedEntry(f"entry is not UTF-8 text: {exc}") from None
+    except ValueError as exc:
+        raise MalformedEntry(f"entry doc is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise MalformedEntry(f"entry doc is a JSON {type(document).__name__}, not an object")
+    return StoredItem(key, job, kind, url, document)
+
+
+def entry_time(entry_id: bytes | str) -> dt.datetime:
+    """When the entry *entry_id* was appended (UTC, naive; Redis's clock)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    millis = int(text.split("-", 1)[0])
+    return dt.datetime.fromtimestamp(millis / 1000, dt.UTC).replace(tzinfo=None)
+
+
+_TRANSIENT_REDIS = (
+    redis.exceptions.ConnectionError,  # includes BusyLoadingError (Redis loading its AOF)
+    redis.exceptions.TimeoutError,
+    redis.exceptions.OutOfMemoryError,  # maxmemory reached: workers will free memory
+    redis.exceptions.ReadOnlyError,  # a replica after a failover
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.MasterDownError,
+    OSError,
+)
+
+
+def is_transient_redis_error(exc: BaseException) -> bool:
+    """True if *exc* means Redis is unreachable, loading, full or failing over."""
+    return isinstance(exc, _TRANSIENT_REDIS)
+
+
+class _LoopUnavailable(ConnectionError):
+    """The reactor's loop did not run a batch (stopped, closed, or too slow)."""
+
+
+class RedisStreamSink(BufferedSink):
+    """Item sink appending records to their job's Redis stream.
+
+    *url* is the Redis to write to (and to read from in :meth:`get` and :meth:`count`);
+    *prefix* the key prefix (``CRAWLFLEET_KEY_PREFIX``). With *client* (an asyncio client
+    whose loop is running when :meth:`open` is called) writes go through that client on
+    that loop; without, through a blocking client of the sink's own. *maxlen* > 0 trims
+    each stream to about that many entries; 0 never trims.
+
+    As a store, the stream keeps every version of an item until workers take it:
+    :meth:`get` returns the latest entry with a key (``created_at`` from the first one),
+    :meth:`count` the distinct keys in the streams of the jobs known to this Redis.
+    """
+
+    name = "stream"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str,
+        maxlen: int = 0,
+        client: AsyncRedis | None = None,
+        options: StoreOptions | None = None,
+        stats: StatsCollector | None = None,
+    ) -> None:
+        super().__init__(options, stats=stats)
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"CRAWLFLEET_REDIS_URL must be a redis:// URL, got {url!r}")
+        if not prefix or any(c in prefix for c in "{}: "):
+            raise ConfigError(
+                f"CRAWLFLEET_KEY_PREFIX must be non-empty without braces, colons or spaces, "
+                f"got {prefix!r}"
+            )
+        if maxlen < 0:
+            raise ConfigError(f"CRAWLFLEET_ITEMS_STREAM_MAXLEN must be >= 0, got {maxlen}")
+        self.url = url
+        self.prefix = prefix
+        self.maxlen = maxlen
+        self._async_client = client
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._blocking: redis.Redis | None = None
+        self._blocking_lock = threading.Lock()
+        self._registered: set[str] = set()
+        digest = hashlib.sha1(
+            f"{_without_password(url)}|{prefix}".encode(), usedforsecurity=False
+        ).hexdigest()[:12]
+        self._spill_id = f"stream-{prefix}-{digest}"
+
+    @property
+    def target(self) -> str:
+        """``redis stream <url without password> prefix <prefix>``."""
+        return f"redis stream {_without_password(self.url)} prefix {self.prefix}"
+
+    @property
+    def spill_id(self) -> str:
+        """Spill-file id: the prefix and a hash of URL and prefix."""
+        return self._spill_id
+
+    def keys(self, job: str) -> JobKeys:
+        """The keys of *job* (its name checked: it becomes a hash tag)."""
+        return JobKeys.of(self.prefix, validate_job_name(job))
+
+    def open(self) -> None:
+        """Start writing; with a shared client, remember the loop it runs on."""
+        if self._async_client is not None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                raise RuntimeError(
+                    "RedisStreamSink with a shared client must be opened on the client's "
+                    "running event loop (Scrapy's asyncio reactor)"
+                ) from None
+        super().open()
+
+    # --- worker-thread operations ----------------------------------------------------
+
+    def setup(self) -> None:
+        """Nothing to prepare: streams are created by their first entry."""
+
+    def _client(self) -> redis.Redis:
+        with self._blocking_lock:
+            if self._blocking is None:
+                # one quick retry for a pooled connection that a Redis restart cut; the
+                # sink's own back-off handles longer outages
+                self._blocking = redis.Redis.from_url(
+                    self.url,
+                    socket_connect_timeout=5,
+                    socket_timeout=60,
+                    retry=Retry(NoBackoff(), 1),
+                )
+            return self._blocking
+
+    def _queue(self, pipe: Any, records: Sequence[StoredItem]) -> set[str]:
+        """Add the commands writing *records* to *pipe* (sync or asyncio pipeline);
+        return the jobs registered by them."""
+        jobs: set[str] = set()
+        maxlen = self.maxlen or None
+        for record in records:
+            stream = self.keys(record.job).items
+            if record.job not in self._registered and record.job not in jobs:
+                pipe.sadd(jobs_key(self.prefix), record.job)
+                jobs.add(record.job)
+            pipe.xadd(stream, encode_entry(record), maxlen=maxlen, approximate=True)
+        return jobs
+
+    async def _write_async(self, client: AsyncRedis, records: Sequence[StoredItem]) -> set[str]:
+        pipe = client.pipeline(transaction=False)
+        jobs = self._queue(pipe, records)
+        await pipe.execute()
+        return jobs
+
+    def write_batch(self, records: Sequence[StoredItem]) -> None:
+        """Append *records* to their jobs' streams in one pipelined round trip."""
+        if self._async_client is None:
+            pipe = self._client().pipeline(transaction=False)
+            jobs = self._queue(pipe, records)
+            pipe.execute()
+        else:
+            jobs = self._run_on_loop(self._async_client, records)
+        if jobs:  # a new set, not in place: get() and count() may read it meanwhile
+            self._registered = self._registered | jobs
+
+    def _run_on_loop(self, client: AsyncRedis, records: Sequence[StoredItem]) -> set[str]:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            raise _LoopUnavailable("the event loop of the shared Redis client is gone")
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._write_async(client, records), loop)
+        except RuntimeError as exc:
+            raise _LoopUnavailable(f"cannot schedule on the event loop: {exc}") from None
+        try:
+            return future.result(_LOOP_WRITE_TIMEOUT_SECONDS)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise _LoopUnavailable(
+                f"no answer within {_LOOP_WRITE_TIMEOUT_SECONDS:.0f} s on the event loop"
+            ) from None
+        except concurrent.futures.CancelledError:
+            raise _LoopUnavailable("the write was cancelled (event loop stopping)") from None
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Redis unreachable, loading, full or failing over; a bad job name or a key of
+        another type is not transient."""
+        return is_transient_redis_error(exc)
+
+    def teardown(self) -> None:
+        """Close the sink's own client (the shared one belongs to the process)."""
+        with self._blocking_lock:
+            client, self._blocking = self._blocking, None
+        if client is not None:
+            client.close()
+
+    # --- reads -----------------------------------------------------------------------
+
+    def _jobs(self, client: redis.Redis) -> set[str]:
+        known = {job.decode() for job in client.smembers(jobs_key(self.prefix))}  # type: ignore[union-attr]
+        return known | self._registered
+
+    def _entries(self, client: redis.Redis, job: str) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+        stream, start = self.keys(job).items, b"-"
+        while True:
+            chunk: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+                stream, start, b"+", count=_SCAN_CHUNK
+            )
+            yield from chunk
+            if len(chunk) < _SCAN_CHUNK:
+                return
+            start = b"(" + chunk[-1][0]
+
+    def get(self, key: str) -> StoredItem | None:
+        """The latest entry with *key* in any job's stream, or None. Blocking."""
+        client = self._client()
+        wanted = key.encode()
+        first: bytes | None = None
+        last: tuple[bytes, dict[bytes, bytes]] | None = None
+        for job in sorted(self._jobs(client)):
+            for entry_id, fields in self._entries(client, job):
+                if fields.get(b"key") == wanted:
+                    if first is None or _id_tuple(entry_id) < _id_tuple(first):
+                        first = entry_id
+                    if last is None or _id_tuple(entry_id) > _id_tuple(last[0]):
+                        last = (entry_id, fields)
+        if last is None or first is None:
+            return None
+        record = decode_entry(last[1])
+        return StoredItem(
+            record.key,
+            record.job,
+            record.item_type,
+            record.url,
+            record.document,
+            created_at=entry_time(first),
+            updated_at=entry_time(last[0]),
+        )
+
+    def count(self) -> int:
+        """Distinct item keys in the streams of the jobs known to this Redis. Blocking."""
+        client = self._client()
+        keys: set[bytes] = set()
+        for job in self._jobs(client):
+            keys.update(fields.get(b"key", b"") for _, fields in self._entries(client, job))
+        keys.discard(b"")
+        return len(keys)
+
+
+def _id_tuple(entry_id: bytes) -> tuple[int, int]:
+    millis, _, seq = entry_id.partition(b"-")
+    return int(millis), int(seq or 0)
+
+
+def _without_password(url: str) -> str:
+    """*url* with the password of its user info replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"
+
+
+def _redis_config(settings: BaseSettings) -> RedisConfig:
+    """The crawl's Redis settings, with defaults for those not set (no add-on)."""
+    names = (
+        "CRAWLFLEET_REDIS_URL",
+        "CRAWLFLEET_DATA_DIR",
+        "CRAWLFLEET_KEY_PREFIX",
+        "CRAWLFLEET_REDIS_RETRY_MIN_SECONDS",
+        "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS",
+    )
+    return RedisConfig.from_settings(BaseSettings({n: raw_setting(settings, n) for n in names}))
+
+
+class RedisStreamPipeline(StorePipeline):
+    """Item pipeline appending every item to its job's Redis stream (the crawl's Redis:
+    ``CRAWLFLEET_REDIS_URL`` or the embedded one), for ``crawlfleet items work``."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Build the stream sink on the process's shared Redis client; a wrong setting or
+        job name stops start-up."""
+        settings = crawler.settings
+        config = _redis_config(settings)
+        job = get_str(settings, "CRAWLFLEET_JOB").strip()
+        if not job and crawler.spider is not None:
+            job = crawler.spider.name
+        if job:
+            try:
+                validate_job_name(job)
+            except ConfigError as exc:
+                raise ConfigError(f"CRAWLFLEET_JOB (or the spider name): {exc}") from None
+        sink = RedisStreamSink(
+            resolve_url(config),
+            prefix=config.key_prefix,
+            maxlen=get_int(settings, "CRAWLFLEET_ITEMS_STREAM_MAXLEN", minimum=0),
+            client=shared_client(crawler, config),
+            options=StoreOptions.from_settings(settings),
+            stats=crawler.stats,
+        )
+        return cls._from_crawler_with_sink(crawler, sink)

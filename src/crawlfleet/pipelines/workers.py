@@ -1,0 +1,634 @@
+"""Item workers: move items from a job's Redis stream into a store.
+
+Nodes with :class:`~crawlfleet.pipelines.stream.RedisStreamPipeline` append items to
+``<prefix>:{<job>}:items``; any number of :class:`ItemWorker` processes
+(``crawlfleet items work JOB --to URL``) read that stream through a Redis consumer
+group and upsert the items into SQL (:class:`~crawlfleet.pipelines.sql.SqlSink`) or
+MongoDB (:class:`~crawlfleet.pipelines.mongo.MongoSink`). Workers of one group share
+the items; every group gets all of them (e.g. one group into PostgreSQL, one into
+MongoDB).
+
+Guarantees:
+
+- **At least once**: an entry is acknowledged (``XACK``) only after the store committed
+  its batch. A worker that dies leaves its entries pending in the group; another worker
+  claims them (``XAUTOCLAIM``) once they have been idle for
+  ``CRAWLFLEET_ITEMS_CLAIM_IDLE_SECONDS``, and a worker restarted under the same
+  consumer name takes its own pending entries first.
+- **No duplicate rows**: writes are upserts by item key, so an entry written twice
+  (claimed from a slow worker, or appended twice) leaves one row. Within a batch the
+  latest entry of a key wins; across workers the last write wins.
+- **Bad entries never stop a worker**: an entry that cannot be decoded, or a record the
+  store refuses for its data, is logged, counted and moved to the job's dead-letter
+  stream ``<prefix>:{<job>}:items:dead`` (with its id, the reason, and its fields),
+  atomically with its acknowledgement (``items_done.lua``).
+- **Store or Redis down**: the batch in hand is retried with back-off
+  (``CRAWLFLEET_STORE_RETRY_MIN/MAX_SECONDS``) and nothing new is read meanwhile; the
+  stream is the buffer.
+- **Bounded memory**: with ``CRAWLFLEET_ITEMS_DELETE_STORED``, an entry is deleted from
+  the stream once every group of the stream has stored it. Consumers of dead workers
+  are forgotten once they hold nothing and have been idle for an hour.
+- **Clean stop**: :meth:`ItemWorker.stop` (SIGINT/SIGTERM in the command) ends the
+  worker after the batch in hand is stored and acknowledged; a store that is down at
+  that moment leaves the batch pending for the next worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError, ResponseError
+from scrapy.settings import BaseSettings
+
+from crawlfleet.exceptions import ConfigError, MalformedEntry
+from crawlfleet.pipelines._config import get_bool, get_float, get_str
+from crawlfleet.pipelines._threads import run_in_thread
+from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
+from crawlfleet.pipelines.mongo import mongo_sink_from_settings
+from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sql import SqlSink
+from crawlfleet.pipelines.stream import decode_entry, is_transient_redis_error
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.scripts import script_source
+
+__all__ = [
+    "ItemWorker",
+    "WorkerOptions",
+    "WorkerReport",
+    "default_consumer_name",
+    "store_for_url",
+    "stream_status",
+]
+
+logger = logging.getLogger(__name__)
+
+#: How often a worker logs its progress while items flow.
+_PROGRESS_LOG_SECONDS = 30.0
+#: How often a worker forgets consumers of dead workers (see items_prune.lua).
+_PRUNE_EVERY_SECONDS = 60.0
+#: Consumers holding nothing that have not read for this long are forgotten.
+_PRUNE_IDLE_SECONDS = 3600.0
+#: Longest blocking read in --until-empty mode: the worker checks for "drained" this often.
+_UNTIL_EMPTY_BLOCK_SECONDS = 0.1
+
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
+def default_consumer_name() -> str:
+    """``<host>-<pid>``: unique per running worker."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How an item worker reads, claims and retries."""
+
+    group: str = "items"
+    consumer: str = field(default_factory=default_consumer_name)
+    #: Entries read (and written to the store) per batch.
+    batch_items: int = 500
+    #: Longest blocking read; the worker notices a stop request at least this often.
+    block_seconds: float = 1.0
+    #: Entries pending with another consumer for this long are claimed.
+    claim_idle_seconds: float = 60.0
+    #: Delete entries once every group of the stream has stored them.
+    delete_stored: bool = True
+    #: Return once the group has nothing left: no new entries, nothing pending.
+    until_empty: bool = False
+    retry_min_seconds: float = 0.5
+    retry_max_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.group or not self.consumer:
+            raise ConfigError("item worker group and consumer names must not be empty")
+        if self.batch_items < 1:
+            raise ConfigError(
+                f"item worker batch (--batch, CRAWLFLEET_STORE_BATCH_ITEMS) must be >= 1, "
+                f"got {self.batch_items}"
+            )
+        if self.claim_idle_seconds <= 0:
+            raise ConfigError(
+                f"claim idle time (--claim-idle, CRAWLFLEET_ITEMS_CLAIM_IDLE_SECONDS) must "
+                f"be > 0, got {self.claim_idle_seconds}"
+            )
+        if self.block_seconds <= 0:
+            raise ConfigError(f"block_seconds must be > 0, got {self.block_seconds}")
+        if not 0 < self.retry_min_seconds <= self.retry_max_seconds:
+            raise ConfigError("retry seconds must satisfy 0 < retry_min <= retry_max")
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, **overrides: Any) -> Self:
+        """Read CRAWLFLEET_ITEMS_* and the store retry settings; *overrides* win (CLI
+        options; None values are ignored)."""
+        store = StoreOptions.from_settings(settings)
+        values: dict[str, Any] = {
+            "group": get_str(settings, "CRAWLFLEET_ITEMS_GROUP").strip(),
+            "batch_items": store.batch_items,
+            "claim_idle_seconds": get_float(
+                settings, "CRAWLFLEET_ITEMS_CLAIM_IDLE_SECONDS", minimum=0, strict=True
+            ),
+            "delete_stored": get_bool(settings, "CRAWLFLEET_ITEMS_DELETE_STORED"),
+            "retry_min_seconds": store.retry_min_seconds,
+            "retry_max_seconds": store.retry_max_seconds,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class WorkerReport:
+    """What a worker did (also logged when it stops)."""
+
+    #: Entries received: new, own pending after a restart, and claimed.
+    read: int = 0
+    #: Entries claimed from other consumers (dead or too slow workers).
+    claimed: int = 0
+    #: Records upserted into the store (after keeping the latest of a key per batch).
+    stored: int = 0
+    #: Entries acknowledged after their batch was stored.
+    acknowledged: int = 0
+    #: Entries moved to the dead-letter stream (malformed, or refused by the store).
+    dead_lettered: int = 0
+    #: Entries deleted from the stream (every group had stored them).
+    deleted: int = 0
+    #: Failed attempts to reach the store or Redis.
+    retries: int = 0
+    #: Entries this worker still held unacknowledged when it stopped.
+    left_pending: int = 0
+
+
+def store_for_url(url: str, settings: BaseSettings) -> BufferedSink:
+    """The store at *url*: ``mongodb://`` / ``mongodb+srv://`` -> MongoDB (database and
+    collection from ``CRAWLFLEET_MONGODB_*``), anything else -> SQL (SQLAlchemy URL,
+    table ``CRAWLFLEET_SQL_TABLE``). Raises ConfigError for a wrong URL."""
+    url = url.strip()
+    try:
+        if url.startswith(("mongodb://", "mongodb+srv://")):
+            return mongo_sink_from_settings(settings, url=url)
+        return SqlSink(
+            url,
+            table=get_str(settings, "CRAWLFLEET_SQL_TABLE"),
+            options=StoreOptions.from_settings(settings),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"store URL {url!r}: {exc}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def _s(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class ItemWorker:
+    """Moves the items of one job's stream into *store* (see the module docstring).
+
+    *client* is an asyncio Redis client; *store* a sink used for its blocking store
+    operations only (``setup``, ``write_batch``, ``is_transient``, ``teardown``; its
+    own buffer and thread are not used: the stream is the buffer).
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        keys: JobKeys,
+        store: BufferedSink,
+        options: WorkerOptions | None = None,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.store = store
+        self.options = options or WorkerOptions()
+        self.report = WorkerReport()
+        self._done_script: AsyncScript = client.register_script(script_source("items_done"))
+        self._prune_script: AsyncScript = client.register_script(script_source("items_prune"))
+        self._stop: asyncio.Event | None = None
+        self._stop_requested = False
+        self._store_ready = False
+        self._group_ready = False
+        self._own_pending = True
+        self._claim_cursor: bytes = b"0-0"
+        self._next_claim = 0.0
+        self._next_prune = 0.0
+        self._next_progress = 0.0
+        self._redis_down_since: float | None = None
+        self._redis_delay = self.options.retry_min_seconds
+
+    @property
+    def _claim_interval(self) -> float:
+        return min(max(self.options.claim_idle_seconds / 2, 0.05), 30.0)
+
+    def stop(self) -> None:
+        """Stop after the batch in hand (safe to call from a signal handler on the loop)."""
+        self._stop_requested = True
+        if self._stop is not None:
+            self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Wait *seconds*; True (at once) if a stop was requested."""
+        assert self._stop is not None
+        try:
+            await asyncio.wait_for(self._stop.wait(), max(seconds, 0.0))
+        except TimeoutError:
+            return False
+        return True
+
+    # --- the loop --------------------------------------------------------------------
+
+    async def run(self) -> WorkerReport:
+        """Work until :meth:`stop` (or, with ``until_empty``, until the group is drained)."""
+        self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        opts = self.options
+        logger.info(
+            "Item worker %s (group %s) moving items of job %s to %s",
+            opts.consumer,
+            opts.group,
+            self.keys.job,
+            self.store.target,
+        )
+        started = time.monotonic()
+        self._next_progress = started + _PROGRESS_LOG_SECONDS
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not self._group_ready:
+                        await self._ensure_group()
+                        self._group_ready = True
+                    entries = await self._next_entries()
+                    self._redis_back()
+                    if entries:
+                        await self._process(entries)
+                    elif opts.until_empty and await self._drained():
+                        break
+                except RedisError as exc:
+                    if not await self._redis_trouble(exc):
+                        raise
+                self._log_progress()
+            self.report.left_pending = await self._own_pending_count()
+        finally:
+            await run_in_thread(self.store.teardown)
+        r = self.report
+        logger.info(
+            "Item worker %s stopped after %.1f s: %d entries read (%d claimed), %d records "
+            "stored, %d acknowledged, %d dead-lettered, %d deleted from the stream, "
+            "%d left pending",
+            opts.consumer,
+            time.monotonic() - started,
+            r.read,
+            r.claimed,
+            r.stored,
+            r.acknowledged,
+            r.dead_lettered,
+            r.deleted,
+            r.left_pending,
+        )
+        return r
+
+    async def _ensure_group(self) -> None:
+        """Create the group (reading from the stream's start) if it does not exist."""
+        try:
+            await self.client.xgroup_create(
+                self.keys.items, self.options.group, id="0", mkstream=True
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _next_entries(self) -> list[Entry]:
+        """Own pending entries first (after a restart or a lost reply), then entries of
+        dead workers when a claim is due, then new entries (blocking read)."""
+        opts = self.options
+        if self._own_pending:
+            entries = await self._read(b"0", block_ms=None)
+            if entries:
+                return entries
+            self._own_pending = False
+        now = time.monotonic()
+        if now >= self._next_prune:
+            self._next_prune = now + _PRUNE_EVERY_SECONDS
+            await self._prune()
+        if now >= self._next_claim:
+            entries = await self._claim()
+            # more may be waiting (cursor not back at the start): claim again soon
+            more = self._claim_cursor != b"0-0"
+            self._next_claim = now if more else now + self._claim_interval
+            if entries:
+                return entries
+        block = _UNTIL_EMPTY_BLOCK_SECONDS if opts.until_empty else opts.block_seconds
+        block = min(block, max(self._next_claim - time.monotonic(), 0.001))
+        return await self._read(b">", block_ms=max(1, int(block * 1000)))
+
+    async def _read(self, start: bytes, *, block_ms: int | None) -> list[Entry]:
+        reply: Any = await self.client.xreadgroup(
+            self.options.group,
+            self.options.consumer,
+            {self.keys.items: start},
+            count=self.options.batch_items,
+            block=block_ms,
+        )
+        entries: list[Entry] = []
+        for _stream, items in reply or []:
+            entries.extend(items)
+        self.report.read += len(entries)
+        return entries
+
+    async def _claim(self) -> list[Entry]:
+        opts = self.options
+        reply = await self.client.xautoclaim(
+            self.keys.items,
+            opts.group,
+            opts.consumer,
+            int(opts.claim_idle_seconds * 1000),
+            start_id=self._claim_cursor,
+            count=opts.batch_items,
+        )
+        cursor, entries = reply[0], list(reply[1])
+        # Redis >= 7 drops deleted entries from the pending list itself (reply[2])
+        self._claim_cursor = cursor if isinstance(cursor, bytes) else str(cursor).encode()
+        if entries:
+            self.report.read += len(entries)
+            self.report.claimed += len(entries)
+            logger.warning(
+                "Item worker %s claimed %d entries idle for over %.0f s (their worker "
+                "stopped or died)",
+                opts.consumer,
+                len(entries),
+                opts.claim_idle_seconds,
+            )
+        return entries
+
+    async def _prune(self) -> None:
+        gone = await self._prune_script(
+            keys=[self.keys.items],
+            args=[
+                self.options.group,
+                int(max(_PRUNE_IDLE_SECONDS, self.options.claim_idle_seconds * 2) * 1000),
+                self.options.consumer,
+            ],
+        )
+        if gone:
+            logger.info(
+                "Item worker %s forgot idle consumers without entries: %s",
+                self.options.consumer,
+                ", ".join(_s(name) for name in gone),
+            )
+
+    async def _drained(self) -> bool:
+        """True when the group holds nothing pending (the last read found nothing new)."""
+        summary = await self.client.xpending(self.keys.items, self.options.group)
+        return int(summary.get("pending", 0)) == 0
+
+    async def _own_pending_count(self) -> int:
+        try:
+            summary = await self.client.xpending(self.keys.items, self.options.group)
+        except RedisError:
+            return -1  # unknown: Redis is unreachable
+        for consumer in summary.get("consumers") or []:
+            if _s(consumer["name"]) == self.options.consumer:
+                return int(consumer["pending"])
+        return 0
+
+    # --- one batch -------------------------------------------------------------------
+
+    async def _process(self, entries: Sequence[Entry]) -> None:
+        """Decode, store, then acknowledge (or dead-letter) one batch of entries."""
+        decoded: list[tuple[bytes, StoredItem]] = []
+        gone: list[bytes] = []
+        dead: list[tuple[bytes, str]] = []
+        for entry_id, fields in entries:
+            if not fields:  # deleted while pending (trimmed): nothing to store
+                gone.append(entry_id)
+                continue
+            try:
+                decoded.append((entry_id, decode_entry(fields)))
+            except MalformedEntry as exc:
+                dead.append((entry_id, f"malformed: {exc}"))
+                logger.warning(
+                    "Item stream %s: malformed entry %s moved to %s: %s",
+                    self.keys.items,
+                    _s(entry_id),
+                    self.keys.items_dead,
+                    exc,
+                )
+        latest = list({record.key: record for _, record in decoded}.values())
+        refused: dict[str, str] = {}
+        if latest:
+            result = await self._store(latest)
+            if result is None:
+                return  # stopped while the store was down: the entries stay pending
+            refused = result
+            self.report.stored += len(latest) - len(refused)
+        stored = list(gone)
+        for entry_id, record in decoded:
+            if record.key in refused:
+                dead.append((entry_id, f"refused by the store: {refused[record.key]}"))
+            else:
+                stored.append(entry_id)
+        await self._finish(stored, dead)
+
+    async def _finish(self, stored: list[bytes], dead: list[tuple[bytes, str]]) -> None:
+        opts = self.options
+        args: list[Any] = [opts.group, opts.consumer, "1" if opts.delete_stored else "0"]
+        args += [len(stored), *stored]
+        for entry_id, reason in dead:
+            args += [entry_id, reason]
+        try:
+            acked, moved, deleted = await self._done_script(
+                keys=[self.keys.items, self.keys.items_dead], args=args
+            )
+        except RedisError:
+            self._own_pending = True  # stored but maybe not acknowledged: read them again
+            raise
+        self.report.acknowledged += int(acked)
+        self.report.dead_lettered += int(moved)
+        self.report.deleted += int(deleted)
+
+    async def _store(self, records: list[StoredItem]) -> dict[str, str] | None:
+        """Write *records* until the store confirms; return key -> reason of the records
+        it refused, or None if a stop came while the store was down."""
+        delay = self.options.retry_min_seconds
+        down_since: float | None = None
+        while True:
+            try:
+                if not self._store_ready:
+                    await run_in_thread(self.store.setup)
+                    self._store_ready = True
+                refused = await run_in_thread(self._write_isolating, records)
+            except Exception as exc:
+                self._store_ready = False
+                self.report.retries += 1
+                now = time.monotonic()
+                if down_since is None:
+                    down_since = now
+                    logger.warning(
+                        "Item store %s is unreachable (%s); %d items wait in the stream, "
+                        "retrying in %.1f s",
+                        self.store.target,
+                        _describe(exc),
+                        len(records),
+                        delay,
+                    )
+                else:
+                    logger.info(
+                        "Item store %s still unreachable after %.0f s (%s)",
+                        self.store.target,
+                        now - down_since,
+                        _describe(exc),
+                    )
+                if await self._sleep(delay):
+                    logger.warning(
+                        "Item worker %s stopping with the store down: %d entries stay "
+                        "pending for the next worker",
+                        self.options.consumer,
+                        len(records),
+                    )
+                    return None
+                delay = min(delay * 2, self.options.retry_max_seconds)
+                continue
+            if down_since is not None:
+                logger.warning(
+                    "Item store %s is back after %.1f s",
+                    self.store.target,
+                    time.monotonic() - down_since,
+                )
+            return refused
+
+    def _write_isolating(self, records: list[StoredItem]) -> dict[str, str]:
+        """Write *records* in one transaction; if the store refuses the batch for its
+        data, write them one by one and return the refused ones. Transient errors
+        propagate (the batch is retried). Runs on a worker thread."""
+        try:
+            self.store.write_batch(records)
+            return {}
+        except Exception as exc:
+            if self.store.is_transient(exc):
+                raise
+            logger.warning(
+                "Item store %s refused a batch of %d (%s); writing one by one",
+                self.store.target,
+                len(records),
+                _describe(exc),
+            )
+        self.store.setup()
+        refused: dict[str, str] = {}
+        for record in records:
+            try:
+                self.store.write_batch([record])
+            except Exception as exc:
+                if self.store.is_transient(exc):
+                    raise
+                refused[record.key] = _describe(exc)
+                logger.error(
+                    "Item store %s refused item %s from %s: %s",
+                    self.store.target,
+                    record.key,
+                    record.url,
+                    _describe(exc),
+                )
+        return refused
+
+    # --- Redis trouble ---------------------------------------------------------------
+
+    async def _redis_trouble(self, exc: RedisError) -> bool:
+        """Handle a Redis error of the loop; False if it is not one to retry."""
+        self._own_pending = True  # a reply may have been lost: re-read what we hold
+        self._group_ready = False  # Redis may have restarted without its data
+        if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+            # the stream or group was deleted (job reset, Redis without persistence)
+            logger.warning(
+                "Item stream %s has no group %s any more; creating it again",
+                self.keys.items,
+                self.options.group,
+            )
+            return True
+        if not is_transient_redis_error(exc):
+            return False
+        self.report.retries += 1
+        now = time.monotonic()
+        if self._redis_down_since is None:
+            self._redis_down_since = now
+            logger.warning(
+                "Redis is unreachable for item worker %s (%s); retrying in %.1f s",
+                self.options.consumer,
+                _describe(exc),
+                self._redis_delay,
+            )
+        await self._sleep(self._redis_delay)
+        self._redis_delay = min(self._redis_delay * 2, self.options.retry_max_seconds)
+        return True
+
+    def _redis_back(self) -> None:
+        if self._redis_down_since is not None:
+            logger.warning(
+                "Redis is back for item worker %s after %.1f s",
+                self.options.consumer,
+                time.monotonic() - self._redis_down_since,
+            )
+            self._redis_down_since = None
+            self._redis_delay = self.options.retry_min_seconds
+
+    def _log_progress(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_progress:
+            self._next_progress = now + _PROGRESS_LOG_SECONDS
+            logger.info(
+                "Item worker %s: %d records stored, %d dead-lettered so far",
+                self.options.consumer,
+                self.report.stored,
+                self.report.dead_lettered,
+            )
+
+
+async def stream_status(client: Redis, keys: JobKeys) -> dict[str, Any]:
+    """Length, first and last entry, dead letters, groups and their consumers of the
+    item stream of *keys*' job (JSON-ready)."""
+    status: dict[str, Any] = {
+        "job": keys.job,
+        "stream": keys.items,
+        "length": int(await client.xlen(keys.items)),
+        "dead_letters": int(await client.xlen(keys.items_dead)),
+        "first_entry": None,
+        "last_entry": None,
+        "groups": [],
+    }
+    if not await client.exists(keys.items):
+        return status
+    info = await client.xinfo_stream(keys.items)
+    for name in ("first", "last"):
+        entry = info.get(f"{name}-entry")
+        status[f"{name}_entry"] = _s(entry[0]) if entry else None
+    for group in await client.xinfo_groups(keys.items):
+        name = _s(group["name"])
+        consumers = [
+            {"name": _s(c["name"]), "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
+            for c in await client.xinfo_consumers(keys.items, name)
+        ]
+        lag = group.get("lag")
+        status["groups"].append(
+            {
+                "name": name,
+                "pending": int(group["pending"]),
+                "last_delivered": _s(group["last-delivered-id"]),
+                "lag": None if lag is None else int(lag),
+                "consumers": consumers,
+            }
+        )
+    return status
