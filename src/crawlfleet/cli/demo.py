@@ -1,9 +1,11 @@
 """``crawlfleet demo``: a whole cluster on this machine, checked page by page.
 
 Starts the embedded Redis (unless a URL is given) and the bundled test site, runs
-several node processes of one job, shows live progress, and ends with a summary read
-from the site's own request counts. Exit status 0 only if the crawl is complete and
-exact: every page fetched, none twice, one item per page.
+several node processes of one job with the site's spider spec (``testsite/spec.yaml``,
+also ``examples/testsite.yaml``), shows live progress, and ends with a summary read from
+the site's own request counts. Items go to a JSON-lines file per node and, through the
+item stages, into a SQLite store. Exit status 0 only if the crawl is complete and exact:
+every page fetched, none twice, one item per page in the files and in SQLite.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_si
 NAME = "demo"
 HELP = "run a demo crawl: embedded Redis, the bundled site, several nodes, a checked result"
 
-SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
+SPEC = str(Path(__file__).resolve().parents[1] / "testsite" / "spec.yaml")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--latency", type=float, default=0.02, help="seconds the site waits before each answer"
     )
     parser.add_argument("--concurrency", type=int, default=8, help="CONCURRENT_REQUESTS per node")
-    parser.add_argument("--spider", default=SPIDER, help="spider (module:Class) to run")
+    parser.add_argument(
+        "--spider",
+        default=SPEC,
+        help="spider to run: a spec file or module:Class (default: the test site's spec)",
+    )
     parser.add_argument(
         "--keep",
         action="store_true",
@@ -85,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             "TELNETCONSOLE_ENABLED": False,
             "CRAWLFLEET_DATA_DIR": str(data_dir),
             "CRAWLFLEET_KEY_PREFIX": redis_config.key_prefix,
+            "CRAWLFLEET_STORES": "sql",
+            "CRAWLFLEET_SQL_URL": f"sqlite:///{out_dir / 'items.sqlite3'}",
         }
         node_settings.update(dict(item.split("=", 1) for item in args.settings))
         procs = [
@@ -204,6 +212,7 @@ def _summary(
     for path in sorted(out_dir.glob("items-*.jsonl")):
         items += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     unique = {i.get("url") for i in items}
+    sql_rows = _sql_rows(out_dir / "items.sqlite3")
     twice, never = stats["fetched_twice"], stats["never_fetched"]
     table = Table(title="demo result (from the site's own request counts)")
     table.add_column("check")
@@ -218,10 +227,11 @@ def _summary(
         ("never fetched", str(len(never)), not never),
         ("fetched twice", str(len(twice)), not twice),
         (
-            "items stored",
+            "items in JSON lines",
             f"{len(items)} ({len(unique)} distinct)",
             len(items) == len(unique) == model.pages,
         ),
+        ("items in SQLite (upserted by key)", str(sql_rows), sql_rows == model.pages),
         (
             "nodes finished cleanly",
             f"{sum(c == 0 for c in codes)}/{len(codes)}",
@@ -242,6 +252,16 @@ def _summary(
     ok = all(r[2] for r in rows)
     console.print("[green]complete and exact[/]" if ok else "[red]the crawl is NOT exact[/]")
     return ok
+
+
+def _sql_rows(path: Path) -> int:
+    import sqlite3
+
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return sum(int(db.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]) for t in tables)
 
 
 async def _reset(url: str, prefix: str, job: str) -> None:

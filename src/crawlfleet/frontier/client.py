@@ -76,6 +76,8 @@ class LeaseResult:
     now_ms: int
     entries: list[Leased]
     offer: list[str]
+    queued: int = 0  #: requests still queued in the job after this lease
+    leased: int = 0  #: requests leased in the job (every node) after this lease
 
 
 @dataclass(frozen=True)
@@ -207,12 +209,12 @@ class Frontier:
         keys = [k.sites, k.req, k.leases, k.owner, k.counters, *(k.queue(s) for s in sites)]
         args = [node, lease_ms, n, per_site, offer_size, *sites]
         self.round_trips += 1
-        now, flat, offer = await self.scripts("lease", keys, args)
+        now, flat, offer, queued, leased = await self.scripts("lease", keys, args)
         entries = []
         for i in range(0, len(flat), 2):
             site, payload = split_entry(flat[i + 1])
             entries.append(Leased(_s(flat[i]), site, payload))
-        return LeaseResult(int(now), entries, [_s(s) for s in offer])
+        return LeaseResult(int(now), entries, [_s(s) for s in offer], int(queued), int(leased))
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, least recently served first."""

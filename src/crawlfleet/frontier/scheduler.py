@@ -19,7 +19,6 @@ nothing, its leases come back when they expire.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -61,8 +60,17 @@ FINGERPRINT_BYTES = 16
 #: Fingerprints this node has sent, kept to drop repeats without a Redis round trip
 #: (about 100 bytes each; the set starts over when full).
 LOCAL_SEEN_MAX = 200_000
+#: Pace of the background loop when nothing wakes it.
+LOOP_SECONDS = 0.05
+#: Longest wait between lease attempts while other nodes hold leases.
+BUSY_POLL_MAX_SECONDS = 0.2
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def new_node_id() -> str:
@@ -117,13 +125,18 @@ class Scheduler(BaseScheduler):
         self._finished = False
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self._stop: asyncio.Event | None = None
+        # waking the background loop: a future it sleeps on, resolved by _kick(); a
+        # kick while it is busy is remembered so that its next sleep returns at once
+        self._waiter: asyncio.Future[None] | None = None
+        self._waiter_wakes_on_work = True
+        self._kicked = False
+        self._opened = False
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_lease = 0.0
         self._next_seeds = 0.0
         self._idle_delay = 0.0
+        self._last_flush = 0.0
         self._redis_down_since: float | None = None
         self._logged_dup = False
         self._seeds_waiting = False
@@ -190,8 +203,7 @@ class Scheduler(BaseScheduler):
         return deferred_from_coro(self._open())
 
     async def _open(self) -> None:
-        self._wake = asyncio.Event()
-        self._stop = asyncio.Event()
+        self._opened = True
         await self._until_reachable("open the frontier", self.frontier.register_job)
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
@@ -208,9 +220,7 @@ class Scheduler(BaseScheduler):
 
     async def _close(self, reason: str) -> None:
         self._closing = True
-        if self._wake is not None and self._stop is not None:
-            self._wake.set()
-            self._stop.set()
+        self._kick(closing=True)
         if self._task is not None:
             await self._task
         self._collect_finished()
@@ -281,28 +291,41 @@ class Scheduler(BaseScheduler):
                 self._sent.clear()
             self._sent.add(fp)
         self._inc("crawlfleet/scheduler/enqueued")
-        if len(self._out) >= self.config.flush_batch and self._wake is not None:
-            self._wake.set()
+        if len(self._out) >= self.config.flush_batch:
+            self._kick()
         return True
 
     def next_request(self) -> Request | None:
         if not self._buffer:
-            self._kick()
+            if not self._finished:
+                self._inc("crawlfleet/scheduler/starved")
+            self._kick_for_work()
             return None
         request, rid = self._buffer.popleft()
         self._handed[request] = rid
         self._inc("crawlfleet/scheduler/dequeued")
         if len(self._buffer) <= self.config.prefetch // 2:
-            self._kick()
+            self._kick_for_work()
         return request
 
     def __len__(self) -> int:
         return len(self._buffer) + len(self._out)
 
     # -- background work ----------------------------------------------------------------
-    def _kick(self) -> None:
-        if self._wake is not None and not self._wake.is_set():
-            self._wake.set()
+    def _kick(self, *, closing: bool = False) -> None:
+        """Wake the background loop (or make its next sleep return at once)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            if closing or self._waiter_wakes_on_work:
+                waiter.set_result(None)
+        elif self._opened:
+            self._kicked = True
+
+    def _kick_for_work(self) -> None:
+        """The buffer runs low: wake the loop if it may lease now (not while it backs off
+        from an empty job, nor when it is awake anyway)."""
+        if time.monotonic() >= self._next_lease and not self._kicked:
+            self._kick()
 
     async def _run(self) -> None:
         delay = self.redis_config.retry_min_seconds
@@ -336,23 +359,41 @@ class Scheduler(BaseScheduler):
                 logger.exception("crawlfleet scheduler loop failed; retrying in 1s")
                 await self._sleep(1.0)
                 continue
-            await self._sleep(self.config.flush_seconds)
+            await self._sleep(LOOP_SECONDS)
 
     async def _sleep(self, seconds: float, *, wake_on_work: bool = True) -> None:
         """Wait *seconds*, or less when woken (new work, closing). While Redis is
         unreachable (*wake_on_work* False) only closing cuts the back-off short."""
-        assert self._wake is not None and self._stop is not None
-        event = self._wake if wake_on_work else self._stop
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout=seconds)
-        self._wake.clear()
+        if self._closing or (self._kicked and wake_on_work):
+            self._kicked = False
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, _resolve, waiter)
+        self._waiter, self._waiter_wakes_on_work = waiter, wake_on_work
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+            self._kicked = False
+
+    def _flush_due(self, now: float) -> bool:
+        """Send a batch when it is full, when it has waited CRAWLFLEET_FLUSH_SECONDS, or
+        at once when it holds new requests and the buffer runs low (this node, or
+        another, may be waiting for exactly that work)."""
+        if not (self._out or self._acks or self._bad):
+            return False
+        if len(self._out) >= self.config.flush_batch:
+            return True
+        if self._out and len(self._buffer) <= self.config.prefetch // 2:
+            return True
+        return now - self._last_flush >= self.config.flush_seconds
 
     async def _tick(self) -> None:
         self._collect_finished()
-        while self._out or self._acks or self._bad:
+        while self._flush_due(time.monotonic()):
             await self._flush()
-            if len(self._out) < self.config.flush_batch:
-                break
         now = time.monotonic()
         if now >= self._next_heartbeat:
             await self._heartbeat()
@@ -394,6 +435,7 @@ class Scheduler(BaseScheduler):
             for request, fp, payload in batch
         ]
         result = await self.frontier.commit(self.node_id, outgoing, acks, bad)
+        self._last_flush = time.monotonic()
         del self._out[: len(batch)]
         if send_acks:
             del self._acks[: len(acks)]
@@ -439,7 +481,12 @@ class Scheduler(BaseScheduler):
             )
             self._offer = result.offer
         if result is None or not result.entries:
-            self._idle_delay = min(max(self._idle_delay * 2, 0.05), self.config.idle_max_seconds)
+            # Nothing to lease. While other nodes hold leases, their pages will bring
+            # new links soon: look again within BUSY_POLL_MAX_SECONDS. Only a job with
+            # nothing leased backs off up to CRAWLFLEET_IDLE_MAX_SECONDS.
+            busy = result is not None and (result.leased > 0 or result.queued > 0)
+            cap = BUSY_POLL_MAX_SECONDS if busy else self.config.idle_max_seconds
+            self._idle_delay = min(max(self._idle_delay * 2, LOOP_SECONDS), cap)
             self._next_lease = time.monotonic() + self._idle_delay
             return
         self._idle_delay = 0.0

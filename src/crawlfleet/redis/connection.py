@@ -7,6 +7,9 @@ import logging
 from typing import Any
 
 from redis.asyncio import Redis
+from scrapy import signals
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import Deferred
 
 from crawlfleet.redis.embedded import EmbeddedRedis
 from crawlfleet.settings.config import RedisConfig
@@ -46,9 +49,15 @@ def make_client(url: str, **options: Any) -> Redis:
 
 
 def shared_client(crawler: Any, config: RedisConfig) -> Redis:
-    """The client of this crawler's process, created once and kept on the crawler."""
+    """The client of this crawler's process, created once and kept on the crawler; it is
+    closed when the engine stops (after every component has closed)."""
     client: Redis | None = getattr(crawler, "_crawlfleet_redis", None)
     if client is None:
         client = make_client(resolve_url(config))
         crawler._crawlfleet_redis = client
+
+        def close() -> Deferred[None]:
+            return deferred_from_coro(client.aclose())
+
+        crawler.signals.connect(close, signal=signals.engine_stopped, weak=False)
     return client

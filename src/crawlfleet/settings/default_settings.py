@@ -41,8 +41,8 @@ CRAWLFLEET_HEARTBEAT_SECONDS = 2.0
 #: How often any node looks for expired leases and returns them to their queues.
 CRAWLFLEET_RECLAIM_SECONDS = 5.0
 #: Longest time new requests and acknowledgements wait in the node before they are
-#: sent to Redis in one batch.
-CRAWLFLEET_FLUSH_SECONDS = 0.05
+#: sent to Redis in one batch (new requests go at once when the node runs low on work).
+CRAWLFLEET_FLUSH_SECONDS = 0.25
 #: Largest number of requests (new or acknowledged) sent in one batch.
 CRAWLFLEET_FLUSH_BATCH = 500
 #: Sites offered to one lease call (the least recently served ready sites).

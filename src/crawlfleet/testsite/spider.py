@@ -19,7 +19,10 @@ from typing import Any
 import scrapy
 from scrapy.http import HtmlResponse, Response
 
-__all__ = ["TestSiteSpider"]
+__all__ = ["PAGINATION_PRIORITY", "TestSiteSpider"]
+
+#: Priority of the catalogue's next-page links (other links: 0).
+PAGINATION_PRIORITY = 10
 
 
 class TestSiteSpider(scrapy.Spider):
@@ -52,11 +55,18 @@ class TestSiteSpider(scrapy.Spider):
         item = self.extract_item(response)
         if item is not None:
             yield item
-        for href in response.css("a::attr(href)").getall():
-            try:
-                yield response.follow(href, callback=self.parse)
-            except ValueError:
-                self.logger.warning("bad link %r on %s", href, response.url)
+        # the catalogue's "next" link first: pagination is a chain, one page leads to the
+        # next, and behind a long queue it would finish last, one page at a time
+        for href in response.css("a[rel=next]::attr(href)").getall():
+            yield from self._follow(response, href, PAGINATION_PRIORITY)
+        for href in response.css("a:not([rel=next])::attr(href)").getall():
+            yield from self._follow(response, href, 0)
+
+    def _follow(self, response: Response, href: str, priority: int) -> Iterator[Any]:
+        try:
+            yield response.follow(href, callback=self.parse, priority=priority)
+        except ValueError:
+            self.logger.warning("bad link %r on %s", href, response.url)
 
     @staticmethod
     def extract_item(response: HtmlResponse) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@
 -- limit says no, and the site is skipped. An emptied site leaves the sites zset (its
 -- queue key is gone with its last member).
 -- Returns {now_ms, {rid, entry, rid, entry, ...}, {next offer: the H sites least
--- recently served}}
+-- recently served}, requests still queued, requests leased (all nodes)}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -62,4 +62,5 @@ if got > 0 then
   redis.call('HINCRBY', KEYS[5], 'leased_total', got)
 end
 local hint = redis.call('ZRANGE', KEYS[1], 0, hint_n - 1)
-return {now, out, hint}
+local queued = tonumber(redis.call('HGET', KEYS[5], 'queued') or '0')
+return {now, out, hint, queued, redis.call('ZCARD', KEYS[3])}
