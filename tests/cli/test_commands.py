@@ -98,7 +98,7 @@ def test_bad_setting_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> No
     )
     assert code == 2
     assert capsys.readouterr().err.strip() == (
-        "crawlfleet crawl: error: CRAWLFLEET_SEEN_MODE must be one of exact, bloom; got 'fuzzy'"
+        "crawlfleet crawl: error: CRAWLFLEET_SEEN_MODE must be one of 'exact', 'bloom'; got 'fuzzy'"
     )
 
 

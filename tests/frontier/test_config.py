@@ -25,8 +25,11 @@ def test_defaults_are_valid() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"CRAWLFLEET_SEEN_MODE": "fuzzy"}, "CRAWLFLEET_SEEN_MODE must be one of exact, bloom"),
-        ({"CRAWLFLEET_SITE_KEY": "port"}, "CRAWLFLEET_SITE_KEY must be one of host, domain, ip"),
+        ({"CRAWLFLEET_SEEN_MODE": "fuzzy"}, "CRAWLFLEET_SEEN_MODE must be one of 'exact', 'bloom'"),
+        (
+            {"CRAWLFLEET_SITE_KEY": "port"},
+            "CRAWLFLEET_SITE_KEY must be one of 'host', 'domain', 'ip'",
+        ),
         ({"CRAWLFLEET_LEASE_SECONDS": "soon"}, "CRAWLFLEET_LEASE_SECONDS must be a number"),
         ({"CRAWLFLEET_LEASE_SECONDS": 0.5}, "CRAWLFLEET_LEASE_SECONDS must be >= 1"),
         ({"CRAWLFLEET_FLUSH_BATCH": 0}, "CRAWLFLEET_FLUSH_BATCH must be >= 1"),

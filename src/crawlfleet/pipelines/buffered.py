@@ -43,9 +43,9 @@ from scrapy.settings import BaseSettings
 from scrapy.statscollectors import StatsCollector
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.pipelines._config import get_float, get_int, get_path
 from crawlfleet.pipelines._threads import Wakeup, run_in_thread
 from crawlfleet.pipelines.sinks import ItemSink, StoredItem
+from crawlfleet.settings.access import get_float, get_int, get_path
 
 __all__ = ["BufferedSink", "StoreOptions"]
 

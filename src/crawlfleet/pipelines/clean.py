@@ -31,8 +31,8 @@ from itemadapter import ItemAdapter
 from scrapy import Spider
 from scrapy.crawler import Crawler
 
-from crawlfleet.pipelines._config import get_bool, get_dict, get_str_list
 from crawlfleet.pipelines._util import is_empty, is_internal, map_strings, set_field
+from crawlfleet.settings.access import get_bool, get_dict, get_str_list
 
 __all__ = ["CleanPipeline", "clean_text"]
 

@@ -29,9 +29,9 @@ from scrapy.statscollectors import StatsCollector
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.pipelines._config import get_bool, get_choice
 from crawlfleet.pipelines._util import is_internal, map_strings
 from crawlfleet.pipelines.charset import decode_body, fix_mojibake, resolve_codec, to_valid_utf8
+from crawlfleet.settings.access import get_bool, get_choice
 
 __all__ = [
     "CHINESE_CONVERSIONS",

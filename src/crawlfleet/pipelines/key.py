@@ -38,9 +38,9 @@ from scrapy.statscollectors import StatsCollector
 from w3lib.url import canonicalize_url
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.pipelines._config import get_dict
 from crawlfleet.pipelines._util import is_empty, item_type, item_url, set_field
 from crawlfleet.pipelines.validate import InvalidItemReporter, InvalidSink, Problem
+from crawlfleet.settings.access import get_dict
 
 __all__ = [
     "MAX_KEY_LENGTH",

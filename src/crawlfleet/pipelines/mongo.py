@@ -40,10 +40,10 @@ from scrapy.settings import BaseSettings
 from scrapy.statscollectors import StatsCollector
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.pipelines._config import get_str
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.store import StorePipeline
+from crawlfleet.settings.access import get_str
 
 __all__ = ["MongoSink", "MongoStorePipeline", "mongo_sink_from_settings"]
 

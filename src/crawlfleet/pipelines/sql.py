@@ -41,11 +41,11 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Engine, make_url
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.pipelines._config import get_path, get_str
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.key import MAX_KEY_LENGTH
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.store import StorePipeline
+from crawlfleet.settings.access import get_path, get_str
 
 __all__ = ["SUPPORTED_DIALECTS", "SqlSink", "SqlStorePipeline", "default_sql_url", "items_table"]
 

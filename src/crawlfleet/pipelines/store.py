@@ -23,11 +23,11 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 
-from crawlfleet.pipelines._config import get_dict, get_str
 from crawlfleet.pipelines._util import item_type, item_url
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.key import ItemKeyer, KeyUnavailable
 from crawlfleet.pipelines.sinks import ItemSink, StoredItem, to_document
+from crawlfleet.settings.access import get_dict, get_str
 
 __all__ = ["StorePipeline"]
 

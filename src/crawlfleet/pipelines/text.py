@@ -22,10 +22,10 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.statscollectors import StatsCollector
 
-from crawlfleet.pipelines._config import get_bool, get_choice
 from crawlfleet.pipelines._threads import run_in_thread
 from crawlfleet.pipelines._util import is_empty, item_url, set_field
 from crawlfleet.pipelines.charset import decode_body
+from crawlfleet.settings.access import get_bool, get_choice
 
 __all__ = ["ARTICLE_FIELDS", "FAVOR_CHOICES", "TextExtractionPipeline", "extract_article"]
 

@@ -36,8 +36,8 @@ from scrapy.exceptions import DropItem
 from scrapy.statscollectors import StatsCollector
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.pipelines._config import get_dict
 from crawlfleet.pipelines._util import is_empty, item_type, item_url
+from crawlfleet.settings.access import get_dict
 
 __all__ = [
     "FIELD_TYPES",

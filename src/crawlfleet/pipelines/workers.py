@@ -50,7 +50,6 @@ from redis.exceptions import RedisError, ResponseError
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError, MalformedEntry
-from crawlfleet.pipelines._config import get_bool, get_float, get_str
 from crawlfleet.pipelines._threads import run_in_thread
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.mongo import mongo_sink_from_settings
@@ -59,6 +58,7 @@ from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.stream import decode_entry, is_transient_redis_error
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.scripts import script_source
+from crawlfleet.settings.access import get_bool, get_float, get_str
 
 __all__ = [
     "ItemWorker",

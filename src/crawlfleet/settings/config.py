@@ -17,16 +17,12 @@ from scrapy.settings import BaseSettings, Settings
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings import default_settings
+from crawlfleet.settings.access import defaults, get_bool, get_choice, get_float, get_int
 
 __all__ = ["FrontierConfig", "RedisConfig", "defaults", "settings_with_defaults"]
 
 SITE_KEYS = ("host", "domain", "ip")
 SEEN_MODES = ("exact", "bloom")
-
-
-def defaults() -> dict[str, Any]:
-    """Name -> default value of every crawlfleet setting."""
-    return {k: getattr(default_settings, k) for k in dir(default_settings) if k.isupper()}
 
 
 def settings_with_defaults(values: dict[str, Any] | None = None) -> Settings:
@@ -54,45 +50,6 @@ def check_unknown(settings: BaseSettings) -> None:
             raise ConfigError(f"unknown setting {name}{hint}")
 
 
-def _float(settings: BaseSettings, name: str, *, minimum: float, strict: bool = False) -> float:
-    raw = settings.get(name)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value < minimum or (strict and value == minimum):
-        relation = ">" if strict else ">="
-        raise ConfigError(f"{name} must be {relation} {minimum}, got {raw!r}")
-    return value
-
-
-def _int(settings: BaseSettings, name: str, *, minimum: int) -> int:
-    raw = settings.get(name)
-    if isinstance(raw, bool):
-        raise ConfigError(f"{name} must be an integer, got {raw!r}")
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be >= {minimum}, got {raw!r}")
-    return value
-
-
-def _bool(settings: BaseSettings, name: str) -> bool:
-    try:
-        return settings.getbool(name)
-    except ValueError:
-        raise ConfigError(f"{name} must be true or false, got {settings.get(name)!r}") from None
-
-
-def _choice(settings: BaseSettings, name: str, choices: tuple[str, ...]) -> str:
-    value = str(settings.get(name)).lower()
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class RedisConfig:
     """Where the shared Redis is, or where the embedded one lives."""
@@ -118,8 +75,8 @@ class RedisConfig:
                 f"CRAWLFLEET_KEY_PREFIX must be non-empty without braces, colons or spaces, "
                 f"got {prefix!r}"
             )
-        lo = _float(settings, "CRAWLFLEET_REDIS_RETRY_MIN_SECONDS", minimum=0, strict=True)
-        hi = _float(settings, "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS", minimum=lo)
+        lo = get_float(settings, "CRAWLFLEET_REDIS_RETRY_MIN_SECONDS", minimum=0, strict=True)
+        hi = get_float(settings, "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS", minimum=lo)
         return cls(
             url=url,
             data_dir=Path(str(settings.get("CRAWLFLEET_DATA_DIR"))),
@@ -159,17 +116,17 @@ class FrontierConfig:
         if not job:
             raise ConfigError("CRAWLFLEET_JOB must be set when the spider has no name")
         validate_job_name(job)
-        prefetch = _int(settings, "CRAWLFLEET_PREFETCH", minimum=0)
+        prefetch = get_int(settings, "CRAWLFLEET_PREFETCH", minimum=0)
         if prefetch == 0:
             prefetch = max(1, settings.getint("CONCURRENT_REQUESTS"))
-        lease = _float(settings, "CRAWLFLEET_LEASE_SECONDS", minimum=1)
-        heartbeat = _float(settings, "CRAWLFLEET_HEARTBEAT_SECONDS", minimum=0.1)
+        lease = get_float(settings, "CRAWLFLEET_LEASE_SECONDS", minimum=1)
+        heartbeat = get_float(settings, "CRAWLFLEET_HEARTBEAT_SECONDS", minimum=0.1)
         if heartbeat * 2 > lease:
             raise ConfigError(
                 "CRAWLFLEET_HEARTBEAT_SECONDS must be at most half of CRAWLFLEET_LEASE_SECONDS "
                 f"(leases are renewed by the heartbeat), got {heartbeat} and {lease}"
             )
-        error_rate = _float(settings, "CRAWLFLEET_BLOOM_ERROR_RATE", minimum=0, strict=True)
+        error_rate = get_float(settings, "CRAWLFLEET_BLOOM_ERROR_RATE", minimum=0, strict=True)
         if error_rate >= 0.5:
             raise ConfigError(f"CRAWLFLEET_BLOOM_ERROR_RATE must be < 0.5, got {error_rate}")
         start_key = str(settings.get("CRAWLFLEET_START_URLS_KEY") or "")
@@ -181,23 +138,23 @@ class FrontierConfig:
             ) from None
         return cls(
             job=job,
-            site_key=_choice(settings, "CRAWLFLEET_SITE_KEY", SITE_KEYS),
+            site_key=get_choice(settings, "CRAWLFLEET_SITE_KEY", SITE_KEYS),
             prefetch=prefetch,
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
-            reclaim_seconds=_float(settings, "CRAWLFLEET_RECLAIM_SECONDS", minimum=0.1),
-            flush_seconds=_float(settings, "CRAWLFLEET_FLUSH_SECONDS", minimum=0.001),
-            flush_batch=_int(settings, "CRAWLFLEET_FLUSH_BATCH", minimum=1),
-            lease_sites=_int(settings, "CRAWLFLEET_LEASE_SITES", minimum=1),
-            start_requests_once=_bool(settings, "CRAWLFLEET_START_REQUESTS_ONCE"),
-            seen_mode=_choice(settings, "CRAWLFLEET_SEEN_MODE", SEEN_MODES),
-            bloom_capacity=_int(settings, "CRAWLFLEET_BLOOM_CAPACITY", minimum=1000),
+            reclaim_seconds=get_float(settings, "CRAWLFLEET_RECLAIM_SECONDS", minimum=0.1),
+            flush_seconds=get_float(settings, "CRAWLFLEET_FLUSH_SECONDS", minimum=0.001),
+            flush_batch=get_int(settings, "CRAWLFLEET_FLUSH_BATCH", minimum=1),
+            lease_sites=get_int(settings, "CRAWLFLEET_LEASE_SITES", minimum=1),
+            start_requests_once=get_bool(settings, "CRAWLFLEET_START_REQUESTS_ONCE"),
+            seen_mode=get_choice(settings, "CRAWLFLEET_SEEN_MODE", SEEN_MODES),
+            bloom_capacity=get_int(settings, "CRAWLFLEET_BLOOM_CAPACITY", minimum=1000),
             bloom_error_rate=error_rate,
-            close_when_finished=_bool(settings, "CRAWLFLEET_CLOSE_WHEN_FINISHED"),
-            finish_grace_seconds=_float(settings, "CRAWLFLEET_FINISH_GRACE_SECONDS", minimum=0),
-            idle_max_seconds=_float(settings, "CRAWLFLEET_IDLE_MAX_SECONDS", minimum=0.1),
+            close_when_finished=get_bool(settings, "CRAWLFLEET_CLOSE_WHEN_FINISHED"),
+            finish_grace_seconds=get_float(settings, "CRAWLFLEET_FINISH_GRACE_SECONDS", minimum=0),
+            idle_max_seconds=get_float(settings, "CRAWLFLEET_IDLE_MAX_SECONDS", minimum=0.1),
             start_urls_key=start_key,
-            start_urls_batch=_int(settings, "CRAWLFLEET_START_URLS_BATCH", minimum=1),
+            start_urls_batch=get_int(settings, "CRAWLFLEET_START_URLS_BATCH", minimum=1),
         )
 
 

@@ -1,4 +1,4 @@
-"""Typed, validated reads of pipeline settings (used by ``from_crawler`` only).
+"""Typed, validated reads of settings (used by ``from_crawler`` and config classes).
 
 A setting that is absent (or ``None``, e.g. settings built without the add-on) takes its
 default from :mod:`crawlfleet.settings.default_settings`. A wrong value
@@ -15,9 +15,10 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import defaults
+from crawlfleet.settings import default_settings
 
 __all__ = [
+    "defaults",
     "get_bool",
     "get_choice",
     "get_dict",
@@ -28,6 +29,11 @@ __all__ = [
     "get_str_list",
     "raw_setting",
 ]
+
+
+def defaults() -> dict[str, Any]:
+    """Name -> default value of every crawlfleet setting."""
+    return {k: getattr(default_settings, k) for k in dir(default_settings) if k.isupper()}
 
 
 def raw_setting(settings: BaseSettings, name: str) -> Any:
