@@ -21,14 +21,16 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS = ("demo", "crawl", "seed", "job", "items", "site", "validate", "extract", "bench")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with *only*, just that command's module is imported (a node process
+    then skips what the other commands import: SQLAlchemy, aiohttp, pymongo...)."""
     parser = argparse.ArgumentParser(
         prog="crawlfleet",
         description="Distributed Scrapy crawling on a shared Redis frontier.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"crawlfleet.cli.{name}")
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
@@ -39,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     if not getattr(args, "_scrapy_logging", False):
         logging.basicConfig(
             level=logging.DEBUG if args.verbose else logging.INFO,

@@ -51,7 +51,7 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 from crawlfleet.spiders.seeding import parse_seed
 
-__all__ = ["Scheduler", "new_node_id"]
+__all__ = ["Scheduler", "new_node_id", "status_providers"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,19 @@ CLOSE_FLUSH_SECONDS = 60.0
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def status_providers(crawler: Crawler) -> list[Callable[[], dict[str, Any]]]:
+    """The crawler's list of node-status providers (created on first use). An extension
+    appends a callable returning a JSON-able dict; the scheduler publishes the merged
+    dicts with every heartbeat."""
+    providers: list[Callable[[], dict[str, Any]]] | None = getattr(
+        crawler, "crawlfleet_status_providers", None
+    )
+    if providers is None:
+        providers = []
+        crawler.crawlfleet_status_providers = providers  # type: ignore[attr-defined]
+    return providers
 
 
 def new_node_id() -> str:
@@ -111,6 +124,9 @@ class Scheduler(BaseScheduler):
         self.wake_engine: Callable[[], None] = lambda: None
         self.engine_starting: Callable[[], bool] = lambda: False
         self.on_dropped: Callable[[Request], None] = lambda request: None
+        #: callables whose dicts are merged into the node status of each heartbeat; the
+        #: crawler's list ``crawler.crawlfleet_status_providers`` (extensions add to it)
+        self.status_providers: list[Callable[[], dict[str, Any]]] = []
 
         self._out: list[tuple[Request, bytes, bytes]] = []  # request, fingerprint, payload
         self._sent: set[bytes] = set()  # fingerprints this node has queued
@@ -188,6 +204,7 @@ class Scheduler(BaseScheduler):
             return getattr(crawler.engine, "_start", None) is not None
 
         self.inprogress, self.wake_engine, self.engine_starting = inprogress, wake, starting
+        self.status_providers = status_providers(crawler)
 
         def dropped(request: Request) -> None:
             crawler.signals.send_catch_log(
@@ -519,28 +536,34 @@ class Scheduler(BaseScheduler):
             or self.engine_starting()
         )
 
+    def node_status(self) -> dict[str, Any]:
+        """What this node publishes with each heartbeat (``<job>:nodeinfo``): its own
+        figures, then those of every provider in ``status_providers``."""
+        status: dict[str, Any] = {
+            "node": self.node_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "job": self.config.job,
+            "spider": getattr(self.spider, "name", ""),
+            "version": __version__,
+            "started": self._started,
+            "buffered": len(self._buffer),
+            "in_progress": len(self._handed),
+            "held": len(self._held),
+            "pages": self._stat("response_received_count"),
+            "items": self._stat("item_scraped_count"),
+            "done": self._stat("crawlfleet/frontier/acked"),
+        }
+        for provider in self.status_providers:
+            try:
+                status.update(provider())
+            except Exception:
+                logger.exception("node status provider %r failed", provider)
+        return status
+
     async def _heartbeat(self, *, leaving: bool = False) -> None:
         idle = self._locally_idle()
-        status = (
-            "leaving"
-            if leaving
-            else json.dumps(
-                {
-                    "node": self.node_id,
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "job": self.config.job,
-                    "spider": getattr(self.spider, "name", ""),
-                    "version": __version__,
-                    "started": self._started,
-                    "buffered": len(self._buffer),
-                    "in_progress": len(self._handed),
-                    "pages": self._stat("response_received_count"),
-                    "items": self._stat("item_scraped_count"),
-                    "done": self._stat("crawlfleet/frontier/acked"),
-                }
-            )
-        )
+        status = "leaving" if leaving else json.dumps(self.node_status(), default=str)
         state = await self.frontier.heartbeat(
             self.node_id,
             ttl_ms=int(self.config.heartbeat_seconds * 3000),
