@@ -107,3 +107,13 @@ def test_wrong_rules_are_rejected_naming_the_setting(rules: Any, message: str) -
         ValidatePipeline.from_crawler(
             get_crawler(settings_dict={"CRAWLFLEET_VALIDATE_FIELDS": rules})
         )
+
+
+def test_decimal_values_are_numbers() -> None:
+    """The spec spiders' "decimal" processor yields Decimal: a number for validation."""
+    from decimal import Decimal
+
+    from crawlfleet.pipelines.validate import FIELD_TYPES
+
+    assert FIELD_TYPES["number"](Decimal("9.99")) and FIELD_TYPES["float"](Decimal("1"))
+    assert not FIELD_TYPES["number"](True)

@@ -2,8 +2,11 @@
 
 Runs, in one invocation: vanilla Scrapy and crawlfleet with 1, 2 and 4 nodes on a
 CPU-bound site (no latency) and on a latency-bound one; then the seen-filter's memory
-per URL (exact and Bloom) and the Bloom filter's measured false-positive rate. Prints a
-table and writes the figures as JSON.
+per URL (exact and Bloom) and the Bloom filter's measured false-positive rate; then the
+item pipeline: items/s into each store (SQLite, PostgreSQL when one answers, the Redis
+stream, an item worker moving the stream into SQLite), text-extraction quality and
+legacy-encoding correctness on the bundled site. Prints tables and writes the figures
+as JSON.
 """
 
 from __future__ import annotations
@@ -16,16 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
+from crawlfleet.benchmark.items import POSTGRES_URL_ENV, ItemsResult, run_items
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
 from crawlfleet.redis.connection import resolve_url
 from crawlfleet.settings.config import RedisConfig
 
 NAME = "bench"
-HELP = "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory"
+HELP = (
+    "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,10 +65,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop a scrapy-redis run after this many seconds (default 60)",
     )
     parser.add_argument(
+        "--items",
+        type=int,
+        default=20_000,
+        help="items fed to the item pipeline per store (default 20000)",
+    )
+    parser.add_argument(
+        "--items-site-pages",
+        type=int,
+        default=600,
+        help="pages of the site whose articles and legacy-encoded pages are checked (default 600)",
+    )
+    parser.add_argument(
+        "--items-postgres-url",
+        metavar="URL",
+        help=f"PostgreSQL for the item store figures (default: ${POSTGRES_URL_ENV}, else "
+        "the test URLs postgresql+psycopg://root|postgres@127.0.0.1:5432/test); "
+        "skipped with the reason when it does not answer",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
-        choices=["cpu", "latency", "seen"],
+        choices=["cpu", "latency", "seen", "items"],
         help="leave out a part",
     )
     parser.add_argument(
@@ -76,6 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 150))
+    if "items" not in args.skip and (args.items < 1 or args.items_site_pages < 3):
+        console.print("[red]--items must be >= 1 and --items-site-pages >= 3[/]")
+        return 2
     config = RedisConfig.from_settings(command_settings(args))
     url = resolve_url(config)
     prefix = f"{config.key_prefix}bench"
@@ -106,11 +135,30 @@ def run(args: argparse.Namespace) -> int:
             seen.append(
                 measure_seen(url, prefix, mode, args.seen_urls, rate or 1e-3, probes=args.seen_urls)
             )
-    report = _report(console, results, seen)
+    items = None
+    if "items" not in args.skip:
+        items = run_items(
+            url,
+            prefix,
+            count=args.items,
+            site_pages=args.items_site_pages,
+            postgres_url=args.items_postgres_url,
+            progress=lambda line: console.print(line, markup=False),
+        )
+    report = _report(console, results, seen, items)
     report["command"] = "crawlfleet bench " + " ".join(
         f"--{k.replace('_', '-')}={v}"
         for k, v in sorted(vars(args).items())
-        if k in ("cpu_pages", "latency_pages", "latency", "nodes", "seen_urls")
+        if k
+        in (
+            "cpu_pages",
+            "latency_pages",
+            "latency",
+            "nodes",
+            "seen_urls",
+            "items",
+            "items_site_pages",
+        )
     )
     report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     args.json.write_text(json.dumps(report, indent=2))
@@ -118,7 +166,9 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report["targets_met"] else 1
 
 
-def _report(console: Console, results: list[CrawlResult], seen: list[Any]) -> dict[str, Any]:
+def _report(
+    console: Console, results: list[CrawlResult], seen: list[Any], items: ItemsResult | None = None
+) -> dict[str, Any]:
     table = Table(title="crawl throughput (measured by the site)")
     for col in (
         "scenario",
@@ -180,7 +230,8 @@ def _report(console: Console, results: list[CrawlResult], seen: list[Any]) -> di
             targets["cpu-bound: 1 node >= 0.9x vanilla Scrapy"] = vs_scrapy >= 0.9
         if plain and r.nodes == 4 and vs_one is not None and r.scenario == "latency-bound":
             targets["latency-bound: 4 nodes >= 3.5x 1 node"] = vs_one >= 3.5
-    console.print(table)
+    if results:
+        console.print(table)
     if seen:
         mem = Table(title="seen-filter memory")
         for col in (
@@ -212,11 +263,59 @@ def _report(console: Console, results: list[CrawlResult], seen: list[Any]) -> di
                     s.false_positive_rate <= limit
                 )
         console.print(mem)
+    if items is not None:
+        targets.update(_items_report(console, items))
     for name, ok in targets.items():
         console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
     return {
         "crawl": [r.as_dict() for r in results],
         "seen": [s.as_dict() for s in seen],
+        "items": items.as_dict() if items is not None else None,
         "targets": targets,
         "targets_met": all(targets.values()),
+    }
+
+
+def _items_report(console: Console, items: ItemsResult) -> dict[str, bool]:
+    """Print the item pipeline tables; return their targets."""
+    table = Table(title=f"item pipeline: every stage + one store, {items.items} product items")
+    for col in ("into", "items", "seconds", "items/s", "stored", "note"):
+        table.add_column(col, justify="left" if col in ("into", "note") else "right")
+    for run in items.runs:
+        if run.skipped is not None:
+            table.add_row(run.target, str(run.items), "", "", "", f"skipped: {escape(run.skipped)}")
+            continue
+        note = "" if run.complete else "[red]items missing[/]"
+        table.add_row(
+            run.target,
+            str(run.items),
+            f"{run.seconds:.2f}" if run.seconds is not None else "",
+            f"{run.items_per_second:,.0f}" if run.items_per_second is not None else "",
+            str(run.stored) if run.stored is not None else "",
+            note,
+        )
+    console.print(table)
+    ex, enc = items.extraction, items.encoding
+    quality = Table(title=f"item quality on the bundled site ({items.site_pages} pages)")
+    quality.add_column("check")
+    quality.add_column("result", justify="right")
+    quality.add_row(
+        f"extraction token F1 ({ex.articles} article pages)",
+        f"mean {ex.mean_f1:.3f}, min {ex.min_f1:.3f}"
+        + (f" (page {ex.worst_page})" if ex.worst_page is not None else ""),
+    )
+    quality.add_row("extraction speed (one thread)", f"{ex.pages_per_second:,.0f} pages/s")
+    quality.add_row(f"encoding ({enc.pages} non-UTF-8 pages)", f"{enc.correct}/{enc.pages} correct")
+    console.print(quality)
+    for failure in enc.failures:
+        console.print(f"[red]encoding wrong[/] {escape(str(failure))}")
+    ran = [run for run in items.runs if run.skipped is None]
+    return {
+        f"items: every store holds all {items.items} items": all(r.complete for r in ran),
+        f"extraction F1 >= 0.9 (min over {ex.articles} articles)": (
+            ex.articles > 0 and ex.min_f1 >= 0.9
+        ),
+        f"encoding: all {enc.pages} non-UTF-8 pages correct": (
+            enc.pages > 0 and enc.correct == enc.pages
+        ),
     }

@@ -26,6 +26,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Self
 from urllib.parse import urlsplit
 
@@ -63,8 +64,9 @@ def _is_url(value: Any) -> bool:
 FIELD_TYPES: dict[str, Callable[[Any], bool]] = {
     "str": lambda v: isinstance(v, str),
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    # Decimal counts as a number: the spec's "decimal" processor yields it
+    "float": lambda v: isinstance(v, int | float | Decimal) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float | Decimal) and not isinstance(v, bool),
     "bool": lambda v: isinstance(v, bool),
     "list": lambda v: isinstance(v, list | tuple),
     "dict": lambda v: isinstance(v, Mapping),

@@ -8,8 +8,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 from scrapy import signals
-from scrapy.utils.defer import deferred_from_coro
-from twisted.internet.defer import Deferred
 
 from crawlfleet.redis.embedded import EmbeddedRedis
 from crawlfleet.settings.config import RedisConfig
@@ -56,8 +54,8 @@ def shared_client(crawler: Any, config: RedisConfig) -> Redis:
         client = make_client(resolve_url(config))
         crawler._crawlfleet_redis = client
 
-        def close() -> Deferred[None]:
-            return deferred_from_coro(client.aclose())
+        async def close() -> None:
+            await client.aclose()
 
         crawler.signals.connect(close, signal=signals.engine_stopped, weak=False)
     return client
