@@ -3,7 +3,8 @@
 It installs crawlfleet's defaults and components at the ``addon`` priority, so that the
 project's own settings, a spider's ``custom_settings`` and ``-s`` options still win:
 
-- the scheduler (the shared Redis frontier) and the stats-file extension;
+- the scheduler (the shared Redis frontier), the node telemetry published with every
+  heartbeat, and the stats-file extension;
 - the item stages named in ``CRAWLFLEET_ITEM_STAGES`` (text extraction, encoding
   repair, cleaning, validation, keys), in that fixed order, plus the charset-repairing
   downloader middleware when "encoding" is one of them;
@@ -26,6 +27,7 @@ __all__ = ["ITEM_STAGES", "STORES", "Addon"]
 
 SCHEDULER = "crawlfleet.frontier.scheduler.Scheduler"
 STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
+TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 
 #: stage name -> (pipeline, order). Extraction first: the fields it fills are repaired
@@ -65,6 +67,7 @@ class Addon:
             settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
+        self._component(settings, "EXTENSIONS", TELEMETRY, 910)
         stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)
         for stage in stages:
             self._component(settings, "ITEM_PIPELINES", *ITEM_STAGES[stage])

@@ -18,7 +18,19 @@ from crawlfleet.exceptions import ConfigError
 __all__ = ["COMMANDS", "main"]
 
 #: Command modules, in the order ``crawlfleet --help`` lists them.
-COMMANDS = ("demo", "crawl", "seed", "job", "items", "site", "validate", "extract", "bench")
+COMMANDS = (
+    "demo",
+    "crawl",
+    "seed",
+    "job",
+    "status",
+    "health",
+    "items",
+    "site",
+    "validate",
+    "extract",
+    "bench",
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -25,6 +25,12 @@ CRAWLFLEET_STATS_FILE = ""
 # --- Job ----------------------------------------------------------------------------
 #: Name of the job this node works on. Empty: the spider's name.
 CRAWLFLEET_JOB = ""
+#: Telemetry extension (crawlfleet.node.telemetry.Telemetry): pages/min, items/min,
+#: download latency and event-loop lag published with each heartbeat are measured
+#: over this many seconds.
+CRAWLFLEET_TELEMETRY_WINDOW_SECONDS = 60.0
+#: Telemetry extension: interval of the timer that measures event-loop lag.
+CRAWLFLEET_TELEMETRY_LOOP_LAG_SECONDS = 0.5
 
 # --- Frontier -----------------------------------------------------------------------
 #: What makes two requests belong to the same site (one queue, one politeness budget):

@@ -1,0 +1,344 @@
+"""``crawlfleet status [JOB] [--json] [--watch]``: the nodes and the work of jobs.
+
+Read-only. For each job (one, or every job in ``<prefix>:jobs``): nodes alive or dead
+(their registry deadline against Redis's clock) with the figures each publishes in the
+job's ``nodeinfo`` hash, queued and leased counts, the longest site queues, entries set
+aside as malformed, and an ETA (work left / summed pages per second of live nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.redis.connection import make_client, resolve_url
+from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.settings.config import RedisConfig, validate_job_name
+
+__all__ = [
+    "REDIS_ERRORS",
+    "SITES_SCANNED",
+    "TOP_SITES",
+    "JobSnapshot",
+    "job_names",
+    "redis_now_ms",
+    "snapshot",
+]
+
+NAME = "status"
+HELP = "nodes (alive/dead, live figures), queues, leases and ETA of jobs (read-only)"
+
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
+#: Site queues shown, longest first.
+TOP_SITES = 20
+#: Site queues measured at most per job (in serve order) to find the longest ones.
+SITES_SCANNED = 1000
+#: Jobs shown at most when no job is named.
+JOBS_MAX = 100
+MIN_INTERVAL, MAX_INTERVAL = 0.5, 60.0
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """One job's state at one moment (``now_ms``: Redis's clock)."""
+
+    job: str
+    now_ms: int
+    queued: int
+    leased: int
+    overdue_leases: int  #: leases whose deadline has passed
+    oldest_deadline_ms: int | None  #: the earliest lease deadline
+    sites: int
+    top_sites: list[tuple[str, int]]
+    sites_scanned: int
+    malformed: int
+    nodes: dict[str, dict[str, Any]]  #: node id -> {"alive", "expires_in_s", **status}
+
+    @property
+    def live_nodes(self) -> list[str]:
+        return [n for n, info in self.nodes.items() if info["alive"]]
+
+    @property
+    def pages_per_second(self) -> float | None:
+        """Summed pages/min of the live nodes that publish it, per second."""
+        rates = [
+            float(info["pages_per_min"])
+            for info in self.nodes.values()
+            if info["alive"] and isinstance(info.get("pages_per_min"), (int, float))
+        ]
+        return sum(rates) / 60.0 if rates else None
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Work left over the cluster's page rate; ``None`` when no rate is known."""
+        rate = self.pages_per_second
+        left = self.queued + self.leased
+        if left == 0:
+            return 0.0
+        if not rate:
+            return None
+        return left / rate
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "now_ms": self.now_ms,
+            "queued": self.queued,
+            "leased": self.leased,
+            "overdue_leases": self.overdue_leases,
+            "sites": self.sites,
+            "top_sites": [{"site": s, "queued": n} for s, n in self.top_sites],
+            "sites_scanned": self.sites_scanned,
+            "malformed_set_aside": self.malformed,
+            "live_nodes": len(self.live_nodes),
+            "dead_nodes": len(self.nodes) - len(self.live_nodes),
+            "nodes": self.nodes,
+            "pages_per_second": self.pages_per_second,
+            "eta_seconds": self.eta_seconds,
+        }
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def redis_now_ms(client: Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def job_names(client: Redis, prefix: str, job: str | None) -> list[str]:
+    """[job] when one is named, else the known jobs (sorted, at most JOBS_MAX)."""
+    if job:
+        return [job]
+    return sorted(_text(j) for j in await client.smembers(jobs_key(prefix)))[:JOBS_MAX]
+
+
+async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
+    """Read one job's state: a few round trips, nothing written."""
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.hget(keys.counters, "queued")
+    pipe.zcard(keys.leases)
+    pipe.zrange(keys.leases, 0, 0, withscores=True)
+    pipe.zcard(keys.sites)
+    pipe.zrange(keys.sites, 0, SITES_SCANNED - 1)
+    pipe.llen(keys.bad)
+    pipe.zrange(keys.nodes, 0, -1, withscores=True)
+    pipe.hgetall(keys.nodeinfo)
+    (t, queued, leased, oldest, nsites, sites, bad, nodes, info) = await pipe.execute()
+    now = int(t[0]) * 1000 + int(t[1]) // 1000
+    overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
+    site_names = [_text(s) for s in sites]
+    counts: list[int] = []
+    if site_names:
+        sizes = client.pipeline(transaction=False)
+        for site in site_names:
+            sizes.zcard(keys.queue(site))
+        counts = [int(c) for c in await sizes.execute()]
+    top = sorted(zip(site_names, counts, strict=True), key=lambda p: (-p[1], p[0]))[:TOP_SITES]
+    statuses = {_text(k): v for k, v in info.items()}
+    node_view: dict[str, dict[str, Any]] = {}
+    for raw, expires in nodes:
+        node = _text(raw)
+        view: dict[str, Any] = {
+            "alive": int(expires) >= now,
+            "expires_in_s": round((int(expires) - now) / 1000.0, 1),
+        }
+        published = statuses.get(node)
+        if published is not None:
+            try:
+                figures = json.loads(published)
+            except ValueError:
+                figures = {"status_error": "not JSON"}
+            if isinstance(figures, dict):
+                view.update({k: v for k, v in figures.items() if k not in view})
+        node_view[node] = view
+    return JobSnapshot(
+        job=keys.job,
+        now_ms=now,
+        queued=int(queued or 0),
+        leased=int(leased),
+        overdue_leases=overdue,
+        oldest_deadline_ms=int(oldest[0][1]) if oldest else None,
+        sites=int(nsites),
+        top_sites=top,
+        sites_scanned=len(site_names),
+        malformed=int(bad),
+        nodes=node_view,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", nargs="?", help="the job (default: every job in this Redis)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help=f"--watch refresh interval ({MIN_INTERVAL:g} to {MAX_INTERVAL:g}; default 2)",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--watch: stop after N refreshes (default: until Ctrl-C)",
+    )
+    add_redis_options(parser)
+    add_settings_option(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = RedisConfig.from_settings(command_settings(args))
+    if args.job:
+        validate_job_name(args.job)
+    if not MIN_INTERVAL <= args.interval <= MAX_INTERVAL:
+        raise ConfigError(
+            f"--interval must be between {MIN_INTERVAL:g} and {MAX_INTERVAL:g} seconds, "
+            f"got {args.interval:g}"
+        )
+    url = resolve_url(config)
+    console = Console()
+
+    async def collect(client: Redis) -> list[JobSnapshot]:
+        names = await job_names(client, config.key_prefix, args.job)
+        return [await snapshot(client, JobKeys.of(config.key_prefix, n)) for n in names]
+
+    async def main() -> int:
+        client = make_client(url, socket_connect_timeout=3, socket_timeout=10)
+        try:
+            if not args.watch:
+                snaps = await collect(client)
+                if args.json:
+                    print(json.dumps(_document(snaps), indent=2, sort_keys=True, default=str))
+                else:
+                    console.print(render(snaps))
+                return 0
+            refreshes = 0
+            with Live(render([]), console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(render(await collect(client)), refresh=True)
+                    refreshes += 1
+                    if args.count and refreshes >= args.count:
+                        return 0
+                    await asyncio.sleep(args.interval)
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(main())
+    except REDIS_ERRORS as exc:
+        print(f"crawlfleet status: Redis at {url} unreachable: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+def _document(snaps: list[JobSnapshot]) -> dict[str, Any]:
+    return {"jobs": {s.job: s.to_json() for s in snaps}}
+
+
+# -- rendering ----------------------------------------------------------------------
+def render(snaps: list[JobSnapshot]) -> Group:
+    """Rich tables: per job, a summary, its nodes and its longest site queues."""
+    if not snaps:
+        return Group("no jobs")
+    parts: list[Any] = []
+    for s in snaps:
+        summary = Table(title=f"job {s.job}", show_header=False)
+        summary.add_column("what")
+        summary.add_column("value", justify="right")
+        summary.add_row("queued", str(s.queued))
+        summary.add_row("leased", f"{s.leased} ({s.overdue_leases} overdue)")
+        summary.add_row("sites", str(s.sites))
+        summary.add_row("malformed set aside", str(s.malformed))
+        summary.add_row(
+            "nodes alive / dead", f"{len(s.live_nodes)} / {len(s.nodes) - len(s.live_nodes)}"
+        )
+        rate = s.pages_per_second
+        summary.add_row("pages/s (live nodes)", "-" if rate is None else f"{rate:.2f}")
+        summary.add_row("ETA", _duration(s.eta_seconds))
+        parts.append(summary)
+        if s.nodes:
+            parts.append(_nodes_table(s))
+        if s.top_sites:
+            sites = Table(title=f"longest site queues ({len(s.top_sites)} of {s.sites})")
+            sites.add_column("site")
+            sites.add_column("queued", justify="right")
+            for site, n in s.top_sites:
+                sites.add_row(site, str(n))
+            parts.append(sites)
+    return Group(*parts)
+
+
+def _nodes_table(s: JobSnapshot) -> Table:
+    table = Table(title=f"nodes of {s.job}")
+    columns = (
+        "node",
+        "state",
+        "pages/min",
+        "items/min",
+        "pages",
+        "items",
+        "errors",
+        "latency ms",
+        "in flight",
+        "CPU %",
+        "RSS MB",
+        "loop lag ms",
+    )
+    widest = max(len(n) for n in s.nodes)
+    table.add_column(columns[0], no_wrap=True, min_width=widest)  # ids stay whole
+    for name in columns[1:]:
+        table.add_column(name, justify="left" if name == "state" else "right")
+    for node, info in sorted(s.nodes.items(), key=lambda p: (not p[1]["alive"], p[0])):
+        errors = info.get("errors")
+        in_flight = info.get("in_flight")
+        rss = info.get("rss_bytes")
+        table.add_row(
+            node,
+            "alive" if info["alive"] else f"dead {-info['expires_in_s']:.0f}s",
+            _num(info.get("pages_per_min")),
+            _num(info.get("items_per_min")),
+            _num(info.get("pages")),
+            _num(info.get("items")),
+            "/".join(str(v) for v in errors.values()) if isinstance(errors, dict) else "-",
+            _num(info.get("latency_ms")),
+            "-" if in_flight is None else f"{in_flight}/{info.get('concurrency', '?')}",
+            _num(info.get("cpu_percent")),
+            "-" if not isinstance(rss, int) else f"{rss / 2**20:.0f}",
+            _num(info.get("loop_lag_max_ms")),
+        )
+    return table
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.1f}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown (no page rate)"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"

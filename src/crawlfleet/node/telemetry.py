@@ -1,0 +1,250 @@
+"""Live figures of this node, published with every heartbeat (``<job>:nodeinfo``).
+
+The ``Telemetry`` extension registers a node-status provider (see
+:func:`crawlfleet.frontier.scheduler.status_providers`). Rates are computed from stats
+deltas at each heartbeat over a sliding window of ``CRAWLFLEET_TELEMETRY_WINDOW_SECONDS``;
+per request it only adds a download latency to a one-second bucket (O(1)). Published
+keys (all JSON numbers, ``None`` where nothing was measured yet):
+
+- ``pages_per_min``, ``items_per_min``: over the window;
+- ``pages``, ``items``; ``errors``: ``{"spider_exceptions", "download_errors",
+  "log_errors"}`` (a spider exception is also logged as an ERROR);
+- ``responses``: HTTP status -> count;
+- ``latency_ms``: mean download latency over the window;
+- ``in_flight`` (requests the downloader is working on), ``concurrency``;
+- ``cpu_percent`` (since the previous heartbeat; 100 = one core), ``rss_bytes``;
+- ``loop_lag_max_ms``, ``loop_lag_mean_ms``: lateness of a periodic event-loop timer
+  over the window (how long the reactor was blocked);
+- ``window_seconds``, ``updated`` (wall-clock time of the figures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
+from scrapy.http import Response
+
+from crawlfleet.frontier.scheduler import status_providers
+from crawlfleet.settings.access import get_float
+
+__all__ = ["Telemetry", "Window"]
+
+logger = logging.getLogger(__name__)
+
+STATUS_PREFIX = "downloader/response_status_count/"
+#: Samples kept at most, whatever the window and heartbeat (memory bound).
+MAX_SAMPLES = 10_000
+
+
+class Window:
+    """Values summarised over the last *seconds*, kept in one-second buckets: adding a
+    value is O(1) and memory is bounded by the window length."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        # [bucket second, count, sum, max]
+        self._buckets: deque[list[float]] = deque(maxlen=max(1, math.ceil(seconds)) + 1)
+
+    def add(self, value: float, now: float) -> None:
+        second = math.floor(now)
+        last = self._buckets[-1] if self._buckets else None
+        if last is not None and last[0] == second:
+            last[1] += 1
+            last[2] += value
+            last[3] = max(last[3], value)
+        else:
+            self._buckets.append([second, 1, value, value])
+
+    def summary(self, now: float) -> tuple[int, float | None, float | None]:
+        """(count, mean, max) of the values added in the window ending at *now*;
+        mean and max are ``None`` when there are none."""
+        oldest = now - self.seconds
+        while self._buckets and self._buckets[0][0] + 1 <= oldest:
+            self._buckets.popleft()
+        count = int(sum(b[1] for b in self._buckets))
+        if not count:
+            return 0, None, None
+        return (
+            count,
+            sum(b[2] for b in self._buckets) / count,
+            max(b[3] for b in self._buckets),
+        )
+
+
+class Telemetry:
+    """A Scrapy extension: live figures of the node in its heartbeat status."""
+
+    def __init__(
+        self,
+        stats: Any,
+        *,
+        window_seconds: float = 60.0,
+        loop_lag_seconds: float = 0.5,
+        concurrency: int = 16,
+        in_flight: Callable[[], int | None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+        process: psutil.Process | None = None,
+    ) -> None:
+        if window_seconds <= 0:
+            raise ValueError(f"window_seconds must be > 0, got {window_seconds}")
+        if loop_lag_seconds <= 0:
+            raise ValueError(f"loop_lag_seconds must be > 0, got {loop_lag_seconds}")
+        self.stats = stats
+        self.window_seconds = window_seconds
+        self.loop_lag_seconds = loop_lag_seconds
+        self.concurrency = concurrency
+        self.in_flight = in_flight
+        self.clock = clock
+        self.process = process or psutil.Process()
+        self.process.cpu_percent(None)  # the first call only starts the measurement
+        self.latency = Window(window_seconds)
+        self.loop_lag = Window(window_seconds)
+        # (time, pages, items) at each call of status(), oldest first
+        self._samples: deque[tuple[float, int, int]] = deque(maxlen=MAX_SAMPLES)
+        self._samples.append((clock(), self._stat("response_received_count"), self._items()))
+        self._lag_handle: asyncio.TimerHandle | None = None
+        self._lag_loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Telemetry:
+        settings = crawler.settings
+
+        def in_flight() -> int | None:
+            try:
+                engine = crawler.engine
+            except RuntimeError:  # Scrapy >= 2.14: not set before the crawl starts
+                return None
+            downloader = getattr(engine, "downloader", None)
+            active = getattr(downloader, "active", None)
+            return None if active is None else len(active)
+
+        ext = cls(
+            crawler.stats,
+            window_seconds=get_float(settings, "CRAWLFLEET_TELEMETRY_WINDOW_SECONDS", minimum=1),
+            loop_lag_seconds=get_float(
+                settings, "CRAWLFLEET_TELEMETRY_LOOP_LAG_SECONDS", minimum=0, strict=True
+            ),
+            concurrency=settings.getint("CONCURRENT_REQUESTS"),
+            in_flight=in_flight,
+        )
+        crawler.signals.connect(ext.response_received, signal=signals.response_received)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        status_providers(crawler).append(ext.status)
+        return ext
+
+    # -- signals ------------------------------------------------------------------------
+    def response_received(self, response: Response, request: Request, spider: Spider) -> None:
+        latency = request.meta.get("download_latency")
+        if isinstance(latency, (int, float)):
+            self.latency.add(float(latency), self.clock())
+
+    def spider_opened(self, spider: Spider) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            logger.debug("No running asyncio loop: event-loop lag is not measured")
+            return
+        self.start_loop_probe(loop)
+
+    def spider_closed(self, spider: Spider) -> None:
+        self.stop_loop_probe()
+
+    # -- event-loop lag ---------------------------------------------------------------
+    def start_loop_probe(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Measure *loop*'s lag: a timer every ``loop_lag_seconds`` notes how late it
+        fires. Runs until ``stop_loop_probe()``."""
+        self.stop_loop_probe()
+        self._lag_loop = loop
+        self._schedule_probe()
+
+    def stop_loop_probe(self) -> None:
+        if self._lag_handle is not None:
+            self._lag_handle.cancel()
+        self._lag_handle = None
+        self._lag_loop = None
+
+    def _schedule_probe(self) -> None:
+        loop = self._lag_loop
+        if loop is None:
+            return
+        due = loop.time() + self.loop_lag_seconds
+        self._lag_handle = loop.call_at(due, self._probe, due)
+
+    def _probe(self, due: float) -> None:
+        loop = self._lag_loop
+        if loop is None:
+            return
+        self.loop_lag.add(max(0.0, loop.time() - due), self.clock())
+        self._schedule_probe()
+
+    # -- the status provider ----------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        now = self.clock()
+        pages, items = self._stat("response_received_count"), self._items()
+        self._samples.append((now, pages, items))
+        # keep one sample at or beyond the window's start, as the baseline
+        while len(self._samples) > 2 and self._samples[1][0] <= now - self.window_seconds:
+            self._samples.popleft()
+        t0, pages0, items0 = self._samples[0]
+        span = now - t0
+        _n, latency, _max = self.latency.summary(now)
+        _n, lag_mean, lag_max = self.loop_lag.summary(now)
+        memory = self.process.memory_info()
+        return {
+            "window_seconds": self.window_seconds,
+            "pages_per_min": _per_minute(pages - pages0, span),
+            "items_per_min": _per_minute(items - items0, span),
+            "pages": pages,
+            "items": items,
+            "errors": {
+                "spider_exceptions": self._stat("spider_exceptions/count"),
+                "download_errors": self._stat("downloader/exception_count"),
+                "log_errors": self._stat("log_count/ERROR"),
+            },
+            "responses": self._responses(),
+            "latency_ms": _ms(latency),
+            "in_flight": self.in_flight(),
+            "concurrency": self.concurrency,
+            "cpu_percent": round(self.process.cpu_percent(None), 1),
+            "rss_bytes": int(memory.rss),
+            "loop_lag_max_ms": _ms(lag_max),
+            "loop_lag_mean_ms": _ms(lag_mean),
+            "updated": time.time(),
+        }
+
+    # -- helpers ----------------------------------------------------------------------
+    def _stat(self, key: str) -> int:
+        value = self.stats.get_value(key, 0) if self.stats is not None else 0
+        return int(value or 0)
+
+    def _items(self) -> int:
+        return self._stat("item_scraped_count")
+
+    def _responses(self) -> dict[str, int]:
+        if self.stats is None:
+            return {}
+        return {
+            key[len(STATUS_PREFIX) :]: int(value)
+            for key, value in self.stats.get_stats().items()
+            if key.startswith(STATUS_PREFIX)
+        }
+
+
+def _per_minute(delta: int, seconds: float) -> float | None:
+    if seconds <= 0:
+        return None
+    return round(delta * 60.0 / seconds, 1)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 1)

@@ -1,0 +1,155 @@
+"""``crawlfleet status`` and ``crawlfleet health`` against a real Redis."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+
+import pytest
+
+from crawlfleet.cli import health, status
+from crawlfleet.frontier.client import Frontier, Outgoing
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+
+FIGURES = {"pages_per_min": 120.0, "cpu_percent": 12.5, "rss_bytes": 50 * 2**20}
+
+
+def parse(module: object, *argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)  # type: ignore[attr-defined]
+    return parser.parse_args(list(argv))
+
+
+def common(url: str, prefix: str) -> list[str]:
+    return ["--redis-url", url, "-s", f"CRAWLFLEET_KEY_PREFIX={prefix}"]
+
+
+async def _setup(
+    url: str,
+    prefix: str,
+    job: str,
+    *,
+    requests: dict[str, int],
+    node: bool = True,
+    lease: int = 0,
+    stuck: bool = False,
+) -> None:
+    """A job with *requests* (site -> count) queued, optionally a live node publishing
+    FIGURES, *lease* requests leased to it (their deadline an hour ago with *stuck*)."""
+    client = make_client(url)
+    try:
+        frontier = Frontier(client, JobKeys.of(prefix, job))
+        await frontier.register_job()
+        outgoing = [
+            Outgoing(f"{site}-{i}".encode().ljust(16, b"\0"), site, 0, b"payload")
+            for site, n in requests.items()
+            for i in range(n)
+        ]
+        await frontier.commit("seeder", outgoing)
+        if node:
+            await frontier.heartbeat(
+                "node-a", ttl_ms=60_000, status=json.dumps(FIGURES), busy=True, lease_ms=30_000
+            )
+        if lease:
+            sites = await frontier.offer(10)
+            got = await frontier.lease(
+                "node-a", lease, sites, lease_ms=30_000, per_site=lease, offer_size=10
+            )
+            if stuck:
+                old = got.now_ms - 3_600_000
+                await client.zadd(frontier.keys.leases, {e.rid: old for e in got.entries}, xx=True)
+    finally:
+        await client.aclose()
+
+
+def test_status_json(
+    redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(
+        _setup(redis_server_url, key_prefix, "shop", requests={"a.example": 5, "b.example": 2})
+    )
+    args = parse(status, "shop", "--json", *common(redis_server_url, key_prefix))
+    assert status.run(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    job = doc["jobs"]["shop"]
+    assert job["queued"] == 7 and job["leased"] == 0 and job["sites"] == 2
+    assert job["top_sites"] == [
+        {"site": "a.example", "queued": 5},
+        {"site": "b.example", "queued": 2},
+    ]
+    assert job["malformed_set_aside"] == 0
+    assert job["live_nodes"] == 1 and job["dead_nodes"] == 0
+    node = job["nodes"]["node-a"]
+    assert node["alive"] is True and node["expires_in_s"] > 50
+    assert node["pages_per_min"] == 120.0 and node["cpu_percent"] == 12.5
+    assert job["pages_per_second"] == 2.0 and job["eta_seconds"] == 3.5
+    # every job when none is named; the table and a bounded --watch also work
+    args = parse(status, "--json", *common(redis_server_url, key_prefix))
+    assert status.run(args) == 0
+    assert list(json.loads(capsys.readouterr().out)["jobs"]) == ["shop"]
+    assert status.run(parse(status, *common(redis_server_url, key_prefix))) == 0
+    assert "node-a" in capsys.readouterr().out
+    args = parse(
+        status,
+        "--watch",
+        "--count",
+        "2",
+        "--interval",
+        "0.5",
+        *common(redis_server_url, key_prefix),
+    )
+    assert status.run(args) == 0
+    assert "a.example" in capsys.readouterr().out
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_health_without_redis(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(health, "--redis-url", f"redis://127.0.0.1:{_closed_port()}/0")
+    assert health.run(args) == 1
+    out = capsys.readouterr().out
+    assert "unhealthy: Redis at redis://127.0.0.1:" in out and "unreachable" in out
+
+
+def test_health_config_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert health.run(parse(health, "--redis-url", "http://nope")) == 2
+    assert "CRAWLFLEET_REDIS_URL" in capsys.readouterr().err
+
+
+def test_health_work_without_live_node(
+    redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(_setup(redis_server_url, key_prefix, "orphan", requests={"a": 3}, node=False))
+    assert health.run(parse(health, *common(redis_server_url, key_prefix))) == 1
+    assert "job orphan: 3 queued and 0 leased but no live node" in capsys.readouterr().out
+
+
+def test_health_stuck_lease(
+    redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(
+        _setup(redis_server_url, key_prefix, "stuck", requests={"a": 3}, lease=1, stuck=True)
+    )
+    args = parse(health, "stuck", *common(redis_server_url, key_prefix))
+    assert health.run(args) == 1
+    out = capsys.readouterr().out
+    assert "job stuck: stuck, a lease expired 3600s ago" in out, out
+    assert "no live node" not in out
+
+
+def test_health_healthy(
+    redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(_setup(redis_server_url, key_prefix, "fine", requests={"a": 3}, lease=2))
+    assert health.run(parse(health, *common(redis_server_url, key_prefix))) == 0
+    assert "healthy: Redis answers, 1 job(s) checked" in capsys.readouterr().out
+    # a job nobody knows is a problem when named
+    assert health.run(parse(health, "nosuch", *common(redis_server_url, key_prefix))) == 1
+    assert "job nosuch: not known" in capsys.readouterr().out
