@@ -23,6 +23,7 @@ COMMANDS = (
     "crawl",
     "seed",
     "job",
+    "limits",
     "status",
     "health",
     "items",

@@ -78,6 +78,8 @@ class LeaseResult:
     offer: list[str]
     queued: int = 0  #: requests still queued in the job after this lease
     leased: int = 0  #: requests leased in the job (every node) after this lease
+    #: ms until the first rate-limited site skipped by this call is ready (-1: none)
+    ready_in_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -203,18 +205,33 @@ class Frontier:
         lease_ms: int,
         per_site: int,
         offer_size: int,
+        intervals: Sequence[int] | None = None,
     ) -> LeaseResult:
-        """Lease up to *n* requests from *sites* (least recently served first)."""
+        """Lease up to *n* requests from *sites* (least recently served first).
+
+        *intervals*: per site, the minimum time (ms) between its requests across the
+        cluster (0 or absent: no rate limit)."""
         k = self.keys
-        keys = [k.sites, k.req, k.leases, k.owner, k.counters, *(k.queue(s) for s in sites)]
-        args = [node, lease_ms, n, per_site, offer_size, *sites]
+        gaps = list(intervals) if intervals is not None else [0] * len(sites)
+        keys = [k.sites, k.req, k.leases, k.owner, k.counters, k.pace, *(k.queue(s) for s in sites)]
+        args: list[Any] = [node, lease_ms, n, per_site, offer_size]
+        for site, gap in zip(sites, gaps, strict=True):
+            args += [site, gap]
         self.round_trips += 1
-        now, flat, offer, queued, leased = await self.scripts("lease", keys, args)
+        now, flat, offer, queued, leased, ready_in = await self.scripts("lease", keys, args)
         entries = []
         for i in range(0, len(flat), 2):
             site, payload = split_entry(flat[i + 1])
             entries.append(Leased(_s(flat[i]), site, payload))
-        return LeaseResult(int(now), entries, [_s(s) for s in offer], int(queued), int(leased))
+        return LeaseResult(
+            int(now), entries, [_s(s) for s in offer], int(queued), int(leased), int(ready_in)
+        )
+
+    async def read_limits(self) -> dict[str, str]:
+        """The job's run-time rate limits: site pattern -> "H/Ws"."""
+        self.round_trips += 1
+        raw = await self.client.hgetall(self.keys.limits)
+        return {_s(k): _s(v) for k, v in raw.items()}
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, least recently served first."""

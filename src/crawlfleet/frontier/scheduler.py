@@ -44,6 +44,7 @@ from twisted.internet.defer import Deferred
 from crawlfleet import __version__
 from crawlfleet.exceptions import ConfigError, MalformedEntry, SerializationError
 from crawlfleet.frontier.client import Frontier, JobState, Outgoing, SeenConfig
+from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.redis.connection import shared_client
@@ -130,6 +131,8 @@ class Scheduler(BaseScheduler):
 
         self._out: list[tuple[Request, bytes, bytes]] = []  # request, fingerprint, payload
         self._sent: set[bytes] = set()  # fingerprints this node has queued
+        self.limits: RateLimits = config.rate_limits
+        self._limits_raw: dict[str, str] = {}
         self._acks: list[str] = []
         self._bad: list[str] = []
         self._buffer: deque[tuple[Request, str]] = deque()  # leased, not yet handed out
@@ -495,8 +498,13 @@ class Scheduler(BaseScheduler):
                 lease_ms=int(self.config.lease_seconds * 1000),
                 per_site=max(1, math.ceil(want / len(offer))),
                 offer_size=self.config.lease_sites,
+                intervals=[self.limits.interval_ms(site) for site in offer],
             )
             self._offer = result.offer
+        if result is not None and not result.entries and result.ready_in_ms >= 0:
+            # rate-limited sites only: come back exactly when the first one is ready
+            self._next_lease = time.monotonic() + result.ready_in_ms / 1000
+            return
         if result is None or not result.entries:
             # Nothing to lease. While other nodes hold leases, their pages will bring
             # new links soon: look again within BUSY_POLL_MAX_SECONDS. Only a job with
@@ -573,6 +581,8 @@ class Scheduler(BaseScheduler):
             renew=list(self._held),
         )
         self._state = state
+        if not leaving:
+            await self._refresh_limits()
         now = time.monotonic()
         fast = idle and self.config.close_when_finished
         self._next_heartbeat = now + (
@@ -581,6 +591,22 @@ class Scheduler(BaseScheduler):
         if state.queued > 0 and not self._buffer:
             self._next_lease = 0.0
         self._update_finished(state, idle, now)
+
+    async def _refresh_limits(self) -> None:
+        """Merge the job's run-time limits (Redis) over the configured ones."""
+        raw = await self.frontier.read_limits()
+        if raw == self._limits_raw:
+            return
+        self._limits_raw = raw
+        valid: dict[str, str] = {}
+        for pattern, spec in raw.items():
+            try:
+                RateLimits.parse({pattern: spec}, source="limits")
+                valid[pattern] = spec
+            except ConfigError as exc:
+                logger.error("Ignoring the job's rate limit %r = %r: %s", pattern, spec, exc)
+        self.limits = self.config.rate_limits.merged(RateLimits.parse(valid, source="limits"))
+        logger.info("Rate limits of job %r now: %s", self.config.job, raw or "as configured")
 
     def _update_finished(self, state: JobState, idle: bool, now: float) -> None:
         empty = idle and state.empty and not self._seeds_waiting

@@ -14,6 +14,10 @@ keys in one slot and every script's keys are served by one master::
     <prefix>:{<job>}:nodes             zset   node id -> time (ms) it counts as dead
     <prefix>:{<job>}:nodeinfo          hash   node id -> JSON status
     <prefix>:{<job>}:busy              zset   node id -> time (ms) it counts as busy
+    <prefix>:{<job>}:limits            hash   site pattern -> rate limit ("2/1s"), set at
+                                              run time (crawlfleet limits)
+    <prefix>:{<job>}:pace              hash   site -> time (ms) before which the site gets
+                                              no new request (its rate limit)
     <prefix>:{<job>}:seen              set    exact mode: binary fingerprints
     <prefix>:{<job>}:bloom             hash   Bloom mode: layer parameters and counts
     <prefix>:{<job>}:bloom:<n>         string Bloom mode: bitmap of layer n (1-based)
@@ -96,6 +100,14 @@ class JobKeys:
         return f"{self.base}:busy"
 
     @property
+    def limits(self) -> str:
+        return f"{self.base}:limits"
+
+    @property
+    def pace(self) -> str:
+        return f"{self.base}:pace"
+
+    @property
     def seen(self) -> str:
         return f"{self.base}:seen"
 
@@ -126,6 +138,7 @@ class JobKeys:
             self.nodes,
             self.nodeinfo,
             self.busy,
+            self.pace,
             self.seen,
             self.bloom,
         ]

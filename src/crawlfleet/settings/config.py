@@ -16,8 +16,16 @@ from typing import Any
 from scrapy.settings import BaseSettings, Settings
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.settings import default_settings
-from crawlfleet.settings.access import defaults, get_bool, get_choice, get_float, get_int
+from crawlfleet.settings.access import (
+    defaults,
+    get_bool,
+    get_choice,
+    get_dict,
+    get_float,
+    get_int,
+)
 
 __all__ = ["FrontierConfig", "RedisConfig", "defaults", "settings_with_defaults"]
 
@@ -108,6 +116,7 @@ class FrontierConfig:
     idle_max_seconds: float
     start_urls_key: str
     start_urls_batch: int
+    rate_limits: RateLimits
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str = "") -> FrontierConfig:
@@ -155,6 +164,9 @@ class FrontierConfig:
             idle_max_seconds=get_float(settings, "CRAWLFLEET_IDLE_MAX_SECONDS", minimum=0.1),
             start_urls_key=start_key,
             start_urls_batch=get_int(settings, "CRAWLFLEET_START_URLS_BATCH", minimum=1),
+            rate_limits=RateLimits.parse(
+                get_dict(settings, "CRAWLFLEET_RATE_LIMITS"), source="CRAWLFLEET_RATE_LIMITS"
+            ),
         )
 
 

@@ -57,6 +57,12 @@ CRAWLFLEET_LEASE_SITES = 32
 #: start: they go through the seen-filter even though Scrapy marks them dont_filter.
 CRAWLFLEET_START_REQUESTS_ONCE = True
 
+#: Rate limits shared by every node: site pattern (a host, "*.domain" or "*" for any
+#: other site) -> "H/Ws" (at most H requests per W seconds), e.g.
+#: {"*": "4/1s", "*.example.com": "1/2s"}. `crawlfleet limits set` overrides them at run
+#: time. {}: no limits.
+CRAWLFLEET_RATE_LIMITS: dict[str, str] = {}
+
 # --- Seen-filter --------------------------------------------------------------------
 #: "exact" (binary fingerprints in a Redis set) or "bloom" (scalable Bloom filter on
 #: Redis bitmaps; bounded memory, a small false-positive rate).
