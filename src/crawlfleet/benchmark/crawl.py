@@ -35,6 +35,8 @@ class Scenario:
     latency_seconds: float
     concurrency: int
     hosts: int = 4
+    #: a rate limit for every site ("2/1s"), crawlfleet only; "" for none
+    rate_limit: str = ""
 
 
 @dataclass
@@ -52,6 +54,8 @@ class CrawlResult:
     exit_codes: list[int | None] = field(default_factory=list)
     #: the run was stopped after this many seconds, before the crawl was complete
     capped_seconds: float | None = None
+    #: per host, the most requests the site saw in any 1-second window
+    max_rate_1s: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +112,8 @@ def run_crawl(
             procs = [_start_vanilla(seeds, settings, workdir, i) for i in range(nodes)]
         else:
             job = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
+            if scenario.rate_limit:
+                settings["CRAWLFLEET_RATE_LIMITS"] = json.dumps({"*": scenario.rate_limit})
             if contender == "crawlfleet+pipeline":  # every item stage, into SQLite
                 settings["CRAWLFLEET_STORES"] = "sql"
                 settings["CRAWLFLEET_SQL_URL"] = f"sqlite:///{workdir / 'items.sqlite3'}"
@@ -149,6 +155,7 @@ def run_crawl(
         never_fetched=len(stats["never_fetched"]),
         exit_codes=codes,
         capped_seconds=cap_seconds if stats["never_fetched"] else None,
+        max_rate_1s={h: int(f["max_rate_1s"]) for h, f in stats["hosts"].items()},
     )
     if contender.startswith("crawlfleet"):
         node_stats = [json.loads(p.read_text()) for p in sorted(workdir.glob("stats*.json"))]
