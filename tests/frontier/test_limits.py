@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -83,31 +85,44 @@ def test_lease_paces_limited_sites_on_the_redis_clock(
     asyncio.run(body())
 
 
+def limited_nodes(
+    n: int,
+    job: str,
+    limit: str,
+    site: TestSite,
+    redis_url: str,
+    env: dict[str, str],
+    tmp_path: Path,
+) -> list[subprocess.Popen[bytes]]:
+    """*n* test-site nodes on *job*, every site limited to *limit*."""
+    settings = {
+        **env,
+        "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": limit}),
+        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
+        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+        "LOG_LEVEL": "INFO",
+    }
+    return [
+        start_node(
+            "crawlfleet.testsite.spider:TestSiteSpider",
+            job=job,
+            redis_url=redis_url,
+            log=tmp_path / f"node{i}.log",
+            spider_args={"start_urls": ",".join(site.seed_urls)},
+            settings=settings,
+            cwd=ROOT,
+        )
+        for i in range(n)
+    ]
+
+
 @pytest.mark.slow
 def test_four_nodes_keep_a_site_under_its_limit(
     redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
     with TestSite(SiteModel(pages=36, hosts=3, problems=False)) as site:
-        settings = {
-            **node_env,
-            "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": "2/1s"}),
-            "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
-            "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-            "LOG_LEVEL": "INFO",
-        }
         started = time.monotonic()
-        procs = [
-            start_node(
-                "crawlfleet.testsite.spider:TestSiteSpider",
-                job="polite",
-                redis_url=redis_server_url,
-                log=tmp_path / f"node{i}.log",
-                spider_args={"start_urls": ",".join(site.seed_urls)},
-                settings=settings,
-                cwd=ROOT,
-            )
-            for i in range(4)
-        ]
+        procs = limited_nodes(4, "polite", "2/1s", site, redis_server_url, node_env, tmp_path)
         codes = wait_all(procs, 120)
         assert codes == [0, 0, 0, 0], (tmp_path / "node0.log").read_text()[-3000:]
         stats = site.stats()
@@ -124,30 +139,9 @@ def test_four_nodes_keep_a_site_under_its_limit(
 def test_a_limit_changed_at_run_time_takes_effect_within_seconds(
     redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
-    import subprocess
-    import sys
-
     with TestSite(SiteModel(pages=40, hosts=1, problems=False)) as site:
-        settings = {
-            **node_env,
-            "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": "1/1s"}),
-            "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
-            "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-            "LOG_LEVEL": "INFO",
-        }
         started = time.monotonic()
-        procs = [
-            start_node(
-                "crawlfleet.testsite.spider:TestSiteSpider",
-                job="retuned",
-                redis_url=redis_server_url,
-                log=tmp_path / f"node{i}.log",
-                spider_args={"start_urls": ",".join(site.seed_urls)},
-                settings=settings,
-                cwd=ROOT,
-            )
-            for i in range(2)
-        ]
+        procs = limited_nodes(2, "retuned", "1/1s", site, redis_server_url, node_env, tmp_path)
         time.sleep(4)
         slow_phase = site.stats()["total_requests"]
         assert slow_phase <= 5  # about one a second so far
