@@ -28,7 +28,7 @@ import hashlib
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any
 from urllib.parse import urlsplit
 
 from pymongo import ASCENDING, MongoClient, UpdateOne
@@ -280,7 +280,7 @@ class MongoStorePipeline(StorePipeline):
     :class:`~crawlfleet.pipelines.store.StorePipeline`)."""
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
+    def sink_from_crawler(cls, crawler: Crawler) -> MongoSink:
         """Build the MongoDB sink from settings; a wrong URL or name stops start-up."""
         sink = mongo_sink_from_settings(crawler.settings, stats=crawler.stats)
-        return cls._from_crawler_with_sink(crawler, sink)
+        return sink

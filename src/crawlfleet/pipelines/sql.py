@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import sqlalchemy as sa
 from scrapy.crawler import Crawler
@@ -279,7 +279,7 @@ class SqlStorePipeline(StorePipeline):
     CRAWLFLEET_SQL_TABLE (see :class:`~crawlfleet.pipelines.store.StorePipeline`)."""
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
+    def sink_from_crawler(cls, crawler: Crawler) -> SqlSink:
         """Build the SQL sink from settings; a wrong URL or table stops start-up."""
         settings = crawler.settings
         url = get_str(settings, "CRAWLFLEET_SQL_URL").strip()
@@ -291,4 +291,4 @@ class SqlStorePipeline(StorePipeline):
             options=StoreOptions.from_settings(settings),
             stats=crawler.stats,
         )
-        return cls._from_crawler_with_sink(crawler, sink)
+        return sink

@@ -16,6 +16,7 @@ items go to the store's spill file instead and are written at the next start.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Self
 
 from itemadapter import ItemAdapter
@@ -32,7 +33,7 @@ from crawlfleet.settings.access import get_dict, get_str
 __all__ = ["StorePipeline"]
 
 
-class StorePipeline:
+class StorePipeline(ABC):
     """Item pipeline writing every item to *sink* (see the module docstring).
 
     *job* names the job in stored records; empty: the spider's name at open.
@@ -69,8 +70,13 @@ class StorePipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        """Subclasses build their sink from settings (see ``SqlStorePipeline``)."""
-        raise NotImplementedError(f"{cls.__name__} has no sink of its own; use a subclass")
+        return cls._from_crawler_with_sink(crawler, cls.sink_from_crawler(crawler))
+
+    @classmethod
+    @abstractmethod
+    def sink_from_crawler(cls, crawler: Crawler) -> ItemSink:
+        """The store's sink, built from the crawler's settings; a wrong setting raises
+        ConfigError naming it."""
 
     def open_spider(self, spider: Spider | None = None) -> None:
         """Resolve the job name and open the sink."""

@@ -40,7 +40,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Self
+from typing import Any
 
 import redis
 from redis.asyncio import Redis as AsyncRedis
@@ -382,7 +382,7 @@ class RedisStreamPipeline(StorePipeline):
     ``CRAWLFLEET_REDIS_URL`` or the embedded one), for ``crawlfleet items work``."""
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
+    def sink_from_crawler(cls, crawler: Crawler) -> RedisStreamSink:
         """Build the stream sink on the process's shared Redis client; a wrong setting or
         job name stops start-up."""
         settings = crawler.settings
@@ -403,4 +403,4 @@ class RedisStreamPipeline(StorePipeline):
             options=StoreOptions.from_settings(settings),
             stats=crawler.stats,
         )
-        return cls._from_crawler_with_sink(crawler, sink)
+        return sink
