@@ -89,6 +89,8 @@ class JobState:
     leased: int
     live_nodes: int
     busy_others: int
+    #: the job's run-time rate limits (site pattern -> "H/Ws"), read with the state
+    limits: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -277,12 +279,13 @@ class Frontier:
         """Register *node* as alive, renew its leases, read the job's state.
         *status* "leaving" removes the node from the registry."""
         k = self.keys
-        keys = [k.nodes, k.nodeinfo, k.busy, k.leases, k.owner, k.counters]
+        keys = [k.nodes, k.nodeinfo, k.busy, k.leases, k.owner, k.counters, k.limits]
         self.round_trips += 1
-        now, queued, leased, live, busy_others, _renewed = await self.scripts(
+        now, queued, leased, live, busy_others, _renewed, limits = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
         )
-        return JobState(int(now), int(queued), int(leased), int(live), int(busy_others))
+        pairs = {_s(limits[i]): _s(limits[i + 1]) for i in range(0, len(limits), 2)}
+        return JobState(int(now), int(queued), int(leased), int(live), int(busy_others), pairs)
 
     # -- seed lists (scrapy-redis compatible) ---------------------------------------
     async def read_seeds(self, key: str, n: int) -> list[bytes]:

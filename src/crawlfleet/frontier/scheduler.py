@@ -582,7 +582,7 @@ class Scheduler(BaseScheduler):
         )
         self._state = state
         if not leaving:
-            await self._refresh_limits()
+            self._refresh_limits(state.limits)
         now = time.monotonic()
         fast = idle and self.config.close_when_finished
         self._next_heartbeat = now + (
@@ -592,9 +592,9 @@ class Scheduler(BaseScheduler):
             self._next_lease = 0.0
         self._update_finished(state, idle, now)
 
-    async def _refresh_limits(self) -> None:
-        """Merge the job's run-time limits (Redis) over the configured ones."""
-        raw = await self.frontier.read_limits()
+    def _refresh_limits(self, raw: dict[str, str]) -> None:
+        """Merge the job's run-time limits (read with the heartbeat) over the configured
+        ones."""
         if raw == self._limits_raw:
             return
         self._limits_raw = raw

@@ -9,6 +9,7 @@ from itemadapter import ItemAdapter
 
 __all__ = [
     "DEFAULT_ITEM_TYPE",
+    "describe_error",
     "is_empty",
     "is_internal",
     "item_type",
@@ -75,3 +76,9 @@ def set_field(adapter: ItemAdapter, field: str, value: Any) -> bool:
     except KeyError:
         return False
     return True
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of a store error (drivers put SQL and parameters in it)."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"

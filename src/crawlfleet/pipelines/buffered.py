@@ -44,6 +44,7 @@ from scrapy.statscollectors import StatsCollector
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines._threads import Wakeup, run_in_thread
+from crawlfleet.pipelines._util import describe_error
 from crawlfleet.pipelines.sinks import ItemSink, StoredItem
 from crawlfleet.settings.access import get_float, get_int, get_path
 
@@ -305,7 +306,7 @@ class BufferedSink(ItemSink):
                             "Item store %s is unreachable (%s); %d items wait in memory, "
                             "retrying in %.1f s",
                             self.target,
-                            _describe(exc),
+                            describe_error(exc),
                             len(self._buffer),
                             delay,
                         )
@@ -314,7 +315,7 @@ class BufferedSink(ItemSink):
                             "Item store %s still unreachable after %.0f s (%s); %d items waiting",
                             self.target,
                             now - down_since,
-                            _describe(exc),
+                            describe_error(exc),
                             len(self._buffer),
                         )
                     if self._closing and now >= self._deadline:
@@ -386,7 +387,7 @@ class BufferedSink(ItemSink):
                 "Item store %s refused a batch of %d (%s); writing one by one",
                 self.target,
                 len(unique),
-                _describe(exc),
+                describe_error(exc),
             )
         self.setup()
         refused = 0
@@ -408,7 +409,7 @@ class BufferedSink(ItemSink):
             self.target,
             record.key,
             record.url,
-            _describe(exc),
+            describe_error(exc),
             f" (saved to {where})" if where else "",
         )
 
@@ -470,10 +471,3 @@ class BufferedSink(ItemSink):
         files, self._replay_files = self._replay_files, []
         for path in files:
             path.unlink(missing_ok=True)
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line description of a store error (drivers put SQL and parameters in it)."""
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first[:300]}"

@@ -51,6 +51,7 @@ from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError, MalformedEntry
 from crawlfleet.pipelines._threads import run_in_thread
+from crawlfleet.pipelines._util import describe_error
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.mongo import mongo_sink_from_settings
 from crawlfleet.pipelines.sinks import StoredItem
@@ -181,11 +182,6 @@ def store_for_url(url: str, settings: BaseSettings) -> BufferedSink:
         )
     except ConfigError as exc:
         raise ConfigError(f"store URL {url!r}: {exc}") from None
-
-
-def _describe(exc: BaseException) -> str:
-    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
 def _s(value: Any) -> Any:
@@ -482,7 +478,7 @@ class ItemWorker:
                         "Item store %s is unreachable (%s); %d items wait in the stream, "
                         "retrying in %.1f s",
                         self.store.target,
-                        _describe(exc),
+                        describe_error(exc),
                         len(records),
                         delay,
                     )
@@ -491,7 +487,7 @@ class ItemWorker:
                         "Item store %s still unreachable after %.0f s (%s)",
                         self.store.target,
                         now - down_since,
-                        _describe(exc),
+                        describe_error(exc),
                     )
                 if await self._sleep(delay):
                     logger.warning(
@@ -525,7 +521,7 @@ class ItemWorker:
                 "Item store %s refused a batch of %d (%s); writing one by one",
                 self.store.target,
                 len(records),
-                _describe(exc),
+                describe_error(exc),
             )
         self.store.setup()
         refused: dict[str, str] = {}
@@ -535,13 +531,13 @@ class ItemWorker:
             except Exception as exc:
                 if self.store.is_transient(exc):
                     raise
-                refused[record.key] = _describe(exc)
+                refused[record.key] = describe_error(exc)
                 logger.error(
                     "Item store %s refused item %s from %s: %s",
                     self.store.target,
                     record.key,
                     record.url,
-                    _describe(exc),
+                    describe_error(exc),
                 )
         return refused
 
@@ -568,7 +564,7 @@ class ItemWorker:
             logger.warning(
                 "Redis is unreachable for item worker %s (%s); retrying in %.1f s",
                 self.options.consumer,
-                _describe(exc),
+                describe_error(exc),
                 self._redis_delay,
             )
         await self._sleep(self._redis_delay)

@@ -7,13 +7,14 @@
 -- KEYS[4] leases    zset  rid -> lease deadline (ms)
 -- KEYS[5] owner     hash  rid -> node id
 -- KEYS[6] counters  hash
+-- KEYS[7] limits    hash  site pattern -> rate limit set at run time
 --
 -- ARGV[1] node id   ARGV[2] node time-to-live (ms)   ARGV[3] status JSON
 -- ARGV[4] busy: "1" or "0"      ARGV[5] lease length (ms)
 -- ARGV[6 ..] rids this node holds: their deadline moves to now + lease length
 -- ("leaving" as ARGV[3] removes the node instead: it is stopping cleanly)
 -- Returns {now_ms, queued, leased, live nodes, busy live nodes other than this one,
---          renewed}
+--          renewed, {pattern, limit, ...} the job's run-time rate limits}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -50,4 +51,4 @@ local busy_others = redis.call('ZCOUNT', KEYS[3], now, '+inf')
 if busy == '1' and info ~= 'leaving' then busy_others = busy_others - 1 end
 local queued = tonumber(redis.call('HGET', KEYS[6], 'queued') or '0')
 return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1], now, '+inf'),
-        busy_others, renewed}
+        busy_others, renewed, redis.call('HGETALL', KEYS[7])}
