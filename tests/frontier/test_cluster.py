@@ -151,6 +151,24 @@ def test_kill_9_of_a_node_loses_nothing(
     assert_complete(site, tmp_path, exact=False)
 
 
+def test_a_killed_nodes_leases_return_before_they_expire(
+    site: TestSite, redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    # leases of a minute: only dead-node detection (1.5 s without a heartbeat) can
+    # bring the killed node's work back in time for the survivor to finish quickly
+    settings = node_settings(
+        node_env, CRAWLFLEET_LEASE_SECONDS=60, CRAWLFLEET_NODE_TIMEOUT_SECONDS=1.5
+    )
+    procs = start_nodes(2, site, redis_server_url, tmp_path, settings)
+    wait_for_pages(site, 60)
+    killed = time.monotonic()
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait()
+    finish(procs[1:], tmp_path, timeout=50)
+    assert time.monotonic() - killed < 40, "waited for the leases to expire"
+    assert_complete(site, tmp_path, exact=False)
+
+
 def test_malformed_entry_is_set_aside_and_the_crawl_goes_on(
     site: TestSite,
     sync_redis: redis.Redis,

@@ -166,6 +166,35 @@ def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[...
     run(body)
 
 
+def test_a_dead_nodes_leases_come_back_at_once(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out(f"u{i}") for i in range(4)])
+        hb: dict[str, Any] = {"status": "{}", "busy": True, "lease_ms": 60000}
+        await f.heartbeat("dies", ttl_ms=150, **hb)
+        await f.heartbeat("lives", ttl_ms=60000, **hb)
+        kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 2, "offer_size": 10}
+        lost = await f.lease("dies", 2, ["a"], **kw)
+        kept = await f.lease("lives", 2, ["a"], **kw)
+        assert await f.reclaim_expired() == 0  # both alive, leases far from expiry
+        await asyncio.sleep(0.25)
+        # "dies" missed its heartbeat: its leases return long before their deadline
+        assert await f.reclaim_expired() == 2
+        assert await f.reclaim_expired() == 0  # reaped once
+        assert sorted(await lease_all(f, "n3")) == sorted(e.payload.decode() for e in lost.entries)
+        # the dead node comes back: it renews nothing, and cannot ack what it lost
+        st = await f.heartbeat("dies", ttl_ms=60000, renew=[lost.entries[0].rid], **hb)
+        assert st.leased == 4
+        assert (await f.commit("dies", acks=[lost.entries[0].rid])).acked == 0
+        assert (await f.commit("lives", acks=[e.rid for e in kept.entries])).acked == 2
+        # ... and dies again: what it holds now comes back again
+        again = await f.lease("dies", 1, ["a"], **kw)
+        assert again.entries == []  # nothing left queued
+        c = await f.counters()
+        assert c["requeued"] == 2
+
+    run(body)
+
+
 def test_malformed_entries_are_set_aside(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out("u1")])

@@ -251,14 +251,24 @@ class Frontier:
             args += [rid, qi]
         if len(args) == 2:
             return 0
-        keys = [k.sites, k.req, k.leases, k.owner, k.counters, *(k.queue(s) for s in qindex)]
+        keys = [
+            k.sites,
+            k.req,
+            k.leases,
+            k.owner,
+            k.counters,
+            k.nodes,
+            *(k.queue(s) for s in qindex),
+        ]
         self.round_trips += 1
         return int(await self.scripts("requeue", keys, args))
 
     async def reclaim_expired(self, limit: int = 1000) -> int:
-        """Return leases past their deadline to their queues; the number returned."""
+        """Return leases past their deadline, and every lease of a node that missed its
+        heartbeats, to their queues; the number returned."""
+        k = self.keys
         self.round_trips += 1
-        flat = await self.scripts("expired", [self.keys.leases, self.keys.req], [limit])
+        flat = await self.scripts("expired", [k.leases, k.req, k.nodes, k.owner, k.reaped], [limit])
         pairs = [(_s(flat[i]), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
         return await self._requeue("expired", "", pairs)
 
@@ -279,7 +289,7 @@ class Frontier:
         """Register *node* as alive, renew its leases, read the job's state.
         *status* "leaving" removes the node from the registry."""
         k = self.keys
-        keys = [k.nodes, k.nodeinfo, k.busy, k.leases, k.owner, k.counters, k.limits]
+        keys = [k.nodes, k.nodeinfo, k.busy, k.leases, k.owner, k.counters, k.limits, k.reaped]
         self.round_trips += 1
         now, queued, leased, live, busy_others, _renewed, limits = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]

@@ -421,7 +421,9 @@ class Scheduler(BaseScheduler):
             self._next_reclaim = now + self.config.reclaim_seconds
             back = await self.frontier.reclaim_expired()
             if back:
-                logger.info("Returned %d expired leases to their queues", back)
+                logger.info(
+                    "Returned %d leases (expired, or held by a dead node) to their queues", back
+                )
                 self._inc("crawlfleet/frontier/reclaimed", back)
         if len(self._buffer) <= self.config.prefetch // 2 and now >= self._next_lease:
             await self._lease()
@@ -574,7 +576,7 @@ class Scheduler(BaseScheduler):
         status = "leaving" if leaving else json.dumps(self.node_status(), default=str)
         state = await self.frontier.heartbeat(
             self.node_id,
-            ttl_ms=int(self.config.heartbeat_seconds * 3000),
+            ttl_ms=int(self.config.node_timeout_seconds * 1000),
             status=status,
             busy=not idle,
             lease_ms=int(self.config.lease_seconds * 1000),

@@ -14,6 +14,8 @@ keys in one slot and every script's keys are served by one master::
     <prefix>:{<job>}:nodes             zset   node id -> time (ms) it counts as dead
     <prefix>:{<job>}:nodeinfo          hash   node id -> JSON status
     <prefix>:{<job>}:busy              zset   node id -> time (ms) it counts as busy
+    <prefix>:{<job>}:reaped            zset   node id -> time (ms) its leases were returned
+                                              after it missed its heartbeats
     <prefix>:{<job>}:limits            hash   site pattern -> rate limit ("2/1s"), set at
                                               run time (crawlfleet limits)
     <prefix>:{<job>}:pace              hash   site -> time (ms) before which the site gets
@@ -100,6 +102,10 @@ class JobKeys:
         return f"{self.base}:busy"
 
     @property
+    def reaped(self) -> str:
+        return f"{self.base}:reaped"
+
+    @property
     def limits(self) -> str:
         return f"{self.base}:limits"
 
@@ -138,6 +144,7 @@ class JobKeys:
             self.nodes,
             self.nodeinfo,
             self.busy,
+            self.reaped,
             self.pace,
             self.seen,
             self.bloom,

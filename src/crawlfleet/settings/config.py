@@ -103,6 +103,7 @@ class FrontierConfig:
     prefetch: int
     lease_seconds: float
     heartbeat_seconds: float
+    node_timeout_seconds: float
     reclaim_seconds: float
     flush_seconds: float
     flush_batch: int
@@ -135,6 +136,12 @@ class FrontierConfig:
                 "CRAWLFLEET_HEARTBEAT_SECONDS must be at most half of CRAWLFLEET_LEASE_SECONDS "
                 f"(leases are renewed by the heartbeat), got {heartbeat} and {lease}"
             )
+        node_timeout = get_float(settings, "CRAWLFLEET_NODE_TIMEOUT_SECONDS", minimum=0.1)
+        if node_timeout < heartbeat * 2:
+            raise ConfigError(
+                "CRAWLFLEET_NODE_TIMEOUT_SECONDS must be at least twice "
+                f"CRAWLFLEET_HEARTBEAT_SECONDS, got {node_timeout} and {heartbeat}"
+            )
         error_rate = get_float(settings, "CRAWLFLEET_BLOOM_ERROR_RATE", minimum=0, strict=True)
         if error_rate >= 0.5:
             raise ConfigError(f"CRAWLFLEET_BLOOM_ERROR_RATE must be < 0.5, got {error_rate}")
@@ -151,6 +158,7 @@ class FrontierConfig:
             prefetch=prefetch,
             lease_seconds=lease,
             heartbeat_seconds=heartbeat,
+            node_timeout_seconds=node_timeout,
             reclaim_seconds=get_float(settings, "CRAWLFLEET_RECLAIM_SECONDS", minimum=0.1),
             flush_seconds=get_float(settings, "CRAWLFLEET_FLUSH_SECONDS", minimum=0.001),
             flush_batch=get_int(settings, "CRAWLFLEET_FLUSH_BATCH", minimum=1),

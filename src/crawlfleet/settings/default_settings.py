@@ -44,7 +44,11 @@ CRAWLFLEET_PREFETCH = 0
 CRAWLFLEET_LEASE_SECONDS = 30.0
 #: Interval of the node heartbeat, which renews leases and reads the job's state.
 CRAWLFLEET_HEARTBEAT_SECONDS = 2.0
-#: How often any node looks for expired leases and returns them to their queues.
+#: A node that sends no heartbeat for this long counts as dead: its leases return to
+#: their queues at the next reclaim (any node's), without waiting for them to expire.
+CRAWLFLEET_NODE_TIMEOUT_SECONDS = 10.0
+#: How often any node looks for expired leases (and dead nodes' leases) and returns them
+#: to their queues.
 CRAWLFLEET_RECLAIM_SECONDS = 5.0
 #: Longest time new requests and acknowledgements wait in the node before they are
 #: sent to Redis in one batch (new requests go at once when the node runs low on work).

@@ -1,17 +1,28 @@
--- expired: list leases whose deadline has passed on the Redis clock (read only).
+-- expired: list the leases to return to their queues (read only, except for marking
+-- dead nodes as reaped): leases past their deadline on the Redis clock, and every lease
+-- of a node that missed its heartbeats (it counts as dead: its registry time has passed),
+-- so that a crashed node's work comes back at once, not only at lease expiry.
 --
 -- KEYS[1] leases    zset  rid -> lease deadline (ms)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
+-- KEYS[3] nodes     zset  node id -> time (ms) after which it counts as dead
+-- KEYS[4] owner     hash  rid -> node id
+-- KEYS[5] reaped    zset  node id -> time (ms) its leases were listed here
 -- ARGV[1] most leases to return
 -- Returns {rid, site, rid, site, ...}; site is "" for an entry whose request is gone.
--- The caller passes these to requeue.lua with the sites' queue keys; requeue checks
--- the deadline again, so a lease renewed in between is left alone.
+-- The caller passes these to requeue.lua (mode "expired") with the sites' queue keys;
+-- requeue checks again, so a lease renewed in between, or a node that came back, is
+-- left alone. A dead node is marked reaped once all its leases were listed; it is
+-- looked at again only if it heartbeats again and then dies again.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {}
-for _, rid in ipairs(rids) do
+local limit = tonumber(ARGV[1])
+local picked, out = {}, {}
+
+local function add(rid)
+  if picked[rid] or #out >= 2 * limit then return end
+  picked[rid] = true
   local entry = redis.call('HGET', KEYS[2], rid)
   local site = ''
   if entry then
@@ -21,5 +32,27 @@ for _, rid in ipairs(rids) do
   end
   out[#out + 1] = rid
   out[#out + 1] = site
+end
+
+for _, rid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)) do
+  add(rid)
+end
+
+local dead = {}
+local found = false
+for _, node in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)) do
+  if not redis.call('ZSCORE', KEYS[5], node) then
+    dead[node] = true
+    found = true
+  end
+end
+if found then
+  local owners = redis.call('HGETALL', KEYS[4])
+  for i = 1, #owners, 2 do
+    if dead[owners[i + 1]] then add(owners[i]) end
+  end
+  if #out < 2 * limit then
+    for node in pairs(dead) do redis.call('ZADD', KEYS[5], now, node) end
+  end
 end
 return out

@@ -8,6 +8,7 @@
 -- KEYS[5] owner     hash  rid -> node id
 -- KEYS[6] counters  hash
 -- KEYS[7] limits    hash  site pattern -> rate limit set at run time
+-- KEYS[8] reaped    zset  node id -> time its leases were returned (see expired.lua)
 --
 -- ARGV[1] node id   ARGV[2] node time-to-live (ms)   ARGV[3] status JSON
 -- ARGV[4] busy: "1" or "0"      ARGV[5] lease length (ms)
@@ -27,6 +28,7 @@ if info == 'leaving' then
 else
   redis.call('ZADD', KEYS[1], now + ttl, node)
   redis.call('HSET', KEYS[2], node, info)
+  redis.call('ZREM', KEYS[8], node)
   if busy == '1' then
     redis.call('ZADD', KEYS[3], now + ttl, node)
   else
@@ -45,6 +47,7 @@ local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
 for _, old in ipairs(gone) do
   redis.call('ZREM', KEYS[1], old)
   redis.call('HDEL', KEYS[2], old)
+  redis.call('ZREM', KEYS[8], old)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local busy_others = redis.call('ZCOUNT', KEYS[3], now, '+inf')

@@ -1,18 +1,19 @@
 -- requeue: return leased requests to their site queues, at their original place
--- (same score: priority, then FIFO). Used for expired leases (any node), and by a
--- node that gives back what it holds when it stops.
+-- (same score: priority, then FIFO). Used for expired leases and the leases of dead
+-- nodes (any node), and by a node that gives back what it holds when it stops.
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
 -- KEYS[3] leases    zset  rid -> lease deadline (ms)
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash
--- KEYS[6 ..]        site queues
+-- KEYS[6] nodes     zset  node id -> time (ms) after which it counts as dead
+-- KEYS[7 ..]        site queues
 --
--- ARGV[1] mode: "expired" (only leases past their deadline) or "owner" (only leases
---         held by ARGV[2])
+-- ARGV[1] mode: "expired" (only leases past their deadline, or held by a node that
+--         counts as dead) or "owner" (only leases held by ARGV[2])
 -- ARGV[2] node id (mode "owner")
--- ARGV[3 ..] pairs: rid, queue index (1-based among KEYS[6 ..]; 0 = request gone)
+-- ARGV[3 ..] pairs: rid, queue index (1-based among KEYS[7 ..]; 0 = request gone)
 -- Returns the number of requests returned to a queue.
 
 local t = redis.call('TIME')
@@ -26,6 +27,11 @@ for i = 3, #ARGV, 2 do
   if deadline then
     if mode == 'expired' then
       ok = tonumber(deadline) < now
+      if not ok then
+        local holder = redis.call('HGET', KEYS[4], rid)
+        local alive_until = holder and redis.call('ZSCORE', KEYS[6], holder)
+        ok = not alive_until or tonumber(alive_until) < now
+      end
     else
       ok = redis.call('HGET', KEYS[4], rid) == node
     end
@@ -39,7 +45,7 @@ for i = 3, #ARGV, 2 do
       local b = string.find(entry, '\0', a + 1, true)
       local score = tonumber(string.sub(entry, 1, a - 1))
       local site = string.sub(entry, a + 1, b - 1)
-      redis.call('ZADD', KEYS[5 + qi], score, rid)
+      redis.call('ZADD', KEYS[6 + qi], score, rid)
       redis.call('ZADD', KEYS[1], 'NX', 0, site)
       back = back + 1
     else
