@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     process.crawl(crawler, **spider_args)
     process.start()
     reason = crawler.stats.get_value("finish_reason") if crawler.stats else None
-    return 0 if reason in ("finished", "shutdown") else 1
+    # drained and stopped: an operator's control command (crawlfleet control)
+    return 0 if reason in ("finished", "shutdown", "drained", "stopped") else 1
 
 
 def check_settings(settings: Settings, spidercls: type[Spider]) -> None:

@@ -15,9 +15,9 @@ import asyncio
 import sys
 
 from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
-from crawlfleet.cli.status import REDIS_ERRORS, JobSnapshot, job_names, snapshot
+from crawlfleet.cli.status import JobSnapshot, job_names, snapshot
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.redis.connection import make_client, resolve_url
+from crawlfleet.redis.connection import REDIS_ERRORS, make_client, resolve_url
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import RedisConfig, validate_job_name

@@ -24,6 +24,7 @@ COMMANDS = (
     "seed",
     "job",
     "limits",
+    "control",
     "status",
     "health",
     "items",

@@ -16,21 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import BusyLoadingError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
 from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.redis.connection import make_client, resolve_url
+from crawlfleet.redis.connection import REDIS_ERRORS, make_client, resolve_url
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.config import RedisConfig, validate_job_name
 
 __all__ = [
-    "REDIS_ERRORS",
     "SITES_SCANNED",
     "TOP_SITES",
     "JobSnapshot",
@@ -42,7 +38,6 @@ __all__ = [
 NAME = "status"
 HELP = "nodes (alive/dead, live figures), queues, leases and ETA of jobs (read-only)"
 
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 #: Site queues shown, longest first.
 TOP_SITES = 20
 #: Site queues measured at most per job (in serve order) to find the longest ones.
@@ -314,7 +309,9 @@ def _nodes_table(s: JobSnapshot) -> Table:
         rss = info.get("rss_bytes")
         table.add_row(
             node,
-            "alive" if info["alive"] else f"dead {-info['expires_in_s']:.0f}s",
+            str(info.get("state", "alive"))
+            if info["alive"]
+            else f"dead {-info['expires_in_s']:.0f}s",
             _num(info.get("pages_per_min")),
             _num(info.get("items_per_min")),
             _num(info.get("pages")),
@@ -327,6 +324,13 @@ def _nodes_table(s: JobSnapshot) -> Table:
             _num(info.get("loop_lag_max_ms")),
         )
     return table
+
+
+def _node_state(info: dict[str, Any]) -> str:
+    """running / paused / draining / stopped for a live node, "dead Ns" otherwise."""
+    if not info["alive"]:
+        return f"dead {-info['expires_in_s']:.0f}s"
+    return str(info.get("state", "alive"))
 
 
 def _num(value: Any) -> str:

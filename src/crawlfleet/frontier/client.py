@@ -7,6 +7,7 @@ This is the only place that calls the job scripts; the scheduler, the seeding co
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.control import Desired, control_fields, desired, encode_command
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.redis.scripts import ScriptSet
 
@@ -91,6 +94,8 @@ class JobState:
     busy_others: int
     #: the job's run-time rate limits (site pattern -> "H/Ws"), read with the state
     limits: dict[str, str] = field(default_factory=dict)
+    #: the control commands addressed to this node (see crawlfleet.frontier.control)
+    control: Desired = field(default_factory=Desired)
 
     @property
     def empty(self) -> bool:
@@ -289,13 +294,57 @@ class Frontier:
         """Register *node* as alive, renew its leases, read the job's state.
         *status* "leaving" removes the node from the registry."""
         k = self.keys
-        keys = [k.nodes, k.nodeinfo, k.busy, k.leases, k.owner, k.counters, k.limits, k.reaped]
+        keys = [
+            k.nodes,
+            k.nodeinfo,
+            k.busy,
+            k.leases,
+            k.owner,
+            k.counters,
+            k.limits,
+            k.reaped,
+            k.control,
+        ]
         self.round_trips += 1
-        now, queued, leased, live, busy_others, _renewed, limits = await self.scripts(
+        now, queued, leased, live, busy_others, _renewed, limits, control = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
         )
         pairs = {_s(limits[i]): _s(limits[i + 1]) for i in range(0, len(limits), 2)}
-        return JobState(int(now), int(queued), int(leased), int(live), int(busy_others), pairs)
+        return JobState(
+            int(now),
+            int(queued),
+            int(leased),
+            int(live),
+            int(busy_others),
+            pairs,
+            desired(dict(zip(control_fields(node), control, strict=True))),
+        )
+
+    async def send_control(self, scope: str, kind: str, value: str | int) -> int:
+        """Ask the nodes of this job (*scope* "*") or one node (its id) for a state
+        ("running", "paused", "draining", "stopped") or a concurrency; returns the
+        command's sequence number, which nodes acknowledge in their status."""
+        stored = encode_command(kind, value)
+        if not scope or any(c in scope for c in ": \t\r\n"):
+            raise ConfigError(f"node id {scope!r} is not valid (no colon or whitespace)")
+        k = self.keys
+        self.round_trips += 1
+        return int(
+            await self.scripts("control", [k.control, k.counters], [f"{scope}:{kind}", stored])
+        )
+
+    async def node_statuses(self) -> dict[str, dict[str, Any]]:
+        """Node id -> the status JSON it published last (unreadable ones skipped)."""
+        self.round_trips += 1
+        out: dict[str, dict[str, Any]] = {}
+        for node, raw in (await self.client.hgetall(self.keys.nodeinfo)).items():
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                out[_s(node)] = doc
+        return out
 
     # -- seed lists (scrapy-redis compatible) ---------------------------------------
     async def read_seeds(self, key: str, n: int) -> list[bytes]:

@@ -31,9 +31,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import BusyLoadingError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.crawler import Crawler
@@ -44,10 +41,11 @@ from twisted.internet.defer import Deferred
 from crawlfleet import __version__
 from crawlfleet.exceptions import ConfigError, MalformedEntry, SerializationError
 from crawlfleet.frontier.client import Frontier, JobState, Outgoing, SeenConfig
+from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
-from crawlfleet.redis.connection import shared_client
+from crawlfleet.redis.connection import REDIS_ERRORS, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 from crawlfleet.spiders.seeding import parse_seed
@@ -56,7 +54,6 @@ __all__ = ["Scheduler", "new_node_id", "status_providers"]
 
 logger = logging.getLogger(__name__)
 
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 FINGERPRINT_BYTES = 16
 #: Fingerprints this node has sent, kept to drop repeats without a Redis round trip
 #: (about 100 bytes each; the set starts over when full).
@@ -116,7 +113,17 @@ class Scheduler(BaseScheduler):
         )
         self.fingerprint = fingerprint
         self.stats = stats
-        self.concurrency = concurrency
+        #: CONCURRENT_REQUESTS as configured; ``ceiling`` is the operator's current
+        #: ceiling (a ``concurrency`` command), ``feedback_limit`` what the feedback
+        #: controller allows now (None: no controller). The node runs the lower one.
+        self.configured_concurrency = max(1, concurrency)
+        self.ceiling = self.configured_concurrency
+        self.feedback_limit: int | None = None
+        #: leased requests kept ready; follows the concurrency the node runs
+        self.prefetch = config.prefetch
+        #: "running", "paused", "draining" or "stopped" (see crawlfleet.frontier.control)
+        self.state = "running"
+        self.control = Desired()
         self.sites = SiteKeyer(config.site_key)
         self.codec = RequestCodec(None)
         self.spider: Spider | None = None
@@ -125,6 +132,8 @@ class Scheduler(BaseScheduler):
         self.wake_engine: Callable[[], None] = lambda: None
         self.engine_starting: Callable[[], bool] = lambda: False
         self.on_dropped: Callable[[Request], None] = lambda request: None
+        self.apply_concurrency: Callable[[int], None] = lambda n: None
+        self.close_spider: Callable[[str], None] = lambda reason: None
         #: callables whose dicts are merged into the node status of each heartbeat; the
         #: crawler's list ``crawler.crawlfleet_status_providers`` (extensions add to it)
         self.status_providers: list[Callable[[], dict[str, Any]]] = []
@@ -159,6 +168,8 @@ class Scheduler(BaseScheduler):
         self._redis_down_since: float | None = None
         self._logged_dup = False
         self._seeds_waiting = False
+        self._close_asked = False
+        self._closer: asyncio.Future[None] | None = None
         self._started = time.time()
 
     # -- construction -----------------------------------------------------------------
@@ -206,7 +217,21 @@ class Scheduler(BaseScheduler):
         def starting() -> bool:
             return getattr(crawler.engine, "_start", None) is not None
 
+        def apply_concurrency(n: int) -> None:
+            downloader = getattr(crawler.engine, "downloader", None)
+            if downloader is not None:
+                downloader.total_concurrency = n
+
+        def close_spider(reason: str) -> None:
+            engine = crawler.engine
+            closer = getattr(engine, "close_spider_async", None)
+            if closer is not None:  # Scrapy >= 2.14
+                self._closer = asyncio.ensure_future(closer(reason=reason))
+            elif crawler.spider is not None:
+                engine.close_spider(crawler.spider, reason)
+
         self.inprogress, self.wake_engine, self.engine_starting = inprogress, wake, starting
+        self.apply_concurrency, self.close_spider = apply_concurrency, close_spider
         self.status_providers = status_providers(crawler)
 
         def dropped(request: Request) -> None:
@@ -284,8 +309,8 @@ class Scheduler(BaseScheduler):
     def has_pending_requests(self) -> bool:
         if self._buffer or self._out or self._handed or self._acks or self._bad:
             return True
-        if not self.config.close_when_finished:
-            return True
+        if not self.config.close_when_finished or self.state != "running":
+            return True  # paused: wait; draining, stopped: the node closes itself
         return not self._finished
 
     def enqueue_request(self, request: Request) -> bool:
@@ -316,6 +341,8 @@ class Scheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
+        if self.state in ("paused", "stopped"):
+            return None
         if not self._buffer:
             if not self._finished:
                 self._inc("crawlfleet/scheduler/starved")
@@ -324,7 +351,7 @@ class Scheduler(BaseScheduler):
         request, rid = self._buffer.popleft()
         self._handed[request] = rid
         self._inc("crawlfleet/scheduler/dequeued")
-        if len(self._buffer) <= self.config.prefetch // 2:
+        if len(self._buffer) <= self.prefetch // 2:
             self._kick_for_work()
         return request
 
@@ -406,7 +433,7 @@ class Scheduler(BaseScheduler):
             return False
         if len(self._out) >= self.config.flush_batch:
             return True
-        if self._out and len(self._buffer) <= self.config.prefetch // 2:
+        if self._out and len(self._buffer) <= self.prefetch // 2:
             return True
         return now - self._last_flush >= self.config.flush_seconds
 
@@ -425,7 +452,9 @@ class Scheduler(BaseScheduler):
                     "Returned %d leases (expired, or held by a dead node) to their queues", back
                 )
                 self._inc("crawlfleet/frontier/reclaimed", back)
-        if len(self._buffer) <= self.config.prefetch // 2 and now >= self._next_lease:
+        if self.state != "running":
+            self._finish_draining()
+        elif len(self._buffer) <= self.prefetch // 2 and now >= self._next_lease:
             await self._lease()
         if self.config.start_urls_key and now >= self._next_seeds:
             await self._pull_seeds()
@@ -487,7 +516,7 @@ class Scheduler(BaseScheduler):
             self._logged_dup = True
 
     async def _lease(self) -> None:
-        want = self.config.prefetch - len(self._buffer)
+        want = self.prefetch - len(self._buffer)
         if want <= 0:
             return
         offer = self._offer or await self.frontier.offer(self.config.lease_sites)
@@ -569,6 +598,13 @@ class Scheduler(BaseScheduler):
                 status.update(provider())
             except Exception:
                 logger.exception("node status provider %r failed", provider)
+        status.update(
+            state=self.state,
+            control={"state": self.control.state_seq, "concurrency": self.control.concurrency_seq},
+            concurrency=self.concurrency,
+            concurrency_ceiling=self.ceiling,
+            prefetch=self.prefetch,
+        )
         return status
 
     async def _heartbeat(self, *, leaving: bool = False) -> None:
@@ -585,6 +621,7 @@ class Scheduler(BaseScheduler):
         self._state = state
         if not leaving:
             self._refresh_limits(state.limits)
+            await self._apply_control(state.control)
         now = time.monotonic()
         fast = idle and self.config.close_when_finished
         self._next_heartbeat = now + (
@@ -593,6 +630,64 @@ class Scheduler(BaseScheduler):
         if state.queued > 0 and not self._buffer:
             self._next_lease = 0.0
         self._update_finished(state, idle, now)
+
+    # -- control commands (crawlfleet.frontier.control) ---------------------------
+    async def _apply_control(self, wanted: Desired) -> None:
+        if wanted == self.control:
+            return
+        previous, self.control = self.control, wanted
+        if wanted.concurrency_seq != previous.concurrency_seq:
+            self.ceiling = wanted.concurrency or self.configured_concurrency
+            logger.info("Control: concurrency ceiling now %d", self.ceiling)
+            self._apply_concurrency()
+        if wanted.state == self.state:
+            return
+        logger.info("Control: node %s %s -> %s", self.node_id, self.state, wanted.state)
+        self.state = wanted.state
+        if self.state in ("paused", "stopped"):
+            await self._release_buffer()
+        if self.state == "stopped":
+            self._close_once("stopped")
+        elif self.state == "running":
+            self._next_lease = 0.0
+            self.wake_engine()
+
+    async def _release_buffer(self) -> None:
+        """Give the leased requests not handed to the engine back to their queues."""
+        held = [(rid, self._held.pop(rid, "")) for _request, rid in self._buffer]
+        self._buffer.clear()
+        if held:
+            back = await self.frontier.release(self.node_id, held)
+            self._inc("crawlfleet/frontier/released", back)
+
+    def _finish_draining(self) -> None:
+        if self.state == "draining" and self._locally_idle():
+            self._close_once("drained")
+
+    def _close_once(self, reason: str) -> None:
+        if not (self._closing or self._close_asked):
+            self._close_asked = True
+            logger.info("Control: node %s closes (%s)", self.node_id, reason)
+            asyncio.get_running_loop().call_soon(self.close_spider, reason)
+
+    def set_feedback_limit(self, limit: int | None) -> None:
+        """The feedback controller's concurrency (None: no limit of its own)."""
+        if limit != self.feedback_limit:
+            self.feedback_limit = limit
+            self._apply_concurrency()
+
+    @property
+    def concurrency(self) -> int:
+        """The concurrency the node runs now: the lower of ceiling and feedback."""
+        if self.feedback_limit is None:
+            return self.ceiling
+        return max(1, min(self.ceiling, self.feedback_limit))
+
+    def _apply_concurrency(self) -> None:
+        n = self.concurrency
+        self.apply_concurrency(n)
+        self.prefetch = max(1, round(self.config.prefetch * n / self.configured_concurrency))
+        self._kick_for_work()
 
     def _refresh_limits(self, raw: dict[str, str]) -> None:
         """Merge the job's run-time limits (read with the heartbeat) over the configured

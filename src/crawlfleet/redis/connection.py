@@ -7,12 +7,18 @@ import logging
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
 from crawlfleet.redis.embedded import EmbeddedRedis
 from crawlfleet.settings.config import RedisConfig
 
-__all__ = ["make_client", "resolve_url", "shared_client"]
+__all__ = ["REDIS_ERRORS", "make_client", "resolve_url", "shared_client"]
+
+#: Errors that mean "Redis is not reachable right now" (wait and retry; nothing is lost).
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 
 logger = logging.getLogger(__name__)
 

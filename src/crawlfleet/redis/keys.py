@@ -16,6 +16,8 @@ keys in one slot and every script's keys are served by one master::
     <prefix>:{<job>}:busy              zset   node id -> time (ms) it counts as busy
     <prefix>:{<job>}:reaped            zset   node id -> time (ms) its leases were returned
                                               after it missed its heartbeats
+    <prefix>:{<job>}:control           hash   "<scope>:<kind>" -> JSON {seq, value, at}:
+                                              commands for nodes (frontier.control)
     <prefix>:{<job>}:limits            hash   site pattern -> rate limit ("2/1s"), set at
                                               run time (crawlfleet limits)
     <prefix>:{<job>}:pace              hash   site -> time (ms) before which the site gets
@@ -102,6 +104,10 @@ class JobKeys:
         return f"{self.base}:busy"
 
     @property
+    def control(self) -> str:
+        return f"{self.base}:control"
+
+    @property
     def reaped(self) -> str:
         return f"{self.base}:reaped"
 
@@ -145,6 +151,7 @@ class JobKeys:
             self.nodeinfo,
             self.busy,
             self.reaped,
+            self.control,
             self.pace,
             self.seen,
             self.bloom,

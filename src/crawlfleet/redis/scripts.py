@@ -40,7 +40,16 @@ def script_source(name: str, seen_mode: str | None = None) -> str:
 class ScriptSet:
     """The job scripts registered on one client, for one seen-filter mode."""
 
-    NAMES = ("commit", "lease", "expired", "requeue", "heartbeat", "seen", "trim_seeds")
+    NAMES = (
+        "commit",
+        "lease",
+        "expired",
+        "requeue",
+        "heartbeat",
+        "seen",
+        "trim_seeds",
+        "control",
+    )
 
     def __init__(self, client: Redis, seen_mode: str) -> None:
         self._scripts: dict[str, AsyncScript] = {

@@ -9,13 +9,16 @@
 -- KEYS[6] counters  hash
 -- KEYS[7] limits    hash  site pattern -> rate limit set at run time
 -- KEYS[8] reaped    zset  node id -> time its leases were returned (see expired.lua)
+-- KEYS[9] control   hash  "<scope>:<kind>" -> command JSON (see frontier/control.py)
 --
 -- ARGV[1] node id   ARGV[2] node time-to-live (ms)   ARGV[3] status JSON
 -- ARGV[4] busy: "1" or "0"      ARGV[5] lease length (ms)
 -- ARGV[6 ..] rids this node holds: their deadline moves to now + lease length
 -- ("leaving" as ARGV[3] removes the node instead: it is stopping cleanly)
 -- Returns {now_ms, queued, leased, live nodes, busy live nodes other than this one,
---          renewed, {pattern, limit, ...} the job's run-time rate limits}
+--          renewed, {pattern, limit, ...} the job's run-time rate limits,
+--          {the control fields *:state, *:concurrency, <node>:state,
+--           <node>:concurrency; nil where unset}}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -54,4 +57,6 @@ local busy_others = redis.call('ZCOUNT', KEYS[3], now, '+inf')
 if busy == '1' and info ~= 'leaving' then busy_others = busy_others - 1 end
 local queued = tonumber(redis.call('HGET', KEYS[6], 'queued') or '0')
 return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1], now, '+inf'),
-        busy_others, renewed, redis.call('HGETALL', KEYS[7])}
+        busy_others, renewed, redis.call('HGETALL', KEYS[7]),
+        redis.call('HMGET', KEYS[9], '*:state', '*:concurrency', node .. ':state',
+                   node .. ':concurrency')}
