@@ -80,7 +80,8 @@ def control(redis_url: str, prefix: str, *args: str) -> subprocess.CompletedProc
 
 
 def statuses(client: redis.Redis, keys: JobKeys) -> dict[str, dict[str, Any]]:
-    return {k.decode(): json.loads(v) for k, v in client.hgetall(keys.nodeinfo).items()}
+    raw: dict[bytes, bytes] = client.hgetall(keys.nodeinfo)  # type: ignore[assignment]
+    return {k.decode(): json.loads(v) for k, v in raw.items()}
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 20) -> None:
