@@ -28,6 +28,7 @@ __all__ = ["ITEM_STAGES", "STORES", "Addon"]
 SCHEDULER = "crawlfleet.frontier.scheduler.Scheduler"
 STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
 TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
+FEEDBACK = "crawlfleet.node.feedback.Feedback"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 
 #: stage name -> (pipeline, order). Extraction first: the fields it fills are repaired
@@ -68,6 +69,7 @@ class Addon:
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
         self._component(settings, "EXTENSIONS", TELEMETRY, 910)
+        self._component(settings, "EXTENSIONS", FEEDBACK, 920)
         stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)
         for stage in stages:
             self._component(settings, "ITEM_PIPELINES", *ITEM_STAGES[stage])

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from crawlfleet.benchmark.balance import BalanceResult, balance_targets, run_balance
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV, ItemsResult, run_items
 from crawlfleet.benchmark.memory import measure_seen
@@ -97,10 +98,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the rate limit of every site in the politeness run (default 2/1s)",
     )
     parser.add_argument(
+        "--balance-pages",
+        type=int,
+        default=1500,
+        help="pages of each load-balancing run (default 1500)",
+    )
+    parser.add_argument(
+        "--balance-latency",
+        type=float,
+        default=0.1,
+        help="site latency of the load-balancing runs in seconds (default 0.1)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
-        choices=["cpu", "latency", "polite", "seen", "items"],
+        choices=["cpu", "latency", "polite", "balance", "seen", "items"],
         help="leave out a part",
     )
     parser.add_argument(
@@ -150,6 +163,20 @@ def run(args: argparse.Namespace) -> int:
     if polite is not None:
         console.print(f"polite: crawlfleet x4, every site limited to {polite.rate_limit} ...")
         polite_result = run_crawl(polite, "crawlfleet", 4, redis_url=url, key_prefix=prefix)
+    balance: list[BalanceResult] = []
+    if "balance" not in args.skip:
+        for case in ("equal", "uneven", "join", "kill"):
+            console.print(f"balance: {case} ...")
+            balance.append(
+                run_balance(
+                    case,
+                    pages=args.balance_pages,
+                    latency=args.balance_latency,
+                    concurrency=8,
+                    redis_url=url,
+                    key_prefix=prefix,
+                )
+            )
     seen = []
     if "seen" not in args.skip:
         for mode, rate in (("exact", 0.0), ("bloom", 1e-3), ("bloom", 1e-6)):
@@ -175,6 +202,13 @@ def run(args: argparse.Namespace) -> int:
         for name, ok in polite_targets.items():
             console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
         report["targets_met"] = all(report["targets"].values())
+    if balance:
+        balance_met = _balance_report(console, balance)
+        report["balance"] = [b.as_dict() for b in balance]
+        report["targets"].update(balance_met)
+        for name, ok in balance_met.items():
+            console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
+        report["targets_met"] = all(report["targets"].values())
     report["command"] = "crawlfleet bench " + " ".join(
         f"--{k.replace('_', '-')}={v}"
         for k, v in sorted(vars(args).items())
@@ -189,12 +223,42 @@ def run(args: argparse.Namespace) -> int:
             "items_site_pages",
             "polite_pages",
             "polite_limit",
+            "balance_pages",
+            "balance_latency",
         )
     )
     report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     args.json.write_text(json.dumps(report, indent=2))
     console.print(f"figures written to {args.json}")
     return 0 if report["targets_met"] else 1
+
+
+def _balance_report(console: Console, results: list[BalanceResult]) -> dict[str, bool]:
+    table = Table(title="load balancing (measured by the site, per node label)")
+    for col in ("case", "seconds", "ideal s", "node", "pages", "share", "pages/s", "first s"):
+        table.add_column(col, justify="left" if col in ("case", "node") else "right")
+    for r in results:
+        t0 = min((v["first"] for v in r.nodes.values()), default=0.0)
+        for i, (label, v) in enumerate(sorted(r.nodes.items())):
+            table.add_row(
+                r.case if i == 0 else "",
+                f"{r.seconds:.1f}" if i == 0 else "",
+                f"{r.ideal_seconds:.1f}" if i == 0 and r.ideal_seconds else "",
+                label,
+                str(int(v["requests"])),
+                f"{v['share']:.1%}",
+                f"{v['rate']:.1f}",
+                f"{v['first'] - t0:.1f}",
+            )
+    console.print(table)
+    for r in results:
+        console.print(
+            f"{r.case}: fetched twice {r.fetched_twice}, never fetched {r.never_fetched}, "
+            f"exit codes {r.exit_codes}"
+            + (f", join delay {r.join_delay_seconds:.1f}s" if r.join_delay_seconds else "")
+            + (f", slow tail {r.slow_tail_seconds:+.2f}s" if r.slow_tail_seconds else "")
+        )
+    return balance_targets(results)
 
 
 def _polite_report(console: Console, r: CrawlResult, limit: str) -> dict[str, bool]:

@@ -194,6 +194,8 @@ class Scheduler(BaseScheduler):
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
         )
         scheduler._bind_engine(crawler)
+        #: extensions (the feedback controller) find the scheduler here
+        crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
         return scheduler
 
     def _bind_engine(self, crawler: Crawler) -> None:
@@ -675,6 +677,11 @@ class Scheduler(BaseScheduler):
         if limit != self.feedback_limit:
             self.feedback_limit = limit
             self._apply_concurrency()
+
+    @property
+    def in_progress(self) -> int:
+        """Requests handed to the engine and not finished yet."""
+        return len(self._handed)
 
     @property
     def concurrency(self) -> int:

@@ -36,7 +36,7 @@ from scrapy.http import Response
 from crawlfleet.frontier.scheduler import status_providers
 from crawlfleet.settings.access import get_float
 
-__all__ = ["Telemetry", "Window"]
+__all__ = ["LoopLagProbe", "Telemetry", "Window"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,45 @@ class Window:
         )
 
 
+class LoopLagProbe:
+    """Measures how late an event loop runs its timers: every *interval* seconds a timer
+    reports how late it fired (seconds) to *report*. Runs from ``start(loop)`` until
+    ``stop()``."""
+
+    def __init__(self, interval: float, report: Callable[[float], None]) -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be > 0, got {interval}")
+        self.interval = interval
+        self.report = report
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.stop()
+        self._loop = loop
+        self._schedule()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = None
+        self._loop = None
+
+    def _schedule(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        due = loop.time() + self.interval
+        self._handle = loop.call_at(due, self._fire, due)
+
+    def _fire(self, due: float) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        self.report(max(0.0, loop.time() - due))
+        self._schedule()
+
+
 class Telemetry:
     """A Scrapy extension: live figures of the node in its heartbeat status."""
 
@@ -111,8 +150,7 @@ class Telemetry:
         # (time, pages, items) at each call of status(), oldest first
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=MAX_SAMPLES)
         self._samples.append((clock(), self._stat("response_received_count"), self._items()))
-        self._lag_handle: asyncio.TimerHandle | None = None
-        self._lag_loop: asyncio.AbstractEventLoop | None = None
+        self._probe = LoopLagProbe(loop_lag_seconds, self._lag)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Telemetry:
@@ -163,29 +201,13 @@ class Telemetry:
     def start_loop_probe(self, loop: asyncio.AbstractEventLoop) -> None:
         """Measure *loop*'s lag: a timer every ``loop_lag_seconds`` notes how late it
         fires. Runs until ``stop_loop_probe()``."""
-        self.stop_loop_probe()
-        self._lag_loop = loop
-        self._schedule_probe()
+        self._probe.start(loop)
 
     def stop_loop_probe(self) -> None:
-        if self._lag_handle is not None:
-            self._lag_handle.cancel()
-        self._lag_handle = None
-        self._lag_loop = None
+        self._probe.stop()
 
-    def _schedule_probe(self) -> None:
-        loop = self._lag_loop
-        if loop is None:
-            return
-        due = loop.time() + self.loop_lag_seconds
-        self._lag_handle = loop.call_at(due, self._probe, due)
-
-    def _probe(self, due: float) -> None:
-        loop = self._lag_loop
-        if loop is None:
-            return
-        self.loop_lag.add(max(0.0, loop.time() - due), self.clock())
-        self._schedule_probe()
+    def _lag(self, seconds: float) -> None:
+        self.loop_lag.add(seconds, self.clock())
 
     # -- the status provider ----------------------------------------------------------
     def status(self) -> dict[str, Any]:

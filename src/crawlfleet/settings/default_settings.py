@@ -32,6 +32,30 @@ CRAWLFLEET_TELEMETRY_WINDOW_SECONDS = 60.0
 #: Telemetry extension: interval of the timer that measures event-loop lag.
 CRAWLFLEET_TELEMETRY_LOOP_LAG_SECONDS = 0.5
 
+# --- Feedback (crawlfleet.node.feedback) ---------------------------------------------
+#: Adapt each node's concurrency (and so how much work it leases) to its own latency,
+#: errors and bans, CPU, memory and event-loop lag (AIMD). False: run
+#: CONCURRENT_REQUESTS always.
+CRAWLFLEET_FEEDBACK = True
+#: Length of one feedback interval: figures are taken and the limit adjusted once per
+#: interval.
+CRAWLFLEET_FEEDBACK_INTERVAL_SECONDS = 1.0
+#: The feedback never runs fewer requests at once than this.
+CRAWLFLEET_FEEDBACK_MIN_CONCURRENCY = 1
+#: Overloaded when the mean download latency of an interval exceeds this many times
+#: its baseline (the lowest recent interval mean).
+CRAWLFLEET_FEEDBACK_LATENCY_FACTOR = 3.0
+#: Overloaded when more than this share of an interval's outcomes are download errors
+#: or ban-like answers (403, 429, 503).
+CRAWLFLEET_FEEDBACK_ERROR_RATIO = 0.25
+#: Overloaded when the process uses more than this percentage of one core while its
+#: event loop lags (a tenth of CRAWLFLEET_FEEDBACK_LOOP_LAG_MS or more).
+CRAWLFLEET_FEEDBACK_CPU_PERCENT = 95.0
+#: Overloaded when the event loop runs a timer later than this.
+CRAWLFLEET_FEEDBACK_LOOP_LAG_MS = 250.0
+#: Overloaded when the process's resident memory exceeds this. 0: not checked.
+CRAWLFLEET_FEEDBACK_MAX_RSS_MB = 0.0
+
 # --- Frontier -----------------------------------------------------------------------
 #: What makes two requests belong to the same site (one queue, one politeness budget):
 #: "host", "domain" (registered domain, e.g. example.co.uk) or "ip".

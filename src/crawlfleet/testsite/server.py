@@ -19,7 +19,13 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
      "problem_requests": {url: int},     # /status/*, /slow, /r/*, odd files
      "unknown_requests": {url: int},     # neither content nor problem (404s)
      "robots_requests": {"127.0.0.1": int, ...},
+     "clients": {label: {"requests": int, "first": float, "last": float,
+                         "max_rate_1s": {"127.0.0.1": int, ...}}},
      "requests": {url: int}}             # every counted URL
+
+``clients`` counts requests by the label a crawler sends in the ``X-Crawlfleet-Client``
+header (tests and the benchmark give each node, or each group of nodes, its own label);
+``first`` and ``last`` are arrival times on the server's ``time.monotonic()`` clock.
 
 Two ways to run it: :class:`SiteServer` inside a running event loop, or
 :class:`TestSite`, which runs one in a background thread for tests.
@@ -41,6 +47,9 @@ from aiohttp import web
 from crawlfleet.testsite.model import Loc, SiteModel, host_address
 from crawlfleet.testsite.render import Resource, render_site
 from crawlfleet.testsite.stats import RequestLog
+
+#: Requests carrying this header are also counted per client label (see ``clients``).
+CLIENT_HEADER = "X-Crawlfleet-Client"
 
 __all__ = ["SiteServer", "TestSite", "bind_loopback"]
 
@@ -183,7 +192,7 @@ class SiteServer:
             if path == "/robots.txt":
                 log.record_robots(host)
                 return web.Response(body=_ROBOTS, content_type="text/plain")
-            log.record(host, path)
+            log.record(host, path, request.headers.get(CLIENT_HEADER))
             if self.latency_seconds:
                 await asyncio.sleep(self.latency_seconds)
             resource = resources.get(path)

@@ -52,6 +52,37 @@ class RateWindow:
             self.peak = len(times)
 
 
+#: Distinct client labels tracked; more are counted together as "(other)".
+MAX_CLIENTS = 64
+
+
+class _Client:
+    """The requests of one client label: count, first and last arrival, and the peak
+    1-second rate per host."""
+
+    __slots__ = ("first", "last", "rates", "requests")
+
+    def __init__(self, hosts: int) -> None:
+        self.requests = 0
+        self.first = self.last = 0.0
+        self.rates = [RateWindow() for _ in range(hosts)]
+
+    def add(self, host: int, now: float) -> None:
+        if not self.requests:
+            self.first = now
+        self.requests += 1
+        self.last = now
+        self.rates[host].add(now)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "first": self.first,
+            "last": self.last,
+            "max_rate_1s": {host_address(h): r.peak for h, r in enumerate(self.rates)},
+        }
+
+
 class RequestLog:
     """Counts the requests a site receives, by ``(host index, path with query)``.
 
@@ -77,10 +108,14 @@ class RequestLog:
         self._site_rate = RateWindow()
         self._first: float | None = None
         self._last: float | None = None
+        self._clients: dict[str, _Client] = {}
 
-    def record(self, host: int, path: str) -> None:
-        """Count one request for ``path`` on host index ``host``."""
+    def record(self, host: int, path: str, client: str | None = None) -> None:
+        """Count one request for ``path`` on host index ``host``; *client* is the
+        label the crawler sent in the ``X-Crawlfleet-Client`` header, if any."""
         now = self._clock()
+        if client:
+            self._client(client).add(host, now)
         key = (host, path)
         self._counts[key] = self._counts.get(key, 0) + 1
         self._host_requests[host] += 1
@@ -89,6 +124,16 @@ class RequestLog:
         if self._first is None:
             self._first = now
         self._last = now
+
+    def _client(self, label: str) -> _Client:
+        found = self._clients.get(label)
+        if found is None:
+            if len(self._clients) >= MAX_CLIENTS:
+                label = "(other)"
+                found = self._clients.get(label)
+            if found is None:
+                found = self._clients[label] = _Client(self._model.hosts)
+        return found
 
     def record_robots(self, host: int) -> None:
         self._robots[host] += 1
@@ -139,5 +184,6 @@ class RequestLog:
             "problem_requests": problems,
             "unknown_requests": unknown,
             "robots_requests": {host_address(h): n for h, n in enumerate(self._robots)},
+            "clients": {label: c.snapshot() for label, c in sorted(self._clients.items())},
             "requests": requests,
         }
