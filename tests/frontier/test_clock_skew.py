@@ -19,6 +19,8 @@ How the skew is shown to be real: the hook appends its pid and the shift it appl
 a report file, which must name every node's pid; and the timestamps of each node's
 Scrapy log lines, which the ``logging`` module takes from ``time.time``/``time_ns``
 inside the node, must lie within the run's real time span shifted by that node's skew.
+And the mechanism itself is checked: each site's pace time left in Redis must lie within
+the run on the Redis clock (give or take a minute), not an hour away from it.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import redis
 
 from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 
@@ -45,6 +49,8 @@ REPORT_VAR = "CRAWLFLEET_TEST_CLOCK_REPORT"
 #: each node's wall-clock error in seconds: one right, one an hour ahead, one an hour
 #: behind, one a few seconds ahead (more than the 0.5 s between two requests at 2/1s)
 SKEWS = (0.0, 3600.0, -3600.0, 7.0)
+LIMIT = "2/1s"
+PACE_SLACK_MS = 60_000
 
 SITECUSTOMIZE = f'''\
 """Test hook: shift this process's wall clock by ${SKEW_VAR} seconds."""
@@ -83,14 +89,14 @@ def skewed_nodes(
     tmp_path: Path,
     report: Path,
 ) -> list[subprocess.Popen[bytes]]:
-    """One test-site node per entry of SKEWS, every site limited to 2/1s."""
+    """One test-site node per entry of SKEWS, every site limited to LIMIT."""
     hook_dir = tmp_path / "skewed-clock"
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
     pythonpath = os.pathsep.join(p for p in (str(hook_dir), os.environ.get("PYTHONPATH")) if p)
     settings = {
         **env,
-        "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": "2/1s"}),
+        "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": LIMIT}),
         "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
         "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
         "LOG_LEVEL": "INFO",
@@ -110,6 +116,12 @@ def skewed_nodes(
     ]
 
 
+def redis_ms(client: redis.Redis) -> int:
+    """Now on the Redis server's clock, in ms (as the lease script reads it)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def log_times(log: Path) -> list[float]:
     """The time (epoch seconds) of every Scrapy log line of *log*, in local time."""
     text = log.read_text(errors="replace")
@@ -118,14 +130,18 @@ def log_times(log: Path) -> list[float]:
 
 @pytest.mark.slow
 def test_nodes_with_skewed_clocks_keep_a_site_under_its_limit(
-    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+    redis_server_url: str,
+    node_env: dict[str, str],
+    key_prefix: str,
+    sync_redis: redis.Redis,
+    tmp_path: Path,
 ) -> None:
     report = tmp_path / "clocks.jsonl"
     with TestSite(SiteModel(pages=30, hosts=2, problems=False)) as site:
-        began = time.time()
+        began, began_on_redis = time.time(), redis_ms(sync_redis)
         procs = skewed_nodes(site, redis_server_url, node_env, tmp_path, report)
         codes = wait_all(procs, 60)
-        ended = time.time()
+        ended, ended_on_redis = time.time(), redis_ms(sync_redis)
         stats = site.stats()
     for p in procs:  # only after a failed wait: do not leave nodes behind
         if p.poll() is None:
@@ -159,3 +175,12 @@ def test_nodes_with_skewed_clocks_keep_a_site_under_its_limit(
     assert len(stats["hosts"]) == 2
     for host, figures in stats["hosts"].items():
         assert figures["max_rate_1s"] <= 2, f"{host}: {figures}"
+    # each site's pace (the time before which it gets no new request) is on the Redis
+    # clock: no node's skewed time found its way into it (the slack leaves room for a
+    # longer interval than LIMIT's, e.g. a back-off, and is still far from an hour)
+    raw: dict[bytes, bytes] = sync_redis.hgetall(JobKeys.of(key_prefix, "skewed").pace)  # type: ignore[assignment]
+    pace = {name.decode(): int(ms) - began_on_redis for name, ms in raw.items()}
+    latest = ended_on_redis - began_on_redis + PACE_SLACK_MS
+    assert len(pace) >= len(stats["hosts"]) and all(0 < ms <= latest for ms in pace.values()), (
+        f"pace times (ms after the start, Redis clock): {pace}"
+    )
