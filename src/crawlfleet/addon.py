@@ -4,7 +4,9 @@ It installs crawlfleet's defaults and components at the ``addon`` priority, so t
 project's own settings, a spider's ``custom_settings`` and ``-s`` options still win:
 
 - the scheduler (the shared Redis frontier), the node telemetry published with every
-  heartbeat, and the stats-file extension;
+  heartbeat, the feedback controller of the node's concurrency, the stats-file
+  extension, and the site-throttle middleware (cluster-wide back-off, robots.txt
+  Crawl-delay);
 - the item stages named in ``CRAWLFLEET_ITEM_STAGES`` (text extraction, encoding
   repair, cleaning, validation, keys), in that fixed order, plus the charset-repairing
   downloader middleware when "encoding" is one of them;
@@ -29,6 +31,7 @@ SCHEDULER = "crawlfleet.frontier.scheduler.Scheduler"
 STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
 TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 FEEDBACK = "crawlfleet.node.feedback.Feedback"
+SITE_THROTTLE = "crawlfleet.frontier.throttle.SiteThrottle"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 
 #: stage name -> (pipeline, order). Extraction first: the fields it fills are repaired
@@ -70,6 +73,8 @@ class Addon:
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
         self._component(settings, "EXTENSIONS", TELEMETRY, 910)
         self._component(settings, "EXTENSIONS", FEEDBACK, 920)
+        # above RetryMiddleware (550): it sees a 429 before the retry
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", SITE_THROTTLE, 560)
         stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)
         for stage in stages:
             self._component(settings, "ITEM_PIPELINES", *ITEM_STAGES[stage])

@@ -20,7 +20,7 @@ from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
-from crawlfleet.testsite.server import TestSite
+from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,6 +85,58 @@ def test_lease_paces_limited_sites_on_the_redis_clock(
     asyncio.run(body())
 
 
+def test_scoped_budgets_robots_delays_and_backoff_in_the_lease(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    def out(url: str, site: str) -> Outgoing:
+        return Outgoing(hashlib.sha1(url.encode()).digest()[:16], site, 0, url.encode())
+
+    async def body() -> None:
+        client = make_client(redis_server_url)
+        f = Frontier(client, JobKeys.of(key_prefix, "scoped"))
+        kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 5, "offer_size": 10}
+        try:
+            await f.commit("n1", [out(f"s{i}", "s") for i in range(9)])
+            # two budgets (two egress IPs) of one site: each gets one request at once
+            a = await f.lease("n1", 5, ["s"], intervals=[10000], budgets=["s|ip=a"], **kw)
+            b = await f.lease("n2", 5, ["s"], intervals=[10000], budgets=["s|ip=b"], **kw)
+            a2 = await f.lease("n1", 5, ["s"], intervals=[10000], budgets=["s|ip=a"], **kw)
+            assert (len(a.entries), len(b.entries), len(a2.entries)) == (1, 1, 0)
+            # robots.txt Crawl-delay paces a site that has no limit of its own
+            await f.set_robots({"s": 5000})
+            r = await f.lease("n3", 5, ["s"], intervals=[0], **kw)
+            assert len(r.entries) == 1
+            r = await f.lease("n3", 5, ["s"], intervals=[0], **kw)
+            assert r.entries == [] and 4000 < r.ready_in_ms <= 5000
+            await f.set_robots({"s": 0})
+            assert (await f.read_throttle())["robots"] == {"s": 0}
+            # back-off: doubles at most once per interval, honours a floor, decays
+            raised = await f.backoff({"s": 0}, first_ms=200, longest_ms=5000, half_life_ms=300)
+            assert raised == {"s": 200}
+            assert await f.backoff({"s": 0}, first_ms=200, longest_ms=5000) == {}
+            await asyncio.sleep(0.25)
+            raised = await f.backoff({"s": 0}, first_ms=200, longest_ms=5000, half_life_ms=300)
+            # twice what was left of 200 ms after 250 ms of a 300 ms half-life: about 224
+            assert 210 <= raised["s"] <= 240
+            floor = await f.backoff({"t": 3000}, first_ms=200, longest_ms=5000)
+            assert floor == {"t": 3000}
+            # the lease sees the back-off, then it fades (half-life 300 ms); a budget
+            # of its own, as the robots.txt delay above still paces budget "s"
+            fading = {**kw, "backoff_half_life_ms": 300}
+            r = await f.lease("n4", 5, ["s"], intervals=[0], budgets=["s|new"], **fading)
+            assert len(r.entries) == 1
+            r = await f.lease("n4", 5, ["s"], intervals=[0], budgets=["s|new"], **fading)
+            assert r.entries == [] and r.ready_in_ms > 0
+            await asyncio.sleep(2.5)  # decayed below 10 ms: gone
+            r = await f.lease("n4", 5, ["s"], intervals=[0], budgets=["s|new"], **fading)
+            assert len(r.entries) == 5
+            assert "s" not in (await f.read_throttle())["backoff"]
+        finally:
+            await client.aclose()
+
+    asyncio.run(body())
+
+
 def limited_nodes(
     n: int,
     job: str,
@@ -93,8 +145,10 @@ def limited_nodes(
     redis_url: str,
     env: dict[str, str],
     tmp_path: Path,
+    per_node: list[dict[str, Any]] | None = None,
 ) -> list[subprocess.Popen[bytes]]:
-    """*n* test-site nodes on *job*, every site limited to *limit*."""
+    """*n* test-site nodes on *job*, every site limited to *limit*; *per_node*: extra
+    settings of each node."""
     settings = {
         **env,
         "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": limit}),
@@ -109,11 +163,50 @@ def limited_nodes(
             redis_url=redis_url,
             log=tmp_path / f"node{i}.log",
             spider_args={"start_urls": ",".join(site.seed_urls)},
-            settings=settings,
+            settings={**settings, **(per_node[i] if per_node else {})},
             cwd=ROOT,
         )
         for i in range(n)
     ]
+
+
+def scoped(scope: str, ip: str, kind: str) -> dict[str, Any]:
+    """Settings of a node with this egress IP and crawler type, labelled by its budget."""
+    label = {"ip": ip, "type": kind, "type+ip": f"{kind}@{ip}"}[scope]
+    return {
+        "CRAWLFLEET_RATE_LIMIT_SCOPE": scope,
+        "CRAWLFLEET_NODE_IP": ip,
+        "CRAWLFLEET_CRAWLER_TYPE": kind,
+        "DEFAULT_REQUEST_HEADERS": json.dumps({CLIENT_HEADER: label}),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", ["ip", "type", "type+ip"])
+def test_each_scope_has_its_own_budget_and_keeps_it(
+    scope: str, redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    # four nodes; with "ip" or "type" two budgets of two nodes each, with "type+ip"
+    # four budgets of one node each
+    nodes = [("10.0.0.1", "t1"), ("10.0.0.1", "t2"), ("10.0.0.2", "t1"), ("10.0.0.2", "t2")]
+    if scope == "type":
+        nodes = [(ip, "t1" if i < 2 else "t2") for i, (ip, _) in enumerate(nodes)]
+    per_node = [scoped(scope, ip, kind) for ip, kind in nodes]
+    with TestSite(SiteModel(pages=48, hosts=2, problems=False)) as site:
+        procs = limited_nodes(
+            4, f"scoped-{scope}", "2/1s", site, redis_server_url, node_env, tmp_path, per_node
+        )
+        codes = wait_all(procs, 120)
+        assert codes == [0, 0, 0, 0], (tmp_path / "node0.log").read_text()[-3000:]
+        stats = site.stats()
+    assert stats["never_fetched"] == [] and stats["fetched_twice"] == []
+    budgets = stats["clients"]
+    assert len(budgets) == (4 if scope == "type+ip" else 2), budgets
+    for label, figures in budgets.items():
+        for host, peak in figures["max_rate_1s"].items():
+            assert peak <= 2, f"budget {label} on {host}: {peak} in one second"
+    # the budgets are separate: together they go beyond one budget's 2 per second
+    assert max(f["max_rate_1s"] for f in stats["hosts"].values()) >= 3, stats["hosts"]
 
 
 @pytest.mark.slow

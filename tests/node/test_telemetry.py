@@ -116,7 +116,7 @@ def test_loop_lag_probe_sees_a_blocked_loop() -> None:
     status = asyncio.run(main())
     assert status["loop_lag_max_ms"] >= 100
     assert 0 <= status["loop_lag_mean_ms"] <= status["loop_lag_max_ms"]
-    assert ext._lag_handle is None
+    assert ext._probe._handle is None
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,17 +213,43 @@ class Frontier:
         per_site: int,
         offer_size: int,
         intervals: Sequence[int] | None = None,
+        budgets: Sequence[str] | None = None,
+        backoff_half_life_ms: int = 30_000,
+        robots_probe_ms: int = 0,
     ) -> LeaseResult:
         """Lease up to *n* requests from *sites* (least recently served first).
 
         *intervals*: per site, the minimum time (ms) between its requests across the
-        cluster (0 or absent: no rate limit)."""
+        cluster (0 or absent: no rate limit); a site's robots.txt Crawl-delay and its
+        adaptive back-off (see :meth:`throttle`) widen it. *budgets*: per site, the
+        name of the budget it is paced in (default: the site itself; a scope adds to
+        it, see :mod:`crawlfleet.frontier.limits`). *robots_probe_ms* > 0 (the node obeys
+        robots.txt): a site whose robots.txt is not known yet gives one request per
+        that long, until :meth:`set_robots` records it."""
         k = self.keys
         gaps = list(intervals) if intervals is not None else [0] * len(sites)
-        keys = [k.sites, k.req, k.leases, k.owner, k.counters, k.pace, *(k.queue(s) for s in sites)]
-        args: list[Any] = [node, lease_ms, n, per_site, offer_size]
-        for site, gap in zip(sites, gaps, strict=True):
-            args += [site, gap]
+        names = list(budgets) if budgets is not None else list(sites)
+        keys = [
+            k.sites,
+            k.req,
+            k.leases,
+            k.owner,
+            k.counters,
+            k.pace,
+            k.throttle,
+            *(k.queue(s) for s in sites),
+        ]
+        args: list[Any] = [
+            node,
+            lease_ms,
+            n,
+            per_site,
+            offer_size,
+            backoff_half_life_ms,
+            robots_probe_ms,
+        ]
+        for site, gap, budget in zip(sites, gaps, names, strict=True):
+            args += [site, gap, budget]
         self.round_trips += 1
         now, flat, offer, queued, leased, ready_in = await self.scripts("lease", keys, args)
         entries = []
@@ -233,6 +259,49 @@ class Frontier:
         return LeaseResult(
             int(now), entries, [_s(s) for s in offer], int(queued), int(leased), int(ready_in)
         )
+
+    async def backoff(
+        self,
+        slow: Mapping[str, int],
+        *,
+        first_ms: int = 1000,
+        longest_ms: int = 60_000,
+        half_life_ms: int = 30_000,
+    ) -> dict[str, int]:
+        """Slow sites down for every node: *slow* maps a site to a floor (ms, e.g. its
+        Retry-After; 0 for none). Each site's back-off doubles (from *first_ms*, at most
+        once per its current interval, up to *longest_ms*) and then halves every
+        *half_life_ms*. Returns site -> interval of the sites raised by this call."""
+        return await self._throttle(["backoff", first_ms, longest_ms, half_life_ms], slow)
+
+    async def set_robots(self, delays: Mapping[str, int]) -> dict[str, int]:
+        """Record sites' robots.txt Crawl-delay (ms; 0: read, no delay) for every node."""
+        return await self._throttle(["robots"], delays)
+
+    async def _throttle(self, head: list[Any], pairs: Mapping[str, int]) -> dict[str, int]:
+        if not pairs:
+            return {}
+        args = list(head)
+        for site, ms in pairs.items():
+            args += [site, int(ms)]
+        self.round_trips += 1
+        flat = await self.scripts("throttle", [self.keys.throttle], args)
+        return {_s(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+    async def read_throttle(self) -> dict[str, dict[str, int]]:
+        """{"backoff": site -> interval ms (as last set, before decay), "robots": site
+        -> Crawl-delay ms}."""
+        self.round_trips += 1
+        raw = await self.client.hgetall(self.keys.throttle)
+        out: dict[str, dict[str, int]] = {"backoff": {}, "robots": {}}
+        for key, value in raw.items():
+            kind, _, site = _s(key).partition(":")
+            text = _s(value)
+            if kind == "b":
+                out["backoff"][site] = int(text.partition(":")[0])
+            elif kind == "r":
+                out["robots"][site] = int(text)
+        return out
 
     async def read_limits(self) -> dict[str, str]:
         """The job's run-time rate limits: site pattern -> "H/Ws"."""

@@ -62,6 +62,9 @@ LOCAL_SEEN_MAX = 200_000
 LOOP_SECONDS = 0.05
 #: Longest wait between lease attempts while other nodes hold leases.
 BUSY_POLL_MAX_SECONDS = 0.2
+#: With ROBOTSTXT_OBEY, a site whose robots.txt no node has read yet gives one request
+#: per this long (crawlfleet.frontier.throttle.ROBOTS_PROBE_SECONDS).
+ROBOTS_PROBE_MS = 10_000
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
 
@@ -124,6 +127,8 @@ class Scheduler(BaseScheduler):
         #: "running", "paused", "draining" or "stopped" (see crawlfleet.frontier.control)
         self.state = "running"
         self.control = Desired()
+        #: > 0 when the node obeys robots.txt: see crawlfleet.frontier.throttle
+        self.robots_probe_ms = 0
         self.sites = SiteKeyer(config.site_key)
         self.codec = RequestCodec(None)
         self.spider: Spider | None = None
@@ -169,6 +174,9 @@ class Scheduler(BaseScheduler):
         self._logged_dup = False
         self._seeds_waiting = False
         self._close_asked = False
+        # sites to slow down for every node (site -> (floor ms, why)), robots delays
+        self._slow: dict[str, tuple[int, str]] = {}
+        self._robots: dict[str, int] = {}
         self._closer: asyncio.Future[None] | None = None
         self._started = time.time()
 
@@ -194,6 +202,8 @@ class Scheduler(BaseScheduler):
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
         )
         scheduler._bind_engine(crawler)
+        if settings.getbool("ROBOTSTXT_OBEY"):
+            scheduler.robots_probe_ms = ROBOTS_PROBE_MS
         #: extensions (the feedback controller) find the scheduler here
         crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
         return scheduler
@@ -460,6 +470,10 @@ class Scheduler(BaseScheduler):
             await self._lease()
         if self.config.start_urls_key and now >= self._next_seeds:
             await self._pull_seeds()
+        if self._slow or self._robots:
+            await self._send_throttle()
+            if self._offer:
+                self._next_lease = 0.0  # a robots.txt just read may free its site
 
     def _collect_finished(self) -> None:
         """Requests the engine no longer has in progress are finished: acknowledge."""
@@ -532,6 +546,9 @@ class Scheduler(BaseScheduler):
                 per_site=max(1, math.ceil(want / len(offer))),
                 offer_size=self.config.lease_sites,
                 intervals=[self.limits.interval_ms(site) for site in offer],
+                budgets=[site + self.config.budget_scope for site in offer],
+                backoff_half_life_ms=int(self.config.backoff.half_life_seconds * 1000),
+                robots_probe_ms=self.robots_probe_ms,
             )
             self._offer = result.offer
         if result is not None and not result.entries and result.ready_in_ms >= 0:
@@ -632,6 +649,56 @@ class Scheduler(BaseScheduler):
         if state.queued > 0 and not self._buffer:
             self._next_lease = 0.0
         self._update_finished(state, idle, now)
+
+    # -- adaptive back-off and robots.txt delays (crawlfleet.frontier.throttle) --------
+    def site_of(self, request: Request) -> str:
+        """The site (queue, budget) of *request*: as leased, else as keyed here."""
+        rid = self._handed.get(request)
+        site = self._held.get(rid) if rid is not None else None
+        return site if site is not None else self.sites.site(request)
+
+    def report_slow(self, site: str, why: str, floor_ms: int = 0) -> None:
+        """Ask the cluster to back *site* off (sent with the next loop round)."""
+        current = self._slow.get(site)
+        if current is None or floor_ms > current[0]:
+            self._slow[site] = (floor_ms, why)
+        self._kick()
+
+    def report_robots(self, site: str, delay_ms: int) -> None:
+        """*site*'s robots.txt Crawl-delay (0: none), for every node."""
+        self._robots[site] = delay_ms
+        self._kick()
+
+    async def _send_throttle(self) -> None:
+        slow, self._slow = self._slow, {}
+        robots, self._robots = self._robots, {}
+        reasons = {site: why for site, (_floor, why) in slow.items()}
+        b = self.config.backoff
+        try:
+            raised = await self.frontier.backoff(
+                {site: floor for site, (floor, _why) in slow.items()},
+                first_ms=int(b.start_seconds * 1000),
+                longest_ms=int(b.max_seconds * 1000),
+                half_life_ms=int(b.half_life_seconds * 1000),
+            )
+            slow = {}
+            await self.frontier.set_robots(robots)
+        except BaseException:
+            for site, entry in slow.items():  # keep them for the next round
+                self._slow.setdefault(site, entry)
+            self._robots = {**robots, **self._robots}
+            raise
+        for site, ms in raised.items():
+            self._inc("crawlfleet/backoff/raised")
+            logger.warning(
+                "Backing off %s for every node: %.1fs between requests (%s)",
+                site,
+                ms / 1000,
+                reasons[site],
+            )
+        for site, ms in robots.items():
+            if ms:
+                logger.info("robots.txt of %s asks for a Crawl-delay of %.1fs", site, ms / 1000)
 
     # -- control commands (crawlfleet.frontier.control) ---------------------------
     async def _apply_control(self, wanted: Desired) -> None:

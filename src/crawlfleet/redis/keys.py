@@ -20,8 +20,11 @@ keys in one slot and every script's keys are served by one master::
                                               commands for nodes (frontier.control)
     <prefix>:{<job>}:limits            hash   site pattern -> rate limit ("2/1s"), set at
                                               run time (crawlfleet limits)
-    <prefix>:{<job>}:pace              hash   site -> time (ms) before which the site gets
-                                              no new request (its rate limit)
+    <prefix>:{<job>}:pace              hash   budget (site, or site within a scope) ->
+                                              time (ms) of its last request (its rate
+                                              limit counts from there)
+    <prefix>:{<job>}:throttle          hash   "b:<site>" -> adaptive back-off; "r:<site>"
+                                              -> robots.txt Crawl-delay (ms)
     <prefix>:{<job>}:seen              set    exact mode: binary fingerprints
     <prefix>:{<job>}:bloom             hash   Bloom mode: layer parameters and counts
     <prefix>:{<job>}:bloom:<n>         string Bloom mode: bitmap of layer n (1-based)
@@ -116,6 +119,10 @@ class JobKeys:
         return f"{self.base}:limits"
 
     @property
+    def throttle(self) -> str:
+        return f"{self.base}:throttle"
+
+    @property
     def pace(self) -> str:
         return f"{self.base}:pace"
 
@@ -153,6 +160,7 @@ class JobKeys:
             self.reaped,
             self.control,
             self.pace,
+            self.throttle,
             self.seen,
             self.bloom,
         ]

@@ -49,6 +49,7 @@ class ScriptSet:
         "seen",
         "trim_seeds",
         "control",
+        "throttle",
     )
 
     def __init__(self, client: Redis, seen_mode: str) -> None:

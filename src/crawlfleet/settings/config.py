@@ -8,10 +8,13 @@ setting.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from scrapy.settings import BaseSettings, Settings
 
@@ -25,6 +28,9 @@ from crawlfleet.settings.access import (
     get_dict,
     get_float,
     get_int,
+    get_str,
+    get_str_list,
+    raw_setting,
 )
 
 __all__ = ["FrontierConfig", "RedisConfig", "defaults", "settings_with_defaults"]
@@ -94,6 +100,54 @@ class RedisConfig:
         )
 
 
+RATE_LIMIT_SCOPES = ("site", "ip", "type", "type+ip")
+
+
+@dataclass(frozen=True)
+class BackoffConfig:
+    """The cluster-wide adaptive back-off of sites (see crawlfleet.frontier.throttle)."""
+
+    statuses: frozenset[int]
+    start_seconds: float
+    max_seconds: float
+    half_life_seconds: float
+    latency_factor: float
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> BackoffConfig:
+        statuses: set[int] = set()
+        name = "CRAWLFLEET_BACKOFF_STATUSES"
+        value = raw_setting(settings, name)
+        listed = value if isinstance(value, list | tuple) else get_str_list(settings, name)
+        for raw in (str(v) for v in listed):
+            if not raw.strip().isdigit() or not 100 <= int(raw) <= 599:
+                raise ConfigError(
+                    f"CRAWLFLEET_BACKOFF_STATUSES must list HTTP statuses, got {raw!r}"
+                )
+            statuses.add(int(raw))
+        start = get_float(settings, "CRAWLFLEET_BACKOFF_START_SECONDS", minimum=0.01)
+        longest = get_float(settings, "CRAWLFLEET_BACKOFF_MAX_SECONDS", minimum=0.01)
+        if longest < start:
+            raise ConfigError(
+                "CRAWLFLEET_BACKOFF_MAX_SECONDS must be at least "
+                f"CRAWLFLEET_BACKOFF_START_SECONDS, got {longest} and {start}"
+            )
+        factor = get_float(settings, "CRAWLFLEET_BACKOFF_LATENCY_FACTOR", minimum=0)
+        if 0 < factor <= 1:
+            raise ConfigError(
+                f"CRAWLFLEET_BACKOFF_LATENCY_FACTOR must be 0 (off) or above 1, got {factor}"
+            )
+        return cls(
+            statuses=frozenset(statuses),
+            start_seconds=start,
+            max_seconds=longest,
+            half_life_seconds=get_float(
+                settings, "CRAWLFLEET_BACKOFF_HALF_LIFE_SECONDS", minimum=0.1
+            ),
+            latency_factor=factor,
+        )
+
+
 @dataclass(frozen=True)
 class FrontierConfig:
     """Settings of the scheduler, the queues, leases and the seen-filter."""
@@ -118,6 +172,9 @@ class FrontierConfig:
     start_urls_key: str
     start_urls_batch: int
     rate_limits: RateLimits
+    #: the suffix of this node's rate-limit budgets ("" for the "site" scope)
+    budget_scope: str
+    backoff: BackoffConfig
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str = "") -> FrontierConfig:
@@ -175,7 +232,49 @@ class FrontierConfig:
             rate_limits=RateLimits.parse(
                 get_dict(settings, "CRAWLFLEET_RATE_LIMITS"), source="CRAWLFLEET_RATE_LIMITS"
             ),
+            budget_scope=budget_scope(settings, spider_name or job),
+            backoff=BackoffConfig.from_settings(settings),
         )
+
+
+def budget_scope(settings: BaseSettings, spider_name: str) -> str:
+    """The part CRAWLFLEET_RATE_LIMIT_SCOPE adds to a site's budget name: "" (scope
+    "site"), "|type=<type>", "|ip=<ip>" or both."""
+    scope = get_choice(settings, "CRAWLFLEET_RATE_LIMIT_SCOPE", RATE_LIMIT_SCOPES)
+    suffix = ""
+    if "type" in scope:
+        kind = get_str(settings, "CRAWLFLEET_CRAWLER_TYPE") or spider_name
+        if not kind or any(c in kind for c in "| \t\r\n"):
+            raise ConfigError(
+                f"CRAWLFLEET_CRAWLER_TYPE must be a name without '|' or whitespace, got {kind!r}"
+            )
+        suffix += f"|type={kind}"
+    if "ip" in scope:
+        suffix += f"|ip={node_ip(settings)}"
+    return suffix
+
+
+def node_ip(settings: BaseSettings) -> str:
+    """CRAWLFLEET_NODE_IP, else the local address this machine uses to reach Redis
+    (found without sending anything: a UDP socket only picks its route)."""
+    configured = get_str(settings, "CRAWLFLEET_NODE_IP").strip()
+    if configured:
+        try:
+            return str(ipaddress.ip_address(configured))
+        except ValueError:
+            raise ConfigError(
+                f"CRAWLFLEET_NODE_IP must be an IP address, got {configured!r}"
+            ) from None
+    url = urlparse(str(settings.get("CRAWLFLEET_REDIS_URL") or ""))
+    host = url.hostname if url.scheme in ("redis", "rediss") and url.hostname else "127.0.0.1"
+    try:
+        with socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM
+        ) as s:
+            s.connect((host, url.port or 6379))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
 
 
 def validate_job_name(job: str) -> str:

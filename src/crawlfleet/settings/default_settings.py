@@ -90,6 +90,30 @@ CRAWLFLEET_START_REQUESTS_ONCE = True
 #: {"*": "4/1s", "*.example.com": "1/2s"}. `crawlfleet limits set` overrides them at run
 #: time. {}: no limits.
 CRAWLFLEET_RATE_LIMITS: dict[str, str] = {}
+#: Who shares a site's rate-limit budget: "site" (every node of the job), "ip" (the
+#: nodes of one egress IP, each IP its own budget), "type" (the nodes running one
+#: crawler type) or "type+ip".
+CRAWLFLEET_RATE_LIMIT_SCOPE = "site"
+#: This node's egress IP for the "ip" scope. Empty: the local address this machine
+#: uses to reach Redis.
+CRAWLFLEET_NODE_IP = ""
+#: This node's crawler type for the "type" scope. Empty: the spider's name.
+CRAWLFLEET_CRAWLER_TYPE = ""
+
+#: Adaptive back-off shared by the cluster: a site answering with one of these statuses
+#: (or whose latency climbs, see CRAWLFLEET_BACKOFF_LATENCY_FACTOR) gets a wider
+#: interval between requests for every node. [] turns the status trigger off.
+CRAWLFLEET_BACKOFF_STATUSES = [429, 503]
+#: The first back-off interval of a site; each further report doubles it (at most
+#: once per current interval), up to CRAWLFLEET_BACKOFF_MAX_SECONDS. A Retry-After
+#: header sets a floor.
+CRAWLFLEET_BACKOFF_START_SECONDS = 1.0
+CRAWLFLEET_BACKOFF_MAX_SECONDS = 60.0
+#: Recovery: a site's back-off halves every this many seconds without new reports.
+CRAWLFLEET_BACKOFF_HALF_LIFE_SECONDS = 30.0
+#: A site whose mean download latency climbs above this many times its baseline (and
+#: by 100 ms or more) is backed off too. 0: latency does not trigger back-off.
+CRAWLFLEET_BACKOFF_LATENCY_FACTOR = 4.0
 
 # --- Seen-filter --------------------------------------------------------------------
 #: "exact" (binary fingerprints in a Redis set) or "bloom" (scalable Bloom filter on

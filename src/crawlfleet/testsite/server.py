@@ -6,7 +6,11 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
 - the model's pages, catalogues and files; ``/r/<n>`` (302 to page ``n``),
   ``/status/<code>`` (that status), ``/slow`` (200 after ``timeout_seconds``),
   anything else 404; ``latency_seconds`` is added to all of these;
-- ``/robots.txt`` (allow all; counted apart, no latency);
+- ``/robots.txt`` (allow all, with ``Crawl-delay: robots_crawl_delay`` when set;
+  counted apart, no latency);
+- with ``ban_above_rate`` N > 0, a request arriving when its host has already
+  answered N requests in the last second gets ``429 Too Many Requests`` instead (counted
+  in ``banned``, not as a fetch), like a site that defends itself;
 - ``GET /_stats`` (``?brief=1`` leaves out ``requests``) and ``POST /_reset``, never
   counted. ``/_stats`` returns (URLs are ``http://127.0.0.X:PORT/path``)::
 
@@ -19,7 +23,8 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
      "problem_requests": {url: int},     # /status/*, /slow, /r/*, odd files
      "unknown_requests": {url: int},     # neither content nor problem (404s)
      "robots_requests": {"127.0.0.1": int, ...},
-     "clients": {label: {"requests": int, "first": float, "last": float,
+     "banned": {"127.0.0.1": int, ...},  # 429 answers (ban_above_rate)
+     "clients": {label: {"requests": int, "banned": int, "first": float, "last": float,
                          "max_rate_1s": {"127.0.0.1": int, ...}}},
      "requests": {url: int}}             # every counted URL
 
@@ -38,6 +43,8 @@ import contextlib
 import json
 import socket
 import threading
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -100,6 +107,8 @@ class SiteServer:
         port: int = 0,
         latency_seconds: float = 0.0,
         timeout_seconds: float = 30.0,
+        ban_above_rate: int = 0,
+        robots_crawl_delay: float = 0.0,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, got {port}")
@@ -107,8 +116,17 @@ class SiteServer:
             raise ValueError(f"latency_seconds must be >= 0, got {latency_seconds}")
         if timeout_seconds < 0:
             raise ValueError(f"timeout_seconds must be >= 0, got {timeout_seconds}")
+        if ban_above_rate < 0:
+            raise ValueError(f"ban_above_rate must be >= 0, got {ban_above_rate}")
+        if robots_crawl_delay < 0:
+            raise ValueError(f"robots_crawl_delay must be >= 0, got {robots_crawl_delay}")
         self.model = model
         self.latency_seconds = latency_seconds
+        self.ban_above_rate = ban_above_rate
+        self._robots = _ROBOTS + (
+            f"Crawl-delay: {robots_crawl_delay:g}\n".encode() if robots_crawl_delay else b""
+        )
+        self._answered: list[deque[float]] = []
         self.timeout_seconds = timeout_seconds
         self._requested_port = port
         self._port: int | None = None
@@ -191,7 +209,10 @@ class SiteServer:
                     return control
             if path == "/robots.txt":
                 log.record_robots(host)
-                return web.Response(body=_ROBOTS, content_type="text/plain")
+                return web.Response(body=self._robots, content_type="text/plain")
+            if self.ban_above_rate and self._too_fast(host):
+                log.record_banned(host, request.headers.get(CLIENT_HEADER))
+                return web.Response(status=429, text="too many requests\n")
             log.record(host, path, request.headers.get(CLIENT_HEADER))
             if self.latency_seconds:
                 await asyncio.sleep(self.latency_seconds)
@@ -205,6 +226,20 @@ class SiteServer:
             )
 
         return handle
+
+    def _too_fast(self, host: int) -> bool:
+        """Whether *host* already answered ``ban_above_rate`` requests in the last
+        second (else this request counts as answered)."""
+        while len(self._answered) <= host:
+            self._answered.append(deque())
+        times = self._answered[host]
+        now = time.monotonic()
+        while times and times[0] <= now - 1.0:
+            times.popleft()
+        if len(times) >= self.ban_above_rate:
+            return True
+        times.append(now)
+        return False
 
     def _control(self, request: web.BaseRequest, path: str) -> web.StreamResponse | None:
         name, _, query = path.partition("?")
@@ -257,6 +292,8 @@ class TestSite:
         port: int = 0,
         latency_seconds: float = 0.0,
         timeout_seconds: float = 30.0,
+        ban_above_rate: int = 0,
+        robots_crawl_delay: float = 0.0,
     ) -> None:
         self.model = model if model is not None else SiteModel()
         self.server = SiteServer(
@@ -264,6 +301,8 @@ class TestSite:
             port=port,
             latency_seconds=latency_seconds,
             timeout_seconds=timeout_seconds,
+            ban_above_rate=ban_above_rate,
+            robots_crawl_delay=robots_crawl_delay,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

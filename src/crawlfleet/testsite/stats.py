@@ -60,10 +60,11 @@ class _Client:
     """The requests of one client label: count, first and last arrival, and the peak
     1-second rate per host."""
 
-    __slots__ = ("first", "last", "rates", "requests")
+    __slots__ = ("banned", "first", "last", "rates", "requests")
 
     def __init__(self, hosts: int) -> None:
         self.requests = 0
+        self.banned = 0
         self.first = self.last = 0.0
         self.rates = [RateWindow() for _ in range(hosts)]
 
@@ -77,6 +78,7 @@ class _Client:
     def snapshot(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
+            "banned": self.banned,
             "first": self.first,
             "last": self.last,
             "max_rate_1s": {host_address(h): r.peak for h, r in enumerate(self.rates)},
@@ -103,6 +105,7 @@ class RequestLog:
         """Forget every request counted so far."""
         self._counts: dict[Loc, int] = {}
         self._robots = [0] * self._model.hosts
+        self._banned = [0] * self._model.hosts
         self._host_requests = [0] * self._model.hosts
         self._host_rates = [RateWindow() for _ in range(self._model.hosts)]
         self._site_rate = RateWindow()
@@ -134,6 +137,12 @@ class RequestLog:
             if found is None:
                 found = self._clients[label] = _Client(self._model.hosts)
         return found
+
+    def record_banned(self, host: int, client: str | None = None) -> None:
+        """Count one request answered 429 (not a fetch)."""
+        self._banned[host] += 1
+        if client:
+            self._client(client).banned += 1
 
     def record_robots(self, host: int) -> None:
         self._robots[host] += 1
@@ -184,6 +193,7 @@ class RequestLog:
             "problem_requests": problems,
             "unknown_requests": unknown,
             "robots_requests": {host_address(h): n for h, n in enumerate(self._robots)},
+            "banned": {host_address(h): n for h, n in enumerate(self._banned)},
             "clients": {label: c.snapshot() for label, c in sorted(self._clients.items())},
             "requests": requests,
         }

@@ -1,0 +1,49 @@
+-- throttle: slow sites down for every node of the job.
+--
+-- KEYS[1] throttle  hash  "b:<site>" -> "<interval ms>:<set at ms>" (back-off);
+--                         "r:<site>" -> robots.txt Crawl-delay (ms; 0: none);
+--                         "p:<site>" -> end of its robots probe (see lease.lua)
+-- ARGV[1] kind: "backoff" or "robots"
+-- backoff: ARGV[2] first back-off (ms)   ARGV[3] longest (ms)   ARGV[4] half-life (ms)
+--          ARGV[5 ..] pairs: site, floor (ms; a Retry-After, 0 for none)
+--          A site's back-off doubles (from the first back-off), at most once per its
+--          current interval however many nodes report it, up to the longest; never
+--          below the floor. It decays as lease.lua reads it.
+-- robots:  ARGV[2 ..] pairs: site, Crawl-delay (ms; 0: robots.txt read, no delay),
+--          which also ends the site's robots probe
+-- Returns {site, interval ms, ...} as set (back-off: only the sites raised now).
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+if ARGV[1] == 'robots' then
+  for i = 2, #ARGV - 1, 2 do
+    local ms = tonumber(ARGV[i + 1])
+    redis.call('HSET', KEYS[1], 'r:' .. ARGV[i], ms)
+    redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i])
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = ms
+  end
+  return out
+end
+local first, longest, half_life = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = 5, #ARGV - 1, 2 do
+  local site, floor = ARGV[i], tonumber(ARGV[i + 1])
+  local field = 'b:' .. site
+  local raw = redis.call('HGET', KEYS[1], field)
+  local current, at = 0, 0
+  if raw then
+    local sep = string.find(raw, ':', 1, true)
+    local ms = tonumber(string.sub(raw, 1, sep - 1))
+    at = tonumber(string.sub(raw, sep + 1))
+    current = ms * math.pow(0.5, math.max(0, now - at) / half_life)
+  end
+  if current < 10 or now - at >= current then
+    local raised = math.min(longest, math.max(first, current * 2))
+    raised = math.floor(math.max(raised, floor))
+    redis.call('HSET', KEYS[1], field, raised .. ':' .. now)
+    out[#out + 1] = site
+    out[#out + 1] = raised
+  end
+end
+return out
