@@ -12,12 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
+from scrapy import Request, Spider
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
 
 from crawlfleet.frontier.client import Frontier, Outgoing
-from crawlfleet.frontier.throttle import retry_after_ms
+from crawlfleet.frontier.limits import SPACING
+from crawlfleet.frontier.scheduler import Scheduler
+from crawlfleet.frontier.throttle import SiteThrottle, retry_after_ms
 from crawlfleet.node.launcher import wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.frontier.test_limits import limited_nodes
@@ -121,3 +128,53 @@ def test_robots_crawl_delay_holds_across_the_cluster(
     logs = (tmp_path / "node0.log").read_text() + (tmp_path / "node1.log").read_text()
     assert "asks for a Crawl-delay of 0.5s" in logs
     assert json.dumps(stats["robots_requests"])  # every node read robots.txt itself
+
+
+def throttle_on(settings: dict[str, Any]) -> tuple[SiteThrottle, Scheduler]:
+    """A SiteThrottle wired to a real (unopened) crawlfleet scheduler."""
+    values = {"ROBOTSTXT_OBEY": True, **settings}
+    full = settings_with_defaults(values)
+    crawler = get_crawler(Spider, values)
+    scheduler = Scheduler(
+        client=Redis(),  # never used: nothing here talks to Redis
+        config=FrontierConfig.from_settings(full, "t"),
+        redis_config=RedisConfig.from_settings(full),
+        fingerprint=lambda r: b"",
+    )
+    crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+    return SiteThrottle.from_crawler(crawler), scheduler
+
+
+def response(url: str, status: int = 200, latency: float = 0.05, **headers: str) -> Any:
+    request = Request(url, meta={"download_latency": latency})
+    return request, HtmlResponse(url, status=status, headers=headers, request=request)
+
+
+def test_the_middleware_reports_statuses_latency_and_robots() -> None:
+    mw, scheduler = throttle_on({"CRAWLFLEET_BACKOFF_LATENCY_FACTOR": 3})
+    mw.process_response(*response("http://a.test/x", 429, **{"Retry-After": "7"}))
+    mw.process_response(*response("http://b.test/x", 404))
+    assert scheduler._slow == {"a.test": (7000, "it answered 429")}
+    # latency: steady, then climbing well above its baseline
+    for _ in range(20):
+        mw.process_response(*response("http://c.test/p", latency=0.05))
+    assert "c.test" not in scheduler._slow
+    for _ in range(20):
+        mw.process_response(*response("http://c.test/p", latency=0.6))
+    floor, why = scheduler._slow["c.test"]
+    assert floor == 0 and why.startswith("latency ") and "baseline 50 ms" in why
+    # robots.txt read by RobotsTxtMiddleware (dont_obey_robotstxt): its Crawl-delay
+    robots = Request("http://d.test/robots.txt", meta={"dont_obey_robotstxt": True})
+    body = b"User-agent: *\nCrawl-delay: 2\n"
+    mw.process_response(robots, HtmlResponse(robots.url, body=body, request=robots))
+    assert scheduler._robots == {"d.test": round(2000 * SPACING)}
+    missing = Request("http://e.test/robots.txt", meta={"dont_obey_robotstxt": True})
+    mw.process_response(missing, HtmlResponse(missing.url, status=404, request=missing))
+    assert scheduler._robots["e.test"] == 0  # known: no delay, the probe ends
+
+
+def test_the_latency_trigger_can_be_turned_off() -> None:
+    mw, scheduler = throttle_on({"CRAWLFLEET_BACKOFF_LATENCY_FACTOR": 0})
+    for latency in [0.05] * 20 + [2.0] * 20:
+        mw.process_response(*response("http://c.test/p", latency=latency))
+    assert scheduler._slow == {}
