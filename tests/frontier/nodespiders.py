@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -11,7 +12,7 @@ from scrapy import signals
 
 from crawlfleet.testsite.spider import TestSiteSpider
 
-__all__ = ["ContractSpider", "StartUrlsSpider"]
+__all__ = ["BlockingSpider", "ContractSpider", "StartUrlsSpider"]
 
 
 class StartUrlsSpider(TestSiteSpider):
@@ -23,6 +24,21 @@ class StartUrlsSpider(TestSiteSpider):
     async def start(self) -> Any:  # Scrapy's own implementation, not TestSiteSpider's
         async for item in scrapy.Spider.start(self):
             yield item
+
+
+class BlockingSpider(TestSiteSpider):
+    """The test-site spider on an overloaded node: every page blocks the event loop for
+    ``block`` seconds (CPU work done wrong), so the node's loop lags."""
+
+    name = "blocking"
+
+    def __init__(self, block: str = "0.1", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.block = float(block)
+
+    def parse(self, response: Any, **kwargs: Any) -> Any:
+        time.sleep(self.block)
+        return super().parse(response, **kwargs)
 
 
 class ContractSpider(scrapy.Spider):

@@ -128,6 +128,13 @@ def test_pause_resume_drain_and_concurrency(
     info = statuses(sync_redis, keys)
     assert info[first]["concurrency"] == 2 and info[first]["prefetch"] == 2
     assert info[second]["concurrency"] == 4
+    # the downloader runs no more than that (in_flight: the downloader's active set)
+    time.sleep(0.5)
+    seen = []
+    for _ in range(8):
+        seen.append(statuses(sync_redis, keys)[first]["in_flight"])
+        time.sleep(0.2)
+    assert max(seen) <= 2 and max(seen) > 0, seen
 
     # drain the other one: it finishes what it holds and closes; the first one goes on
     r = control(redis_server_url, prefix, "drain", "steered", "--node", second)

@@ -182,3 +182,32 @@ def test_a_node_that_joins_halfway_starts_pulling_at_once(
     assert late_figures["requests"] >= 30, stats["clients"]
     # process start-up included; the benchmark reports this delay
     assert late_figures["first"] - joined_at < 15, late_figures
+
+
+@pytest.mark.slow
+def test_an_overloaded_node_lowers_its_concurrency_and_says_why(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    with TestSite(SiteModel(pages=60, hosts=2, problems=False), latency_seconds=0.05) as site:
+        proc = start_node(
+            "tests.frontier.nodespiders:BlockingSpider",
+            job="overloaded",
+            redis_url=redis_server_url,
+            log=tmp_path / "node.log",
+            spider_args={"start_urls": ",".join(site.seed_urls), "block": "0.12"},
+            settings={
+                **node_env,
+                "CONCURRENT_REQUESTS": 8,
+                "CRAWLFLEET_FEEDBACK_LOOP_LAG_MS": 60,
+                "CRAWLFLEET_FEEDBACK_INTERVAL_SECONDS": 0.5,
+                "CRAWLFLEET_STATS_FILE": str(tmp_path / "stats.json"),
+                "LOG_LEVEL": "INFO",
+            },
+            cwd=ROOT,
+        )
+        assert wait_all([proc], 120) == [0], (tmp_path / "node.log").read_text()[-3000:]
+        assert site.stats()["never_fetched"] == []
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats.get("crawlfleet/feedback/down", 0) >= 1, stats
+    log = (tmp_path / "node.log").read_text()
+    assert "Feedback: concurrency 8 -> 6 (event loop lagged" in log
