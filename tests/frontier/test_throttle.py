@@ -154,27 +154,27 @@ def test_the_middleware_reports_statuses_latency_and_robots() -> None:
     mw, scheduler = throttle_on({"CRAWLFLEET_BACKOFF_LATENCY_FACTOR": 3})
     mw.process_response(*response("http://a.test/x", 429, **{"Retry-After": "7"}))
     mw.process_response(*response("http://b.test/x", 404))
-    assert scheduler._slow == {"a.test": (7000, "it answered 429")}
+    assert scheduler.reports.slow == {"a.test": (7000, "it answered 429")}
     # latency: steady, then climbing well above its baseline
     for _ in range(20):
         mw.process_response(*response("http://c.test/p", latency=0.05))
-    assert "c.test" not in scheduler._slow
+    assert "c.test" not in scheduler.reports.slow
     for _ in range(20):
         mw.process_response(*response("http://c.test/p", latency=0.6))
-    floor, why = scheduler._slow["c.test"]
+    floor, why = scheduler.reports.slow["c.test"]
     assert floor == 0 and why.startswith("latency ") and "baseline 50 ms" in why
     # robots.txt read by RobotsTxtMiddleware (dont_obey_robotstxt): its Crawl-delay
     robots = Request("http://d.test/robots.txt", meta={"dont_obey_robotstxt": True})
     body = b"User-agent: *\nCrawl-delay: 2\n"
     mw.process_response(robots, HtmlResponse(robots.url, body=body, request=robots))
-    assert scheduler._robots == {"d.test": round(2000 * SPACING)}
+    assert scheduler.reports.robots == {"d.test": round(2000 * SPACING)}
     missing = Request("http://e.test/robots.txt", meta={"dont_obey_robotstxt": True})
     mw.process_response(missing, HtmlResponse(missing.url, status=404, request=missing))
-    assert scheduler._robots["e.test"] == 0  # known: no delay, the probe ends
+    assert scheduler.reports.robots["e.test"] == 0  # known: no delay, the probe ends
 
 
 def test_the_latency_trigger_can_be_turned_off() -> None:
     mw, scheduler = throttle_on({"CRAWLFLEET_BACKOFF_LATENCY_FACTOR": 0})
     for latency in [0.05] * 20 + [2.0] * 20:
         mw.process_response(*response("http://c.test/p", latency=latency))
-    assert scheduler._slow == {}
+    assert scheduler.reports.slow == {}

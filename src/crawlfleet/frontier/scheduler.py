@@ -27,11 +27,11 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from scrapy import Request, Spider, signals
+from scrapy import Request, Spider
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.crawler import Crawler
 from scrapy.utils.defer import deferred_from_coro
@@ -42,7 +42,9 @@ from crawlfleet import __version__
 from crawlfleet.exceptions import ConfigError, MalformedEntry, SerializationError
 from crawlfleet.frontier.client import Frontier, JobState, Outgoing, SeenConfig
 from crawlfleet.frontier.control import Desired
+from crawlfleet.frontier.engine import EngineHooks, engine_hooks
 from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.reports import SiteReports
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.redis.connection import REDIS_ERRORS, shared_client
@@ -132,13 +134,8 @@ class Scheduler(BaseScheduler):
         self.sites = SiteKeyer(config.site_key)
         self.codec = RequestCodec(None)
         self.spider: Spider | None = None
-        # hooks into the engine, set by from_crawler (tests may leave them unset)
-        self.inprogress: Callable[[], Collection[Request] | None] = lambda: None
-        self.wake_engine: Callable[[], None] = lambda: None
-        self.engine_starting: Callable[[], bool] = lambda: False
-        self.on_dropped: Callable[[Request], None] = lambda request: None
-        self.apply_concurrency: Callable[[int], None] = lambda n: None
-        self.close_spider: Callable[[str], None] = lambda reason: None
+        #: hooks into the engine, set by from_crawler (no-ops without a crawler)
+        self.engine = EngineHooks()
         #: callables whose dicts are merged into the node status of each heartbeat; the
         #: crawler's list ``crawler.crawlfleet_status_providers`` (extensions add to it)
         self.status_providers: list[Callable[[], dict[str, Any]]] = []
@@ -174,10 +171,8 @@ class Scheduler(BaseScheduler):
         self._logged_dup = False
         self._seeds_waiting = False
         self._close_asked = False
-        # sites to slow down for every node (site -> (floor ms, why)), robots delays
-        self._slow: dict[str, tuple[int, str]] = {}
-        self._robots: dict[str, int] = {}
-        self._closer: asyncio.Future[None] | None = None
+        #: what this node learned about sites (back-off, robots.txt), to send
+        self.reports = SiteReports(config.backoff, self._inc)
         self._started = time.time()
 
     # -- construction -----------------------------------------------------------------
@@ -209,49 +204,8 @@ class Scheduler(BaseScheduler):
         return scheduler
 
     def _bind_engine(self, crawler: Crawler) -> None:
-        """Hooks into Scrapy's engine: its set of requests in progress (a request leaves
-        it only when fully processed), its wake-up call, and whether it is still reading
-        the spider's start requests. These are engine internals, checked here once."""
-
-        def slot() -> Any:
-            engine = crawler.engine
-            return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-
-        def inprogress() -> Collection[Request] | None:
-            s = slot()
-            return None if s is None else s.inprogress
-
-        def wake() -> None:
-            s = slot()
-            if s is not None:
-                s.nextcall.schedule()
-
-        def starting() -> bool:
-            return getattr(crawler.engine, "_start", None) is not None
-
-        def apply_concurrency(n: int) -> None:
-            downloader = getattr(crawler.engine, "downloader", None)
-            if downloader is not None:
-                downloader.total_concurrency = n
-
-        def close_spider(reason: str) -> None:
-            engine = crawler.engine
-            closer = getattr(engine, "close_spider_async", None)
-            if closer is not None:  # Scrapy >= 2.14
-                self._closer = asyncio.ensure_future(closer(reason=reason))
-            elif crawler.spider is not None:
-                engine.close_spider(crawler.spider, reason)
-
-        self.inprogress, self.wake_engine, self.engine_starting = inprogress, wake, starting
-        self.apply_concurrency, self.close_spider = apply_concurrency, close_spider
+        self.engine = engine_hooks(crawler)
         self.status_providers = status_providers(crawler)
-
-        def dropped(request: Request) -> None:
-            crawler.signals.send_catch_log(
-                signals.request_dropped, request=request, spider=crawler.spider
-            )
-
-        self.on_dropped = dropped
 
     # -- Scrapy's scheduler interface -------------------------------------------------
     def open(self, spider: Spider) -> Deferred[None]:
@@ -470,8 +424,8 @@ class Scheduler(BaseScheduler):
             await self._lease()
         if self.config.start_urls_key and now >= self._next_seeds:
             await self._pull_seeds()
-        if self._slow or self._robots:
-            await self._send_throttle()
+        if self.reports:
+            await self.reports.send(self.frontier)
             if self._offer:
                 self._next_lease = 0.0  # a robots.txt just read may free its site
 
@@ -479,7 +433,7 @@ class Scheduler(BaseScheduler):
         """Requests the engine no longer has in progress are finished: acknowledge."""
         if not self._handed:
             return
-        inprogress = self.inprogress()
+        inprogress = self.engine.inprogress()
         if inprogress is None:
             return  # no engine slot (not open yet, or closed): nothing can be known
         done = [r for r in self._handed if r not in inprogress]
@@ -518,7 +472,7 @@ class Scheduler(BaseScheduler):
     def _duplicate(self, request: Request) -> None:
         """A request the shared seen-filter rejected (after enqueue_request said yes)."""
         self._count_duplicate(request)
-        self.on_dropped(request)
+        self.engine.dropped(request)
 
     def _count_duplicate(self, request: Request) -> None:
         self._inc("crawlfleet/scheduler/duplicates")
@@ -582,7 +536,7 @@ class Scheduler(BaseScheduler):
                 continue
             self._buffer.append((request, entry.rid))
         self._inc("crawlfleet/frontier/leased", len(result.entries))
-        self.wake_engine()
+        self.engine.wake()
 
     def _locally_idle(self) -> bool:
         return not (
@@ -591,7 +545,7 @@ class Scheduler(BaseScheduler):
             or self._out
             or self._acks
             or self._bad
-            or self.engine_starting()
+            or self.engine.starting()
         )
 
     def node_status(self) -> dict[str, Any]:
@@ -659,46 +613,13 @@ class Scheduler(BaseScheduler):
 
     def report_slow(self, site: str, why: str, floor_ms: int = 0) -> None:
         """Ask the cluster to back *site* off (sent with the next loop round)."""
-        current = self._slow.get(site)
-        if current is None or floor_ms > current[0]:
-            self._slow[site] = (floor_ms, why)
+        self.reports.add_slow(site, why, floor_ms)
         self._kick()
 
     def report_robots(self, site: str, delay_ms: int) -> None:
         """*site*'s robots.txt Crawl-delay (0: none), for every node."""
-        self._robots[site] = delay_ms
+        self.reports.add_robots(site, delay_ms)
         self._kick()
-
-    async def _send_throttle(self) -> None:
-        slow, self._slow = self._slow, {}
-        robots, self._robots = self._robots, {}
-        reasons = {site: why for site, (_floor, why) in slow.items()}
-        b = self.config.backoff
-        try:
-            raised = await self.frontier.backoff(
-                {site: floor for site, (floor, _why) in slow.items()},
-                first_ms=int(b.start_seconds * 1000),
-                longest_ms=int(b.max_seconds * 1000),
-                half_life_ms=int(b.half_life_seconds * 1000),
-            )
-            slow = {}
-            await self.frontier.set_robots(robots)
-        except BaseException:
-            for site, entry in slow.items():  # keep them for the next round
-                self._slow.setdefault(site, entry)
-            self._robots = {**robots, **self._robots}
-            raise
-        for site, ms in raised.items():
-            self._inc("crawlfleet/backoff/raised")
-            logger.warning(
-                "Backing off %s for every node: %.1fs between requests (%s)",
-                site,
-                ms / 1000,
-                reasons[site],
-            )
-        for site, ms in robots.items():
-            if ms:
-                logger.info("robots.txt of %s asks for a Crawl-delay of %.1fs", site, ms / 1000)
 
     # -- control commands (crawlfleet.frontier.control) ---------------------------
     async def _apply_control(self, wanted: Desired) -> None:
@@ -719,7 +640,7 @@ class Scheduler(BaseScheduler):
             self._close_once("stopped")
         elif self.state == "running":
             self._next_lease = 0.0
-            self.wake_engine()
+            self.engine.wake()
 
     async def _release_buffer(self) -> None:
         """Give the leased requests not handed to the engine back to their queues."""
@@ -737,7 +658,7 @@ class Scheduler(BaseScheduler):
         if not (self._closing or self._close_asked):
             self._close_asked = True
             logger.info("Control: node %s closes (%s)", self.node_id, reason)
-            asyncio.get_running_loop().call_soon(self.close_spider, reason)
+            asyncio.get_running_loop().call_soon(self.engine.close, reason)
 
     def set_feedback_limit(self, limit: int | None) -> None:
         """The feedback controller's concurrency (None: no limit of its own)."""
@@ -759,7 +680,7 @@ class Scheduler(BaseScheduler):
 
     def _apply_concurrency(self) -> None:
         n = self.concurrency
-        self.apply_concurrency(n)
+        self.engine.set_concurrency(n)
         self.prefetch = max(1, round(self.config.prefetch * n / self.configured_concurrency))
         self._kick_for_work()
 
@@ -794,7 +715,7 @@ class Scheduler(BaseScheduler):
                     "Job %r is finished: nothing queued, nothing leased, no node busy",
                     self.config.job,
                 )
-            self.wake_engine()
+            self.engine.wake()
 
     # -- seed list (scrapy-redis compatible) ----------------------------------------
     async def _pull_seeds(self) -> None:

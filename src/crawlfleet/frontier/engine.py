@@ -1,0 +1,87 @@
+"""What the crawlfleet scheduler needs from Scrapy's engine, looked up in one place.
+
+Some of these are engine internals with no public equivalent (the slot's set of
+requests in progress and its wake-up call, whether start requests are still being
+read); each is looked up defensively, with the older attribute names as fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy import Request, signals
+from scrapy.crawler import Crawler
+
+__all__ = ["EngineHooks", "engine_hooks"]
+
+
+def _nothing(*_args: Any) -> None:
+    return None
+
+
+@dataclass
+class EngineHooks:
+    """Callables into the engine; the defaults do nothing (a scheduler used without a
+    crawler, as in tests and tools)."""
+
+    #: the requests the engine has in progress (a request leaves this set only once it
+    #: is fully processed); None when the engine has no slot (not open, or closed)
+    inprogress: Callable[[], Collection[Request] | None] = _nothing
+    #: make the engine ask the scheduler for requests again
+    wake: Callable[[], None] = _nothing
+    #: whether the engine is still reading the spider's start requests
+    starting: Callable[[], bool] = lambda: False
+    #: send ``request_dropped`` for a request the scheduler refused
+    dropped: Callable[[Request], None] = _nothing
+    #: let the downloader run at most this many requests at once
+    set_concurrency: Callable[[int], None] = _nothing
+    #: close the spider with this reason (returns at once; the close runs after)
+    close: Callable[[str], None] = _nothing
+    _pending: list[asyncio.Future[None]] = field(default_factory=list)
+
+
+def engine_hooks(crawler: Crawler) -> EngineHooks:
+    """The hooks of *crawler*'s engine (looked up at each call: the engine and its slot
+    come and go with the crawl)."""
+    hooks = EngineHooks()
+
+    def slot() -> Any:
+        engine = crawler.engine
+        return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+
+    def inprogress() -> Collection[Request] | None:
+        s = slot()
+        return None if s is None else s.inprogress
+
+    def wake() -> None:
+        s = slot()
+        if s is not None:
+            s.nextcall.schedule()
+
+    def starting() -> bool:
+        return getattr(crawler.engine, "_start", None) is not None
+
+    def dropped(request: Request) -> None:
+        crawler.signals.send_catch_log(
+            signals.request_dropped, request=request, spider=crawler.spider
+        )
+
+    def set_concurrency(n: int) -> None:
+        downloader = getattr(crawler.engine, "downloader", None)
+        if downloader is not None:
+            downloader.total_concurrency = n
+
+    def close(reason: str) -> None:
+        engine = crawler.engine
+        closer = getattr(engine, "close_spider_async", None)
+        if closer is not None:  # Scrapy >= 2.14
+            hooks._pending.append(asyncio.ensure_future(closer(reason=reason)))
+        elif crawler.spider is not None:
+            engine.close_spider(crawler.spider, reason)
+
+    hooks.inprogress, hooks.wake, hooks.starting = inprogress, wake, starting
+    hooks.dropped, hooks.set_concurrency, hooks.close = dropped, set_concurrency, close
+    return hooks

@@ -1,0 +1,77 @@
+"""What a node has learned about sites and tells every other node: back-off requests
+(a site answered 429/503, or slowed down) and robots.txt Crawl-delays. The
+``SiteThrottle`` middleware (crawlfleet.frontier.throttle) notes them here; the
+scheduler's loop sends them in at most two script calls per round."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.settings.config import BackoffConfig
+
+__all__ = ["SiteReports"]
+
+logger = logging.getLogger(__name__)
+
+
+class SiteReports:
+    """Reports waiting to be sent; :meth:`send` keeps them when Redis fails."""
+
+    def __init__(self, backoff: BackoffConfig, count: Callable[[str, int], None]) -> None:
+        self.backoff = backoff
+        self.count = count
+        self._slow: dict[str, tuple[int, str]] = {}  # site -> (floor ms, why)
+        self._robots: dict[str, int] = {}  # site -> Crawl-delay ms (0: none)
+
+    def __bool__(self) -> bool:
+        return bool(self._slow or self._robots)
+
+    @property
+    def slow(self) -> dict[str, tuple[int, str]]:
+        return dict(self._slow)
+
+    @property
+    def robots(self) -> dict[str, int]:
+        return dict(self._robots)
+
+    def add_slow(self, site: str, why: str, floor_ms: int = 0) -> None:
+        """Back *site* off for every node (the largest floor of a round wins)."""
+        current = self._slow.get(site)
+        if current is None or floor_ms > current[0]:
+            self._slow[site] = (floor_ms, why)
+
+    def add_robots(self, site: str, delay_ms: int) -> None:
+        """*site*'s robots.txt Crawl-delay (0: read, none)."""
+        self._robots[site] = delay_ms
+
+    async def send(self, frontier: Frontier) -> None:
+        slow, self._slow = self._slow, {}
+        robots, self._robots = self._robots, {}
+        b = self.backoff
+        try:
+            raised = await frontier.backoff(
+                {site: floor for site, (floor, _why) in slow.items()},
+                first_ms=int(b.start_seconds * 1000),
+                longest_ms=int(b.max_seconds * 1000),
+                half_life_ms=int(b.half_life_seconds * 1000),
+            )
+            reasons, slow = {site: why for site, (_floor, why) in slow.items()}, {}
+            await frontier.set_robots(robots)
+        except BaseException:
+            for site, entry in slow.items():  # keep them for the next round
+                self._slow.setdefault(site, entry)
+            self._robots = {**robots, **self._robots}
+            raise
+        for site, ms in raised.items():
+            self.count("crawlfleet/backoff/raised", 1)
+            logger.warning(
+                "Backing off %s for every node: %.1fs between requests (%s)",
+                site,
+                ms / 1000,
+                reasons[site],
+            )
+        for site, ms in robots.items():
+            if ms:
+                logger.info("robots.txt of %s asks for a Crawl-delay of %.1fs", site, ms / 1000)
