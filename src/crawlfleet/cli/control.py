@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
                     f"{len(live)} live node(s))"
                 )
                 sent.append((frontier, seq, [t for t in targets if t in live]))
+            if not sent:
+                console.print("no jobs in this Redis: nothing to control")
+                return 0
             return await _await_acks(console, kind, sent, args.wait)
         finally:
             await client.aclose()

@@ -13,7 +13,12 @@ batches:
 A request handed to the engine is acknowledged only once the engine has finished with
 it (downloaded, parsed, its new requests buffered, its items through the pipelines), and
 in the same batch as, or after, those new requests: a node killed at any moment loses
-nothing, its leases come back when they expire.
+nothing, its leases come back once it misses its heartbeats (or they expire).
+
+The heartbeat also brings the operator's control commands (pause, resume, drain, stop,
+concurrency: crawlfleet.frontier.control); the node runs the lower of that concurrency
+ceiling and the feedback controller's limit (crawlfleet.node.feedback), and keeps a
+prefetch buffer to match, so it never holds more leased work than it can start soon.
 """
 
 from __future__ import annotations
