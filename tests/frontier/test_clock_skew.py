@@ -36,12 +36,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.node.launcher import wait_all
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.frontier.test_limits import limited_nodes
 
 SKEW_VAR = "CRAWLFLEET_TEST_CLOCK_SKEW_SECONDS"
 REPORT_VAR = "CRAWLFLEET_TEST_CLOCK_REPORT"
@@ -94,26 +93,12 @@ def skewed_nodes(
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
     pythonpath = os.pathsep.join(p for p in (str(hook_dir), os.environ.get("PYTHONPATH")) if p)
-    settings = {
-        **env,
-        "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": LIMIT}),
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
-        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-        "LOG_LEVEL": "INFO",
-    }
-    return [
-        start_node(
-            "crawlfleet.testsite.spider:TestSiteSpider",
-            job="skewed",
-            redis_url=redis_url,
-            log=tmp_path / f"node{i}.log",
-            spider_args={"start_urls": ",".join(site.seed_urls)},
-            settings=settings,
-            extra_env={"PYTHONPATH": pythonpath, SKEW_VAR: str(skew), REPORT_VAR: str(report)},
-            cwd=ROOT,
-        )
-        for i, skew in enumerate(SKEWS)
+    envs = [
+        {"PYTHONPATH": pythonpath, SKEW_VAR: str(skew), REPORT_VAR: str(report)} for skew in SKEWS
     ]
+    return limited_nodes(
+        len(SKEWS), "skewed", LIMIT, site, redis_url, env, tmp_path, per_node_env=envs
+    )
 
 
 def redis_ms(client: redis.Redis) -> int:

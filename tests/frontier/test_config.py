@@ -40,11 +40,47 @@ def test_defaults_are_valid() -> None:
         ({"CRAWLFLEET_JOB": "a job"}, "job name must be"),
         ({"CRAWLFLEET_LEASE_SECOND": 3}, "unknown setting CRAWLFLEET_LEASE_SECOND"),
         ({"CRAWLFLEET_START_URLS_KEY": "%(nope)s"}, "CRAWLFLEET_START_URLS_KEY may only use"),
+        ({"CRAWLFLEET_NODE_TIMEOUT_SECONDS": 3}, "at least twice CRAWLFLEET_HEARTBEAT_SECONDS"),
+        (
+            {"CRAWLFLEET_RATE_LIMIT_SCOPE": "planet"},
+            "CRAWLFLEET_RATE_LIMIT_SCOPE must be one of 'site', 'ip', 'type', 'type.ip'; got",
+        ),
+        (
+            {"CRAWLFLEET_RATE_LIMIT_SCOPE": "ip", "CRAWLFLEET_NODE_IP": "10.0.0.300"},
+            "CRAWLFLEET_NODE_IP must be an IP address",
+        ),
+        (
+            {"CRAWLFLEET_RATE_LIMIT_SCOPE": "type", "CRAWLFLEET_CRAWLER_TYPE": "a b"},
+            "CRAWLFLEET_CRAWLER_TYPE must be a name",
+        ),
+        ({"CRAWLFLEET_BACKOFF_STATUSES": "429,teapot"}, "must list HTTP statuses, got 'teapot'"),
+        (
+            {"CRAWLFLEET_BACKOFF_MAX_SECONDS": 0.5},
+            "CRAWLFLEET_BACKOFF_MAX_SECONDS must be at least CRAWLFLEET_BACKOFF_START_SECONDS",
+        ),
+        ({"CRAWLFLEET_BACKOFF_LATENCY_FACTOR": 0.5}, "must be 0 (off) or above 1"),
     ],
 )
 def test_bad_values_name_the_setting(values: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         frontier(**values)
+
+
+def test_rate_limit_scopes_name_the_budget() -> None:
+    assert frontier().budget_scope == ""
+    typed = frontier(CRAWLFLEET_RATE_LIMIT_SCOPE="type", CRAWLFLEET_JOB="j")
+    assert typed.budget_scope == "|type=spider"  # the spider's name by default
+    both = frontier(
+        CRAWLFLEET_RATE_LIMIT_SCOPE="type+ip",
+        CRAWLFLEET_CRAWLER_TYPE="news",
+        CRAWLFLEET_NODE_IP="10.1.2.3",
+    )
+    assert both.budget_scope == "|type=news|ip=10.1.2.3"
+    # without CRAWLFLEET_NODE_IP: the address this machine reaches Redis from
+    auto = frontier(CRAWLFLEET_RATE_LIMIT_SCOPE="ip", CRAWLFLEET_REDIS_URL="redis://127.0.0.1:1")
+    assert auto.budget_scope == "|ip=127.0.0.1"
+    statuses = frontier(CRAWLFLEET_BACKOFF_STATUSES="[503]").backoff.statuses
+    assert statuses == frozenset({503})
 
 
 def test_false_and_zero_can_be_set() -> None:

@@ -146,9 +146,10 @@ def limited_nodes(
     env: dict[str, str],
     tmp_path: Path,
     per_node: list[dict[str, Any]] | None = None,
+    per_node_env: list[dict[str, str]] | None = None,
 ) -> list[subprocess.Popen[bytes]]:
     """*n* test-site nodes on *job*, every site limited to *limit*; *per_node*: extra
-    settings of each node."""
+    settings of each node, *per_node_env*: extra environment of each node."""
     settings = {
         **env,
         "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": limit}),
@@ -164,6 +165,7 @@ def limited_nodes(
             log=tmp_path / f"node{i}.log",
             spider_args={"start_urls": ",".join(site.seed_urls)},
             settings={**settings, **(per_node[i] if per_node else {})},
+            extra_env=per_node_env[i] if per_node_env else None,
             cwd=ROOT,
         )
         for i in range(n)

@@ -9,6 +9,7 @@ setting.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import socket
 from dataclasses import dataclass
@@ -29,7 +30,6 @@ from crawlfleet.settings.access import (
     get_float,
     get_int,
     get_str,
-    get_str_list,
     raw_setting,
 )
 
@@ -118,8 +118,15 @@ class BackoffConfig:
         statuses: set[int] = set()
         name = "CRAWLFLEET_BACKOFF_STATUSES"
         value = raw_setting(settings, name)
-        listed = value if isinstance(value, list | tuple) else get_str_list(settings, name)
-        for raw in (str(v) for v in listed):
+        if isinstance(value, str):  # from -s or the environment: "429,503" or "[429]"
+            text = value.strip()
+            try:
+                value = json.loads(text) if text.startswith("[") else text.split(",")
+            except ValueError as exc:
+                raise ConfigError(f"{name} must be a list of HTTP statuses: {exc}") from None
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{name} must be a list of HTTP statuses, got {value!r}")
+        for raw in (str(v).strip() for v in value if str(v).strip()):
             if not raw.strip().isdigit() or not 100 <= int(raw) <= 599:
                 raise ConfigError(
                     f"CRAWLFLEET_BACKOFF_STATUSES must list HTTP statuses, got {raw!r}"
