@@ -153,3 +153,33 @@ def test_health_healthy(
     # a job nobody knows is a problem when named
     assert health.run(parse(health, "nosuch", *common(redis_server_url, key_prefix))) == 1
     assert "job nosuch: not known" in capsys.readouterr().out
+
+
+def test_status_shows_job_commands_back_offs_and_robots_delays(
+    redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def steer() -> None:
+        client = make_client(redis_server_url)
+        try:
+            frontier = Frontier(client, JobKeys.of(key_prefix, "steered"))
+            await frontier.send_control("*", "state", "paused")
+            await frontier.send_control("*", "concurrency", 3)
+            await frontier.send_control("node-a", "state", "draining")  # one node: not shown
+            await frontier.backoff({"slow.example": 4000})
+            await frontier.set_robots({"polite.example": 2000, "plain.example": 0})
+        finally:
+            await client.aclose()
+
+    asyncio.run(_setup(redis_server_url, key_prefix, "steered", requests={"a.example": 1}))
+    asyncio.run(steer())
+    assert (
+        status.run(parse(status, "steered", "--json", *common(redis_server_url, key_prefix))) == 0
+    )
+    job = json.loads(capsys.readouterr().out)["jobs"]["steered"]
+    assert job["job_control"] == {"state": "paused", "concurrency": "3"}
+    assert job["backoff_ms"] == {"slow.example": 4000}
+    assert job["robots_delay_ms"] == {"polite.example": 2000}
+    assert status.run(parse(status, "steered", *options)) == 0
+    table = capsys.readouterr().out
+    assert "concurrency 3, state paused" in table
+    assert "1: slow.example 4.0s" in table and "1: polite.example 2.0s" in table

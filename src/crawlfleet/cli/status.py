@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -22,6 +22,7 @@ from rich.table import Table
 
 from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.redis.connection import REDIS_ERRORS, make_client, resolve_url
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.config import RedisConfig, validate_job_name
@@ -62,6 +63,12 @@ class JobSnapshot:
     sites_scanned: int
     malformed: int
     nodes: dict[str, dict[str, Any]]  #: node id -> {"alive", "expires_in_s", **status}
+    #: commands for every node of the job: kind ("state", "concurrency") -> value
+    job_control: dict[str, str] = field(default_factory=dict)
+    #: site -> back-off interval (ms) as last raised (it decays from there)
+    backoff: dict[str, int] = field(default_factory=dict)
+    #: site -> robots.txt Crawl-delay (ms), sites that have one
+    robots: dict[str, int] = field(default_factory=dict)
 
     @property
     def live_nodes(self) -> list[str]:
@@ -104,6 +111,9 @@ class JobSnapshot:
             "nodes": self.nodes,
             "pages_per_second": self.pages_per_second,
             "eta_seconds": self.eta_seconds,
+            "job_control": self.job_control,
+            "backoff_ms": self.backoff,
+            "robots_delay_ms": self.robots,
         }
 
 
@@ -135,7 +145,21 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
     pipe.llen(keys.bad)
     pipe.zrange(keys.nodes, 0, -1, withscores=True)
     pipe.hgetall(keys.nodeinfo)
-    (t, queued, leased, oldest, nsites, sites, bad, nodes, info) = await pipe.execute()
+    pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
+    pipe.hgetall(keys.throttle)
+    (
+        t,
+        queued,
+        leased,
+        oldest,
+        nsites,
+        sites,
+        bad,
+        nodes,
+        info,
+        control,
+        throttle,
+    ) = await pipe.execute()
     now = int(t[0]) * 1000 + int(t[1]) // 1000
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
     site_names = [_text(s) for s in sites]
@@ -163,6 +187,21 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
             if isinstance(figures, dict):
                 view.update({k: v for k, v in figures.items() if k not in view})
         node_view[node] = view
+    job_control: dict[str, str] = {}
+    wanted = desired({f"{ALL_NODES}:state": control[0], f"{ALL_NODES}:concurrency": control[1]})
+    if wanted.state_seq:
+        job_control["state"] = wanted.state
+    if wanted.concurrency:
+        job_control["concurrency"] = str(wanted.concurrency)
+    backoff: dict[str, int] = {}
+    robots: dict[str, int] = {}
+    for field_, value in throttle.items():
+        kind, _, site = _text(field_).partition(":")
+        number = _text(value).partition(":")[0]
+        if kind == "b" and number.isdigit():
+            backoff[site] = int(number)
+        elif kind == "r" and number.isdigit() and int(number) > 0:
+            robots[site] = int(number)
     return JobSnapshot(
         job=keys.job,
         now_ms=now,
@@ -175,6 +214,9 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
         sites_scanned=len(site_names),
         malformed=int(bad),
         nodes=node_view,
+        job_control=job_control,
+        backoff=backoff,
+        robots=robots,
     )
 
 
@@ -270,6 +312,15 @@ def render(snaps: list[JobSnapshot]) -> Group:
         rate = s.pages_per_second
         summary.add_row("pages/s (live nodes)", "-" if rate is None else f"{rate:.2f}")
         summary.add_row("ETA", _duration(s.eta_seconds))
+        if s.job_control:
+            summary.add_row(
+                "commands for every node",
+                ", ".join(f"{k} {v}" for k, v in sorted(s.job_control.items())),
+            )
+        if s.backoff:
+            summary.add_row("sites backed off", _site_list(s.backoff))
+        if s.robots:
+            summary.add_row("robots.txt Crawl-delays", _site_list(s.robots))
         parts.append(summary)
         if s.nodes:
             parts.append(_nodes_table(s))
@@ -324,6 +375,13 @@ def _nodes_table(s: JobSnapshot) -> Table:
             _num(info.get("loop_lag_max_ms")),
         )
     return table
+
+
+def _site_list(intervals: dict[str, int], most: int = 5) -> str:
+    """ "3: a.com 2.0s, b.org 1.0s, ..." (the widest intervals first)."""
+    widest = sorted(intervals.items(), key=lambda p: (-p[1], p[0]))[:most]
+    listed = ", ".join(f"{site} {ms / 1000:.1f}s" for site, ms in widest)
+    return f"{len(intervals)}: {listed}" + (", ..." if len(intervals) > most else "")
 
 
 def _node_state(info: dict[str, Any]) -> str:
