@@ -172,9 +172,8 @@ def test_status_shows_job_commands_back_offs_and_robots_delays(
 
     asyncio.run(_setup(redis_server_url, key_prefix, "steered", requests={"a.example": 1}))
     asyncio.run(steer())
-    assert (
-        status.run(parse(status, "steered", "--json", *common(redis_server_url, key_prefix))) == 0
-    )
+    options = common(redis_server_url, key_prefix)
+    assert status.run(parse(status, "steered", "--json", *options)) == 0
     job = json.loads(capsys.readouterr().out)["jobs"]["steered"]
     assert job["job_control"] == {"state": "paused", "concurrency": "3"}
     assert job["backoff_ms"] == {"slow.example": 4000}
