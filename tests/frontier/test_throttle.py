@@ -154,15 +154,24 @@ def test_the_middleware_reports_statuses_latency_and_robots() -> None:
     mw, scheduler = throttle_on({"CRAWLFLEET_BACKOFF_LATENCY_FACTOR": 3})
     mw.process_response(*response("http://a.test/x", 429, **{"Retry-After": "7"}))
     mw.process_response(*response("http://b.test/x", 404))
-    assert scheduler.reports.slow == {"a.test": (7000, "it answered 429")}
+    assert scheduler.reports.slow == {"a.test": (7000, 1000, "it answered 429")}
     # latency: steady, then climbing well above its baseline
     for _ in range(20):
         mw.process_response(*response("http://c.test/p", latency=0.05))
     assert "c.test" not in scheduler.reports.slow
     for _ in range(20):
         mw.process_response(*response("http://c.test/p", latency=0.6))
-    floor, why = scheduler.reports.slow["c.test"]
+    floor, first, why = scheduler.reports.slow["c.test"]
     assert floor == 0 and why.startswith("latency ") and "baseline 50 ms" in why
+    assert 550 <= first <= 600  # it starts at the site's average latency
+    # a node whose own event loop lags does not blame the sites for its latencies
+    scheduler.loop_lag_ms = 400
+    for _ in range(20):
+        mw.process_response(*response("http://f.test/p", latency=0.05))
+    for _ in range(20):
+        mw.process_response(*response("http://f.test/p", latency=0.9))
+    assert "f.test" not in scheduler.reports.slow
+    scheduler.loop_lag_ms = 0
     # robots.txt read by RobotsTxtMiddleware (dont_obey_robotstxt): its Crawl-delay
     robots = Request("http://d.test/robots.txt", meta={"dont_obey_robotstxt": True})
     body = b"User-agent: *\nCrawl-delay: 2\n"

@@ -128,6 +128,10 @@ def test_pause_resume_drain_and_concurrency(
     info = statuses(sync_redis, keys)
     assert info[first]["concurrency"] == 2 and info[first]["prefetch"] == 2
     assert info[second]["concurrency"] == 4
+    # every node registered who and where it is
+    for node_info in info.values():
+        assert node_info["ip"] == "127.0.0.1" and node_info["job"] == "steered"
+        assert node_info["pid"] in {p.pid for p in procs} and node_info["version"]
     # the downloader runs no more than that (in_flight: the downloader's active set)
     time.sleep(0.5)
     seen = []

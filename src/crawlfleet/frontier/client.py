@@ -262,28 +262,35 @@ class Frontier:
 
     async def backoff(
         self,
-        slow: Mapping[str, int],
+        slow: Mapping[str, int | tuple[int, int]],
         *,
         first_ms: int = 1000,
         longest_ms: int = 60_000,
         half_life_ms: int = 30_000,
     ) -> dict[str, int]:
         """Slow sites down for every node: *slow* maps a site to a floor (ms, e.g. its
-        Retry-After; 0 for none). Each site's back-off doubles (from *first_ms*, at most
+        Retry-After; 0 for none), or to (floor, first back-off ms) to start elsewhere
+        than *first_ms*. Each site's back-off doubles (from its first back-off, at most
         once per its current interval, up to *longest_ms*) and then halves every
         *half_life_ms*. Returns site -> interval of the sites raised by this call."""
-        return await self._throttle(["backoff", first_ms, longest_ms, half_life_ms], slow)
+        if not slow:
+            return {}
+        args: list[Any] = ["backoff", longest_ms, half_life_ms]
+        for site, report in slow.items():
+            floor, first = report if isinstance(report, tuple) else (report, first_ms)
+            args += [site, int(floor), int(first)]
+        return await self._throttle_call(args)
 
     async def set_robots(self, delays: Mapping[str, int]) -> dict[str, int]:
         """Record sites' robots.txt Crawl-delay (ms; 0: read, no delay) for every node."""
-        return await self._throttle(["robots"], delays)
-
-    async def _throttle(self, head: list[Any], pairs: Mapping[str, int]) -> dict[str, int]:
-        if not pairs:
+        if not delays:
             return {}
-        args = list(head)
-        for site, ms in pairs.items():
+        args: list[Any] = ["robots"]
+        for site, ms in delays.items():
             args += [site, int(ms)]
+        return await self._throttle_call(args)
+
+    async def _throttle_call(self, args: list[Any]) -> dict[str, int]:
         self.round_trips += 1
         flat = await self.scripts("throttle", [self.keys.throttle], args)
         return {_s(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}

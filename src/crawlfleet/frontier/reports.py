@@ -22,25 +22,29 @@ class SiteReports:
     def __init__(self, backoff: BackoffConfig, count: Callable[[str, int], None]) -> None:
         self.backoff = backoff
         self.count = count
-        self._slow: dict[str, tuple[int, str]] = {}  # site -> (floor ms, why)
+        self._slow: dict[str, tuple[int, int, str]] = {}  # site -> (floor, first ms, why)
         self._robots: dict[str, int] = {}  # site -> Crawl-delay ms (0: none)
 
     def __bool__(self) -> bool:
         return bool(self._slow or self._robots)
 
     @property
-    def slow(self) -> dict[str, tuple[int, str]]:
+    def slow(self) -> dict[str, tuple[int, int, str]]:
+        """site -> (floor ms, first back-off ms, why)."""
         return dict(self._slow)
 
     @property
     def robots(self) -> dict[str, int]:
         return dict(self._robots)
 
-    def add_slow(self, site: str, why: str, floor_ms: int = 0) -> None:
-        """Back *site* off for every node (the largest floor of a round wins)."""
+    def add_slow(self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0) -> None:
+        """Back *site* off for every node, never below *floor_ms*; a site not backed off
+        yet starts at *first_ms* (0: CRAWLFLEET_BACKOFF_START_SECONDS). The largest
+        floor of a round wins."""
+        first = first_ms or int(self.backoff.start_seconds * 1000)
         current = self._slow.get(site)
         if current is None or floor_ms > current[0]:
-            self._slow[site] = (floor_ms, why)
+            self._slow[site] = (floor_ms, first, why)
 
     def add_robots(self, site: str, delay_ms: int) -> None:
         """*site*'s robots.txt Crawl-delay (0: read, none)."""
@@ -52,12 +56,11 @@ class SiteReports:
         b = self.backoff
         try:
             raised = await frontier.backoff(
-                {site: floor for site, (floor, _why) in slow.items()},
-                first_ms=int(b.start_seconds * 1000),
+                {site: (floor, first) for site, (floor, first, _why) in slow.items()},
                 longest_ms=int(b.max_seconds * 1000),
                 half_life_ms=int(b.half_life_seconds * 1000),
             )
-            reasons, slow = {site: why for site, (_floor, why) in slow.items()}, {}
+            reasons, slow = {site: why for site, (_f, _s, why) in slow.items()}, {}
             await frontier.set_robots(robots)
         except BaseException:
             for site, entry in slow.items():  # keep them for the next round

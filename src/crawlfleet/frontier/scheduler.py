@@ -136,6 +136,9 @@ class Scheduler(BaseScheduler):
         self.control = Desired()
         #: > 0 when the node obeys robots.txt: see crawlfleet.frontier.throttle
         self.robots_probe_ms = 0
+        #: the worst event-loop lag of the last feedback interval (set by the feedback
+        #: controller): a lagging node's latencies say more about it than about sites
+        self.loop_lag_ms = 0.0
         self.sites = SiteKeyer(config.site_key)
         self.codec = RequestCodec(None)
         self.spider: Spider | None = None
@@ -559,6 +562,7 @@ class Scheduler(BaseScheduler):
         status: dict[str, Any] = {
             "node": self.node_id,
             "host": socket.gethostname(),
+            "ip": self.config.node_ip,
             "pid": os.getpid(),
             "job": self.config.job,
             "spider": getattr(self.spider, "name", ""),
@@ -616,9 +620,10 @@ class Scheduler(BaseScheduler):
         site = self._held.get(rid) if rid is not None else None
         return site if site is not None else self.sites.site(request)
 
-    def report_slow(self, site: str, why: str, floor_ms: int = 0) -> None:
-        """Ask the cluster to back *site* off (sent with the next loop round)."""
-        self.reports.add_slow(site, why, floor_ms)
+    def report_slow(self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0) -> None:
+        """Ask the cluster to back *site* off (sent with the next loop round); see
+        :meth:`SiteReports.add_slow`."""
+        self.reports.add_slow(site, why, floor_ms, first_ms)
         self._kick()
 
     def report_robots(self, site: str, delay_ms: int) -> None:

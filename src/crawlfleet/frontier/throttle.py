@@ -10,7 +10,10 @@ reads for every node:
   ``CRAWLFLEET_BACKOFF_HALF_LIFE_SECONDS`` without new reports (gradual recovery);
 - a site whose download latency climbs (a moving average above
   ``CRAWLFLEET_BACKOFF_LATENCY_FACTOR`` times its baseline, the lowest average seen,
-  and by at least ``LATENCY_MARGIN_SECONDS``) is backed off the same way;
+  and by at least ``LATENCY_MARGIN_SECONDS``) is backed off the same way, starting at
+  its average latency (about one request at a time for the whole cluster). Not while
+  this node's own event loop lags (``LAGGING_LOOP_MS``): its latencies then measure
+  the node, not the site;
 - with ``ROBOTSTXT_OBEY``, a robots.txt ``Crawl-delay`` for this crawler's user agent
   becomes the site's minimum interval (when it is stricter than the configured limit).
   Until some node has read a site's robots.txt, the site gives the whole cluster one
@@ -45,7 +48,10 @@ logger = logging.getLogger(__name__)
 #: Weight of a new latency in a site's moving average.
 LATENCY_ALPHA = 0.2
 #: Latency must climb at least this much above the baseline to count.
-LATENCY_MARGIN_SECONDS = 0.1
+LATENCY_MARGIN_SECONDS = 0.5
+#: While this node's event loop lagged more than this in the last feedback interval,
+#: its latencies do not count against sites.
+LAGGING_LOOP_MS = 100.0
 #: Responses of a site before its latency is judged at all.
 LATENCY_WARMUP = 10
 #: A site is reported slow at most once per this many seconds by one node.
@@ -180,9 +186,11 @@ class SiteThrottle:
             entry.average > entry.baseline * self.backoff.latency_factor
             and climbed >= LATENCY_MARGIN_SECONDS
             and now - entry.reported >= REPORT_EVERY_SECONDS
+            and scheduler.loop_lag_ms <= LAGGING_LOOP_MS
         ):
             entry.reported = now
             scheduler.report_slow(
                 site,
                 f"latency {entry.average * 1000:.0f} ms, baseline {entry.baseline * 1000:.0f} ms",
+                first_ms=int(entry.average * 1000),
             )

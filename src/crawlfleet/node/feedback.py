@@ -262,6 +262,7 @@ class Feedback:
             utilisation=self._busy_sum / self._busy_n if self._busy_n else 0.0,
         )
         self._reset_interval()
+        scheduler.loop_lag_ms = sample.loop_lag_ms
         before = controller.limit
         after = controller.step(sample, scheduler.ceiling)
         self._last = sample

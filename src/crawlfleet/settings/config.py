@@ -181,6 +181,8 @@ class FrontierConfig:
     rate_limits: RateLimits
     #: the suffix of this node's rate-limit budgets ("" for the "site" scope)
     budget_scope: str
+    #: this node's egress IP (CRAWLFLEET_NODE_IP, else the address it reaches Redis from)
+    node_ip: str
     backoff: BackoffConfig
 
     @classmethod
@@ -240,6 +242,7 @@ class FrontierConfig:
                 get_dict(settings, "CRAWLFLEET_RATE_LIMITS"), source="CRAWLFLEET_RATE_LIMITS"
             ),
             budget_scope=budget_scope(settings, spider_name or job),
+            node_ip=node_ip(settings),
             backoff=BackoffConfig.from_settings(settings),
         )
 

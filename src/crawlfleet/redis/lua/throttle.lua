@@ -4,9 +4,10 @@
 --                         "r:<site>" -> robots.txt Crawl-delay (ms; 0: none);
 --                         "p:<site>" -> end of its robots probe (see lease.lua)
 -- ARGV[1] kind: "backoff" or "robots"
--- backoff: ARGV[2] first back-off (ms)   ARGV[3] longest (ms)   ARGV[4] half-life (ms)
---          ARGV[5 ..] pairs: site, floor (ms; a Retry-After, 0 for none)
---          A site's back-off doubles (from the first back-off), at most once per its
+-- backoff: ARGV[2] longest (ms)   ARGV[3] half-life (ms)
+--          ARGV[4 ..] triples: site, floor (ms; a Retry-After, 0 for none), first
+--          back-off (ms; where a site not backed off yet starts)
+--          A site's back-off doubles (from its first back-off), at most once per its
 --          current interval however many nodes report it, up to the longest; never
 --          below the floor. It decays as lease.lua reads it.
 -- robots:  ARGV[2 ..] pairs: site, Crawl-delay (ms; 0: robots.txt read, no delay),
@@ -26,9 +27,9 @@ if ARGV[1] == 'robots' then
   end
   return out
 end
-local first, longest, half_life = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-for i = 5, #ARGV - 1, 2 do
-  local site, floor = ARGV[i], tonumber(ARGV[i + 1])
+local longest, half_life = tonumber(ARGV[2]), tonumber(ARGV[3])
+for i = 4, #ARGV - 2, 3 do
+  local site, floor, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local field = 'b:' .. site
   local raw = redis.call('HGET', KEYS[1], field)
   local current, at = 0, 0
