@@ -52,12 +52,14 @@ def test_the_most_specific_pattern_applies() -> None:
         RateLimits.parse({"http://x/": "1/1s"}, source="t")
 
 
+def out(url: str, site: str) -> Outgoing:
+    """A request for *url* on *site*, its fingerprint taken from the URL."""
+    return Outgoing(hashlib.sha1(url.encode()).digest()[:16], site, 0, url.encode())
+
+
 def test_lease_paces_limited_sites_on_the_redis_clock(
     redis_server_url: str, key_prefix: str
 ) -> None:
-    def out(url: str, site: str) -> Outgoing:
-        return Outgoing(hashlib.sha1(url.encode()).digest()[:16], site, 0, url.encode())
-
     async def body() -> None:
         client = make_client(redis_server_url)
         f = Frontier(client, JobKeys.of(key_prefix, "paced"))
@@ -88,9 +90,6 @@ def test_lease_paces_limited_sites_on_the_redis_clock(
 def test_scoped_budgets_robots_delays_and_backoff_in_the_lease(
     redis_server_url: str, key_prefix: str
 ) -> None:
-    def out(url: str, site: str) -> Outgoing:
-        return Outgoing(hashlib.sha1(url.encode()).digest()[:16], site, 0, url.encode())
-
     async def body() -> None:
         client = make_client(redis_server_url)
         f = Frontier(client, JobKeys.of(key_prefix, "scoped"))
@@ -111,13 +110,12 @@ def test_scoped_budgets_robots_delays_and_backoff_in_the_lease(
             await f.set_robots({"s": 0})
             assert (await f.read_throttle())["robots"] == {"s": 0}
             # back-off: doubles at most once per interval, honours a floor, decays
-            raised = await f.backoff({"s": 0}, first_ms=200, longest_ms=5000, half_life_ms=300)
-            assert raised == {"s": 200}
-            assert await f.backoff({"s": 0}, first_ms=200, longest_ms=5000) == {}
+            slow = {"first_ms": 200, "longest_ms": 5000, "half_life_ms": 60_000}
+            assert await f.backoff({"s": 0}, **slow) == {"s": 200}
+            assert await f.backoff({"s": 0}, **slow) == {}  # within its current interval
             await asyncio.sleep(0.25)
-            raised = await f.backoff({"s": 0}, first_ms=200, longest_ms=5000, half_life_ms=300)
-            # twice what was left of 200 ms after 250 ms of a 300 ms half-life: about 224
-            assert 210 <= raised["s"] <= 240
+            # twice what is left of 200 ms (a minute's half-life: almost all of it)
+            assert 390 <= (await f.backoff({"s": 0}, **slow))["s"] <= 400
             floor = await f.backoff({"t": 3000}, first_ms=200, longest_ms=5000)
             assert floor == {"t": 3000}
             # the lease sees the back-off, then it fades (half-life 300 ms); a budget

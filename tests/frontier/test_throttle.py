@@ -5,7 +5,6 @@ fast, or asks for a Crawl-delay."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from crawlfleet.frontier.client import Frontier, Outgoing
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import SPACING
 from crawlfleet.frontier.scheduler import Scheduler
 from crawlfleet.frontier.throttle import SiteThrottle, retry_after_ms
@@ -27,7 +26,7 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.frontier.test_limits import limited_nodes
+from tests.frontier.test_limits import limited_nodes, out
 
 
 def test_retry_after_in_seconds_or_as_a_date() -> None:
@@ -45,10 +44,7 @@ def test_a_site_whose_robots_txt_is_unknown_gives_one_request_per_probe(
         f = Frontier(client, JobKeys.of(key_prefix, "probe"))
         kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 9, "offer_size": 10}
         try:
-            await f.commit(
-                "n1",
-                [Outgoing(hashlib.sha1(f"u{i}".encode()).digest(), "u", 0, b"x") for i in range(9)],
-            )
+            await f.commit("n1", [out(f"u{i}", "u") for i in range(9)])
             r = await f.lease("n1", 9, ["u"], robots_probe_ms=5000, **kw)
             assert len(r.entries) == 1  # the node that gets it reads robots.txt
             r = await f.lease("n2", 9, ["u"], robots_probe_ms=5000, **kw)
