@@ -172,6 +172,7 @@ def test_stop_hands_everything_back_and_a_new_node_finishes_after_resume(
     # the stop persists: a node started now stops at once ...
     late = nodes(1, site, redis_server_url, node_env, tmp_path, "halted")
     assert wait_all(late, 30) == [0]
+    assert "running -> stopped (`crawlfleet control resume halted` lifts it)" in logs(tmp_path)
     # ... until the job is resumed; then a node finishes it, nothing lost
     assert control(redis_server_url, prefix, "resume", "halted", "--wait", "0").returncode == 0
     final = nodes(1, site, redis_server_url, node_env, tmp_path, "halted")

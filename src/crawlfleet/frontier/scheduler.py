@@ -642,7 +642,15 @@ class Scheduler(BaseScheduler):
             self._apply_concurrency()
         if wanted.state == self.state:
             return
-        logger.info("Control: node %s %s -> %s", self.node_id, self.state, wanted.state)
+        logger.info(
+            "Control: node %s %s -> %s%s",
+            self.node_id,
+            self.state,
+            wanted.state,
+            ""
+            if wanted.state == "running"
+            else f" (`crawlfleet control resume {self.config.job}` lifts it)",
+        )
         self.state = wanted.state
         if self.state in ("paused", "stopped"):
             await self._release_buffer()
