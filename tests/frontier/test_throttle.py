@@ -14,11 +14,12 @@ import pytest
 from redis.asyncio import Redis
 from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
+from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import SPACING
-from crawlfleet.frontier.scheduler import Scheduler
+from crawlfleet.frontier.scheduler import Scheduler, robots_probe_ms
 from crawlfleet.frontier.throttle import SiteThrottle, retry_after_ms
 from crawlfleet.node.launcher import wait_all
 from crawlfleet.redis.connection import make_client
@@ -176,6 +177,31 @@ def test_the_middleware_reports_statuses_latency_and_robots() -> None:
     missing = Request("http://e.test/robots.txt", meta={"dont_obey_robotstxt": True})
     mw.process_response(missing, HtmlResponse(missing.url, status=404, request=missing))
     assert scheduler.reports.robots["e.test"] == 0  # known: no delay, the probe ends
+    # robots.txt redirected (to https, or to another host): reported for the site asked
+    for final, first in [
+        ("https://g.test/robots.txt", "http://g.test/robots.txt"),
+        ("https://cdn.test/files/r.txt", "http://h.test/robots.txt"),
+    ]:
+        moved = Request(final, meta={"dont_obey_robotstxt": True, "redirect_urls": [first]})
+        mw.process_response(moved, HtmlResponse(final, body=body, request=moved))
+    assert scheduler.reports.robots["g.test"] == scheduler.reports.robots["h.test"] == 2100
+    assert "cdn.test" not in scheduler.reports.robots
+    # unreachable: known to have no Crawl-delay (Scrapy then allows everything)
+    gone = Request("http://i.test/robots.txt", meta={"dont_obey_robotstxt": True})
+    mw.process_exception(gone, OSError("refused"))
+    assert scheduler.reports.robots["i.test"] == 0
+
+
+def test_the_robots_probe_needs_the_robots_middleware() -> None:
+    def probe(**values: Any) -> int:
+        return robots_probe_ms(Settings(values))
+
+    assert probe(ROBOTSTXT_OBEY=True) > 0
+    assert probe(ROBOTSTXT_OBEY=False) == 0
+    # obeying, but without the middleware that reads robots.txt: no probe (it would
+    # never end, and the site would get one request per probe for good)
+    middleware = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+    assert probe(ROBOTSTXT_OBEY=True, DOWNLOADER_MIDDLEWARES={middleware: None}) == 0
 
 
 def test_the_latency_trigger_can_be_turned_off() -> None:

@@ -39,6 +39,7 @@ from redis.asyncio import Redis
 from scrapy import Request, Spider
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.crawler import Crawler
+from scrapy.settings import BaseSettings
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.internet.defer import Deferred
@@ -72,6 +73,8 @@ BUSY_POLL_MAX_SECONDS = 0.2
 #: With ROBOTSTXT_OBEY, a site whose robots.txt no node has read yet gives one request
 #: per this long (crawlfleet.frontier.throttle.ROBOTS_PROBE_SECONDS).
 ROBOTS_PROBE_MS = 10_000
+#: Scrapy's middleware that reads robots.txt (the probe needs it to end).
+ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
 
@@ -92,6 +95,15 @@ def status_providers(crawler: Crawler) -> list[Callable[[], dict[str, Any]]]:
         providers = []
         crawler.crawlfleet_status_providers = providers  # type: ignore[attr-defined]
     return providers
+
+
+def robots_probe_ms(settings: BaseSettings) -> int:
+    """ROBOTS_PROBE_MS when the node obeys robots.txt and Scrapy's middleware that
+    reads it is on (else a probe would never end), otherwise 0."""
+    middlewares = settings.getwithbase("DOWNLOADER_MIDDLEWARES")
+    if settings.getbool("ROBOTSTXT_OBEY") and middlewares.get(ROBOTS_MIDDLEWARE) is not None:
+        return ROBOTS_PROBE_MS
+    return 0
 
 
 def new_node_id() -> str:
@@ -205,8 +217,7 @@ class Scheduler(BaseScheduler):
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
         )
         scheduler._bind_engine(crawler)
-        if settings.getbool("ROBOTSTXT_OBEY"):
-            scheduler.robots_probe_ms = ROBOTS_PROBE_MS
+        scheduler.robots_probe_ms = robots_probe_ms(settings)
         #: extensions (the feedback controller) find the scheduler here
         crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
         return scheduler

@@ -141,15 +141,24 @@ class SiteThrottle:
         scheduler = self._scheduler()
         if scheduler is not None and self._is_robots(request):
             # robots.txt unreachable: Scrapy then allows everything; no Crawl-delay
-            scheduler.report_robots(scheduler.sites.site(request), 0)
+            scheduler.report_robots(self._robots_site(scheduler, request), 0)
 
     def _is_robots(self, request: Request) -> bool:
-        """A robots.txt request of Scrapy's RobotsTxtMiddleware."""
-        return (
-            self.obey_robots
-            and bool(request.meta.get("dont_obey_robotstxt"))
-            and urlparse_cached(request).path == "/robots.txt"
-        )
+        """A robots.txt request of Scrapy's RobotsTxtMiddleware (also once redirected,
+        e.g. from http to https or to another host)."""
+        if not (self.obey_robots and request.meta.get("dont_obey_robotstxt")):
+            return False
+        return urlparse_cached(self._first_request(request)).path == "/robots.txt"
+
+    @staticmethod
+    def _first_request(request: Request) -> Request:
+        """*request* as first sent, before any redirect."""
+        redirects = request.meta.get("redirect_urls")
+        return request.replace(url=redirects[0]) if redirects else request
+
+    def _robots_site(self, scheduler: Scheduler, request: Request) -> str:
+        """The site whose robots.txt *request* fetched: the one first asked."""
+        return scheduler.sites.site(self._first_request(request))
 
     def _robots(self, scheduler: Scheduler, request: Request, response: Response) -> None:
         """Report the Crawl-delay (0 when none, or robots.txt is missing or unreadable:
@@ -162,7 +171,7 @@ class SiteThrottle:
             except Exception as exc:
                 logger.debug("robots.txt of %s not readable: %s", request.url, exc)
         ms = int(delay * 1000 * SPACING) if isinstance(delay, (int, float)) and delay > 0 else 0
-        scheduler.report_robots(scheduler.sites.site(request), ms)
+        scheduler.report_robots(self._robots_site(scheduler, request), ms)
 
     def _latency(self, scheduler: Scheduler, site: str, latency: float) -> None:
         entry = self._sites.get(site)
