@@ -72,11 +72,17 @@ def test_lease_paces_limited_sites_on_the_redis_clock(
             r = await f.lease("n1", 10, ["slow", "fast"], intervals=[300, 0], **kw)
             sites = [e.site for e in r.entries]
             assert sites.count("slow") == 1 and sites.count("fast") == 5
+            assert r.paced == {"slow"}  # the node reports when it sends that one
             r = await f.lease("n2", 10, ["slow"], intervals=[300], **kw)
             assert r.entries == [] and 0 < r.ready_in_ms <= 300
             await asyncio.sleep(r.ready_in_ms / 1000 + 0.02)
             r = await f.lease("n2", 10, ["slow"], intervals=[300], **kw)
-            assert len(r.entries) == 1
+            assert len(r.entries) == 1 and r.paced == {"slow"}
+            # the node sends it 200 ms after the lease: the next one counts from the send
+            await asyncio.sleep(0.2)
+            assert await f.sent(["slow"]) == 1
+            r = await f.lease("n3", 10, ["slow"], intervals=[300], **kw)
+            assert r.entries == [] and 250 < r.ready_in_ms <= 300
             # no budget is spent when there is nothing to fetch
             pace_before = await client.hget(f.keys.pace, "empty")
             r = await f.lease("n2", 10, ["empty"], intervals=[300], **kw)

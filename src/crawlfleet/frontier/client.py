@@ -83,6 +83,8 @@ class LeaseResult:
     leased: int = 0  #: requests leased in the job (every node) after this lease
     #: ms until the first rate-limited site skipped by this call is ready (-1: none)
     ready_in_ms: int = -1
+    #: sites paced by this call: report their requests when sent (:meth:`Frontier.sent`)
+    paced: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -251,14 +253,28 @@ class Frontier:
         for site, gap, budget in zip(sites, gaps, names, strict=True):
             args += [site, gap, budget]
         self.round_trips += 1
-        now, flat, offer, queued, leased, ready_in = await self.scripts("lease", keys, args)
+        now, flat, offer, queued, leased, ready_in, paced = await self.scripts("lease", keys, args)
         entries = []
         for i in range(0, len(flat), 2):
             site, payload = split_entry(flat[i + 1])
             entries.append(Leased(_s(flat[i]), site, payload))
         return LeaseResult(
-            int(now), entries, [_s(s) for s in offer], int(queued), int(leased), int(ready_in)
+            int(now),
+            entries,
+            [_s(s) for s in offer],
+            int(queued),
+            int(leased),
+            int(ready_in),
+            frozenset(_s(s) for s in paced),
         )
+
+    async def sent(self, budgets: Sequence[str]) -> int:
+        """Requests of these rate-limited budgets were just sent: their pace counts
+        from now (Redis clock). Returns the number of budgets moved forward."""
+        if not budgets:
+            return 0
+        self.round_trips += 1
+        return int(await self.scripts("sent", [self.keys.pace], list(budgets)))
 
     async def backoff(
         self,

@@ -169,6 +169,8 @@ class Scheduler(BaseScheduler):
         self._buffer: deque[tuple[Request, str]] = deque()  # leased, not yet handed out
         self._handed: dict[Request, str] = {}  # handed to the engine, not finished
         self._held: dict[str, str] = {}  # rid -> site of every lease this node holds
+        self._paced: dict[str, str] = {}  # rid -> its rate-limited budget, until sent
+        self._sent_budgets: set[str] = set()  # paced budgets sent, to report
         self._offer: list[str] = []
         self._state: JobState | None = None
         self._empty_since: float | None = None
@@ -269,6 +271,7 @@ class Scheduler(BaseScheduler):
                     back = await self.frontier.release(self.node_id, held)
                     self._inc("crawlfleet/frontier/released", back)
                 self._held.clear()
+                self._paced.clear()
                 self._buffer.clear()
                 await self._heartbeat(leaving=True)
                 break
@@ -424,6 +427,9 @@ class Scheduler(BaseScheduler):
 
     async def _tick(self) -> None:
         self._collect_finished()
+        if self._sent_budgets:
+            await self.frontier.sent(sorted(self._sent_budgets))
+            self._sent_budgets.clear()
         while self._flush_due(time.monotonic()):
             await self._flush()
         now = time.monotonic()
@@ -459,6 +465,7 @@ class Scheduler(BaseScheduler):
         for request in done:
             rid = self._handed.pop(request)
             self._held.pop(rid, None)
+            self._paced.pop(rid, None)
             self._acks.append(rid)
 
     async def _flush(self) -> None:
@@ -540,6 +547,8 @@ class Scheduler(BaseScheduler):
         self._idle_delay = 0.0
         for entry in result.entries:
             self._held[entry.rid] = entry.site
+            if entry.site in result.paced:
+                self._paced[entry.rid] = entry.site + self.config.budget_scope
             try:
                 request = self.codec.decode(entry.payload)
             except MalformedEntry as exc:
@@ -551,6 +560,7 @@ class Scheduler(BaseScheduler):
                 )
                 self._inc("crawlfleet/frontier/malformed")
                 self._held.pop(entry.rid, None)
+                self._paced.pop(entry.rid, None)
                 self._bad.append(entry.rid)
                 continue
             self._buffer.append((request, entry.rid))
@@ -631,6 +641,15 @@ class Scheduler(BaseScheduler):
         site = self._held.get(rid) if rid is not None else None
         return site if site is not None else self.sites.site(request)
 
+    def note_sent(self, request: Request) -> None:
+        """*request* is being sent: if it belongs to a rate-limited budget, that
+        budget's pace counts from now (reported with the next loop round, at once)."""
+        rid = self._handed.get(request)
+        budget = self._paced.pop(rid, None) if rid is not None else None
+        if budget is not None:
+            self._sent_budgets.add(budget)
+            self._kick()
+
     def report_slow(self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0) -> None:
         """Ask the cluster to back *site* off (sent with the next loop round); see
         :meth:`SiteReports.add_slow`."""
@@ -674,6 +693,8 @@ class Scheduler(BaseScheduler):
     async def _release_buffer(self) -> None:
         """Give the leased requests not handed to the engine back to their queues."""
         held = [(rid, self._held.pop(rid, "")) for _request, rid in self._buffer]
+        for rid, _site in held:
+            self._paced.pop(rid, None)
         self._buffer.clear()
         if held:
             back = await self.frontier.release(self.node_id, held)

@@ -50,6 +50,7 @@ class ScriptSet:
         "trim_seeds",
         "control",
         "throttle",
+        "sent",
     )
 
     def __init__(self, client: Redis, seen_mode: str) -> None:

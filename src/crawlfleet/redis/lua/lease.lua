@@ -36,7 +36,9 @@
 -- with its last member).
 -- Returns {now_ms, {rid, entry, rid, entry, ...}, {next offer: the H sites least
 -- recently served}, requests still queued, requests leased (all nodes),
--- ms until the first rate-limited site skipped here is ready (-1: none skipped)}
+-- ms until the first rate-limited site skipped here is ready (-1: none skipped),
+-- {sites paced in this call: the node reports when it sends their request (sent.lua),
+--  so that the next request counts from the real send}}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -46,6 +48,7 @@ local half_life, probe_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline = now + lease_ms
 local out, got = {}, 0
 local ready_in = -1
+local paced = {}
 
 -- the site's back-off now: its interval halves every half-life since it was set; a
 -- back-off that has decayed below 10 ms is over and is removed
@@ -101,7 +104,10 @@ for i = 8, #ARGV - 2, 3 do
     local n = #popped / 2
     if n > 0 then
       redis.call('HINCRBY', KEYS[5], 'queued', -n)
-      if interval > 0 or probing then redis.call('HSET', KEYS[6], budget, now) end
+      if interval > 0 or probing then
+        redis.call('HSET', KEYS[6], budget, now)
+        paced[#paced + 1] = site
+      end
       if probing then redis.call('HSET', KEYS[7], 'p:' .. site, now + probe_ms) end
     end
   end
@@ -112,4 +118,4 @@ if got > 0 then
 end
 local hint = redis.call('ZRANGE', KEYS[1], 0, hint_n - 1)
 local queued = tonumber(redis.call('HGET', KEYS[5], 'queued') or '0')
-return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), ready_in}
+return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), ready_in, paced}
