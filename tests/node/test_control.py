@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import redis
 
-from crawlfleet.frontier.control import desired
+from crawlfleet.frontier.control import Desired, desired
+from crawlfleet.frontier.steering import Steering
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
@@ -34,6 +35,24 @@ def test_the_newest_command_of_each_kind_wins() -> None:
     assert d.state == "draining"
     d = desired({"*:concurrency": cmd(2, "4"), "n1:concurrency": None, "*:state": "garbage"})
     assert (d.state, d.concurrency, d.concurrency_seq) == ("running", 4, 2)
+
+
+def test_steering_keeps_state_ceiling_and_feedback_apart() -> None:
+    s = Steering(concurrency=8, prefetch=16)
+    assert (s.concurrency, s.prefetch, s.state) == (8, 16, "running")
+    assert s.take(Desired(state="paused", state_seq=1)) == (False, "paused")
+    assert s.take(Desired(state="paused", state_seq=1)) == (False, None)  # nothing new
+    # a concurrency command: the ceiling; the prefetch follows
+    assert s.take(Desired("paused", 1, 4, 2)) == (True, None)
+    assert (s.concurrency, s.prefetch) == (4, 8)
+    # the feedback may run fewer, never more than the ceiling
+    assert s.set_feedback(2) and (s.concurrency, s.prefetch) == (2, 4)
+    assert s.set_feedback(6) and s.concurrency == 4
+    assert not s.set_feedback(6)
+    # resume, and the ceiling lifted (no concurrency command left): back to 8
+    assert s.take(Desired("running", 3, None, 4)) == (True, "running")
+    assert s.ceiling == 8 and s.concurrency == 6
+    assert s.status()["control"] == {"state": 3, "concurrency": 4}
 
 
 @pytest.fixture

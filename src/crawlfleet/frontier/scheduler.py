@@ -53,6 +53,7 @@ from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.reports import SiteReports
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.frontier.steering import Steering
 from crawlfleet.redis.connection import REDIS_ERRORS, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
@@ -135,17 +136,8 @@ class Scheduler(BaseScheduler):
         )
         self.fingerprint = fingerprint
         self.stats = stats
-        #: CONCURRENT_REQUESTS as configured; ``ceiling`` is the operator's current
-        #: ceiling (a ``concurrency`` command), ``feedback_limit`` what the feedback
-        #: controller allows now (None: no controller). The node runs the lower one.
-        self.configured_concurrency = max(1, concurrency)
-        self.ceiling = self.configured_concurrency
-        self.feedback_limit: int | None = None
-        #: leased requests kept ready; follows the concurrency the node runs
-        self.prefetch = config.prefetch
-        #: "running", "paused", "draining" or "stopped" (see crawlfleet.frontier.control)
-        self.state = "running"
-        self.control = Desired()
+        #: state and concurrency, as control commands and the feedback set them
+        self.steering = Steering(concurrency, config.prefetch)
         #: > 0 when the node obeys robots.txt: see crawlfleet.frontier.throttle
         self.robots_probe_ms = 0
         #: the worst event-loop lag of the last feedback interval (set by the feedback
@@ -297,7 +289,7 @@ class Scheduler(BaseScheduler):
     def has_pending_requests(self) -> bool:
         if self._buffer or self._out or self._handed or self._acks or self._bad:
             return True
-        if not self.config.close_when_finished or self.state != "running":
+        if not self.config.close_when_finished or self.steering.state != "running":
             return True  # paused: wait; draining, stopped: the node closes itself
         return not self._finished
 
@@ -329,7 +321,7 @@ class Scheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        if self.state in ("paused", "stopped"):
+        if self.steering.state in ("paused", "stopped"):
             return None
         if not self._buffer:
             if not self._finished:
@@ -339,7 +331,7 @@ class Scheduler(BaseScheduler):
         request, rid = self._buffer.popleft()
         self._handed[request] = rid
         self._inc("crawlfleet/scheduler/dequeued")
-        if len(self._buffer) <= self.prefetch // 2:
+        if len(self._buffer) <= self.steering.prefetch // 2:
             self._kick_for_work()
         return request
 
@@ -421,7 +413,7 @@ class Scheduler(BaseScheduler):
             return False
         if len(self._out) >= self.config.flush_batch:
             return True
-        if self._out and len(self._buffer) <= self.prefetch // 2:
+        if self._out and len(self._buffer) <= self.steering.prefetch // 2:
             return True
         return now - self._last_flush >= self.config.flush_seconds
 
@@ -443,9 +435,9 @@ class Scheduler(BaseScheduler):
                     "Returned %d leases (expired, or held by a dead node) to their queues", back
                 )
                 self._inc("crawlfleet/frontier/reclaimed", back)
-        if self.state != "running":
+        if self.steering.state != "running":
             self._finish_draining()
-        elif len(self._buffer) <= self.prefetch // 2 and now >= self._next_lease:
+        elif len(self._buffer) <= self.steering.prefetch // 2 and now >= self._next_lease:
             await self._lease()
         if self.config.start_urls_key and now >= self._next_seeds:
             await self._pull_seeds()
@@ -512,7 +504,7 @@ class Scheduler(BaseScheduler):
             self._logged_dup = True
 
     async def _lease(self) -> None:
-        want = self.prefetch - len(self._buffer)
+        want = self.steering.prefetch - len(self._buffer)
         if want <= 0:
             return
         offer = self._offer or await self.frontier.offer(self.config.lease_sites)
@@ -601,13 +593,7 @@ class Scheduler(BaseScheduler):
                 status.update(provider())
             except Exception:
                 logger.exception("node status provider %r failed", provider)
-        status.update(
-            state=self.state,
-            control={"state": self.control.state_seq, "concurrency": self.control.concurrency_seq},
-            concurrency=self.concurrency,
-            concurrency_ceiling=self.ceiling,
-            prefetch=self.prefetch,
-        )
+        status.update(self.steering.status())
         return status
 
     async def _heartbeat(self, *, leaving: bool = False) -> None:
@@ -663,30 +649,26 @@ class Scheduler(BaseScheduler):
 
     # -- control commands (crawlfleet.frontier.control) ---------------------------
     async def _apply_control(self, wanted: Desired) -> None:
-        if wanted == self.control:
-            return
-        previous, self.control = self.control, wanted
-        if wanted.concurrency_seq != previous.concurrency_seq:
-            self.ceiling = wanted.concurrency or self.configured_concurrency
-            logger.info("Control: concurrency ceiling now %d", self.ceiling)
+        before = self.steering.state
+        resized, state = self.steering.take(wanted)
+        if resized:
+            logger.info("Control: concurrency ceiling now %d", self.steering.ceiling)
             self._apply_concurrency()
-        if wanted.state == self.state:
+        if state is None:
             return
+        lift = f" (`crawlfleet control resume {self.config.job}` lifts it)"
         logger.info(
             "Control: node %s %s -> %s%s",
             self.node_id,
-            self.state,
-            wanted.state,
-            ""
-            if wanted.state == "running"
-            else f" (`crawlfleet control resume {self.config.job}` lifts it)",
+            before,
+            state,
+            "" if state == "running" else lift,
         )
-        self.state = wanted.state
-        if self.state in ("paused", "stopped"):
+        if state in ("paused", "stopped"):
             await self._release_buffer()
-        if self.state == "stopped":
+        if state == "stopped":
             self._close_once("stopped")
-        elif self.state == "running":
+        elif state == "running":
             self._next_lease = 0.0
             self.engine.wake()
 
@@ -701,7 +683,7 @@ class Scheduler(BaseScheduler):
             self._inc("crawlfleet/frontier/released", back)
 
     def _finish_draining(self) -> None:
-        if self.state == "draining" and self._locally_idle():
+        if self.steering.state == "draining" and self._locally_idle():
             self._close_once("drained")
 
     def _close_once(self, reason: str) -> None:
@@ -712,8 +694,7 @@ class Scheduler(BaseScheduler):
 
     def set_feedback_limit(self, limit: int | None) -> None:
         """The feedback controller's concurrency (None: no limit of its own)."""
-        if limit != self.feedback_limit:
-            self.feedback_limit = limit
+        if self.steering.set_feedback(limit):
             self._apply_concurrency()
 
     @property
@@ -721,17 +702,8 @@ class Scheduler(BaseScheduler):
         """Requests handed to the engine and not finished yet."""
         return len(self._handed)
 
-    @property
-    def concurrency(self) -> int:
-        """The concurrency the node runs now: the lower of ceiling and feedback."""
-        if self.feedback_limit is None:
-            return self.ceiling
-        return max(1, min(self.ceiling, self.feedback_limit))
-
     def _apply_concurrency(self) -> None:
-        n = self.concurrency
-        self.engine.set_concurrency(n)
-        self.prefetch = max(1, round(self.config.prefetch * n / self.configured_concurrency))
+        self.engine.set_concurrency(self.steering.concurrency)
         self._kick_for_work()
 
     def _refresh_limits(self, raw: dict[str, str]) -> None:

@@ -204,7 +204,7 @@ class Feedback:
             logger.info("Feedback needs the crawlfleet scheduler: not running")
             return
         self.scheduler = scheduler
-        self.controller = Controller(scheduler.ceiling, self.limits)
+        self.controller = Controller(scheduler.steering.ceiling, self.limits)
         self.process.cpu_percent(None)
         self._reset_interval()
         loop = asyncio.get_running_loop()
@@ -230,7 +230,7 @@ class Feedback:
         self._lag_max = max(self._lag_max, seconds * 1000)
         scheduler = self.scheduler
         if scheduler is not None:
-            self._busy_sum += min(1.0, scheduler.in_progress / max(1, scheduler.concurrency))
+            self._busy_sum += min(1.0, scheduler.in_progress / scheduler.steering.concurrency)
             self._busy_n += 1
 
     def _reset_interval(self) -> None:
@@ -264,7 +264,7 @@ class Feedback:
         self._reset_interval()
         scheduler.loop_lag_ms = sample.loop_lag_ms
         before = controller.limit
-        after = controller.step(sample, scheduler.ceiling)
+        after = controller.step(sample, scheduler.steering.ceiling)
         self._last = sample
         if after != before:
             direction = "down" if after < before else "up"
