@@ -110,6 +110,16 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 20) -> Non
         time.sleep(0.1)
 
 
+def crawling(
+    job: str, site: TestSite, redis_url: str, node_env: dict[str, str], tmp_path: Path
+) -> tuple[str, JobKeys, list[subprocess.Popen[bytes]]]:
+    """Two nodes crawling *job*, once 20 pages are fetched: (key prefix, keys, nodes)."""
+    prefix = node_env["CRAWLFLEET_KEY_PREFIX"]
+    procs = nodes(2, site, redis_url, node_env, tmp_path, job)
+    wait_until("crawl started", lambda: site.stats()["content_fetched"] >= 20)
+    return prefix, JobKeys.of(prefix, job), procs
+
+
 def logs(tmp_path: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("node*.log")))
 
@@ -122,10 +132,7 @@ def test_pause_resume_drain_and_concurrency(
     sync_redis: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    prefix = node_env["CRAWLFLEET_KEY_PREFIX"]
-    keys = JobKeys.of(prefix, "steered")
-    procs = nodes(2, site, redis_server_url, node_env, tmp_path, "steered")
-    wait_until("crawl started", lambda: site.stats()["content_fetched"] >= 20)
+    prefix, keys, procs = crawling("steered", site, redis_server_url, node_env, tmp_path)
 
     # pause the job: both nodes acknowledge, hand back their leases, fetch nothing more
     r = control(redis_server_url, prefix, "pause", "steered")
@@ -178,10 +185,7 @@ def test_stop_hands_everything_back_and_a_new_node_finishes_after_resume(
     sync_redis: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    prefix = node_env["CRAWLFLEET_KEY_PREFIX"]
-    keys = JobKeys.of(prefix, "halted")
-    procs = nodes(2, site, redis_server_url, node_env, tmp_path, "halted")
-    wait_until("crawl started", lambda: site.stats()["content_fetched"] >= 20)
+    prefix, keys, procs = crawling("halted", site, redis_server_url, node_env, tmp_path)
     r = control(redis_server_url, prefix, "stop", "halted")
     assert r.returncode == 0, r.stdout + r.stderr
     assert wait_all(procs, 30) == [0, 0], logs(tmp_path)[-3000:]

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import sys
 import time
+from typing import Any
 
 from rich.console import Console
 
@@ -126,8 +127,11 @@ async def _await_acks(
     deadline = time.monotonic() + wait
     pending = {(f.keys.job, node): (f, seq) for f, seq, nodes in sent for node in nodes}
     while pending:
+        statuses: dict[str, dict[str, dict[str, Any]]] = {}  # one read per job per round
         for (job, node), (frontier, seq) in list(pending.items()):
-            status = (await frontier.node_statuses()).get(node)
+            if job not in statuses:
+                statuses[job] = await frontier.node_statuses()
+            status = statuses[job].get(node)
             acked = status.get("control", {}).get(kind, 0) if status else 0
             if status is None or not isinstance(acked, int) or acked >= seq:
                 state = "left" if status is None else status.get("state", "?")

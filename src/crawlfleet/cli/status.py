@@ -22,6 +22,7 @@ from rich.table import Table
 
 from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.client import parse_throttle
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.redis.connection import REDIS_ERRORS, make_client, resolve_url
 from crawlfleet.redis.keys import JobKeys, jobs_key
@@ -193,15 +194,7 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
         job_control["state"] = wanted.state
     if wanted.concurrency:
         job_control["concurrency"] = str(wanted.concurrency)
-    backoff: dict[str, int] = {}
-    robots: dict[str, int] = {}
-    for field_, value in throttle.items():
-        kind, _, site = _text(field_).partition(":")
-        number = _text(value).partition(":")[0]
-        if kind == "b" and number.isdigit():
-            backoff[site] = int(number)
-        elif kind == "r" and number.isdigit() and int(number) > 0:
-            robots[site] = int(number)
+    throttled = parse_throttle(throttle)
     return JobSnapshot(
         job=keys.job,
         now_ms=now,
@@ -215,8 +208,8 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
         malformed=int(bad),
         nodes=node_view,
         job_control=job_control,
-        backoff=backoff,
-        robots=robots,
+        backoff=throttled["backoff"],
+        robots={site: ms for site, ms in throttled["robots"].items() if ms > 0},
     )
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "Leased",
     "Outgoing",
     "SeenConfig",
+    "parse_throttle",
 ]
 
 PRIORITY_LIMIT = 2**19
@@ -107,6 +108,19 @@ class JobState:
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
+    """A job's throttle hash as read: {"backoff": site -> interval ms (as last raised,
+    before decay), "robots": site -> Crawl-delay ms (0: read, none)}. Robots probes
+    and unreadable fields are left out."""
+    out: dict[str, dict[str, int]] = {"backoff": {}, "robots": {}}
+    for key, value in raw.items():
+        kind, _, site = _s(key).partition(":")
+        number = _s(value).partition(":")[0]
+        if number.isdigit() and kind in ("b", "r"):
+            out["backoff" if kind == "b" else "robots"][site] = int(number)
+    return out
 
 
 def split_entry(entry: bytes) -> tuple[str, bytes]:
@@ -312,19 +326,9 @@ class Frontier:
         return {_s(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     async def read_throttle(self) -> dict[str, dict[str, int]]:
-        """{"backoff": site -> interval ms (as last set, before decay), "robots": site
-        -> Crawl-delay ms}."""
+        """The job's throttle hash, see :func:`parse_throttle`."""
         self.round_trips += 1
-        raw = await self.client.hgetall(self.keys.throttle)
-        out: dict[str, dict[str, int]] = {"backoff": {}, "robots": {}}
-        for key, value in raw.items():
-            kind, _, site = _s(key).partition(":")
-            text = _s(value)
-            if kind == "b":
-                out["backoff"][site] = int(text.partition(":")[0])
-            elif kind == "r":
-                out["robots"][site] = int(text)
-        return out
+        return parse_throttle(await self.client.hgetall(self.keys.throttle))
 
     async def read_limits(self) -> dict[str, str]:
         """The job's run-time rate limits: site pattern -> "H/Ws"."""

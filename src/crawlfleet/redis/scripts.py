@@ -2,9 +2,10 @@
 
 A script whose header says ``-- uses: seen`` is built twice, once with each seen-filter
 library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked up as
-``name`` with ``seen_mode`` "exact" or "bloom". Scripts are registered with redis-py,
-which runs them by SHA and re-sends a script the server has forgotten (NOSCRIPT after
-a restart).
+``name`` with ``seen_mode`` "exact" or "bloom". A header ``-- uses: backoff`` prepends
+``_backoff.lua`` (the decay of a site's back-off, shared by lease and throttle).
+Scripts are registered with redis-py, which runs them by SHA and re-sends a script the
+server has forgotten (NOSCRIPT after a restart).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def _read(name: str) -> str:
 def script_source(name: str, seen_mode: str | None = None) -> str:
     """The full source of script *name* (without ``.lua``), libraries included."""
     body = _read(f"{name}.lua")
-    uses_seen = "-- uses: seen" in body
-    if uses_seen:
+    if "-- uses: backoff" in body:
+        body = _read("_backoff.lua") + "\n" + body
+    if "-- uses: seen" in body:
         if seen_mode not in SEEN_MODES:
             raise ValueError(f"script {name} needs a seen mode, one of {SEEN_MODES}")
         return _read(f"_seen_{seen_mode}.lua") + "\n" + body

@@ -1,5 +1,6 @@
 -- lease: hand up to N queued requests to a node, fairly across the sites offered,
 -- each leased until a deadline on the Redis clock, within each site's rate limit.
+-- uses: backoff
 --
 -- KEYS[1] sites     zset  site -> serve order (0 for a new site; the job's serve counter
 --                         when last served)
@@ -55,9 +56,7 @@ local paced = {}
 local function backoff(site)
   local raw = redis.call('HGET', KEYS[7], 'b:' .. site)
   if not raw then return 0 end
-  local sep = string.find(raw, ':', 1, true)
-  local ms, at = tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))
-  local left = ms * math.pow(0.5, math.max(0, now - at) / half_life)
+  local left = backoff_left(raw, now, half_life)
   if left < 10 then
     redis.call('HDEL', KEYS[7], 'b:' .. site)
     return 0

@@ -1,4 +1,5 @@
 -- throttle: slow sites down for every node of the job.
+-- uses: backoff
 --
 -- KEYS[1] throttle  hash  "b:<site>" -> "<interval ms>:<set at ms>" (back-off);
 --                         "r:<site>" -> robots.txt Crawl-delay (ms; 0: none);
@@ -31,14 +32,7 @@ local longest, half_life = tonumber(ARGV[2]), tonumber(ARGV[3])
 for i = 4, #ARGV - 2, 3 do
   local site, floor, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local field = 'b:' .. site
-  local raw = redis.call('HGET', KEYS[1], field)
-  local current, at = 0, 0
-  if raw then
-    local sep = string.find(raw, ':', 1, true)
-    local ms = tonumber(string.sub(raw, 1, sep - 1))
-    at = tonumber(string.sub(raw, sep + 1))
-    current = ms * math.pow(0.5, math.max(0, now - at) / half_life)
-  end
+  local current, at = backoff_left(redis.call('HGET', KEYS[1], field), now, half_life)
   if current < 10 or now - at >= current then
     local raised = math.min(longest, math.max(first, current * 2))
     raised = math.floor(math.max(raised, floor))
