@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
+from scrapy.exceptions import DropItem
+
 __all__ = [
     "ConfigError",
     "CrawlfleetError",
     "EmbeddedRedisError",
+    "ItemNotDurable",
     "MalformedEntry",
     "SerializationError",
 ]
@@ -29,3 +34,13 @@ class SerializationError(CrawlfleetError):
 
 class MalformedEntry(CrawlfleetError):
     """An entry read from Redis cannot be decoded; it is moved aside, never executed."""
+
+
+class ItemNotDurable(CrawlfleetError, DropItem):
+    """An item store gave an item up before it was durable (the crawl is stopping while
+    the store is unreachable). The request that produced the item is not acknowledged:
+    it goes back to the frontier and is crawled again, so nothing is lost. Logged at
+    DEBUG per item; the node logs one summary."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, log_level=logging.getLevelName(logging.DEBUG))

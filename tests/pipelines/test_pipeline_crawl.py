@@ -11,6 +11,7 @@ lost or doubled.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -59,19 +60,24 @@ def node_settings(
 
 
 def start_nodes(
-    site: TestSite, redis_url: str, tmp_path: Path, settings: dict[str, Any]
+    site: TestSite,
+    redis_url: str,
+    tmp_path: Path,
+    settings: dict[str, Any],
+    count: int = 2,
+    log: str = "node",
 ) -> list[subprocess.Popen[bytes]]:
     return [
         start_node(
             str(SPEC),
             job="items",
             redis_url=redis_url,
-            log=tmp_path / f"node{i}.log",
+            log=tmp_path / f"{log}{i}.log",
             spider_args={"start_urls": ",".join(site.seed_urls)},
             settings=settings,
             cwd=ROOT,
         )
-        for i in range(2)
+        for i in range(count)
     ]
 
 
@@ -215,3 +221,56 @@ def test_postgresql_down_mid_crawl_loses_nothing(
     text = logs(tmp_path)
     assert f"table {table} is unreachable" in text, text[-4000:]
     assert f"table {table} is back after" in text, text[-4000:]
+
+
+def test_ctrl_c_while_postgresql_is_down_gives_the_pages_back(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A stop asked for while the store is down: the node does not wait for the store;
+    the pages whose items were not stored go back to the frontier (not acknowledged),
+    the node exits 1 saying so, and a later node stores them: nothing is lost."""
+    pg = require_server("postgresql")
+    real = make_url(pg)
+    proxy = TcpProxy(real.host or "127.0.0.1", real.port or 5432)
+    proxy.start()
+    via_proxy = real.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    table = unique_table()
+    settings = node_settings(
+        node_env,
+        via_proxy,
+        table,
+        CONCURRENT_REQUESTS=2,
+        CRAWLFLEET_STORE_RETRY_MIN_SECONDS=0.2,
+        CRAWLFLEET_STORE_RETRY_MAX_SECONDS=1,
+    )
+    with TestSite(MODEL, latency_seconds=0.1, timeout_seconds=5) as site:
+        procs = start_nodes(site, redis_server_url, tmp_path, settings, 1, "stopped")
+        try:
+            assert wait_until(lambda: count_rows(pg, table) >= 5, timeout=40, step=0.05), logs(
+                tmp_path
+            )[-3000:]
+            proxy.stop()
+            time.sleep(1.5)  # items of pages fetched meanwhile wait for the store
+            started = time.monotonic()
+            procs[0].send_signal(signal.SIGINT)
+            code = procs[0].wait(30)
+            stop_seconds = time.monotonic() - started
+            assert count_rows(pg, table) < MODEL.pages
+            proxy.start()
+            procs = start_nodes(site, redis_server_url, tmp_path, settings)
+            finish(procs, tmp_path)
+            rows = stored_rows(pg, table)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            proxy.stop()
+            engine = sa.create_engine(pg, poolclass=sa.NullPool)
+            items_table(table).drop(engine, checkfirst=True)
+            engine.dispose()
+    stopped = (tmp_path / "stopped0.log").read_text(errors="replace")
+    assert code == 1, stopped[-3000:]
+    assert stop_seconds < 10, "the stop must not wait for the store"
+    assert "go back to the frontier" in stopped, stopped[-3000:]
+    assert "'crawlfleet/frontier/unstored'" in stopped, stopped[-3000:]
+    assert_one_row_per_page(rows, site)

@@ -2,9 +2,11 @@
 the Redis item stream and MongoDB (only with CRAWLFLEET_TEST_MONGODB_URL).
 
 Upsert by key, batching by size and by delay, a store that goes down and comes back
-(nothing lost), back-pressure when the buffer is full, and spill-and-replay when the
-store is still down at close. Outages are real: an exclusive lock held by another
-connection for SQLite, a TCP proxy that is stopped and started for the servers.
+(nothing lost), back-pressure when the buffer is full, spill-and-replay when the store
+is still down at close, and ``save``: it returns only once the record is in the store,
+and gives up (ItemNotDurable) when the crawl stops while the store is down. Outages
+are real: an exclusive lock held by another connection for SQLite, a TCP proxy that is
+stopped and started for the servers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 from sqlalchemy.engine import make_url
 
+from crawlfleet.exceptions import ItemNotDurable
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.mongo import MongoSink
 from crawlfleet.pipelines.sinks import StoredItem
@@ -308,29 +311,74 @@ def test_close_while_down_spills_and_next_open_writes(harness: Harness) -> None:
     assert list(spill_dir.glob("*.jsonl")) == []
 
 
-def test_stopping_crawl_spills_instead_of_waiting_on_a_full_buffer(harness: Harness) -> None:
+def test_save_returns_once_the_record_is_in_the_store(harness: Harness) -> None:
+    # batch_seconds is long: a save must not wait for it (group commit)
+    sink = harness.sink(batch_items=50, batch_seconds=30.0)
+    sink.open()
+
+    async def scenario() -> list[StoredItem | None]:
+        await asyncio.gather(*(sink.save(_record(i)) for i in range(20)))
+        # read on another thread: get() blocks, as tools use it
+        return await asyncio.to_thread(lambda: [sink.get(f"key{i:04d}") for i in range(20)])
+
+    try:
+        stored = asyncio.run(asyncio.wait_for(scenario(), 10))
+    finally:
+        _run(sink.close())
+    assert all(record is not None for record in stored)
+
+
+def test_save_waits_for_a_store_that_is_down(harness: Harness) -> None:
+    sink = harness.sink()
+    sink.open()
+    harness.begin_outage()
+    ended = False
+
+    async def scenario() -> None:
+        nonlocal ended
+        saving = asyncio.ensure_future(sink.save(_record(1)))
+        for _ in range(100):
+            if (harness.stats.get_value(harness.stat("retries")) or 0) >= 1:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        assert not saving.done(), "save() must not return before the record is written"
+        harness.end_outage()
+        ended = True
+        await asyncio.wait_for(saving, 15)
+
+    try:
+        _run(scenario())
+    finally:
+        if not ended:
+            harness.end_outage()
+    assert sink.get("key0001") is not None
+    assert _run(sink.close()) == 0
+
+
+def test_stopping_crawl_gives_up_saves_while_the_store_is_down(harness: Harness) -> None:
     sink = harness.sink(batch_items=10, buffer_items=20, close_timeout_seconds=0.3)
     stopping = False
-    sink.overflow_when = lambda: stopping
+    sink.stopping = lambda: stopping
     sink.open()
     harness.begin_outage()
 
     async def scenario() -> int:
         nonlocal stopping
-        await _put_all(sink, [_record(i) for i in range(20)])
-        blocked = asyncio.ensure_future(sink.put(_record(20)))
-        await asyncio.sleep(0.2)
-        assert not blocked.done()
+        saves = [asyncio.ensure_future(sink.save(_record(i))) for i in range(25)]
+        await asyncio.sleep(0.3)
+        assert not any(save.done() for save in saves), "saves wait while the store is down"
         stopping = True  # e.g. Ctrl-C: the crawler is no longer crawling
-        await asyncio.wait_for(blocked, 5)  # released within about a second
-        await sink.put(_record(21))  # goes straight to the spill file
+        outcomes = await asyncio.wait_for(asyncio.gather(*saves, return_exceptions=True), 5)
+        assert all(isinstance(o, ItemNotDurable) for o in outcomes), outcomes
+        with pytest.raises(ItemNotDurable):
+            await sink.save(_record(99))  # refused at once
         return await sink.close()
 
     try:
-        assert _run(scenario()) == 22
+        assert _run(scenario()) == 0  # given up, not left over: nothing to spill
     finally:
         harness.end_outage()
-    again = harness.sink()
-    again.open()
-    assert _run(again.close()) == 0
-    assert again.count() == 22
+    assert harness.stats.get_value(harness.stat("given_up")) == 26
+    spill_dir = sink.options.spill_dir
+    assert spill_dir is None or not list(spill_dir.glob("*.jsonl"))  # nothing to replay

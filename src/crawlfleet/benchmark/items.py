@@ -2,8 +2,9 @@
 
 Throughput: the pipeline objects the add-on enables (every item stage, then one store)
 are built in-process with a Scrapy crawler and fed product items shaped exactly like
-the ones the bundled site's spider spec yields (:func:`product_item`), one after the
-other, yielding to the event loop between items as Scrapy's engine does. A run is timed
+the ones the bundled site's spider spec yields (:func:`product_item`), with up to
+:data:`ITEMS_IN_FLIGHT` items in the pipelines at once, as Scrapy's engine sends them
+(a store returns an item only once it is durable). A run is timed
 from the first item to the end of ``close_spider``, i.e. until the store committed
 every item; afterwards the store is counted. Runs: the stages alone (no store), SQLite,
 PostgreSQL (when one answers), the job's Redis stream, and one item worker (as
@@ -83,6 +84,9 @@ __all__ = [
 #: The bundled site's spider spec (its product items are what the benchmark feeds).
 SPEC_PATH = Path(__file__).resolve().parents[1] / "testsite" / "spec.yaml"
 #: Environment variable naming the PostgreSQL to measure (SQLAlchemy URL).
+#: Items in the pipelines at once, as in a crawl (Scrapy's CONCURRENT_ITEMS): a store
+#: returns an item only once it is durable, so the stores see them as a crawl sends them.
+ITEMS_IN_FLIGHT = 100
 POSTGRES_URL_ENV = "CRAWLFLEET_BENCH_POSTGRES_URL"
 #: Tried in order when neither the option nor the environment names one (the test URLs).
 POSTGRES_CANDIDATES = (
@@ -227,15 +231,25 @@ async def _feed(crawler: Crawler, items: list[dict[str, Any]]) -> tuple[float, i
         if hasattr(pipeline, "open_spider"):
             await _maybe_await(pipeline.open_spider(None))
     dropped = 0
+    slots = asyncio.Semaphore(ITEMS_IN_FLIGHT)
+
+    async def one(item: Any) -> None:
+        nonlocal dropped
+        try:
+            for pipeline in pipelines:
+                item = await _maybe_await(pipeline.process_item(item, None))
+        except DropItem:
+            dropped += 1
+        finally:
+            slots.release()
+
     started = time.perf_counter()
+    tasks = []
     try:
         for item in items:
-            try:
-                for pipeline in pipelines:
-                    item = await _maybe_await(pipeline.process_item(item, None))
-            except DropItem:
-                dropped += 1
-            await asyncio.sleep(0)  # the engine runs other work between items
+            await slots.acquire()  # the engine runs other work between items
+            tasks.append(asyncio.ensure_future(one(item)))
+        await asyncio.gather(*tasks)
     finally:
         for pipeline in pipelines:
             if hasattr(pipeline, "close_spider"):

@@ -5,8 +5,9 @@ CPU-bound site (no latency) and on a latency-bound one; then the seen-filter's m
 per URL (exact and Bloom) and the Bloom filter's measured false-positive rate; then the
 item pipeline: items/s into each store (SQLite, PostgreSQL when one answers, the Redis
 stream, an item worker moving the stream into SQLite), text-extraction quality and
-legacy-encoding correctness on the bundled site. Prints tables and writes the figures
-as JSON.
+legacy-encoding correctness on the bundled site; then fault trials (nodes storing into
+SQL killed with SIGKILL or a double Ctrl-C at random moments: nothing may be lost).
+Prints tables and writes the figures as JSON.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from rich.table import Table
 
 from crawlfleet.benchmark.balance import BalanceResult, balance_targets, run_balance
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
-from crawlfleet.benchmark.items import POSTGRES_URL_ENV, ItemsResult, run_items
+from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
+from crawlfleet.benchmark.items import POSTGRES_URL_ENV, ItemsResult, find_postgres, run_items
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
 from crawlfleet.frontier.limits import SPACING, parse_limit
@@ -110,10 +112,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="site latency of the load-balancing runs in seconds (default 0.1)",
     )
     parser.add_argument(
+        "--fault-trials",
+        type=int,
+        default=10,
+        help="fault trials (kill -9 and double Ctrl-C of a node storing into SQL, "
+        "alternating; default 10)",
+    )
+    parser.add_argument(
+        "--fault-pages", type=int, default=300, help="pages of each fault trial (default 300)"
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
-        choices=["cpu", "latency", "polite", "balance", "seen", "items"],
+        choices=["cpu", "latency", "polite", "balance", "seen", "items", "faults"],
         help="leave out a part",
     )
     parser.add_argument(
@@ -194,6 +206,9 @@ def run(args: argparse.Namespace) -> int:
             postgres_url=args.items_postgres_url,
             progress=lambda line: console.print(line, markup=False),
         )
+    faults: list[FaultResult] = []
+    if "faults" not in args.skip:
+        faults = _fault_trials(console, args, url, prefix)
     report = _report(console, results, seen, items)
     if polite_result is not None:
         polite_targets = _polite_report(console, polite_result, args.polite_limit)
@@ -207,6 +222,13 @@ def run(args: argparse.Namespace) -> int:
         report["balance"] = [b.as_dict() for b in balance]
         report["targets"].update(balance_met)
         for name, ok in balance_met.items():
+            console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
+        report["targets_met"] = all(report["targets"].values())
+    if faults:
+        fault_targets = _faults_report(console, faults)
+        report["faults"] = [f.as_dict() for f in faults]
+        report["targets"].update(fault_targets)
+        for name, ok in fault_targets.items():
             console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
         report["targets_met"] = all(report["targets"].values())
     report["command"] = "crawlfleet bench " + " ".join(
@@ -225,12 +247,85 @@ def run(args: argparse.Namespace) -> int:
             "polite_limit",
             "balance_pages",
             "balance_latency",
+            "fault_trials",
+            "fault_pages",
         )
     )
     report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     args.json.write_text(json.dumps(report, indent=2))
     console.print(f"figures written to {args.json}")
     return 0 if report["targets_met"] else 1
+
+
+def _fault_trials(
+    console: Console, args: argparse.Namespace, redis_url: str, prefix: str
+) -> list[FaultResult]:
+    """Run the fault trials into PostgreSQL when one answers, else into SQLite."""
+    import tempfile
+
+    postgres, why = find_postgres(args.items_postgres_url)
+    workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-faults-"))
+    sql_url = postgres or f"sqlite:///{workdir / 'items.sqlite3'}"
+    if postgres is None:
+        console.print(f"fault trials into SQLite: {escape(why)}")
+    results = []
+    for n in range(args.fault_trials):
+        fault = FAULTS[n % len(FAULTS)]
+        console.print(f"fault trial {n + 1}/{args.fault_trials}: {fault} ...")
+        results.append(
+            run_fault_trial(
+                fault,
+                sql_url=sql_url,
+                redis_url=redis_url,
+                workdir=workdir / f"trial{n + 1}",
+                key_prefix=prefix,
+                pages=args.fault_pages,
+                seed=n,
+            )
+        )
+    return results
+
+
+def _faults_report(console: Console, results: list[FaultResult]) -> dict[str, bool]:
+    store = results[0].store
+    table = Table(title=f"fault trials: 3 nodes storing into {store}, one node hit at random")
+    for col in (
+        "fault",
+        "hit at page",
+        "rows",
+        "never fetched",
+        "items lost",
+        "duplicate rows",
+        "fetched twice",
+        "seconds",
+        "exit codes",
+    ):
+        table.add_column(col, justify="left" if col == "fault" else "right")
+    for r in results:
+        table.add_row(
+            r.fault,
+            f"{r.hit_at}/{r.pages}",
+            str(r.rows),
+            str(r.never_fetched),
+            str(r.items_lost),
+            str(r.duplicate_rows),
+            str(r.fetched_twice),
+            f"{r.seconds:.1f}",
+            " ".join(str(c) for c in r.exit_codes),
+        )
+    console.print(table)
+    lost = sum(r.never_fetched for r in results)
+    items = sum(r.items_lost for r in results)
+    dups = sum(r.duplicate_rows for r in results)
+    unfinished = sum(1 for r in results if any(c != 0 for c in r.exit_codes[1:]))
+    return {
+        f"faults: {len(results)} trials, 0 pages lost (seen {lost})": lost == 0,
+        f"faults: 0 items lost (seen {items})": items == 0,
+        f"faults: 0 duplicate rows (seen {dups})": dups == 0,
+        f"faults: every other node finished (seen {unfinished} trials with one that did not)": (
+            unfinished == 0
+        ),
+    }
 
 
 def _balance_report(console: Console, results: list[BalanceResult]) -> dict[str, bool]:

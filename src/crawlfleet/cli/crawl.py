@@ -102,7 +102,10 @@ def run(args: argparse.Namespace) -> int:
     crawler = process.create_crawler(spidercls)
     process.crawl(crawler, **spider_args)
     process.start()
-    reason = crawler.stats.get_value("finish_reason") if crawler.stats else None
+    stats = crawler.stats
+    reason = stats.get_value("finish_reason") if stats else None
+    if stats and stats.get_value("crawlfleet/frontier/unstored"):
+        return 1  # pages given back unfinished (a store was down at the stop)
     # drained and stopped: an operator's control command (crawlfleet control)
     return 0 if reason in ("finished", "shutdown", "drained", "stopped") else 1
 

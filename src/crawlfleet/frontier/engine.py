@@ -15,7 +15,7 @@ from typing import Any
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
 
-__all__ = ["EngineHooks", "engine_hooks"]
+__all__ = ["EngineHooks", "engine_hooks", "is_stopping"]
 
 
 def _nothing(*_args: Any) -> None:
@@ -43,14 +43,27 @@ class EngineHooks:
     _pending: list[asyncio.Future[None]] = field(default_factory=list)
 
 
+def _slot_of(crawler: Crawler) -> Any:
+    engine = crawler.engine
+    return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+
+
+def is_stopping(crawler: Crawler) -> bool:
+    """Whether *crawler* is stopping: asked to stop (Ctrl-C, SIGTERM), or its spider is
+    being closed (a control command, the job finished). Safe from any thread."""
+    if not crawler.crawling:
+        return True
+    s = _slot_of(crawler)
+    return s is not None and bool(getattr(s, "closing", False))
+
+
 def engine_hooks(crawler: Crawler) -> EngineHooks:
     """The hooks of *crawler*'s engine (looked up at each call: the engine and its slot
     come and go with the crawl)."""
     hooks = EngineHooks()
 
     def slot() -> Any:
-        engine = crawler.engine
-        return getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        return _slot_of(crawler)
 
     def inprogress() -> Collection[Request] | None:
         s = slot()

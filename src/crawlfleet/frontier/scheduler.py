@@ -11,9 +11,12 @@ batches:
   expired leases to their queues.
 
 A request handed to the engine is acknowledged only once the engine has finished with
-it (downloaded, parsed, its new requests buffered, its items through the pipelines), and
-in the same batch as, or after, those new requests: a node killed at any moment loses
-nothing, its leases come back once it misses its heartbeats (or they expire).
+it (downloaded, parsed, its new requests buffered, its items through the pipelines,
+where the stores return only once an item is durable), and in the same batch as, or
+after, those new requests: a node killed at any moment loses nothing, its leases come
+back once it misses its heartbeats (or they expire). A request one of whose items a
+store gave up (ItemNotDurable: stopping while the store is down) is not acknowledged
+but released, back to its queue.
 
 The heartbeat also brings the operator's control commands (pause, resume, drain, stop,
 concurrency: crawlfleet.frontier.control); the node runs the lower of that concurrency
@@ -36,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from scrapy import Request, Spider
+from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.crawler import Crawler
 from scrapy.settings import BaseSettings
@@ -45,7 +48,7 @@ from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.internet.defer import Deferred
 
 from crawlfleet import __version__
-from crawlfleet.exceptions import ConfigError, MalformedEntry, SerializationError
+from crawlfleet.exceptions import ConfigError, ItemNotDurable, MalformedEntry, SerializationError
 from crawlfleet.frontier.client import Frontier, JobState, Outgoing, SeenConfig
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.engine import EngineHooks, engine_hooks
@@ -160,6 +163,9 @@ class Scheduler(BaseScheduler):
         self._bad: list[str] = []
         self._buffer: deque[tuple[Request, str]] = deque()  # leased, not yet handed out
         self._handed: dict[Request, str] = {}  # handed to the engine, not finished
+        #: handed requests with an item a store gave up: released, not acknowledged
+        self._unstored: set[Request] = set()
+        self._release: list[tuple[str, str]] = []  # (rid, site) to give back
         self._held: dict[str, str] = {}  # rid -> site of every lease this node holds
         self._paced: dict[str, str] = {}  # rid -> its rate-limited budget, until sent
         self._sent_budgets: set[str] = set()  # paced budgets sent, to report
@@ -211,6 +217,7 @@ class Scheduler(BaseScheduler):
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
         )
         scheduler._bind_engine(crawler)
+        crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
         scheduler.robots_probe_ms = robots_probe_ms(settings)
         #: extensions (the feedback controller) find the scheduler here
         crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
@@ -252,12 +259,21 @@ class Scheduler(BaseScheduler):
         for request, rid in list(self._handed.items()):
             self._buffer.append((request, rid))
         self._handed.clear()
+        self._unstored.clear()
+        unstored = self._stat("crawlfleet/frontier/unstored")
+        if unstored:
+            logger.warning(
+                "%d pages whose items could not be stored before the stop go back to the "
+                "frontier (crawled again later)",
+                unstored,
+            )
         deadline = time.monotonic() + CLOSE_FLUSH_SECONDS
         delay = self.redis_config.retry_min_seconds
         while time.monotonic() < deadline:
             try:
                 while self._out or self._acks or self._bad:
                     await self._flush()
+                await self._release_unstored()
                 held = list(self._held.items())
                 if held:
                     back = await self.frontier.release(self.node_id, held)
@@ -419,6 +435,7 @@ class Scheduler(BaseScheduler):
 
     async def _tick(self) -> None:
         self._collect_finished()
+        await self._release_unstored()
         if self._sent_budgets:
             await self.frontier.sent(sorted(self._sent_budgets))
             self._sent_budgets.clear()
@@ -456,9 +473,28 @@ class Scheduler(BaseScheduler):
         done = [r for r in self._handed if r not in inprogress]
         for request in done:
             rid = self._handed.pop(request)
-            self._held.pop(rid, None)
             self._paced.pop(rid, None)
+            if request in self._unstored:
+                self._unstored.discard(request)
+                self._release.append((rid, self._held.pop(rid, "")))
+                self._inc("crawlfleet/frontier/unstored")
+                continue
+            self._held.pop(rid, None)
             self._acks.append(rid)
+
+    def item_dropped(self, item: Any, response: Any, exception: BaseException) -> None:
+        """``item_dropped`` handler: an item a store gave up (ItemNotDurable) keeps its
+        page from being acknowledged."""
+        if isinstance(exception, ItemNotDurable):
+            request = getattr(response, "request", None)
+            if request is not None and request in self._handed:
+                self._unstored.add(request)
+
+    async def _release_unstored(self) -> None:
+        if self._release:
+            back = await self.frontier.release(self.node_id, self._release)
+            self._release.clear()
+            self._inc("crawlfleet/frontier/released", back)
 
     async def _flush(self) -> None:
         batch = self._out[: self.config.flush_batch]

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from twisted.internet.defer import Deferred
 
-__all__ = ["Wakeup", "run_in_thread"]
+__all__ = ["Completion", "Wakeup", "run_in_thread", "settle"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -78,6 +78,67 @@ class Wakeup:
             waiters, self._waiters = self._waiters, []
         for waker in waiters:
             waker()
+
+
+class Completion:
+    """A one-shot outcome that a worker thread settles and the reactor side awaits.
+
+    Create it on the reactor (or loop) thread; ``await completion.wait()`` returns once
+    :func:`settle` was called with it and no error, or raises the error given."""
+
+    __slots__ = ("_deferred", "_future", "_loop")
+
+    def __init__(self) -> None:
+        self._loop = _running_loop()
+        self._future: asyncio.Future[None] | None = None
+        self._deferred: Deferred[None] | None = None
+        if self._loop is not None:
+            self._future = self._loop.create_future()
+        else:
+            self._deferred = Deferred()
+
+    def wait(self) -> Awaitable[None]:
+        """The awaitable of the outcome (call from the thread that created it)."""
+        if self._future is not None:
+            return self._future
+        assert self._deferred is not None
+        return self._deferred
+
+    def _settle(self, error: BaseException | None) -> None:
+        if self._future is not None:
+            if not self._future.done():
+                if error is None:
+                    self._future.set_result(None)
+                else:
+                    self._future.set_exception(error)
+        elif self._deferred is not None and not self._deferred.called:
+            if error is None:
+                self._deferred.callback(None)
+            else:
+                self._deferred.errback(error)
+
+
+def settle(completions: list[Completion], error: BaseException | None = None) -> None:
+    """Settle *completions* (success, or *error*). Safe from any thread: one hop to each
+    loop for the whole list, not one per completion. A closed loop has nobody waiting."""
+    if not completions:
+        return
+    by_loop: dict[asyncio.AbstractEventLoop | None, list[Completion]] = {}
+    for completion in completions:
+        by_loop.setdefault(completion._loop, []).append(completion)
+
+    def run(group: list[Completion]) -> None:
+        for completion in group:
+            completion._settle(error)
+
+    for loop, group in by_loop.items():
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(run, group)
+        else:
+            from twisted.internet import reactor
+
+            reactor.callFromThread(run, group)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

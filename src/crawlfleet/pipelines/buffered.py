@@ -1,10 +1,12 @@
 """A sink base that buffers, batches, retries and never loses what it accepted.
 
 :class:`BufferedSink` keeps accepted records in a bounded FIFO buffer. One worker thread
-takes batches from its head (``batch_items`` at most, or whatever is there once the
-oldest record has waited ``batch_seconds``) and writes them with the subclass's blocking
-:meth:`~BufferedSink.write_batch`. A record leaves the buffer only after its batch was
-written, so:
+takes batches from its head and writes them with the subclass's blocking
+:meth:`~BufferedSink.write_batch`: at once when somebody awaits a record's durability
+(:meth:`~BufferedSink.save`: a group commit, whatever arrived while the last batch was
+being written goes in the next one, up to ``batch_items``), otherwise when
+``batch_items`` are there or the oldest record has waited ``batch_seconds``. A record
+leaves the buffer only after its batch was written, so:
 
 - a store that is down (transient error, see :meth:`~BufferedSink.is_transient`) is
   retried with exponential back-off (``retry_min_seconds`` doubling up to
@@ -13,16 +15,20 @@ written, so:
 - a batch that fails for another reason (bad data) is written record by record, and only
   the records the store refuses are set aside: ERROR log, stats ``rejected``, and a line
   in ``<spill dir>/<spill id>-rejected.jsonl``;
+- while :attr:`~BufferedSink.stopping` says so (the store pipeline sets it to "the
+  crawl is stopping") and the store is down, the records that callers of
+  :meth:`~BufferedSink.save` wait for are given up within a second: they leave the
+  buffer and ``save`` raises :class:`~crawlfleet.exceptions.ItemNotDurable` (the
+  caller still owns the item: the crawl puts its page back in the frontier), so a
+  shutdown is not held up by a store that is down;
 - on close the worker flushes for up to ``close_timeout_seconds``; what is left is saved
   to ``<spill dir>/<spill id>-<time>.jsonl`` (ERROR log naming the count and file) and
-  written first when a sink with the same spill id opens next time;
-- while :attr:`~BufferedSink.overflow_when` says so (the store pipeline sets it to "the
-  crawl is stopping"), a put that finds the buffer full goes to that file too instead
-  of waiting, so a shutdown is not held up by a store that is down.
+  written first when a sink with the same spill id opens next time.
 
 Stats (``crawlfleet/store/<name>/``): ``written``, ``batches``, ``retries``,
-``rejected``, ``waits`` (puts that waited for room), ``unwritten`` (left at close),
-``replayed`` (records read back from spill files).
+``rejected``, ``waits`` (puts that waited for room), ``given_up`` (saves given up while
+stopping), ``unwritten`` (left at close), ``replayed`` (records read back from spill
+files).
 """
 
 from __future__ import annotations
@@ -42,8 +48,8 @@ from typing import Self
 from scrapy.settings import BaseSettings
 from scrapy.statscollectors import StatsCollector
 
-from crawlfleet.exceptions import ConfigError
-from crawlfleet.pipelines._threads import Wakeup, run_in_thread
+from crawlfleet.exceptions import ConfigError, ItemNotDurable
+from crawlfleet.pipelines._threads import Completion, Wakeup, run_in_thread, settle
 from crawlfleet.pipelines._util import describe_error
 from crawlfleet.pipelines.sinks import ItemSink, StoredItem
 from crawlfleet.settings.access import get_float, get_int, get_path
@@ -54,6 +60,9 @@ logger = logging.getLogger(__name__)
 
 #: A full buffer is logged at most this often (it may fill many times a second).
 _FULL_LOG_INTERVAL_SECONDS = 60.0
+
+#: A buffered record: when it was accepted, the record, and who awaits its durability.
+_Entry = tuple[float, StoredItem, Completion | None]
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,8 @@ class BufferedSink(ItemSink):
     ) -> None:
         self.options = options or StoreOptions()
         self.stats = stats
-        self._buffer: deque[tuple[float, StoredItem]] = deque()
+        self._buffer: deque[_Entry] = deque()
+        self._awaited = 0  # entries of the buffer with a Completion
         self._cond = threading.Condition()
         self._space = Wakeup()
         self._retry_wake = threading.Event()
@@ -126,15 +136,15 @@ class BufferedSink(ItemSink):
         self._abandoned = False
         self._deadline = float("inf")
         self._full_logged_at = -float("inf")
+        self._down_since: float | None = None  # set by the worker while the store is down
         self._replay_files: list[Path] = []
         self._replay_left = 0
-        self._overflowed = 0
         self._run_suffix = f"{time.strftime('%Y%m%dT%H%M%S')}-{id(self):x}"
-        #: When set and true while the buffer is full (e.g. "the crawl is stopping"), a
-        #: put() saves its record to this run's spill file instead of waiting, so that
+        #: When set and true while the store is down (e.g. "the crawl is stopping"), the
+        #: records awaited by :meth:`save` are given up (ItemNotDurable) rather than held:
         #: a shutdown is not held up by a store that is down. Checked at least every
-        #: second while puts wait.
-        self.overflow_when: Callable[[], bool] | None = None
+        #: second while the store is retried; may be called from the worker thread.
+        self.stopping: Callable[[], bool] | None = None
 
     # --- to implement ----------------------------------------------------------------
 
@@ -184,24 +194,44 @@ class BufferedSink(ItemSink):
         self._thread.start()
 
     async def put(self, record: StoredItem) -> None:
-        """Buffer *record*; wait while the buffer is full (see :attr:`overflow_when`)."""
+        """Buffer *record*; wait while the buffer is full."""
+        await self._accept(record, None)
+
+    async def save(self, record: StoredItem) -> None:
+        """Buffer *record* and return once it is durable: written by the store, or
+        refused as bad data and set aside (see the module docstring). Raises
+        ItemNotDurable if the sink gives it up (:attr:`stopping` while the store is
+        down); the record is then not written by this sink."""
+        completion = Completion()
+        await self._accept(record, completion)
+        await completion.wait()
+
+    def _giving_up(self) -> bool:
+        """The store is down and the crawl is stopping: awaited records are given up."""
+        return self._down_since is not None and self.stopping is not None and self.stopping()
+
+    def _not_durable(self) -> ItemNotDurable:
+        return ItemNotDurable(
+            f"not stored: item store {self.target} is unreachable and the crawl is stopping"
+        )
+
+    async def _accept(self, record: StoredItem, completion: Completion | None) -> None:
         if self._closing or self._thread is None:
             raise RuntimeError(f"item store {self.name} is not open")
         while True:
             with self._cond:
+                if completion is not None and self._giving_up():
+                    self._inc("given_up")
+                    raise self._not_durable()
                 size = len(self._buffer)
                 if size < self.options.buffer_items:
-                    self._buffer.append((time.monotonic(), record))
-                    if size == 0 or size + 1 >= self.options.batch_items:
+                    self._buffer.append((time.monotonic(), record, completion))
+                    if completion is not None:
+                        self._awaited += 1
+                    if size == 0 or completion is not None or size + 1 >= self.options.batch_items:
                         self._cond.notify()
                     return
-                overflow = self.overflow_when is not None and self.overflow_when()
-                if not overflow:
-                    waiter = self._space.wait()
-            if overflow:
-                if self._overflow(record):
-                    return
-                continue
+                waiter = self._space.wait()
             now = time.monotonic()
             if now - self._full_logged_at >= _FULL_LOG_INTERVAL_SECONDS:
                 self._full_logged_at = now
@@ -212,24 +242,6 @@ class BufferedSink(ItemSink):
                 )
             self._inc("waits")
             await waiter
-
-    def _overflow(self, record: StoredItem) -> bool:
-        """Save *record* to this run's spill file; False (and no more overflowing) if that
-        is impossible."""
-        where = self._spill([record], self._run_suffix)
-        if where is None:
-            self.overflow_when = None  # nowhere to put it: wait for the store instead
-            return False
-        self._overflowed += 1
-        self._inc("unwritten")
-        if self._overflowed == 1:
-            logger.warning(
-                "Item store %s: buffer full while the crawl stops; further items go to %s "
-                "(written at the next start)",
-                self.target,
-                where,
-            )
-        return True
 
     async def close(self) -> int:
         """Flush for at most ``close_timeout_seconds``; spill and count what is left."""
@@ -243,12 +255,15 @@ class BufferedSink(ItemSink):
         await run_in_thread(self._thread.join, self.options.close_timeout_seconds + 1.0)
         with self._cond:
             self._abandoned = True
-            left = [record for _, record in self._buffer]
+            left = [record for _, record, _ in self._buffer]
+            awaited = [c for _, _, c in self._buffer if c is not None]
             self._buffer.clear()
+            self._awaited = 0
+        settle(awaited, self._not_durable())
         self._space.notify_all()
         if not left:
             self._remove_replayed_files()
-            return self._overflowed
+            return 0
         self._inc("unwritten", len(left))
         where = self._spill(left, self._run_suffix)
         self._remove_replayed_files()
@@ -259,7 +274,7 @@ class BufferedSink(ItemSink):
             self.options.close_timeout_seconds,
             f"saved to {where}, written at the next start" if where else "they are lost",
         )
-        return len(left) + self._overflowed
+        return len(left)
 
     # --- worker ----------------------------------------------------------------------
 
@@ -276,19 +291,18 @@ class BufferedSink(ItemSink):
                     return None
                 if self._buffer:
                     age = time.monotonic() - self._buffer[0][0]
-                    if self._closing or len(self._buffer) >= opts.batch_items:
+                    if self._closing or self._awaited or len(self._buffer) >= opts.batch_items:
                         break
                     if age >= opts.batch_seconds:
                         break
                     self._cond.wait(opts.batch_seconds - age)
                 else:
                     self._cond.wait()
-            return [record for _, record in islice(self._buffer, opts.batch_items)]
+            return [record for _, record, _ in islice(self._buffer, opts.batch_items)]
 
     def _run(self) -> None:
         delay = self.options.retry_min_seconds
         ready = False
-        down_since: float | None = None
         try:
             while (batch := self._next_batch()) is not None:
                 try:
@@ -300,8 +314,8 @@ class BufferedSink(ItemSink):
                     ready = False
                     now = time.monotonic()
                     self._inc("retries")
-                    if down_since is None:
-                        down_since = now
+                    if self._down_since is None:
+                        self._down_since = now
                         logger.warning(
                             "Item store %s is unreachable (%s); %d items wait in memory, "
                             "retrying in %.1f s",
@@ -314,7 +328,7 @@ class BufferedSink(ItemSink):
                         logger.info(
                             "Item store %s still unreachable after %.0f s (%s); %d items waiting",
                             self.target,
-                            now - down_since,
+                            now - self._down_since,
                             describe_error(exc),
                             len(self._buffer),
                         )
@@ -324,14 +338,14 @@ class BufferedSink(ItemSink):
                     delay = min(delay * 2, self.options.retry_max_seconds)
                     continue
                 self._done(len(batch), refused)
-                if down_since is not None:
+                if self._down_since is not None:
                     logger.warning(
                         "Item store %s is back after %.1f s; writing %d waiting items",
                         self.target,
-                        time.monotonic() - down_since,
+                        time.monotonic() - self._down_since,
                         len(self._buffer),
                     )
-                    down_since = None
+                    self._down_since = None
                     delay = self.options.retry_min_seconds
         except BaseException:
             logger.exception(
@@ -347,23 +361,48 @@ class BufferedSink(ItemSink):
                 logger.exception("Item store %s: error while closing", self.target)
 
     def _pause(self, seconds: float) -> None:
-        """Sleep before a retry (cut short by close); wake waiting puts every second so
-        that they look at :attr:`overflow_when` again."""
+        """Sleep before a retry (cut short by close); every second, give up the awaited
+        records if the crawl is stopping (:attr:`stopping`)."""
         end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            if self._retry_wake.wait(min(left, 1.0)):
+        while True:
+            self._give_up_awaited()
+            left = end - time.monotonic()
+            if left <= 0 or self._retry_wake.wait(min(left, 1.0)):
                 break
-            self._space.notify_all()
         self._retry_wake.clear()
+
+    def _give_up_awaited(self) -> None:
+        """While :meth:`_giving_up`: drop the records somebody awaits from the buffer and
+        fail their saves (ItemNotDurable). Worker thread, between batches only."""
+        with self._cond:
+            if not self._awaited or not self._giving_up():
+                return
+            given_up = [c for _, _, c in self._buffer if c is not None]
+            self._buffer = deque(e for e in self._buffer if e[2] is None)
+            self._awaited = 0
+        self._inc("given_up", len(given_up))
+        logger.warning(
+            "Item store %s is unreachable while the crawl stops: %d items not stored, "
+            "their pages go back to the frontier",
+            self.target,
+            len(given_up),
+        )
+        settle(given_up, self._not_durable())
+        self._space.notify_all()
 
     def _done(self, count: int, refused: int = 0) -> None:
         """Remove the *count* records handled (written or *refused*) from the head of the
         buffer."""
+        durable: list[Completion] = []
         with self._cond:
             if self._abandoned:
                 return
             for _ in range(min(count, len(self._buffer))):
-                self._buffer.popleft()
+                completion = self._buffer.popleft()[2]
+                if completion is not None:
+                    durable.append(completion)
+            self._awaited -= len(durable)
+        settle(durable)
         self._inc("written", count - refused)
         self._inc("batches")
         self._space.notify_all()
@@ -453,7 +492,7 @@ class BufferedSink(ItemSink):
                             "Item store %s: %s line %d skipped: %s", self.target, path, number, exc
                         )
                         continue
-                    self._buffer.append((now, record))
+                    self._buffer.append((now, record, None))
                     count += 1
             self._replay_files.append(path)
             self._replay_left += count

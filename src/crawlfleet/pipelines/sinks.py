@@ -2,9 +2,10 @@
 
 A store (SQL, MongoDB, a Redis stream ...) implements :class:`ItemSink`. The store
 pipeline turns each item into a :class:`StoredItem` (key, job, type, URL and a
-JSON-safe document) and hands it to the sink; the sink writes it in the background and
-never makes the crawl wait except when its bounded buffer is full. Every sink passes the
-same contract test (``tests/pipelines/test_sink_contract.py``).
+JSON-safe document) and hands it to the sink; the sink writes it in the background, in
+batches, and tells the pipeline when it is durable. Every sink passes the
+same contract test (``tests/pipelines/test_sink_contract.py``). The crawl awaits
+:meth:`ItemSink.save`, so a page is acknowledged only once its items are durable.
 """
 
 from __future__ import annotations
@@ -126,6 +127,13 @@ class ItemSink(ABC):
     async def put(self, record: StoredItem) -> None:
         """Accept *record* for writing. Returns as soon as the record is buffered; waits
         (back-pressure) only while the buffer is full. Raises RuntimeError after close."""
+
+    @abstractmethod
+    async def save(self, record: StoredItem) -> None:
+        """Accept *record* and return once it is durable in the store (or refused as bad
+        data and set aside, with an ERROR log). Raises
+        :class:`~crawlfleet.exceptions.ItemNotDurable` if the sink gives the record up
+        unwritten (the crawl is stopping while the store is down)."""
 
     @abstractmethod
     async def close(self) -> int:

@@ -9,9 +9,14 @@ way when the item has none, e.g. a Scrapy Item without a ``_key`` field), the jo
 (``CRAWLFLEET_JOB``, else the spider name), its type, its ``url`` and its public fields
 as the document. The item itself is returned unchanged, so later pipelines see it.
 
-While the store is down and its buffer full, ``process_item`` waits (back-pressure), so
-a crawl cannot finish before the store is back; once a stop was asked for (Ctrl-C), such
-items go to the store's spill file instead and are written at the next start.
+``process_item`` returns once the item is durable in the store (committed, or in the
+Redis stream): the scheduler acknowledges a request only after its items went through
+every pipeline, so no acknowledged page has an item that a crash could lose. While the
+store is down, items wait in the sink's bounded buffer and the crawl slows to a stop
+(back-pressure). Once a stop was asked for (Ctrl-C, a control command) while the store
+is down, the waiting items are given up with
+:class:`~crawlfleet.exceptions.ItemNotDurable` (a DropItem): the scheduler then puts
+their pages back in the frontier instead of acknowledging them.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 
+from crawlfleet.frontier.engine import is_stopping
 from crawlfleet.pipelines._util import item_type, item_url
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.key import ItemKeyer, KeyUnavailable
@@ -63,9 +69,10 @@ class StorePipeline(ABC):
         )
         pipeline.crawler = crawler
         if isinstance(sink, BufferedSink):
-            # Once a running crawl is asked to stop (Ctrl-C, a close command), a full
-            # buffer spills to disk rather than hold the shutdown up while the store is down.
-            sink.overflow_when = lambda: pipeline._was_crawling and not crawler.crawling
+            # Once a running crawl is asked to stop (Ctrl-C, a control command), items
+            # that wait for a store that is down are given up (their pages requeued)
+            # rather than hold the shutdown up.
+            sink.stopping = lambda: pipeline._was_crawling and is_stopping(crawler)
         return pipeline
 
     @classmethod
@@ -104,8 +111,9 @@ class StorePipeline(ABC):
         )
 
     async def process_item(self, item: Any, spider: Spider | None = None) -> Any:
-        """Buffer *item* in the sink (waits only while the sink's buffer is full)."""
-        await self.sink.put(self.record(item))
+        """Store *item*; return once it is durable (see the module docstring). Raises
+        ItemNotDurable when the store gave it up."""
+        await self.sink.save(self.record(item))
         return item
 
     async def close_spider(self, spider: Spider | None = None) -> None:
