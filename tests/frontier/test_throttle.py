@@ -49,7 +49,7 @@ def test_a_site_whose_robots_txt_is_unknown_gives_one_request_per_probe(
             r = await f.lease("n1", 9, ["u"], robots_probe_ms=5000, **kw)
             assert len(r.entries) == 1  # the node that gets it reads robots.txt
             r = await f.lease("n2", 9, ["u"], robots_probe_ms=5000, **kw)
-            assert r.entries == [] and 4000 < r.ready_in_ms <= 5000
+            assert r.entries == [] and 4_000_000 < r.ready_in_us <= 5_000_000
             await f.set_robots({"u": 0})  # read: no Crawl-delay
             r = await f.lease("n2", 9, ["u"], robots_probe_ms=5000, **kw)
             assert len(r.entries) == 8
@@ -184,7 +184,8 @@ def test_the_middleware_reports_statuses_latency_and_robots() -> None:
     ]:
         moved = Request(final, meta={"dont_obey_robotstxt": True, "redirect_urls": [first]})
         mw.process_response(moved, HtmlResponse(final, body=body, request=moved))
-    assert scheduler.reports.robots["g.test"] == scheduler.reports.robots["h.test"] == 2100
+    delay = round(2000 * SPACING)
+    assert scheduler.reports.robots["g.test"] == scheduler.reports.robots["h.test"] == delay
     assert "cdn.test" not in scheduler.reports.robots
     # unreachable: known to have no Crawl-delay (Scrapy then allows everything)
     gone = Request("http://i.test/robots.txt", meta={"dont_obey_robotstxt": True})

@@ -59,7 +59,7 @@ async def _setup(
                 "node-a", lease, sites, lease_ms=30_000, per_site=lease, offer_size=10
             )
             if stuck:
-                old = got.now_ms - 3_600_000
+                old = got.now_us // 1000 - 3_600_000
                 await client.zadd(frontier.keys.leases, {e.rid: old for e in got.entries}, xx=True)
     finally:
         await client.aclose()

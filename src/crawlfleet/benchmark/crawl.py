@@ -37,6 +37,11 @@ class Scenario:
     hosts: int = 4
     #: a rate limit for every site ("2/1s"), crawlfleet only; "" for none
     rate_limit: str = ""
+    #: the crawlfleet nodes' spider (``module:Class``; start_urls is always given)
+    spider: str = SPIDER
+    spider_args: tuple[tuple[str, str], ...] = ()
+    #: crawlfleet: queue every page with ``crawlfleet seed`` before the nodes start
+    preseed: bool = False
 
 
 @dataclass
@@ -56,6 +61,8 @@ class CrawlResult:
     capped_seconds: float | None = None
     #: per host, the most requests the site saw in any 1-second window
     max_rate_1s: dict[str, int] = field(default_factory=dict)
+    #: crawlfleet: requests of rate-limited sites given back unsent (slot missed)
+    late: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,13 +126,15 @@ def run_crawl(
                 settings["CRAWLFLEET_SQL_URL"] = f"sqlite:///{workdir / 'items.sqlite3'}"
             else:  # the frontier alone, as vanilla Scrapy has no item stages
                 settings["CRAWLFLEET_ITEM_STAGES"] = ""
+            if scenario.preseed:
+                _seed(job, sorted(model.expected_urls(port)), redis_url, key_prefix, workdir)
             procs = [
                 start_node(
-                    SPIDER,
+                    scenario.spider,
                     job=job,
                     redis_url=redis_url,
                     log=workdir / f"node{i}.log",
-                    spider_args={"start_urls": seeds},
+                    spider_args={"start_urls": seeds, **dict(scenario.spider_args)},
                     settings={
                         **settings,
                         "CRAWLFLEET_KEY_PREFIX": key_prefix,
@@ -163,8 +172,18 @@ def run_crawl(
         pages = [s.get("response_received_count", 0) for s in node_stats]
         result.round_trips_per_page = trips / max(sum(pages), 1)
         result.node_shares = [p / max(sum(pages), 1) for p in pages]
+        result.late = sum(s.get("crawlfleet/scheduler/late", 0) for s in node_stats)
     shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _seed(job: str, urls: list[str], redis_url: str, key_prefix: str, workdir: Path) -> None:
+    """Queue *urls* in *job* with ``crawlfleet seed``."""
+    seeds = workdir / "seeds.txt"
+    seeds.write_text("\n".join(urls) + "\n", encoding="utf-8")
+    cmd = [sys.executable, "-m", "crawlfleet.cli.main", "seed", job, "--file", str(seeds)]
+    cmd += ["--redis-url", redis_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
 
 def _start_vanilla(

@@ -65,6 +65,10 @@ class Leased:
     rid: str
     site: str
     payload: bytes
+    #: when to send it: µs after the lease's ``now_us`` (None: at any time)
+    slot_us: int | None = None
+    #: how late after its slot it may still be sent (µs)
+    late_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,15 +81,13 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class LeaseResult:
-    now_ms: int
+    now_us: int  #: Redis's clock at the lease
     entries: list[Leased]
     offer: list[str]
     queued: int = 0  #: requests still queued in the job after this lease
     leased: int = 0  #: requests leased in the job (every node) after this lease
-    #: ms until the first rate-limited site skipped by this call is ready (-1: none)
-    ready_in_ms: int = -1
-    #: sites paced by this call: report their requests when sent (:meth:`Frontier.sent`)
-    paced: frozenset[str] = frozenset()
+    #: µs until the first rate-limited site skipped by this call is ready (-1: none)
+    ready_in_us: int = -1
 
 
 @dataclass(frozen=True)
@@ -230,21 +232,29 @@ class Frontier:
         offer_size: int,
         intervals: Sequence[int] | None = None,
         budgets: Sequence[str] | None = None,
+        late: Sequence[int] | None = None,
         backoff_half_life_ms: int = 30_000,
         robots_probe_ms: int = 0,
+        horizon_us: int = 1_000_000,
+        late_share: float = 0.0125,
+        max_slots: int | None = None,
     ) -> LeaseResult:
         """Lease up to *n* requests from *sites* (least recently served first).
 
-        *intervals*: per site, the minimum time (ms) between its requests across the
-        cluster (0 or absent: no rate limit); a site's robots.txt Crawl-delay and its
-        adaptive back-off (see :meth:`throttle`) widen it. *budgets*: per site, the
-        name of the budget it is paced in (default: the site itself; a scope adds to
-        it, see :mod:`crawlfleet.frontier.limits`). *robots_probe_ms* > 0 (the node obeys
-        robots.txt): a site whose robots.txt is not known yet gives one request per
-        that long, until :meth:`set_robots` records it."""
+        *intervals*: per site, the time (µs) between its slots across the cluster (0 or
+        absent: no rate limit); a site's robots.txt Crawl-delay and its adaptive
+        back-off (see :meth:`backoff`) widen it. A request of a paced site comes with
+        its slot (``Leased.slot_us``), at most *horizon_us* ahead, and how late it may
+        be sent (``Leased.late_us``: *late* of its site, or *late_share* of a widened
+        interval); at most *max_slots* per site (default *per_site*). *budgets*: per
+        site, the name of the budget it is paced in (default: the site itself; a scope
+        adds to it, see :mod:`crawlfleet.frontier.limits`). *robots_probe_ms* > 0 (the
+        node obeys robots.txt): a site whose robots.txt is not known yet gives one
+        request per that long, until :meth:`set_robots` records it."""
         k = self.keys
         gaps = list(intervals) if intervals is not None else [0] * len(sites)
         names = list(budgets) if budgets is not None else list(sites)
+        lateness = list(late) if late is not None else [0] * len(sites)
         keys = [
             k.sites,
             k.req,
@@ -263,15 +273,21 @@ class Frontier:
             offer_size,
             backoff_half_life_ms,
             robots_probe_ms,
+            horizon_us,
+            repr(float(late_share)),
+            per_site if max_slots is None else max_slots,
         ]
-        for site, gap, budget in zip(sites, gaps, names, strict=True):
-            args += [site, gap, budget]
+        for site, gap, budget, tolerance in zip(sites, gaps, names, lateness, strict=True):
+            args += [site, gap, budget, tolerance]
         self.round_trips += 1
-        now, flat, offer, queued, leased, ready_in, paced = await self.scripts("lease", keys, args)
+        now, flat, offer, queued, leased, ready_in = await self.scripts("lease", keys, args)
         entries = []
-        for i in range(0, len(flat), 2):
+        for i in range(0, len(flat), 4):
             site, payload = split_entry(flat[i + 1])
-            entries.append(Leased(_s(flat[i]), site, payload))
+            slot = int(flat[i + 2])
+            entries.append(
+                Leased(_s(flat[i]), site, payload, None if slot < 0 else slot, int(flat[i + 3]))
+            )
         return LeaseResult(
             int(now),
             entries,
@@ -279,16 +295,7 @@ class Frontier:
             int(queued),
             int(leased),
             int(ready_in),
-            frozenset(_s(s) for s in paced),
         )
-
-    async def sent(self, budgets: Sequence[str]) -> int:
-        """Requests of these rate-limited budgets were just sent: their pace counts
-        from now (Redis clock). Returns the number of budgets moved forward."""
-        if not budgets:
-            return 0
-        self.round_trips += 1
-        return int(await self.scripts("sent", [self.keys.pace], list(budgets)))
 
     async def backoff(
         self,

@@ -7,9 +7,16 @@ sub-domains (``*.example.com``), or ``*`` for every other site. Limits come from
 ``CRAWLFLEET_RATE_LIMITS`` setting and, overriding it, from the job's ``limits`` hash in
 Redis (``crawlfleet limits set``), which nodes re-read with every heartbeat.
 
-The lease script enforces a limit as a minimum interval between requests to the site,
-on Redis's clock, shared by every node: W / H, widened by ``SPACING`` so that the small
-delay between lease and fetch never lets two requests land closer than the limit.
+The lease script enforces a limit as a schedule of send times, on Redis's clock, shared
+by every node: a lease grants each request of a limited site its own slot, W / H after
+the budget's previous one, widened by ``SPACING``. A node sends each request at its
+slot (woken by a timer) and gives back, unsent, a request it could not send within
+:attr:`Limit.late_us` of its slot: then no window of W ever holds more than H requests,
+however late the other sends were (H + 1 slots span W * SPACING, more than W plus any
+allowed lateness).
+
+Times are in microseconds, so limits up to a million requests per second keep their
+precision (a 10.5 ms spacing is not rounded to 10 ms).
 """
 
 from __future__ import annotations
@@ -20,22 +27,49 @@ from dataclasses import dataclass
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["SPACING", "RateLimits", "parse_limit"]
+__all__ = ["LATE_SHARE", "SPACING", "Limit", "RateLimits", "parse_limit"]
 
-#: Requests of a limited site are spaced this much wider than W / H (5%: the limit
-#: holds in any sliding window despite delivery jitter; the budget is 95% used).
-SPACING = 1.05
+#: Slots of a limited site are spaced this much wider than W / H: the margin that
+#: absorbs late sends, so the limit holds in any sliding window; the budget is used up
+#: to 1 / SPACING (97.6 %).
+SPACING = 1.025
+#: Share of that margin (SPACING - 1 times the window) a node may send late; the rest
+#: covers the way to the site (a node that cannot send in time gives the request back).
+LATE_SHARE = 0.5
 
 _LIMIT = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _UNLIMITED = ("", "none", "0", "off", "unlimited")
 
 
-def parse_limit(spec: str, *, what: str = "rate limit") -> int:
-    """Milliseconds between requests for *spec* ("2/1s"); 0 for no limit."""
+@dataclass(frozen=True)
+class Limit:
+    """At most *count* requests in any window of *window_us* microseconds."""
+
+    count: int
+    window_us: int
+
+    @property
+    def interval_us(self) -> int:
+        """The spacing of the site's slots (µs): W / H widened by SPACING."""
+        return max(1, round(self.window_us / self.count * SPACING))
+
+    @property
+    def late_us(self) -> int:
+        """How late after its slot a request may still be sent (µs)."""
+        return int(self.window_us * (SPACING - 1) * LATE_SHARE)
+
+    @property
+    def per_second(self) -> float:
+        """The limit in requests per second."""
+        return self.count * 1_000_000 / self.window_us
+
+
+def parse_limit(spec: str, *, what: str = "rate limit") -> Limit | None:
+    """The :class:`Limit` that *spec* ("2/1s") describes; None for no limit."""
     text = str(spec).strip().lower()
     if text in _UNLIMITED:
-        return 0
+        return None
     m = _LIMIT.match(text)
     if not m:
         raise ConfigError(
@@ -45,7 +79,10 @@ def parse_limit(spec: str, *, what: str = "rate limit") -> int:
     count, window = int(m.group(1)), float(m.group(2)) * _UNITS[m.group(3)]
     if count < 1 or window <= 0:
         raise ConfigError(f"{what} {spec!r} needs at least 1 request in a window above 0")
-    return max(1, round(window * 1000 / count * SPACING))
+    window_us = round(window * 1_000_000)
+    if window_us < count:
+        raise ConfigError(f"{what} {spec!r} is more than one request per microsecond")
+    return Limit(count, window_us)
 
 
 def _check_pattern(pattern: str) -> str:
@@ -58,9 +95,10 @@ def _check_pattern(pattern: str) -> str:
 
 @dataclass
 class RateLimits:
-    """Site pattern -> interval (ms). Look-ups are cached per site."""
+    """Site pattern -> limit (None: explicitly unlimited). Look-ups match the most
+    specific pattern."""
 
-    intervals: dict[str, int]
+    limits: dict[str, Limit | None]
 
     @classmethod
     def parse(cls, limits: Mapping[str, str], *, source: str) -> RateLimits:
@@ -72,20 +110,29 @@ class RateLimits:
         )
 
     def merged(self, override: RateLimits) -> RateLimits:
-        return RateLimits({**self.intervals, **override.intervals})
+        return RateLimits({**self.limits, **override.limits})
 
-    def interval_ms(self, site: str) -> int:
-        """The interval for *site*: exact host, else the longest matching '*.domain',
-        else '*', else 0 (no limit)."""
-        exact = self.intervals.get(site)
-        if exact is not None:
-            return exact
-        best, best_len = self.intervals.get("*", 0), -1
-        for pattern, interval in self.intervals.items():
+    def limit(self, site: str) -> Limit | None:
+        """The limit of *site*: exact host, else the longest matching '*.domain', else
+        '*', else None (no limit)."""
+        if site in self.limits:
+            return self.limits[site]
+        best, best_len = self.limits.get("*"), -1
+        for pattern, limit in self.limits.items():
             if (
                 pattern.startswith("*.")
                 and (site == pattern[2:] or site.endswith(pattern[1:]))
                 and len(pattern) > best_len
             ):
-                best, best_len = interval, len(pattern)
+                best, best_len = limit, len(pattern)
         return best
+
+    def interval_us(self, site: str) -> int:
+        """The spacing of *site*'s slots (µs; 0: no limit)."""
+        limit = self.limit(site)
+        return 0 if limit is None else limit.interval_us
+
+    def late_us(self, site: str) -> int:
+        """How late after its slot a request of *site* may be sent (µs; 0: no limit)."""
+        limit = self.limit(site)
+        return 0 if limit is None else limit.late_us

@@ -52,10 +52,11 @@ from crawlfleet.exceptions import ConfigError, ItemNotDurable, MalformedEntry, S
 from crawlfleet.frontier.client import Frontier, JobState, Outgoing, SeenConfig
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.engine import EngineHooks, engine_hooks
-from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.limits import LATE_SHARE, SPACING, RateLimits
 from crawlfleet.frontier.reports import SiteReports
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.frontier.slots import SlotQueue
 from crawlfleet.frontier.steering import Steering
 from crawlfleet.redis.connection import REDIS_ERRORS, shared_client
 from crawlfleet.redis.keys import JobKeys
@@ -72,11 +73,16 @@ FINGERPRINT_BYTES = 16
 LOCAL_SEEN_MAX = 200_000
 #: Pace of the background loop when nothing wakes it.
 LOOP_SECONDS = 0.05
+#: Batches of new requests sent per loop round at most (then heartbeat and lease).
+FLUSHES_PER_ROUND = 2
 #: Longest wait between lease attempts while other nodes hold leases.
 BUSY_POLL_MAX_SECONDS = 0.2
 #: With ROBOTSTXT_OBEY, a site whose robots.txt no node has read yet gives one request
 #: per this long (crawlfleet.frontier.throttle.ROBOTS_PROBE_SECONDS).
 ROBOTS_PROBE_MS = 10_000
+#: Slots of rate-limited sites are leased at most this far ahead (a node that dies
+#: holding them wastes at most this much of a budget).
+SLOT_HORIZON_SECONDS = 0.5
 #: Scrapy's middleware that reads robots.txt (the probe needs it to end).
 ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
@@ -162,13 +168,13 @@ class Scheduler(BaseScheduler):
         self._acks: list[str] = []
         self._bad: list[str] = []
         self._buffer: deque[tuple[Request, str]] = deque()  # leased, not yet handed out
+        #: leased requests of rate-limited sites, until their send time
+        self._slotted: SlotQueue[tuple[Request, str]] = SlotQueue(self._slot_due)
         self._handed: dict[Request, str] = {}  # handed to the engine, not finished
         #: handed requests with an item a store gave up: released, not acknowledged
         self._unstored: set[Request] = set()
         self._release: list[tuple[str, str]] = []  # (rid, site) to give back
         self._held: dict[str, str] = {}  # rid -> site of every lease this node holds
-        self._paced: dict[str, str] = {}  # rid -> its rate-limited budget, until sent
-        self._sent_budgets: set[str] = set()  # paced budgets sent, to report
         self._offer: list[str] = []
         self._state: JobState | None = None
         self._empty_since: float | None = None
@@ -184,6 +190,7 @@ class Scheduler(BaseScheduler):
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_lease = 0.0
+        self._await_capacity = False
         self._next_seeds = 0.0
         self._idle_delay = 0.0
         self._last_flush = 0.0
@@ -259,6 +266,7 @@ class Scheduler(BaseScheduler):
         for request, rid in list(self._handed.items()):
             self._buffer.append((request, rid))
         self._handed.clear()
+        self._buffer.extend(self._slotted.drain())
         self._unstored.clear()
         unstored = self._stat("crawlfleet/frontier/unstored")
         if unstored:
@@ -273,13 +281,12 @@ class Scheduler(BaseScheduler):
             try:
                 while self._out or self._acks or self._bad:
                     await self._flush()
-                await self._release_unstored()
+                await self._release_given_back()
                 held = list(self._held.items())
                 if held:
                     back = await self.frontier.release(self.node_id, held)
                     self._inc("crawlfleet/frontier/released", back)
                 self._held.clear()
-                self._paced.clear()
                 self._buffer.clear()
                 await self._heartbeat(leaving=True)
                 break
@@ -303,7 +310,7 @@ class Scheduler(BaseScheduler):
         )
 
     def has_pending_requests(self) -> bool:
-        if self._buffer or self._out or self._handed or self._acks or self._bad:
+        if self._buffer or self._slotted or self._out or self._handed or self._acks or self._bad:
             return True
         if not self.config.close_when_finished or self.steering.state != "running":
             return True  # paused: wait; draining, stopped: the node closes itself
@@ -339,20 +346,42 @@ class Scheduler(BaseScheduler):
     def next_request(self) -> Request | None:
         if self.steering.state in ("paused", "stopped"):
             return None
-        if not self._buffer:
-            if not self._finished:
-                self._inc("crawlfleet/scheduler/starved")
+        leased: tuple[Request, str] | None = None
+        if self._slotted:
+            leased, missed = self._slotted.take(asyncio.get_event_loop().time())
+            if missed:
+                self._give_back_late(missed)
+        if leased is None and self._buffer:
+            leased = self._buffer.popleft()
+        if self._low():
             self._kick_for_work()
+        if leased is None:
+            if not self._finished and not self._slotted:
+                self._inc("crawlfleet/scheduler/starved")
             return None
-        request, rid = self._buffer.popleft()
+        request, rid = leased
         self._handed[request] = rid
         self._inc("crawlfleet/scheduler/dequeued")
-        if len(self._buffer) <= self.steering.prefetch // 2:
-            self._kick_for_work()
         return request
 
     def __len__(self) -> int:
-        return len(self._buffer) + len(self._out)
+        return len(self._buffer) + len(self._slotted) + len(self._out)
+
+    def _low(self) -> bool:
+        """The leased requests this node holds are at most half its prefetch."""
+        return len(self._buffer) + len(self._slotted) <= self.steering.prefetch // 2
+
+    def _slot_due(self) -> None:
+        """The earliest slot is due: the engine asks for it."""
+        self.engine.wake()
+
+    def _give_back_late(self, missed: list[tuple[Request, str]]) -> None:
+        """Requests this node could not send in time on their slots: back to their
+        queues (another lease gives them a new slot)."""
+        for _request, rid in missed:
+            self._release.append((rid, self._held.pop(rid, "")))
+        self._inc("crawlfleet/scheduler/late", len(missed))
+        self._kick()
 
     # -- background work ----------------------------------------------------------------
     def _kick(self, *, closing: bool = False) -> None:
@@ -367,6 +396,9 @@ class Scheduler(BaseScheduler):
     def _kick_for_work(self) -> None:
         """The buffer runs low: wake the loop if it may lease now (not while it backs off
         from an empty job, nor when it is awake anyway)."""
+        if self._await_capacity and len(self._handed) < self.steering.concurrency:
+            self._await_capacity = False  # a download ended: slots can be used again
+            self._next_lease = 0.0
         if time.monotonic() >= self._next_lease and not self._kicked:
             self._kick()
 
@@ -402,7 +434,14 @@ class Scheduler(BaseScheduler):
                 logger.exception("crawlfleet scheduler loop failed; retrying in 1s")
                 await self._sleep(1.0)
                 continue
-            await self._sleep(LOOP_SECONDS)
+            await self._sleep(self._pause_seconds())
+
+    def _pause_seconds(self) -> float:
+        """How long the loop sleeps unless woken: LOOP_SECONDS, or until the next lease
+        when that is sooner (a rate-limited site's next slot opens) and work is wanted."""
+        if self._low() and self.steering.state == "running":
+            return min(LOOP_SECONDS, max(0.0, self._next_lease - time.monotonic()))
+        return LOOP_SECONDS
 
     async def _sleep(self, seconds: float, *, wake_on_work: bool = True) -> None:
         """Wait *seconds*, or less when woken (new work, closing). While Redis is
@@ -429,17 +468,18 @@ class Scheduler(BaseScheduler):
             return False
         if len(self._out) >= self.config.flush_batch:
             return True
-        if self._out and len(self._buffer) <= self.steering.prefetch // 2:
+        if self._out and self._low():
             return True
         return now - self._last_flush >= self.config.flush_seconds
 
     async def _tick(self) -> None:
         self._collect_finished()
-        await self._release_unstored()
-        if self._sent_budgets:
-            await self.frontier.sent(sorted(self._sent_budgets))
-            self._sent_budgets.clear()
-        while self._flush_due(time.monotonic()):
+        await self._release_given_back()
+        # a bounded number of batches per round: a spider that yields requests faster
+        # than they are sent (a long start()) must not keep the node from leasing work
+        for _ in range(FLUSHES_PER_ROUND):
+            if not self._flush_due(time.monotonic()):
+                break
             await self._flush()
         now = time.monotonic()
         if now >= self._next_heartbeat:
@@ -454,7 +494,7 @@ class Scheduler(BaseScheduler):
                 self._inc("crawlfleet/frontier/reclaimed", back)
         if self.steering.state != "running":
             self._finish_draining()
-        elif len(self._buffer) <= self.steering.prefetch // 2 and now >= self._next_lease:
+        elif self._low() and now >= self._next_lease:
             await self._lease()
         if self.config.start_urls_key and now >= self._next_seeds:
             await self._pull_seeds()
@@ -473,7 +513,6 @@ class Scheduler(BaseScheduler):
         done = [r for r in self._handed if r not in inprogress]
         for request in done:
             rid = self._handed.pop(request)
-            self._paced.pop(rid, None)
             if request in self._unstored:
                 self._unstored.discard(request)
                 self._release.append((rid, self._held.pop(rid, "")))
@@ -490,10 +529,15 @@ class Scheduler(BaseScheduler):
             if request is not None and request in self._handed:
                 self._unstored.add(request)
 
-    async def _release_unstored(self) -> None:
+    async def _release_given_back(self) -> None:
+        """Release the leases given back (unstored pages, missed slots)."""
         if self._release:
-            back = await self.frontier.release(self.node_id, self._release)
-            self._release.clear()
+            given, self._release = self._release, []
+            try:
+                back = await self.frontier.release(self.node_id, given)
+            except BaseException:
+                self._release[:0] = given  # tried again next round
+                raise
             self._inc("crawlfleet/frontier/released", back)
 
     async def _flush(self) -> None:
@@ -540,11 +584,14 @@ class Scheduler(BaseScheduler):
             self._logged_dup = True
 
     async def _lease(self) -> None:
-        want = self.steering.prefetch - len(self._buffer)
+        want = self.steering.prefetch - len(self._buffer) - len(self._slotted)
         if want <= 0:
             return
+        # slots of rate-limited sites only for what the downloader can start on time
+        free = self.steering.concurrency - len(self._handed) - len(self._slotted)
         offer = self._offer or await self.frontier.offer(self.config.lease_sites)
         result = None
+        asked = asyncio.get_event_loop().time()
         if offer:
             result = await self.frontier.lease(
                 self.node_id,
@@ -553,15 +600,25 @@ class Scheduler(BaseScheduler):
                 lease_ms=int(self.config.lease_seconds * 1000),
                 per_site=max(1, math.ceil(want / len(offer))),
                 offer_size=self.config.lease_sites,
-                intervals=[self.limits.interval_ms(site) for site in offer],
+                intervals=[self.limits.interval_us(site) for site in offer],
                 budgets=[site + self.config.budget_scope for site in offer],
+                late=[self.limits.late_us(site) for site in offer],
                 backoff_half_life_ms=int(self.config.backoff.half_life_seconds * 1000),
                 robots_probe_ms=self.robots_probe_ms,
+                horizon_us=int(SLOT_HORIZON_SECONDS * 1_000_000),
+                late_share=(SPACING - 1) * LATE_SHARE,
+                max_slots=max(0, free),
             )
             self._offer = result.offer
-        if result is not None and not result.entries and result.ready_in_ms >= 0:
+        received = asyncio.get_event_loop().time()
+        if result is not None and not result.entries and result.ready_in_us >= 0:
             # rate-limited sites only: come back exactly when the first one is ready
-            self._next_lease = time.monotonic() + result.ready_in_ms / 1000
+            self._next_lease = time.monotonic() + result.ready_in_us / 1_000_000
+            return
+        if result is not None and not result.entries and free <= 0:
+            # no capacity for slots: lease again once a download ends (next_request)
+            self._await_capacity = True
+            self._next_lease = time.monotonic() + BUSY_POLL_MAX_SECONDS
             return
         if result is None or not result.entries:
             # Nothing to lease. While other nodes hold leases, their pages will bring
@@ -575,8 +632,6 @@ class Scheduler(BaseScheduler):
         self._idle_delay = 0.0
         for entry in result.entries:
             self._held[entry.rid] = entry.site
-            if entry.site in result.paced:
-                self._paced[entry.rid] = entry.site + self.config.budget_scope
             try:
                 request = self.codec.decode(entry.payload)
             except MalformedEntry as exc:
@@ -588,16 +643,24 @@ class Scheduler(BaseScheduler):
                 )
                 self._inc("crawlfleet/frontier/malformed")
                 self._held.pop(entry.rid, None)
-                self._paced.pop(entry.rid, None)
                 self._bad.append(entry.rid)
                 continue
-            self._buffer.append((request, entry.rid))
+            if entry.slot_us is None:
+                self._buffer.append((request, entry.rid))
+            else:
+                # Redis's "now" lies between asking and the reply: counted from the reply,
+                # a slot is never early; the time the reply took comes off how late it
+                # may be sent
+                at = received + entry.slot_us / 1_000_000
+                late = entry.late_us / 1_000_000 - (received - asked)
+                self._slotted.add(at, late, (request, entry.rid))
         self._inc("crawlfleet/frontier/leased", len(result.entries))
         self.engine.wake()
 
     def _locally_idle(self) -> bool:
         return not (
             self._buffer
+            or self._slotted
             or self._handed
             or self._out
             or self._acks
@@ -617,7 +680,7 @@ class Scheduler(BaseScheduler):
             "spider": getattr(self.spider, "name", ""),
             "version": __version__,
             "started": self._started,
-            "buffered": len(self._buffer),
+            "buffered": len(self._buffer) + len(self._slotted),
             "in_progress": len(self._handed),
             "held": len(self._held),
             "pages": self._stat("response_received_count"),
@@ -652,7 +715,7 @@ class Scheduler(BaseScheduler):
         self._next_heartbeat = now + (
             min(0.5, self.config.heartbeat_seconds) if fast else self.config.heartbeat_seconds
         )
-        if state.queued > 0 and not self._buffer:
+        if state.queued > 0 and not (self._buffer or self._slotted):
             self._next_lease = 0.0
         self._update_finished(state, idle, now)
 
@@ -662,15 +725,6 @@ class Scheduler(BaseScheduler):
         rid = self._handed.get(request)
         site = self._held.get(rid) if rid is not None else None
         return site if site is not None else self.sites.site(request)
-
-    def note_sent(self, request: Request) -> None:
-        """*request* is being sent: if it belongs to a rate-limited budget, that
-        budget's pace counts from now (reported with the next loop round, at once)."""
-        rid = self._handed.get(request)
-        budget = self._paced.pop(rid, None) if rid is not None else None
-        if budget is not None:
-            self._sent_budgets.add(budget)
-            self._kick()
 
     def report_slow(self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0) -> None:
         """Ask the cluster to back *site* off (sent with the next loop round); see
@@ -710,9 +764,8 @@ class Scheduler(BaseScheduler):
 
     async def _release_buffer(self) -> None:
         """Give the leased requests not handed to the engine back to their queues."""
-        held = [(rid, self._held.pop(rid, "")) for _request, rid in self._buffer]
-        for rid, _site in held:
-            self._paced.pop(rid, None)
+        waiting = [*self._buffer, *self._slotted.drain()]
+        held = [(rid, self._held.pop(rid, "")) for _request, rid in waiting]
         self._buffer.clear()
         if held:
             back = await self.frontier.release(self.node_id, held)

@@ -20,10 +20,6 @@ reads for every node:
   request per ``ROBOTS_PROBE_SECONDS`` (the node that gets it reads robots.txt first),
   so no burst reaches a site before its Crawl-delay is known.
 
-It also tells the scheduler when a request of a rate-limited site is sent, so that the
-site's pace counts from the real send, not from the lease (a request that waited in
-its node must not let the next one follow it too closely).
-
 It sits above Scrapy's RetryMiddleware (550), so it sees a 429 before it is retried.
 """
 
@@ -120,11 +116,6 @@ class SiteThrottle:
     def _scheduler(self) -> Scheduler | None:
         scheduler = getattr(self.crawler, "crawlfleet_scheduler", None)
         return scheduler if isinstance(scheduler, Scheduler) else None
-
-    def process_request(self, request: Request, spider: Spider | None = None) -> None:
-        scheduler = self._scheduler()
-        if scheduler is not None:
-            scheduler.note_sent(request)
 
     def process_response(
         self, request: Request, response: Response, spider: Spider | None = None

@@ -52,7 +52,6 @@ class ScriptSet:
         "trim_seeds",
         "control",
         "throttle",
-        "sent",
     )
 
     def __init__(self, client: Redis, seen_mode: str) -> None:

@@ -1,5 +1,6 @@
 -- lease: hand up to N queued requests to a node, fairly across the sites offered,
--- each leased until a deadline on the Redis clock, within each site's rate limit.
+-- each leased until a deadline on the Redis clock; a request of a rate-limited site
+-- comes with its send time (slot), on the budget's schedule.
 -- uses: backoff
 --
 -- KEYS[1] sites     zset  site -> serve order (0 for a new site; the job's serve counter
@@ -8,14 +9,16 @@
 -- KEYS[3] leases    zset  rid -> lease deadline (ms)
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash
--- KEYS[6] pace      hash  budget -> time (ms, Redis clock) of its last request (kept for
---                         sites with an interval or a robots probe). A budget is a site,
---                         or a site within a scope (node IP, crawler type): limits.py
+-- KEYS[6] pace      hash  budget -> its last slot granted (µs, Redis clock; kept for
+--                         sites with an interval). A budget is a site, or a site within
+--                         a scope (node IP, crawler type): limits.py
 -- KEYS[7] throttle  hash  "b:<site>" -> "<interval ms>:<set at ms>": the site's adaptive
 --                         back-off (throttle.lua), halving every half-life;
---                         "r:<site>" -> its robots.txt Crawl-delay (ms; 0: none; absent:
---                         robots.txt not read yet); "p:<site>" -> end of the current
---                         robots probe (ms)
+--                         "r:<site>" -> "<its robots.txt Crawl-delay (ms; 0: none)>:<when
+--                         it became known (ms)>" (absent: robots.txt not read yet; the
+--                         first slot comes one interval after it, as the probe request
+--                         went out then); "p:<site>" -> end of the current robots probe
+--                         (ms)
 -- KEYS[8 ..]        the queues of the offered sites, in the order of the offer
 --
 -- ARGV[1] node id       ARGV[2] lease length (ms)     ARGV[3] N, most requests in all
@@ -24,39 +27,55 @@
 -- ARGV[7] robots probe (ms): when > 0 (the node obeys robots.txt), a site whose
 --         robots.txt no node has read yet gives one request per this long (the node
 --         that gets it reads robots.txt first and reports it; see throttle.lua)
--- ARGV[8 ..] the offer: triples of site name, its configured interval (ms) between
---            requests (0: no rate limit) and its budget (pace field)
+-- ARGV[8] horizon (µs): slots are granted at most this far ahead of now
+-- ARGV[9] late share: a slot spaced by a robots.txt delay or a back-off may be sent up
+--         to this share of its interval late
+-- ARGV[10] most slots granted per rate-limited site (the node's free download
+--          capacity: a node never takes more slots than it can send on time)
+-- ARGV[11 ..] the offer: quadruples of site name, its configured interval (µs) between
+--            requests (0: no rate limit), its budget (pace field) and how late (µs)
+--            a request may be sent after its configured slot
 --
 -- A site's interval is the largest of its configured one, its robots.txt Crawl-delay
--- and its current back-off.
+-- and its current back-off. Its slots follow one another by that interval on the
+-- budget's schedule (the last slot granted, in the pace hash), starting now at the
+-- earliest, so a changed interval applies to the very next slot; a site whose next
+-- slot lies beyond the horizon is not ready. A slot that is not used (a node died or
+-- gave the request back) is lost to the budget, never given twice.
 -- A served site moves behind every other site (round robin: one big site cannot starve
--- the rest). A rate-limited site gives at most one request per call, and only once its
--- interval has passed since its budget's last request (so a changed interval applies
--- to the very next request). A site with nothing
--- queued spends no budget. An emptied site leaves the sites zset (its queue key is gone
--- with its last member).
--- Returns {now_ms, {rid, entry, rid, entry, ...}, {next offer: the H sites least
+-- the rest). A site with nothing queued spends no budget. An emptied site leaves the
+-- sites zset (its queue key is gone with its last member).
+-- Returns {now (µs), {rid, entry, slot, late, ...}, {next offer: the H sites least
 -- recently served}, requests still queued, requests leased (all nodes),
--- ms until the first rate-limited site skipped here is ready (-1: none skipped),
--- {sites paced in this call: the node reports when it sends their request (sent.lua),
---  so that the next request counts from the real send}}
+-- µs until the first site skipped here is ready (-1: none skipped)}
+-- where slot is the request's send time in µs after now (-1: any time) and late how
+-- many µs after its slot it may still be sent.
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now / 1000)
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local half_life, probe_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
-local deadline = now + lease_ms
+local horizon, late_share = tonumber(ARGV[8]), tonumber(ARGV[9])
+local max_slots = tonumber(ARGV[10])
+local deadline = now_ms + lease_ms
 local out, got = {}, 0
 local ready_in = -1
-local paced = {}
 
--- the site's back-off now: its interval halves every half-life since it was set; a
--- back-off that has decayed below 10 ms is over and is removed
+-- a time as digits: Redis may write a large Lua number in exponent form
+local function digits(x) return string.format('%.0f', x) end
+
+local function not_ready(wait)
+  if ready_in < 0 or wait < ready_in then ready_in = wait end
+end
+
+-- the site's back-off now (ms): its interval halves every half-life since it was set;
+-- a back-off that has decayed below 10 ms is over and is removed
 local function backoff(site)
   local raw = redis.call('HGET', KEYS[7], 'b:' .. site)
   if not raw then return 0 end
-  local left = backoff_left(raw, now, half_life)
+  local left = backoff_left(raw, now_ms, half_life)
   if left < 10 then
     redis.call('HDEL', KEYS[7], 'b:' .. site)
     return 0
@@ -64,26 +83,42 @@ local function backoff(site)
   return math.floor(left)
 end
 
-for i = 8, #ARGV - 2, 3 do
+for i = 11, #ARGV - 3, 4 do
   if got >= want then break end
-  local site, interval, budget = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-  local qkey = KEYS[8 + (i - 8) / 3]
+  local site, configured, budget = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local late = tonumber(ARGV[i + 3])
+  local qkey = KEYS[8 + (i - 11) / 4]
   local robots = redis.call('HGET', KEYS[7], 'r:' .. site)
   local probing = probe_ms > 0 and not robots
-  interval = math.max(interval, tonumber(robots or '0'), backoff(site))
-  local pace = 0  -- no request before this time
+  local delay_ms, known_ms = string.match(robots or '0', '^(%d+):?(%d*)')
+  local interval = math.max(configured, tonumber(delay_ms or '0') * 1000, backoff(site) * 1000)
+  if interval > configured then late = math.max(late, math.floor(interval * late_share)) end
+  local take = math.min(per_site, want - got)
+  local first = now  -- the first slot
   if probing then
-    pace = tonumber(redis.call('HGET', KEYS[7], 'p:' .. site) or '0')
+    local probe_end = tonumber(redis.call('HGET', KEYS[7], 'p:' .. site) or '0')
+    if probe_end > now_ms then
+      not_ready((probe_end - now_ms) * 1000)
+      take = 0
+    else
+      take = 1
+    end
   elseif interval > 0 then
     local last = redis.call('HGET', KEYS[6], budget)
-    if last then pace = tonumber(last) + interval end
+    if last then first = math.max(now, tonumber(last) + interval) end
+    if known_ms and known_ms ~= '' then
+      first = math.max(first, tonumber(known_ms) * 1000 + interval)
+    end
+    if first > now + horizon then
+      not_ready(first - now - horizon)
+      take = 0
+    else
+      take = math.min(take, max_slots, math.floor((now + horizon - first) / interval) + 1)
+    end
   end
-  if pace > now then
-    if ready_in < 0 or pace - now < ready_in then ready_in = pace - now end
-  elseif redis.call('ZSCORE', KEYS[1], site) then
-    local take = math.min(per_site, want - got)
-    if interval > 0 or probing then take = 1 end
+  if take > 0 and redis.call('ZSCORE', KEYS[1], site) then
     local popped = redis.call('ZPOPMIN', qkey, take)
+    local n = 0
     for j = 1, #popped, 2 do
       local rid = popped[j]
       local entry = redis.call('HGET', KEYS[2], rid)
@@ -92,6 +127,14 @@ for i = 8, #ARGV - 2, 3 do
         redis.call('HSET', KEYS[4], rid, node)
         out[#out + 1] = rid
         out[#out + 1] = entry
+        if interval > 0 and not probing then
+          out[#out + 1] = first + n * interval - now
+          out[#out + 1] = late
+        else
+          out[#out + 1] = -1
+          out[#out + 1] = 0
+        end
+        n = n + 1
         got = got + 1
       end
     end
@@ -100,14 +143,15 @@ for i = 8, #ARGV - 2, 3 do
     else
       redis.call('ZADD', KEYS[1], 'XX', redis.call('HINCRBY', KEYS[5], 'served', 1), site)
     end
-    local n = #popped / 2
-    if n > 0 then
-      redis.call('HINCRBY', KEYS[5], 'queued', -n)
-      if interval > 0 or probing then
-        redis.call('HSET', KEYS[6], budget, now)
-        paced[#paced + 1] = site
-      end
-      if probing then redis.call('HSET', KEYS[7], 'p:' .. site, now + probe_ms) end
+    local popped_n = #popped / 2
+    if popped_n > 0 then
+      redis.call('HINCRBY', KEYS[5], 'queued', -popped_n)
+    end
+    if n > 0 and interval > 0 and not probing then
+      redis.call('HSET', KEYS[6], budget, digits(first + (n - 1) * interval))
+    end
+    if n > 0 and probing then
+      redis.call('HSET', KEYS[7], 'p:' .. site, digits(now_ms + probe_ms))
     end
   end
 end
@@ -117,4 +161,4 @@ if got > 0 then
 end
 local hint = redis.call('ZRANGE', KEYS[1], 0, hint_n - 1)
 local queued = tonumber(redis.call('HGET', KEYS[5], 'queued') or '0')
-return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), ready_in, paced}
+return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), ready_in}

@@ -2,7 +2,7 @@
 -- uses: backoff
 --
 -- KEYS[1] throttle  hash  "b:<site>" -> "<interval ms>:<set at ms>" (back-off);
---                         "r:<site>" -> robots.txt Crawl-delay (ms; 0: none);
+--                         "r:<site>" -> "<robots.txt Crawl-delay ms (0: none)>:<set at ms>";
 --                         "p:<site>" -> end of its robots probe (see lease.lua)
 -- ARGV[1] kind: "backoff" or "robots"
 -- backoff: ARGV[2] longest (ms)   ARGV[3] half-life (ms)
@@ -21,7 +21,9 @@ local out = {}
 if ARGV[1] == 'robots' then
   for i = 2, #ARGV - 1, 2 do
     local ms = tonumber(ARGV[i + 1])
-    redis.call('HSET', KEYS[1], 'r:' .. ARGV[i], ms)
+    -- when it became known: the site's first slot is one interval after it (the
+    -- probe request went out as robots.txt was read, just before this report)
+    redis.call('HSET', KEYS[1], 'r:' .. ARGV[i], ms .. ':' .. now)
     redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i])
     out[#out + 1] = ARGV[i]
     out[#out + 1] = ms

@@ -1,0 +1,91 @@
+"""Leased requests of rate-limited sites, each waiting for its send time (slot).
+
+The lease script grants every request of a rate-limited site a slot on its budget's
+schedule (Redis's clock; see :mod:`crawlfleet.frontier.limits`). The scheduler turns
+each slot into a time on this process's monotonic clock, counted from when the lease
+reply arrived (so never early), and keeps the requests here until then. One timer on
+the event loop wakes the engine at the earliest slot: nothing polls.
+
+A request the engine takes too late (more than its ``late`` seconds after its slot:
+the node was busy) must not be sent on that slot, or it could land in the same window
+as later slots of other nodes: it is returned as late, for the scheduler to give back to
+the frontier, where it gets a new slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["SlotQueue"]
+
+T = TypeVar("T")
+
+
+class SlotQueue(Generic[T]):
+    """Items (leased requests) ordered by send time; *wake* is called (on the event
+    loop) when the earliest one is due and nobody asked since it was added."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self._heap: list[tuple[float, int, float, T]] = []  # at, seq, late, item
+        self._seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, at: float, late: float, item: T) -> None:
+        """Hold *item* until *at* (``loop.time()``); it may go up to *late* s after."""
+        heapq.heappush(self._heap, (at, next(self._seq), late, item))
+
+    def take(self, now: float) -> tuple[T | None, list[T]]:
+        """The earliest item that is due at *now* (None: none), and the items found too
+        late on the way (to give back). Arms the timer for the next one."""
+        missed: list[T] = []
+        due: T | None = None
+        while self._heap and self._heap[0][0] <= now:
+            at, _seq, late, item = heapq.heappop(self._heap)
+            if now - at > late:
+                missed.append(item)
+                continue
+            due = item
+            break
+        self.arm()
+        return due, missed
+
+    def arm(self) -> None:
+        """Make sure the timer fires at the earliest slot (idempotent)."""
+        if not self._heap:
+            self._cancel()
+            return
+        at = self._heap[0][0]
+        if self._timer is not None and self._timer_at <= at:
+            return
+        self._cancel()
+        loop = asyncio.get_event_loop()
+        self._timer, self._timer_at = loop.call_at(at, self._fire), at
+
+    def next_at(self) -> float | None:
+        """The earliest slot (``loop.time()``), or None when empty."""
+        return self._heap[0][0] if self._heap else None
+
+    def drain(self) -> list[T]:
+        """Remove and return every item (in slot order); no timer is left."""
+        items = [item for _at, _seq, _late, item in sorted(self._heap)]
+        self._heap.clear()
+        self._cancel()
+        return items
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, float("inf")
+        self._wake()
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = None, float("inf")
