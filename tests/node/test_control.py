@@ -19,7 +19,7 @@ from crawlfleet.frontier.steering import Steering
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
-from crawlfleet.testsite.server import TestSite
+from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
 
 ROOT = Path(__file__).resolve().parents[2]
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
@@ -214,3 +214,83 @@ def test_control_rejects_bad_input(redis_server_url: str, node_env: dict[str, st
     assert r.returncode == 2 and "name a JOB or give --all" in r.stderr
     r = control(redis_server_url, prefix, "pause", "job", "--node", "a:b")
     assert r.returncode == 2 and "is not valid" in r.stderr
+
+
+@pytest.mark.slow
+def test_pause_stops_new_requests_within_a_second(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """With the default 2-s heartbeat, a pause is seen within CONTROL_CHECK_SECONDS: no
+    request reaches the site later than a second after the command."""
+    settings = {
+        **node_env,
+        "CONCURRENT_REQUESTS": 4,
+        "LOG_LEVEL": "INFO",
+        "DEFAULT_REQUEST_HEADERS": json.dumps({CLIENT_HEADER: "paused"}),
+    }
+    with TestSite(SiteModel(pages=300, hosts=2, problems=False), latency_seconds=0.05) as s:
+        procs = [
+            start_node(
+                SPIDER,
+                job="quick",
+                redis_url=redis_server_url,
+                log=tmp_path / f"node{i}.log",
+                spider_args={"start_urls": ",".join(s.seed_urls)},
+                settings=settings,
+                cwd=ROOT,
+            )
+            for i in range(2)
+        ]
+        try:
+            wait_until("crawl started", lambda: s.stats()["content_fetched"] >= 20)
+            asked = time.monotonic()
+            r = control(redis_server_url, node_env["CRAWLFLEET_KEY_PREFIX"], "pause", "quick")
+            assert r.returncode == 0, r.stdout + r.stderr
+            time.sleep(1.5)
+            last = s.stats()["clients"]["paused"]["last"]  # the site's monotonic clock
+            assert last - asked < 1.0, f"a request {last - asked:.2f} s after the pause"
+            assert s.stats()["never_fetched"], "the crawl was over before the pause"
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait(10)
+
+
+@pytest.mark.slow
+def test_a_node_started_before_the_first_seed_waits_for_it(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = node_env["CRAWLFLEET_KEY_PREFIX"]
+    with TestSite(SiteModel(pages=10, hosts=1, problems=False)) as s:
+        node = start_node(
+            "crawlfleet.benchmark.polite:PageListSpider",  # no start requests of its own
+            job="later",
+            redis_url=redis_server_url,
+            log=tmp_path / "node0.log",
+            settings={**node_env, "LOG_LEVEL": "INFO"},
+            cwd=ROOT,
+        )
+        try:
+            wait_until("waiting said", lambda: "has no work yet" in logs(tmp_path), 30)
+            time.sleep(1.5)  # many finish grace periods
+            assert node.poll() is None, "a job that never had work is not finished"
+            seeded = subprocess.run(
+                [
+                    *(sys.executable, "-m", "crawlfleet.cli.main", "seed", "later"),
+                    *(s.seed_urls[0], "--redis-url", redis_server_url),
+                    *("-s", f"CRAWLFLEET_KEY_PREFIX={prefix}"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=ROOT,
+            )
+            assert seeded.returncode == 0, seeded.stderr
+            assert wait_all([node], 30) == [0], logs(tmp_path)[-3000:]
+            assert s.stats()["total_requests"] == 1
+        finally:
+            if node.poll() is None:
+                node.kill()
+    text = logs(tmp_path)
+    assert "Job 'later' has no work yet: waiting for seeds (crawlfleet seed later URL...)" in text
+    assert "Spider closed (finished)" in text

@@ -88,6 +88,10 @@ class LeaseResult:
     leased: int = 0  #: requests leased in the job (every node) after this lease
     #: µs until the first rate-limited site skipped by this call is ready (-1: none)
     ready_in_us: int = -1
+    #: the job's control command sequence (see :meth:`Frontier.control_seq`)
+    control_seq: int = 0
+    #: sites whose back-off ended (decayed) in this call
+    backoff_ended: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ class JobState:
     limits: dict[str, str] = field(default_factory=dict)
     #: the control commands addressed to this node (see crawlfleet.frontier.control)
     control: Desired = field(default_factory=Desired)
+    #: requests ever leased in the job (0: it never had any work)
+    leased_total: int = 0
 
     @property
     def empty(self) -> bool:
@@ -280,7 +286,9 @@ class Frontier:
         for site, gap, budget, tolerance in zip(sites, gaps, names, lateness, strict=True):
             args += [site, gap, budget, tolerance]
         self.round_trips += 1
-        now, flat, offer, queued, leased, ready_in = await self.scripts("lease", keys, args)
+        now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
+            "lease", keys, args
+        )
         entries = []
         for i in range(0, len(flat), 4):
             site, payload = split_entry(flat[i + 1])
@@ -295,7 +303,14 @@ class Frontier:
             int(queued),
             int(leased),
             int(ready_in),
+            int(control_seq),
+            [_s(s) for s in ended],
         )
+
+    async def control_seq(self) -> int:
+        """The sequence number of the job's newest control command (0: none yet)."""
+        self.round_trips += 1
+        return int(await self.client.hget(self.keys.counters, "control_seq") or 0)
 
     async def backoff(
         self,
@@ -304,19 +319,31 @@ class Frontier:
         first_ms: int = 1000,
         longest_ms: int = 60_000,
         half_life_ms: int = 30_000,
+        latency: Iterable[str] = (),
     ) -> dict[str, int]:
         """Slow sites down for every node: *slow* maps a site to a floor (ms, e.g. its
         Retry-After; 0 for none), or to (floor, first back-off ms) to start elsewhere
         than *first_ms*. Each site's back-off doubles (from its first back-off, at most
         once per its current interval, up to *longest_ms*) and then halves every
-        *half_life_ms*. Returns site -> interval of the sites raised by this call."""
+        *half_life_ms*. Sites in *latency* are reported for their latency alone (such a
+        back-off ends on :meth:`recovered`). Returns site -> interval of the sites
+        raised by this call."""
         if not slow:
             return {}
+        by_latency = set(latency)
         args: list[Any] = ["backoff", longest_ms, half_life_ms]
         for site, report in slow.items():
             floor, first = report if isinstance(report, tuple) else (report, first_ms)
-            args += [site, int(floor), int(first)]
+            args += [site, int(floor), int(first), "l" if site in by_latency else "s"]
         return await self._throttle_call(args)
+
+    async def recovered(self, sites: Iterable[str]) -> list[str]:
+        """These sites answer at their normal latency again: their back-offs caused by
+        latency alone end. Returns the sites whose back-off ended."""
+        names = list(sites)
+        if not names:
+            return []
+        return list(await self._throttle_call(["recovered", *names]))
 
     async def set_robots(self, delays: Mapping[str, int]) -> dict[str, int]:
         """Record sites' robots.txt Crawl-delay (ms; 0: read, no delay) for every node."""
@@ -409,9 +436,10 @@ class Frontier:
             k.control,
         ]
         self.round_trips += 1
-        now, queued, leased, live, busy_others, _renewed, limits, control = await self.scripts(
+        reply = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
         )
+        now, queued, leased, live, busy_others, _renewed, limits, control, ever = reply
         pairs = {_s(limits[i]): _s(limits[i + 1]) for i in range(0, len(limits), 2)}
         return JobState(
             int(now),
@@ -421,6 +449,7 @@ class Frontier:
             int(busy_others),
             pairs,
             desired(dict(zip(control_fields(node), control, strict=True))),
+            int(ever),
         )
 
     async def send_control(self, scope: str, kind: str, value: str | int) -> int:

@@ -73,6 +73,12 @@ FINGERPRINT_BYTES = 16
 LOCAL_SEEN_MAX = 200_000
 #: Pace of the background loop when nothing wakes it.
 LOOP_SECONDS = 0.05
+#: Heartbeat period of a node with nothing to do, so that it sees the job finish soon.
+IDLE_HEARTBEAT_SECONDS = 0.1
+#: A node looks for new control commands at least this often (pause within a second).
+CONTROL_CHECK_SECONDS = 0.5
+#: A node waiting for a job's first seed says so this often.
+NO_WORK_LOG_SECONDS = 60.0
 #: Batches of new requests sent per loop round at most (then heartbeat and lease).
 FLUSHES_PER_ROUND = 2
 #: Longest wait between lease attempts while other nodes hold leases.
@@ -198,6 +204,10 @@ class Scheduler(BaseScheduler):
         self._logged_dup = False
         self._seeds_waiting = False
         self._close_asked = False
+        self._was_idle = False  # at the last heartbeat
+        self._control_seq = -1  # the job's newest command known (-1: not read yet)
+        self._next_control_check = 0.0
+        self._next_no_work_log = 0.0
         #: what this node learned about sites (back-off, robots.txt), to send
         self.reports = SiteReports(config.backoff, self._inc)
         self._started = time.time()
@@ -463,18 +473,24 @@ class Scheduler(BaseScheduler):
     def _flush_due(self, now: float) -> bool:
         """Send a batch when it is full, when it has waited CRAWLFLEET_FLUSH_SECONDS, or
         at once when it holds new requests and the buffer runs low (this node, or
-        another, may be waiting for exactly that work)."""
+        another, may be waiting for exactly that work) or when the node has nothing
+        left in hand."""
         if not (self._out or self._acks or self._bad):
             return False
         if len(self._out) >= self.config.flush_batch:
             return True
         if self._out and self._low():
             return True
+        if not (self._buffer or self._slotted or self._handed):
+            return True  # nothing left in hand: the job may be finishing
         return now - self._last_flush >= self.config.flush_seconds
 
     async def _tick(self) -> None:
         self._collect_finished()
         await self._release_given_back()
+        if not self._was_idle and self._locally_idle():
+            # just ran out of work: say so now, the job may be finished
+            self._next_heartbeat = 0.0
         # a bounded number of batches per round: a spider that yields requests faster
         # than they are sent (a long start()) must not keep the node from leasing work
         for _ in range(FLUSHES_PER_ROUND):
@@ -482,6 +498,8 @@ class Scheduler(BaseScheduler):
                 break
             await self._flush()
         now = time.monotonic()
+        if now >= self._next_control_check and now < self._next_heartbeat:
+            self._note_control_seq(await self.frontier.control_seq())
         if now >= self._next_heartbeat:
             await self._heartbeat()
         if now >= self._next_reclaim:
@@ -610,6 +628,7 @@ class Scheduler(BaseScheduler):
                 max_slots=max(0, free),
             )
             self._offer = result.offer
+            self._note_control_seq(result.control_seq)
         received = asyncio.get_event_loop().time()
         if result is not None and not result.entries and result.ready_in_us >= 0:
             # rate-limited sites only: come back exactly when the first one is ready
@@ -713,11 +732,23 @@ class Scheduler(BaseScheduler):
         now = time.monotonic()
         fast = idle and self.config.close_when_finished
         self._next_heartbeat = now + (
-            min(0.5, self.config.heartbeat_seconds) if fast else self.config.heartbeat_seconds
+            min(IDLE_HEARTBEAT_SECONDS, self.config.heartbeat_seconds)
+            if fast
+            else self.config.heartbeat_seconds
         )
+        self._was_idle = idle
         if state.queued > 0 and not (self._buffer or self._slotted):
             self._next_lease = 0.0
         self._update_finished(state, idle, now)
+
+    def _note_control_seq(self, seq: int) -> None:
+        """The job's command sequence as just read: a new command is read (with a
+        heartbeat) at once."""
+        self._next_control_check = time.monotonic() + CONTROL_CHECK_SECONDS
+        if seq != self._control_seq:
+            if self._control_seq >= 0:
+                self._next_heartbeat = 0.0
+            self._control_seq = seq
 
     # -- adaptive back-off and robots.txt delays (crawlfleet.frontier.throttle) --------
     def site_of(self, request: Request) -> str:
@@ -813,6 +844,17 @@ class Scheduler(BaseScheduler):
 
     def _update_finished(self, state: JobState, idle: bool, now: float) -> None:
         empty = idle and state.empty and not self._seeds_waiting
+        if empty and state.leased_total == 0:
+            # a job that never had work is not finished: nodes started before the
+            # first seed wait for it
+            if now >= self._next_no_work_log:
+                self._next_no_work_log = now + NO_WORK_LOG_SECONDS
+                logger.info(
+                    "Job %r has no work yet: waiting for seeds (crawlfleet seed %s URL...)",
+                    self.config.job,
+                    self.config.job,
+                )
+            empty = False
         if not empty:
             self._empty_since = None
             self._finished = False

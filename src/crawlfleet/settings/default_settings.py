@@ -129,7 +129,7 @@ CRAWLFLEET_BLOOM_ERROR_RATE = 1e-6
 #: leased, no node busy. False: stay up waiting for new seeds.
 CRAWLFLEET_CLOSE_WHEN_FINISHED = True
 #: The job must look finished for this long, on consecutive checks, before nodes close.
-CRAWLFLEET_FINISH_GRACE_SECONDS = 2.0
+CRAWLFLEET_FINISH_GRACE_SECONDS = 0.3
 #: While waiting for work, polling Redis backs off up to this interval.
 CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
 

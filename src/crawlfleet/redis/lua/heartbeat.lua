@@ -18,7 +18,8 @@
 -- Returns {now_ms, queued, leased, live nodes, busy live nodes other than this one,
 --          renewed, {pattern, limit, ...} the job's run-time rate limits,
 --          {the control fields *:state, *:concurrency, <node>:state,
---           <node>:concurrency; nil where unset}}
+--           <node>:concurrency; nil where unset},
+--          requests ever leased in the job (0: it never had work)}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -59,4 +60,5 @@ local queued = tonumber(redis.call('HGET', KEYS[6], 'queued') or '0')
 return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1], now, '+inf'),
         busy_others, renewed, redis.call('HGETALL', KEYS[7]),
         redis.call('HMGET', KEYS[9], '*:state', '*:concurrency', node .. ':state',
-                   node .. ':concurrency')}
+                   node .. ':concurrency'),
+        tonumber(redis.call('HGET', KEYS[6], 'leased_total') or '0')}

@@ -47,7 +47,9 @@
 -- sites zset (its queue key is gone with its last member).
 -- Returns {now (µs), {rid, entry, slot, late, ...}, {next offer: the H sites least
 -- recently served}, requests still queued, requests leased (all nodes),
--- µs until the first site skipped here is ready (-1: none skipped)}
+-- µs until the first site skipped here is ready (-1: none skipped), the job's control
+-- command sequence (a node seeing it change reads its commands at once), {sites whose
+-- back-off ended (decayed) in this call}}
 -- where slot is the request's send time in µs after now (-1: any time) and late how
 -- many µs after its slot it may still be sent.
 
@@ -72,12 +74,14 @@ end
 
 -- the site's back-off now (ms): its interval halves every half-life since it was set;
 -- a back-off that has decayed below 10 ms is over and is removed
+local ended = {}
 local function backoff(site)
   local raw = redis.call('HGET', KEYS[7], 'b:' .. site)
   if not raw then return 0 end
   local left = backoff_left(raw, now_ms, half_life)
   if left < 10 then
     redis.call('HDEL', KEYS[7], 'b:' .. site)
+    ended[#ended + 1] = site
     return 0
   end
   return math.floor(left)
@@ -161,4 +165,5 @@ if got > 0 then
 end
 local hint = redis.call('ZRANGE', KEYS[1], 0, hint_n - 1)
 local queued = tonumber(redis.call('HGET', KEYS[5], 'queued') or '0')
-return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), ready_in}
+local control_seq = tonumber(redis.call('HGET', KEYS[5], 'control_seq') or '0')
+return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), ready_in, control_seq, ended}
