@@ -36,6 +36,11 @@ class SiteReports:
         return dict(self._slow)
 
     @property
+    def recovered(self) -> dict[str, str]:
+        """site -> why, of the sites to report recovered."""
+        return dict(self._recovered)
+
+    @property
     def robots(self) -> dict[str, int]:
         return dict(self._robots)
 
@@ -57,9 +62,12 @@ class SiteReports:
         self._recovered.pop(site, None)
 
     def add_recovered(self, site: str, why: str) -> None:
-        """*site* answers at its normal latency again: its latency back-off ends."""
-        if site not in self._slow:
-            self._recovered[site] = why
+        """*site* answers at its normal latency again: its latency back-off ends (a
+        latency report of this round is dropped)."""
+        if site in self._by_latency:
+            self._by_latency.discard(site)
+            self._slow.pop(site, None)
+        self._recovered[site] = why
 
     def add_robots(self, site: str, delay_ms: int) -> None:
         """*site*'s robots.txt Crawl-delay (0: read, none)."""

@@ -629,6 +629,8 @@ class Scheduler(BaseScheduler):
             )
             self._offer = result.offer
             self._note_control_seq(result.control_seq)
+            for site in result.backoff_ended:
+                logger.info("Back-off of %s is over (it decayed)", site)
         received = asyncio.get_event_loop().time()
         if result is not None and not result.entries and result.ready_in_us >= 0:
             # rate-limited sites only: come back exactly when the first one is ready
@@ -757,10 +759,18 @@ class Scheduler(BaseScheduler):
         site = self._held.get(rid) if rid is not None else None
         return site if site is not None else self.sites.site(request)
 
-    def report_slow(self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0) -> None:
+    def report_slow(
+        self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
+    ) -> None:
         """Ask the cluster to back *site* off (sent with the next loop round); see
         :meth:`SiteReports.add_slow`."""
-        self.reports.add_slow(site, why, floor_ms, first_ms)
+        self.reports.add_slow(site, why, floor_ms, first_ms, latency=latency)
+        self._kick()
+
+    def report_recovered(self, site: str, why: str) -> None:
+        """*site* answers at its normal latency again: its latency back-off ends for
+        every node (sent with the next loop round)."""
+        self.reports.add_recovered(site, why)
         self._kick()
 
     def report_robots(self, site: str, delay_ms: int) -> None:

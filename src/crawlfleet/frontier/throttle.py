@@ -8,12 +8,16 @@ reads for every node:
   ``CRAWLFLEET_BACKOFF_START_SECONDS`` up to ``CRAWLFLEET_BACKOFF_MAX_SECONDS``, never
   below the response's ``Retry-After``; it then halves every
   ``CRAWLFLEET_BACKOFF_HALF_LIFE_SECONDS`` without new reports (gradual recovery);
-- a site whose download latency climbs (a moving average above
-  ``CRAWLFLEET_BACKOFF_LATENCY_FACTOR`` times its baseline, the lowest average seen,
-  and by at least ``LATENCY_MARGIN_SECONDS``) is backed off the same way, starting at
-  its average latency (about one request at a time for the whole cluster). Not while
-  this node's own event loop lags (``LAGGING_LOOP_MS``): its latencies then measure
-  the node, not the site;
+- a site whose latency climbs is backed off the same way, starting at that latency
+  (about one request at a time for the whole cluster). The site must be slow, not the
+  node: even the fastest of its last ``LATENCY_WINDOW`` responses must be above
+  ``CRAWLFLEET_BACKOFF_LATENCY_FACTOR`` times its baseline (the lowest such fastest
+  seen) and by at least ``LATENCY_MARGIN_SECONDS`` (a node starved of CPU still gets
+  some answers fast; a slow server answers none fast); and not while this node's
+  event loop lags (``LAGGING_LOOP_MS``) or the machine's CPU is saturated
+  (``BUSY_MACHINE_PERCENT``): its latencies then measure the node. Once a response is
+  fast again, the node reports the site recovered and a back-off caused by latency
+  alone ends for every node at once (logged; 429/503 back-offs decay as usual);
 - with ``ROBOTSTXT_OBEY``, a robots.txt ``Crawl-delay`` for this crawler's user agent
   becomes the site's minimum interval (when it is stricter than the configured limit).
   Until some node has read a site's robots.txt, the site gives the whole cluster one
@@ -28,9 +32,11 @@ from __future__ import annotations
 import email.utils
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any
 
+import psutil
 from protego import Protego
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
@@ -45,15 +51,15 @@ __all__ = ["ROBOTS_PROBE_SECONDS", "SiteThrottle", "retry_after_ms"]
 
 logger = logging.getLogger(__name__)
 
-#: Weight of a new latency in a site's moving average.
-LATENCY_ALPHA = 0.2
+#: A site is judged on the fastest of its last this many responses.
+LATENCY_WINDOW = 8
 #: Latency must climb at least this much above the baseline to count.
 LATENCY_MARGIN_SECONDS = 0.5
 #: While this node's event loop lagged more than this in the last feedback interval,
 #: its latencies do not count against sites.
 LAGGING_LOOP_MS = 100.0
-#: Responses of a site before its latency is judged at all.
-LATENCY_WARMUP = 10
+#: While the machine's CPU is busier than this (%), latencies do not count either.
+BUSY_MACHINE_PERCENT = 90.0
 #: A site is reported slow at most once per this many seconds by one node.
 REPORT_EVERY_SECONDS = 1.0
 #: Sites whose latency is tracked (least recently seen ones are forgotten).
@@ -83,13 +89,13 @@ def retry_after_ms(value: bytes | str | None, now: float | None = None) -> int:
 
 
 class _Latency:
-    __slots__ = ("average", "baseline", "count", "reported")
+    __slots__ = ("baseline", "recent", "reported", "slow")
 
     def __init__(self) -> None:
-        self.average = 0.0
+        self.recent: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.baseline = float("inf")
-        self.count = 0
         self.reported = 0.0
+        self.slow = False  # this node reported the site slow, not recovered since
 
 
 class SiteThrottle:
@@ -104,6 +110,8 @@ class SiteThrottle:
             settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
         )
         self._sites: OrderedDict[str, _Latency] = OrderedDict()
+        #: the machine's CPU use (%) since the last call (injectable for tests)
+        self.machine_cpu: Callable[[], float] = lambda: float(psutil.cpu_percent(interval=None))
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SiteThrottle:
@@ -181,25 +189,37 @@ class SiteThrottle:
                 self._sites.popitem(last=False)
         else:
             self._sites.move_to_end(site)
-        entry.count += 1
-        if entry.count == 1:
-            entry.average = latency
-        else:
-            entry.average += LATENCY_ALPHA * (latency - entry.average)
-        if entry.count < LATENCY_WARMUP:
+        entry.recent.append(latency)
+        if len(entry.recent) < LATENCY_WINDOW:
             return
-        entry.baseline = min(entry.baseline, entry.average)
-        climbed = entry.average - entry.baseline
+        fastest = min(entry.recent)
+        entry.baseline = min(entry.baseline, fastest)
+        slow = (
+            fastest > entry.baseline * self.backoff.latency_factor
+            and fastest - entry.baseline >= LATENCY_MARGIN_SECONDS
+        )
+        if slow == entry.slow:
+            return
         now = time.monotonic()
-        if (
-            entry.average > entry.baseline * self.backoff.latency_factor
-            and climbed >= LATENCY_MARGIN_SECONDS
-            and now - entry.reported >= REPORT_EVERY_SECONDS
-            and scheduler.loop_lag_ms <= LAGGING_LOOP_MS
-        ):
-            entry.reported = now
+        if not slow:  # a fast answer clears the site, however busy this node is
+            entry.slow = False
+            scheduler.report_recovered(
+                site,
+                f"latency {fastest * 1000:.0f} ms, baseline {entry.baseline * 1000:.0f} ms",
+            )
+        elif now - entry.reported >= REPORT_EVERY_SECONDS and self.judging(scheduler):
+            entry.slow, entry.reported = True, now
             scheduler.report_slow(
                 site,
-                f"latency {entry.average * 1000:.0f} ms, baseline {entry.baseline * 1000:.0f} ms",
-                first_ms=int(entry.average * 1000),
+                f"its fastest of {LATENCY_WINDOW} responses took {fastest * 1000:.0f} ms, "
+                f"baseline {entry.baseline * 1000:.0f} ms",
+                first_ms=int(fastest * 1000),
+                latency=True,
             )
+
+    def judging(self, scheduler: Scheduler) -> bool:
+        """Whether this node's latencies say something about sites now: not while its
+        event loop lags or the machine's CPU is saturated."""
+        if scheduler.loop_lag_ms > LAGGING_LOOP_MS:
+            return False
+        return self.machine_cpu() < BUSY_MACHINE_PERCENT

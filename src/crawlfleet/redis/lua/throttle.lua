@@ -51,9 +51,15 @@ local longest, half_life = tonumber(ARGV[2]), tonumber(ARGV[3])
 for i = 4, #ARGV - 3, 4 do
   local site, floor, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local field = 'b:' .. site
-  local current, at, cause = backoff_left(redis.call('HGET', KEYS[1], field), now, half_life)
-  if current < 10 then cause = '' end
+  local raw = redis.call('HGET', KEYS[1], field)
+  local current, at, was = backoff_left(raw, now, half_life)
+  if current < 10 then was = '' end
+  local cause = was
   if cause ~= 's' then cause = ARGV[i + 3] end
+  if current >= 10 and now - at < current and cause ~= was then
+    -- not raised again so soon, but a status now shares the blame: it will decay
+    redis.call('HSET', KEYS[1], field, string.match(raw, '^(%d+:%d+)') .. ':' .. cause)
+  end
   if current < 10 or now - at >= current then
     local raised = math.min(longest, math.max(first, current * 2))
     raised = math.floor(math.max(raised, floor))
