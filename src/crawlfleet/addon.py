@@ -10,7 +10,11 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
 - the item stages named in ``CRAWLFLEET_ITEM_STAGES`` (text extraction, encoding
   repair, cleaning, validation, keys), in that fixed order, plus the charset-repairing
   downloader middleware when "encoding" is one of them;
-- a store pipeline for each name in ``CRAWLFLEET_STORES`` ("sql", "mongodb", "redis").
+- a store pipeline for each name in ``CRAWLFLEET_STORES`` ("sql", "mongodb", "redis");
+- safer Scrapy defaults for a fleet: no telnet console (a remote Python shell on every
+  node) unless ``TELNETCONSOLE_ENABLED`` is set, and a 64 MiB limit on a response's
+  size, decompressed included (``DOWNLOAD_MAXSIZE``; a gzip bomb is dropped, not
+  inflated to gigabytes), with a warning from 16 MiB (``DOWNLOAD_WARNSIZE``).
 
 Component dicts (``ITEM_PIPELINES``, ``EXTENSIONS``, ...) are merged: an entry the project
 already has, including ``None`` to disable one of ours, is kept.
@@ -33,6 +37,12 @@ TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 FEEDBACK = "crawlfleet.node.feedback.Feedback"
 SITE_THROTTLE = "crawlfleet.frontier.throttle.SiteThrottle"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
+#: Scrapy settings the add-on sets differently (at its priority: a project still wins).
+SCRAPY_DEFAULTS = {
+    "TELNETCONSOLE_ENABLED": False,
+    "DOWNLOAD_MAXSIZE": 64 * 2**20,
+    "DOWNLOAD_WARNSIZE": 16 * 2**20,
+}
 
 #: stage name -> (pipeline, order). Extraction first: the fields it fills are repaired
 #: and cleaned like the others; encoding before clean: clean would delete the control
@@ -70,6 +80,8 @@ class Addon:
             # the environment beats settings files (deployment), not -s on the command line
             settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
+        for name, value in SCRAPY_DEFAULTS.items():
+            settings.set(name, value, priority="addon")
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
         self._component(settings, "EXTENSIONS", TELEMETRY, 910)
         self._component(settings, "EXTENSIONS", FEEDBACK, 920)

@@ -252,3 +252,36 @@ def test_keys_share_the_job_hash_tag(key_prefix: str) -> None:
     keys = JobKeys.of(key_prefix, "myjob")
     for key in [*keys.fixed(), keys.queue("example.com"), keys.bloom_layer(3)]:
         assert "{myjob}" in key
+
+
+def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out(f"u{i}") for i in range(4)])
+        rids = [
+            r.rid
+            for r in (
+                await f.lease("n1", 4, ["a"], lease_ms=60000, per_site=4, offer_size=10)
+            ).entries
+        ]
+        # two entries lose their separators (a bug, a version skew, a hand edit)
+        await f.client.hset(f.keys.req, rids[0], b"garbage without separators")
+        await f.client.hset(f.keys.req, rids[1], b"x\0a\0no numeric score")
+        # the node dies: every lease is reclaimed; the malformed ones go to the bad list
+        assert await f.release("n1", [(rid, "a") for rid in rids]) == 2
+        assert await f.client.llen(f.keys.bad) == 2
+        again = await f.lease("n2", 4, ["a"], lease_ms=1, per_site=4, offer_size=10)
+        assert len(again.entries) == 2
+        # an entry malformed while leased: the lease still returns it (site ""), expired
+        # leases are reclaimed past it
+        await f.client.hset(f.keys.req, again.entries[0].rid, b"broken")
+        await asyncio.sleep(0.01)
+        assert await f.reclaim_expired() == 1
+        assert await f.client.llen(f.keys.bad) == 3
+        last = await f.lease("n3", 4, ["a"], lease_ms=60000, per_site=4, offer_size=10)
+        assert [e.payload for e in last.entries] == [again.entries[1].payload]
+        await f.client.hset(f.keys.req, last.entries[0].rid, b"no separators")
+        await f.commit("n1", [out("u9")])
+        leased = await f.lease("n3", 4, ["a"], lease_ms=60000, per_site=4, offer_size=10)
+        assert [e.payload for e in leased.entries] == [b"u9"]
+
+    run(body)

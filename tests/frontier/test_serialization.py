@@ -77,6 +77,21 @@ def test_unserialisable_meta_is_named(codec: RequestCodec) -> None:
 def test_callback_must_be_a_spider_method(codec: RequestCodec) -> None:
     with pytest.raises(SerializationError, match="not a method of the spider"):
         codec.encode(Request("https://example.com/", callback=lambda r: None))
+    spider = codec.spider
+    assert spider is not None
+    with pytest.raises(SerializationError, match="not allowed as a callback"):
+        codec.encode(Request("https://example.com/", callback=spider.log))
+
+
+def test_generic_spider_callbacks_travel() -> None:
+    from scrapy.spiders import CrawlSpider
+
+    class Crawler(CrawlSpider):
+        name = "generic"
+
+    codec = RequestCodec(Crawler())
+    request = Request("https://example.com/", callback=codec.spider._callback)  # type: ignore[union-attr]
+    assert codec.decode(codec.encode(request)).callback == codec.spider._callback  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(
@@ -87,6 +102,11 @@ def test_callback_must_be_a_spider_method(codec: RequestCodec) -> None:
         (VERSION + b"\xc1", "undecodable"),
         (VERSION + msgpack.packb([1, 2]), "no url"),
         (VERSION + msgpack.packb({"url": "https://e.com", "callback": "nope"}), "not a method"),
+        # only the spider's public methods: no dunders, no Spider lifecycle methods
+        (VERSION + msgpack.packb({"url": "https://e.com", "callback": "__init__"}), "not allowed"),
+        (VERSION + msgpack.packb({"url": "https://e.com", "callback": "close"}), "not allowed"),
+        (VERSION + msgpack.packb({"url": "https://e.com", "errback": "_secret"}), "not allowed"),
+        (VERSION + msgpack.packb({"url": "https://e.com", "callback": "name"}), "not a method"),
         (VERSION + msgpack.packb({"url": "https://e.com", "_class": "os.system"}), "not allowed"),
         (
             VERSION + msgpack.packb({"url": "https://e.com", "_class": "scrapy.Spider"}),

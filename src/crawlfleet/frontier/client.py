@@ -291,7 +291,10 @@ class Frontier:
         )
         entries = []
         for i in range(0, len(flat), 4):
-            site, payload = split_entry(flat[i + 1])
+            try:
+                site, payload = split_entry(flat[i + 1])
+            except ValueError:
+                site, payload = "", b""  # malformed: the scheduler sets it aside
             slot = int(flat[i + 2])
             entries.append(
                 Leased(_s(flat[i]), site, payload, None if slot < 0 else slot, int(flat[i + 3]))
@@ -393,6 +396,7 @@ class Frontier:
             k.owner,
             k.counters,
             k.nodes,
+            k.bad,
             *(k.queue(s) for s in qindex),
         ]
         self.round_trips += 1

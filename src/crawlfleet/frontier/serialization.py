@@ -1,13 +1,15 @@
 """The wire format of queued requests: a version byte, then msgpack. Never pickle.
 
 The fields are those of ``Request.to_dict``: callbacks and errbacks travel by name and
-are looked up on the spider when the request is read back. Only request classes from
-Scrapy or from the spider's own top-level package are instantiated; anything else is a
-malformed entry, as is any entry that does not decode.
+are looked up on the spider when the request is read back: only its public methods
+(not Scrapy's own Spider methods such as ``close``) and the callbacks of Scrapy's generic
+spiders. Only request classes from Scrapy or from the spider's own top-level package are
+instantiated; anything else is a malformed entry, as is any entry that does not decode.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import msgpack
@@ -19,6 +21,9 @@ from crawlfleet.exceptions import MalformedEntry, SerializationError
 __all__ = ["VERSION", "RequestCodec"]
 
 VERSION = b"\x01"
+#: Private methods that Scrapy's generic spiders (CrawlSpider, SitemapSpider) use as
+#: callbacks: allowed like public ones.
+GENERIC_CALLBACKS = frozenset({"_callback", "_errback", "_parse_sitemap"})
 
 # Fields equal to these defaults are left out of the payload.
 _DEFAULTS: dict[str, Any] = {
@@ -57,6 +62,10 @@ class RequestCodec:
                 name = inner.__name__
                 if getattr(getattr(self.spider, name, None), "__func__", None) is not inner:
                     raise SerializationError(f"{what} {func!r} is not a method of the spider")
+                try:
+                    self._spider_method(what, name)
+                except MalformedEntry as exc:
+                    raise SerializationError(str(exc)) from None
                 self._names[inner] = name
             return name
         raise SerializationError(
@@ -110,14 +119,25 @@ class RequestCodec:
         for name in ("callback", "errback"):
             value = d.get(name)
             if value is not None:
-                method = getattr(self.spider, str(value), None) if self.spider else None
-                if not callable(method):
-                    raise MalformedEntry(f"{name} {value!r} is not a method of the spider")
-                kwargs[name] = method
+                kwargs[name] = self._spider_method(name, value)
         try:
             return cls(**kwargs)
         except Exception as exc:
             raise MalformedEntry(f"invalid request fields: {exc}") from None
+
+    def _spider_method(self, what: str, name: Any) -> Any:
+        """The spider's method *name*, if it may be a callback: a public method of the
+        spider (not one of Scrapy's Spider's own, such as ``close`` or ``start``), or
+        a callback of Scrapy's generic spiders (:data:`GENERIC_CALLBACKS`)."""
+        if not isinstance(name, str) or not name or self.spider is None:
+            raise MalformedEntry(f"{what} {name!r} is not a method of the spider")
+        private = name.startswith("_") and name not in GENERIC_CALLBACKS
+        if private or (name != "parse" and hasattr(Spider, name)):
+            raise MalformedEntry(f"{what} {name!r} is not allowed as a callback")
+        method = getattr(self.spider, name, None)
+        if not inspect.ismethod(method) or method.__self__ is not self.spider:
+            raise MalformedEntry(f"{what} {name!r} is not a method of the spider")
+        return method
 
     def _request_class(self, path: Any) -> type[Request]:
         if path is None:

@@ -3,7 +3,8 @@
 A script whose header says ``-- uses: seen`` is built twice, once with each seen-filter
 library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked up as
 ``name`` with ``seen_mode`` "exact" or "bloom". A header ``-- uses: backoff`` prepends
-``_backoff.lua`` (the decay of a site's back-off, shared by lease and throttle).
+``_backoff.lua`` (the decay of a site's back-off, shared by lease and throttle), and
+``-- uses: entry`` prepends ``_entry.lua`` (reading a stored request's score and site).
 Scripts are registered with redis-py, which runs them by SHA and re-sends a script the
 server has forgotten (NOSCRIPT after a restart).
 """
@@ -30,8 +31,9 @@ def _read(name: str) -> str:
 def script_source(name: str, seen_mode: str | None = None) -> str:
     """The full source of script *name* (without ``.lua``), libraries included."""
     body = _read(f"{name}.lua")
-    if "-- uses: backoff" in body:
-        body = _read("_backoff.lua") + "\n" + body
+    for library in ("backoff", "entry"):
+        if f"-- uses: {library}" in body:
+            body = _read(f"_{library}.lua") + "\n" + body
     if "-- uses: seen" in body:
         if seen_mode not in SEEN_MODES:
             raise ValueError(f"script {name} needs a seen mode, one of {SEEN_MODES}")

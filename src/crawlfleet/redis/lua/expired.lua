@@ -2,6 +2,7 @@
 -- dead nodes as reaped): leases past their deadline on the Redis clock, and every lease
 -- of a node that missed its heartbeats (it counts as dead: its registry time has passed),
 -- so that a crashed node's work comes back at once, not only at lease expiry.
+-- uses: entry
 --
 -- KEYS[1] leases    zset  rid -> lease deadline (ms)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
@@ -9,7 +10,8 @@
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] reaped    zset  node id -> time (ms) its leases were listed here
 -- ARGV[1] most leases to return
--- Returns {rid, site, rid, site, ...}; site is "" for an entry whose request is gone.
+-- Returns {rid, site, rid, site, ...}; site is "" for an entry whose request is gone
+-- or malformed (requeue.lua sets a malformed one aside).
 -- The caller passes these to requeue.lua (mode "expired") with the sites' queue keys;
 -- requeue checks again, so a lease renewed in between, or a node that came back, is
 -- left alone. A dead node is marked reaped once all its leases were listed; it is
@@ -23,15 +25,9 @@ local picked, out = {}, {}
 local function add(rid)
   if picked[rid] or #out >= 2 * limit then return end
   picked[rid] = true
-  local entry = redis.call('HGET', KEYS[2], rid)
-  local site = ''
-  if entry then
-    local a = string.find(entry, '\0', 1, true)
-    local b = string.find(entry, '\0', a + 1, true)
-    site = string.sub(entry, a + 1, b - 1)
-  end
+  local _, site = entry_parts(redis.call('HGET', KEYS[2], rid))
   out[#out + 1] = rid
-  out[#out + 1] = site
+  out[#out + 1] = site or ''
 end
 
 for _, rid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)) do

@@ -1,6 +1,7 @@
 -- requeue: return leased requests to their site queues, at their original place
 -- (same score: priority, then FIFO). Used for expired leases and the leases of dead
 -- nodes (any node), and by a node that gives back what it holds when it stops.
+-- uses: entry
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
@@ -8,13 +9,16 @@
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash
 -- KEYS[6] nodes     zset  node id -> time (ms) after which it counts as dead
--- KEYS[7 ..]        site queues
+-- KEYS[7] bad       list  malformed entries, set aside for inspection
+-- KEYS[8 ..]        site queues
 --
 -- ARGV[1] mode: "expired" (only leases past their deadline, or held by a node that
 --         counts as dead) or "owner" (only leases held by ARGV[2])
 -- ARGV[2] node id (mode "owner")
--- ARGV[3 ..] pairs: rid, queue index (1-based among KEYS[7 ..]; 0 = request gone)
--- Returns the number of requests returned to a queue.
+-- ARGV[3 ..] pairs: rid, queue index (1-based among KEYS[8 ..]; 0 = request gone or
+--            malformed)
+-- Returns the number of requests returned to a queue. A malformed entry is moved to
+-- the bad list (counter "bad"), never requeued.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -40,15 +44,16 @@ for i = 3, #ARGV, 2 do
     redis.call('ZREM', KEYS[3], rid)
     redis.call('HDEL', KEYS[4], rid)
     local entry = redis.call('HGET', KEYS[2], rid)
-    if entry and qi > 0 then
-      local a = string.find(entry, '\0', 1, true)
-      local b = string.find(entry, '\0', a + 1, true)
-      local score = tonumber(string.sub(entry, 1, a - 1))
-      local site = string.sub(entry, a + 1, b - 1)
-      redis.call('ZADD', KEYS[6 + qi], score, rid)
+    local score, site = entry_parts(entry)
+    if score and qi > 0 then
+      redis.call('ZADD', KEYS[7 + qi], score, rid)
       redis.call('ZADD', KEYS[1], 'NX', 0, site)
       back = back + 1
     else
+      if entry then
+        redis.call('RPUSH', KEYS[7], entry)
+        redis.call('HINCRBY', KEYS[5], 'bad', 1)
+      end
       redis.call('HDEL', KEYS[2], rid)
       dropped = dropped + 1
     end
