@@ -285,3 +285,28 @@ def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run: Callable[..., An
         assert [e.payload for e in leased.entries] == [b"u9"]
 
     run(body)
+
+
+def test_no_node_counts_dead_for_a_silence_of_the_whole_fleet(run: Callable[..., Any]) -> None:
+    """Redis was down or hung: no node could heartbeat. Once it answers again, the
+    first node back must not reap the others before they had a chance to renew."""
+
+    async def body(f: Frontier) -> None:
+        beat: dict[str, Any] = {"ttl_ms": 300, "status": "{}", "busy": True, "lease_ms": 60000}
+        await f.commit("a", [out("u1"), out("u2")])
+        for node in ("a", "b"):
+            await f.heartbeat(node, **beat)
+            await f.lease(node, 1, ["a"], lease_ms=60000, per_site=1, offer_size=10)
+        await asyncio.sleep(0.4)  # every node silent for longer than its time-to-live
+        await f.heartbeat("a", **beat)  # "a" is back first, and reclaims at once
+        assert await f.reclaim_expired(grace_ms=300) == 0  # "b" is not dead yet
+        await f.heartbeat("b", **beat)
+        assert await f.reclaim_expired(grace_ms=300) == 0
+        # a node that really died ("b", silent from now on) is reaped once the grace
+        # is over, while "a" goes on heartbeating
+        for _ in range(2):
+            await asyncio.sleep(0.2)
+            await f.heartbeat("a", **beat)
+        assert await f.reclaim_expired(grace_ms=300) == 1
+
+    run(body)

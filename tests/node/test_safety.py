@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.server import TestSite
+from tests.pipelines.redisproc import RedisProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 BOMB_MB = 300  # decompressed; about 300 KB on the wire
@@ -72,3 +76,59 @@ def test_a_gzip_bomb_is_dropped_and_no_telnet_console_listens(
     assert "'response_received_count': 2" in text  # the index and /ok
     peak = int(text.split("'memusage/max': ")[1].split(",")[0])
     assert peak < 400 * 2**20, f"peak memory {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.slow
+def test_a_hung_redis_is_reported_and_costs_no_page_twice(
+    redis_server_url: str, tmp_path: Path
+) -> None:
+    """Redis stops answering (SIGSTOP) for longer than the node timeout and the lease
+    length while two nodes crawl: each node says so within its socket timeout and goes
+    on once Redis answers again; no node counts the others dead for a silence that was
+    Redis's, so no page is fetched twice."""
+    redis_proc = RedisProcess(tmp_path / "redis")
+    redis_proc.start()
+    settings = {
+        "LOG_LEVEL": "INFO",
+        "CONCURRENT_REQUESTS": 2,
+        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
+        "CRAWLFLEET_RECLAIM_SECONDS": 0.5,
+        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 2,
+        "CRAWLFLEET_LEASE_SECONDS": 5,
+        "CRAWLFLEET_DATA_DIR": str(tmp_path / "data"),
+    }
+    try:
+        with TestSite(SiteModel(pages=120, hosts=2, problems=False), latency_seconds=0.1) as s:
+            procs = [
+                start_node(
+                    "crawlfleet.testsite.spider:TestSiteSpider",
+                    job="hang",
+                    redis_url=redis_proc.url,
+                    log=tmp_path / f"node{i}.log",
+                    spider_args={"start_urls": ",".join(s.seed_urls)},
+                    settings=settings,
+                    cwd=ROOT,
+                )
+                for i in range(2)
+            ]
+            try:
+                deadline = time.monotonic() + 30
+                while s.stats()["content_fetched"] < 20 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                redis_proc.freeze()
+                time.sleep(8)
+                redis_proc.thaw()
+                codes = wait_all(procs, 90)
+                stats = s.stats()
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+    finally:
+        redis_proc.close()
+    text = "".join(p.read_text() for p in sorted(tmp_path.glob("node*.log")))
+    assert codes == [0, 0], text[-3000:]
+    assert stats["never_fetched"] == [], text[-3000:]
+    assert stats["fetched_twice"] == [], stats["fetched_twice"]
+    assert text.count("Redis unreachable (TimeoutError") == 2, text[-3000:]
+    assert text.count("Redis reachable again after") == 2

@@ -7,6 +7,7 @@ survives the kill, as on a production Redis with AOF on.
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import time
@@ -60,6 +61,16 @@ class RedisProcess:
             finally:
                 client.close()
         raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections stay open and nothing answers (a hung Redis)."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT: it answers again, with everything it had."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """kill -9: connections are cut, the port refuses connections."""

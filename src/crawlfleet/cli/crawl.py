@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     reason = stats.get_value("finish_reason") if stats else None
     if stats and stats.get_value("crawlfleet/frontier/unstored"):
         return 1  # pages given back unfinished (a store was down at the stop)
+    if stats and stats.get_value("crawlfleet/node/unfinished"):
+        return 1  # Redis unreachable at the close: work left for lease expiry
     # drained and stopped: an operator's control command (crawlfleet control)
     return 0 if reason in ("finished", "shutdown", "drained", "stopped") else 1
 

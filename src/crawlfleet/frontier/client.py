@@ -402,12 +402,15 @@ class Frontier:
         self.round_trips += 1
         return int(await self.scripts("requeue", keys, args))
 
-    async def reclaim_expired(self, limit: int = 1000) -> int:
+    async def reclaim_expired(self, limit: int = 1000, *, grace_ms: int = 0) -> int:
         """Return leases past their deadline, and every lease of a node that missed its
-        heartbeats, to their queues; the number returned."""
+        heartbeats, to their queues; the number returned. Nothing, for *grace_ms* after
+        the whole fleet was silent (a Redis outage or hang: live nodes renew first)."""
         k = self.keys
         self.round_trips += 1
-        flat = await self.scripts("expired", [k.leases, k.req, k.nodes, k.owner, k.reaped], [limit])
+        flat = await self.scripts(
+            "expired", [k.leases, k.req, k.nodes, k.owner, k.reaped, k.counters], [limit, grace_ms]
+        )
         pairs = [(_s(flat[i]), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
         return await self._requeue("expired", "", pairs)
 

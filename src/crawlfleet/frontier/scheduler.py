@@ -58,7 +58,7 @@ from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.frontier.slots import SlotQueue
 from crawlfleet.frontier.steering import Steering
-from crawlfleet.redis.connection import REDIS_ERRORS, shared_client
+from crawlfleet.redis.connection import REDIS_ERRORS, redact, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 from crawlfleet.spiders.seeding import parse_seed
@@ -77,6 +77,8 @@ LOOP_SECONDS = 0.05
 IDLE_HEARTBEAT_SECONDS = 0.1
 #: A node looks for new control commands at least this often (pause within a second).
 CONTROL_CHECK_SECONDS = 0.5
+#: While Redis stays unreachable, the node says so this often.
+OUTAGE_LOG_SECONDS = 60.0
 #: A node waiting for a job's first seed says so this often.
 NO_WORK_LOG_SECONDS = 60.0
 #: Batches of new requests sent per loop round at most (then heartbeat and lease).
@@ -201,6 +203,7 @@ class Scheduler(BaseScheduler):
         self._idle_delay = 0.0
         self._last_flush = 0.0
         self._redis_down_since: float | None = None
+        self._outage_logged = 0.0
         self._logged_dup = False
         self._seeds_waiting = False
         self._close_asked = False
@@ -314,6 +317,7 @@ class Scheduler(BaseScheduler):
                 len(self._out),
                 len(self._held),
             )
+            self._set_stat("crawlfleet/node/unfinished", len(self._out) + len(self._held))
         self._set_stat("crawlfleet/redis/round_trips", self.frontier.round_trips)
         logger.info(
             "crawlfleet node %s closed (%s); shared state left in place", self.node_id, reason
@@ -418,8 +422,8 @@ class Scheduler(BaseScheduler):
             try:
                 await self._tick()
                 if self._redis_down_since is not None:
-                    logger.info(
-                        "Redis reachable again after %.1fs; %d requests waited locally",
+                    logger.warning(
+                        "Redis reachable again after %.1fs; %d new requests waited locally",
                         time.monotonic() - self._redis_down_since,
                         len(self._out),
                     )
@@ -427,16 +431,7 @@ class Scheduler(BaseScheduler):
                 delay = self.redis_config.retry_min_seconds
             except REDIS_ERRORS as exc:
                 self._inc("crawlfleet/redis/errors")
-                if self._redis_down_since is None:
-                    self._redis_down_since = time.monotonic()
-                logger.warning(
-                    "Redis unreachable (%s): retrying in %.1fs; holding %d new requests and "
-                    "%d finished ones locally, nothing is lost",
-                    exc,
-                    delay,
-                    len(self._out),
-                    len(self._acks),
-                )
+                self._log_outage(exc)
                 await self._sleep(delay, wake_on_work=False)
                 delay = min(delay * 2, self.redis_config.retry_max_seconds)
                 continue
@@ -445,6 +440,31 @@ class Scheduler(BaseScheduler):
                 await self._sleep(1.0)
                 continue
             await self._sleep(self._pause_seconds())
+
+    def _log_outage(self, exc: BaseException) -> None:
+        """Say that Redis is unreachable (or hung: a timeout) at once, then once a
+        minute while it lasts."""
+        now = time.monotonic()
+        what = f"{type(exc).__name__}: {redact(str(exc))}"
+        if self._redis_down_since is None:
+            self._redis_down_since = self._outage_logged = now
+            logger.warning(
+                "Redis unreachable (%s): the node goes on with what it holds and retries; "
+                "%d new requests and %d finished ones wait locally, nothing is lost",
+                what,
+                len(self._out),
+                len(self._acks),
+            )
+        elif now - self._outage_logged >= OUTAGE_LOG_SECONDS:
+            self._outage_logged = now
+            logger.warning(
+                "Redis still unreachable after %.0fs (%s); %d new requests and %d finished "
+                "ones wait locally",
+                now - self._redis_down_since,
+                what,
+                len(self._out),
+                len(self._acks),
+            )
 
     def _pause_seconds(self) -> float:
         """How long the loop sleeps unless woken: LOOP_SECONDS, or until the next lease
@@ -504,7 +524,9 @@ class Scheduler(BaseScheduler):
             await self._heartbeat()
         if now >= self._next_reclaim:
             self._next_reclaim = now + self.config.reclaim_seconds
-            back = await self.frontier.reclaim_expired()
+            back = await self.frontier.reclaim_expired(
+                grace_ms=int(self.config.node_timeout_seconds * 1000)
+            )
             if back:
                 logger.info(
                     "Returned %d leases (expired, or held by a dead node) to their queues", back

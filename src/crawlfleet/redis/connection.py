@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import re
 from typing import Any
 
 from redis.asyncio import Redis
@@ -15,7 +16,7 @@ from scrapy import signals
 from crawlfleet.redis.embedded import EmbeddedRedis
 from crawlfleet.settings.config import RedisConfig
 
-__all__ = ["REDIS_ERRORS", "make_client", "resolve_url", "shared_client"]
+__all__ = ["REDIS_ERRORS", "make_client", "redact", "resolve_url", "shared_client"]
 
 #: Errors that mean "Redis is not reachable right now" (wait and retry; nothing is lost).
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
@@ -40,12 +41,23 @@ def resolve_url(config: RedisConfig) -> str:
     return handle.url
 
 
+_SECRET_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """*text* with the password of every URL in it replaced by ``***``
+    (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    return _SECRET_IN_URL.sub(r"\1***@", text)
+
+
 def make_client(url: str, **options: Any) -> Redis:
     """An asyncio client for *url*: binary replies, bounded timeouts."""
     kwargs: dict[str, Any] = {
         "decode_responses": False,
         "socket_connect_timeout": 5,
-        "socket_timeout": 60,
+        # a hung Redis (stopped, overloaded) is an error after this long, not a silent
+        # node: the node says so and retries
+        "socket_timeout": 5,
         "health_check_interval": 15,
     }
     kwargs.update(options)

@@ -9,7 +9,12 @@
 -- KEYS[3] nodes     zset  node id -> time (ms) after which it counts as dead
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] reaped    zset  node id -> time (ms) its leases were listed here
+-- KEYS[6] counters  hash  "resumed_at": when the fleet was heard from again after a
+--                         silence (heartbeat.lua)
 -- ARGV[1] most leases to return
+-- ARGV[2] grace (ms): for this long after the fleet was silent (Redis was down or
+--         hung: no node could heartbeat), nothing is returned, so that live nodes
+--         renew their leases before anyone counts them dead
 -- Returns {rid, site, rid, site, ...}; site is "" for an entry whose request is gone
 -- or malformed (requeue.lua sets a malformed one aside).
 -- The caller passes these to requeue.lua (mode "expired") with the sites' queue keys;
@@ -20,6 +25,8 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
+local resumed = tonumber(redis.call('HGET', KEYS[6], 'resumed_at') or '0') or 0
+if now - resumed < tonumber(ARGV[2]) then return {} end
 local picked, out = {}, {}
 
 local function add(rid)

@@ -10,6 +10,9 @@
 -- KEYS[7] limits    hash  site pattern -> rate limit set at run time
 -- KEYS[8] reaped    zset  node id -> time its leases were returned (see expired.lua)
 -- KEYS[9] control   hash  "<scope>:<kind>" -> command JSON (see frontier/control.py)
+-- (counters: "beat_at", the last heartbeat of any node (ms); "resumed_at", when the
+--  fleet was heard from again after a silence longer than a node's time-to-live: a
+--  Redis outage or hang, or a full stop; see expired.lua)
 --
 -- ARGV[1] node id   ARGV[2] node time-to-live (ms)   ARGV[3] status JSON
 -- ARGV[4] busy: "1" or "0"      ARGV[5] lease length (ms)
@@ -25,6 +28,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local node, ttl, info, busy = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local lease_ms = tonumber(ARGV[5])
+local beat_at = tonumber(redis.call('HGET', KEYS[6], 'beat_at') or '0') or 0
+if now - beat_at > ttl then redis.call('HSET', KEYS[6], 'resumed_at', now) end
+redis.call('HSET', KEYS[6], 'beat_at', now)
 if info == 'leaving' then
   redis.call('ZREM', KEYS[1], node)
   redis.call('HDEL', KEYS[2], node)
