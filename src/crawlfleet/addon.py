@@ -22,14 +22,18 @@ already has, including ``None`` to disable one of ours, is kept.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings import default_settings
 
-__all__ = ["ITEM_STAGES", "STORES", "Addon"]
+__all__ = ["ITEM_STAGES", "STORES", "Addon", "check"]
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER = "crawlfleet.frontier.scheduler.Scheduler"
 STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
@@ -70,6 +74,16 @@ def _names(settings: BaseSettings, name: str, known: dict[str, tuple[str, int]])
     return names
 
 
+def check(settings: BaseSettings) -> None:
+    """Validate every crawlfleet setting now, before Scrapy builds any component: a
+    mistake stops the node with one line naming the setting (ConfigError)."""
+    from crawlfleet.settings.config import FrontierConfig, RedisConfig, check_unknown
+
+    check_unknown(settings)
+    FrontierConfig.from_settings(settings, "spider")  # the real name comes later
+    RedisConfig.from_settings(settings)
+
+
 class Addon:
     """Turns a Scrapy project into a crawlfleet node."""
 
@@ -95,6 +109,14 @@ class Addon:
             self._component(settings, "DOWNLOADER_MIDDLEWARES", CHARSET_MIDDLEWARE, 580)
         for store in _names(settings, "CRAWLFLEET_STORES", STORES):
             self._component(settings, "ITEM_PIPELINES", *STORES[store])
+        try:
+            check(settings)
+        except ConfigError as exc:
+            if "scrapy.cmdline" not in sys.modules:
+                raise  # a program running Scrapy handles it
+            # under `scrapy crawl`: one line, not a traceback from inside Scrapy
+            logger.error("crawlfleet: %s", exc)
+            raise SystemExit(2) from None
 
     @staticmethod
     def _component(settings: BaseSettings, setting: str, path: str, order: int) -> None:

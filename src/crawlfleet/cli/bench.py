@@ -29,9 +29,13 @@ from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV, ItemsResult, find_postgres, run_items
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    resolved_url,
+)
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.redis.connection import resolve_url
 from crawlfleet.settings.config import RedisConfig
 
 NAME = "bench"
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         console.print("[red]--items must be >= 1 and --items-site-pages >= 3[/]")
         return 2
     config = RedisConfig.from_settings(command_settings(args))
-    url = resolve_url(config)
+    url = resolved_url(args, config)
     prefix = f"{config.key_prefix}bench"
     nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
     scenarios = []

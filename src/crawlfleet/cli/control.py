@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from typing import Any
 
 from rich.console import Console
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    resolved_url,
+)
 from crawlfleet.cli.status import job_names
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.control import ACTIONS, ALL_NODES, encode_command
-from crawlfleet.redis.connection import REDIS_ERRORS, make_client, resolve_url
+from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig, validate_job_name
 
@@ -81,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
         kind, value = "concurrency", encode_command("concurrency", args.n)
     else:
         kind, value = "state", ACTIONS[args.action]
+    if args.node is not None and (not args.node or any(c in args.node for c in ": \t\r\n")):
+        raise ConfigError(f"node id {args.node!r} is not valid (no colon or whitespace)")
     config = RedisConfig.from_settings(command_settings(args))
-    url = resolve_url(config)
+    url = resolved_url(args, config)
     console = Console()
     scope = args.node or ALL_NODES
 
@@ -110,11 +116,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             await client.aclose()
 
-    try:
-        return asyncio.run(main())
-    except REDIS_ERRORS as exc:
-        print(f"crawlfleet control: Redis at {url} unreachable: {exc}", file=sys.stderr)
-        return 1
+    return asyncio.run(main())  # Redis errors: one line from crawlfleet.cli.main
 
 
 async def _await_acks(

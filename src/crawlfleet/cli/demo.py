@@ -22,10 +22,15 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    resolved_url,
+)
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node
-from crawlfleet.redis.connection import make_client, resolve_url
+from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig
 from crawlfleet.testsite.model import SiteModel
@@ -67,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = command_settings(args)
     redis_config = RedisConfig.from_settings(settings)
-    url = resolve_url(redis_config)
+    url = resolved_url(args, redis_config)
     data_dir = redis_config.data_dir.resolve()
     job = time.strftime("demo-%Y%m%d-%H%M%S")
     out_dir = data_dir / "demo" / job

@@ -14,11 +14,18 @@ import argparse
 import asyncio
 import sys
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.cli.options import (
+    UnknownJob,
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    redis_problem,
+    resolved_url,
+)
 from crawlfleet.cli.status import JobSnapshot, job_names, snapshot
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.redis.connection import REDIS_ERRORS, make_client, resolve_url
-from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.redis.connection import REDIS_ERRORS, make_client
+from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import RedisConfig, validate_job_name
 
@@ -64,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         lease_seconds = get_float(settings, "CRAWLFLEET_LEASE_SECONDS", minimum=1)
         if args.job:
             validate_job_name(args.job)
-        url = resolve_url(config)
+        url = resolved_url(args, config)
     except ConfigError as exc:
         print(f"crawlfleet health: error: {exc}", file=sys.stderr)
         return 2
@@ -72,9 +79,11 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> tuple[list[str], int]:
         client = make_client(url, socket_connect_timeout=3, socket_timeout=10)
         try:
-            names = await job_names(client, config.key_prefix, args.job)
             found = []
-            if args.job and not await client.sismember(jobs_key(config.key_prefix), args.job):
+            try:
+                names = await job_names(client, config.key_prefix, args.job)
+            except UnknownJob:
+                names = []
                 found.append(f"job {args.job}: not known to this Redis")
             for name in names:
                 snap = await snapshot(client, JobKeys.of(config.key_prefix, name))
@@ -86,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         found, checked = asyncio.run(main())
     except REDIS_ERRORS as exc:
-        print(f"unhealthy: Redis at {url} unreachable: {exc}")
+        print(f"unhealthy: {redis_problem(exc)}")
         return 1
     for line in found:
         print(f"unhealthy: {line}")

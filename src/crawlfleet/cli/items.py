@@ -22,7 +22,12 @@ from redis.backoff import NoBackoff
 from rich.console import Console
 from rich.table import Table
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    resolved_url,
+)
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.workers import (
     ItemWorker,
@@ -31,7 +36,7 @@ from crawlfleet.pipelines.workers import (
     store_for_url,
     stream_status,
 )
-from crawlfleet.redis.connection import make_client, resolve_url
+from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig, check_unknown, validate_job_name
 
@@ -98,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     redis_config = RedisConfig.from_settings(settings)
     keys = JobKeys.of(redis_config.key_prefix, validate_job_name(args.job))
     if args.action == "status":
-        return _status(resolve_url(redis_config), keys, as_json=args.json)
+        return _status(resolved_url(args, redis_config), keys, as_json=args.json)
     store = store_for_url(args.to, settings)
     options = WorkerOptions.from_settings(
         settings,
@@ -108,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         batch_items=args.batch,
         claim_idle_seconds=args.claim_idle,
     )
-    report = asyncio.run(_work(resolve_url(redis_config), keys, store, options))
+    report = asyncio.run(_work(resolved_url(args, redis_config), keys, store, options))
     Console(stderr=True).print(
         f"job {keys.job} group {options.group} consumer {options.consumer}: "
         f"{report.read} read ({report.claimed} claimed), {report.stored} stored, "

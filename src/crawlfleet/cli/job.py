@@ -14,10 +14,11 @@ from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,
     command_settings,
+    resolved_url,
     run_on_frontier,
 )
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.redis.connection import make_client, resolve_url
+from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import jobs_key
 from crawlfleet.settings.config import RedisConfig
 
@@ -30,10 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     status = sub.add_parser("status", help="queues, leases, nodes and counters of a job")
     status.add_argument("job")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    reset = sub.add_parser("reset", help="delete every key of a job (queues, seen-filter...)")
+    reset = sub.add_parser(
+        "reset", help="delete every key of a job (queues, seen-filter, limits...)"
+    )
     reset.add_argument("job")
     reset.add_argument(
         "--force", action="store_true", help="reset even while nodes are alive on the job"
+    )
+    reset.add_argument(
+        "--keep-limits",
+        action="store_true",
+        help="keep the job's run-time rate limits (crawlfleet limits set)",
     )
     sub.add_parser("list", help="jobs known to this Redis")
     for p in (status, reset, sub.choices["list"]):
@@ -89,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 " (stop them first, or --force)"
             )
             return None
-        return await frontier.reset()
+        return await frontier.reset(keep_limits=args.keep_limits)
 
     deleted = run_on_frontier(args, args.job, reset)
     if deleted is None:
@@ -102,7 +110,7 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     config = RedisConfig.from_settings(command_settings(args))
 
     async def main() -> list[str]:
-        client = make_client(resolve_url(config))
+        client = make_client(resolved_url(args, config))
         try:
             return sorted(_text(j) for j in await client.smembers(jobs_key(config.key_prefix)))
         finally:

@@ -50,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
             await frontier.client.hdel(key, pattern)
         return await frontier.read_limits()
 
-    limits = run_on_frontier(args, args.job, action)
+    # setting a limit before the job starts is fine; listing or lifting needs the job
+    limits = run_on_frontier(args, args.job, action, must_exist=args.action != "set")
     for name, spec in sorted(limits.items()):
-        console.print(f"{name}\t{spec}")
+        print(f"{name}\t{spec}")  # one line each, also when piped
     if not limits:
         console.print(f"job {args.job}: no run-time limits (CRAWLFLEET_RATE_LIMITS applies)")
     return 0

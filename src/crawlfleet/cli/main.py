@@ -13,6 +13,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from redis.exceptions import RedisError
+
+from crawlfleet.cli.options import UnknownJob, redis_problem
 from crawlfleet.exceptions import ConfigError
 
 __all__ = ["COMMANDS", "main"]
@@ -65,9 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         return int(args._run(args))
+    except UnknownJob as exc:
+        print(f"crawlfleet {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except ConfigError as exc:
         print(f"crawlfleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RedisError as exc:
+        print(f"crawlfleet {args.command}: error: {redis_problem(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -11,20 +11,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, command_settings
+from crawlfleet.cli.options import (
+    UnknownJob,
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    redis_problem,
+    resolved_url,
+)
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.client import parse_throttle
 from crawlfleet.frontier.control import ALL_NODES, desired
-from crawlfleet.redis.connection import REDIS_ERRORS, make_client, resolve_url
+from crawlfleet.redis.connection import REDIS_ERRORS, make_client
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.config import RedisConfig, validate_job_name
 
@@ -128,10 +135,17 @@ async def redis_now_ms(client: Redis) -> int:
 
 
 async def job_names(client: Redis, prefix: str, job: str | None) -> list[str]:
-    """[job] when one is named, else the known jobs (sorted, at most JOBS_MAX)."""
+    """[job] when one is named (UnknownJob if this Redis has never seen it), else the
+    known jobs (sorted, at most JOBS_MAX)."""
+    known = sorted(_text(j) for j in await client.smembers(jobs_key(prefix)))
     if job:
+        if job not in known:
+            raise UnknownJob(
+                f"no job {job!r} in this Redis (key prefix {prefix!r}); "
+                + (f"known jobs: {', '.join(known[:10])}" if known else "it has no jobs yet")
+            )
         return [job]
-    return sorted(_text(j) for j in await client.smembers(jobs_key(prefix)))[:JOBS_MAX]
+    return known[:JOBS_MAX]
 
 
 async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
@@ -244,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
             f"--interval must be between {MIN_INTERVAL:g} and {MAX_INTERVAL:g} seconds, "
             f"got {args.interval:g}"
         )
-    url = resolve_url(config)
+    url = resolved_url(args, config)
     console = Console()
 
     async def collect(client: Redis) -> list[JobSnapshot]:
@@ -264,7 +278,10 @@ def run(args: argparse.Namespace) -> int:
             refreshes = 0
             with Live(render([]), console=console, auto_refresh=False) as live:
                 while True:
-                    live.update(render(await collect(client)), refresh=True)
+                    try:
+                        live.update(render(await collect(client)), refresh=True)
+                    except REDIS_ERRORS as exc:  # keep watching: say so, try again
+                        live.update(f"[red]{escape(redis_problem(exc))}[/]", refresh=True)
                     refreshes += 1
                     if args.count and refreshes >= args.count:
                         return 0
@@ -273,10 +290,7 @@ def run(args: argparse.Namespace) -> int:
             await client.aclose()
 
     try:
-        return asyncio.run(main())
-    except REDIS_ERRORS as exc:
-        print(f"crawlfleet status: Redis at {url} unreachable: {exc}", file=sys.stderr)
-        return 1
+        return asyncio.run(main())  # Redis errors: one line from crawlfleet.cli.main
     except KeyboardInterrupt:
         return 0
 

@@ -526,8 +526,9 @@ class Frontier:
         now = int(now_s) * 1000 + int(now_us) // 1000
         return [_s(n) for n in await self.client.zrangebyscore(self.keys.nodes, now, "+inf")]
 
-    async def reset(self) -> int:
-        """Delete every key of the job (queues, leases, seen-filter, counters).
+    async def reset(self, *, keep_limits: bool = False) -> int:
+        """Delete every key of the job (queues, leases, seen-filter, counters, control
+        commands, run-time rate limits unless *keep_limits*).
 
         The caller makes sure no node works on the job. Returns the keys deleted."""
         k = self.keys
@@ -535,6 +536,7 @@ class Frontier:
         layers = int(await self.client.hget(k.bloom, "layers") or 0)
         doomed = [
             *k.fixed(),
+            *(() if keep_limits else (k.limits,)),
             *(k.queue(s) for s in sites),
             *(k.bloom_layer(i) for i in range(1, layers + 1)),
         ]

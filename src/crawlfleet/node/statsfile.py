@@ -23,7 +23,7 @@ class StatsFile:
     def from_crawler(cls, crawler: Crawler) -> StatsFile:
         path = str(crawler.settings.get("CRAWLFLEET_STATS_FILE") or "")
         if not path:
-            raise NotConfigured("CRAWLFLEET_STATS_FILE is empty")
+            raise NotConfigured  # off by default: no argument, so Scrapy logs no warning
         ext = cls(Path(path), crawler.stats)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext

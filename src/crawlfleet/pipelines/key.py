@@ -165,7 +165,8 @@ class KeyPipeline:
         if not set_field(adapter, "_key", make_key(kind, parts)):
             if type(item) not in self._warned_classes:
                 self._warned_classes.add(type(item))
-                logger.warning(
+                # not a problem (the stores compute the same key): no warning on every start
+                logger.debug(
                     "Item class %s does not declare a _key field; stores compute the key again",
                     type(item).__name__,
                 )

@@ -8,6 +8,7 @@ setting.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import os
@@ -59,8 +60,8 @@ def check_unknown(settings: BaseSettings) -> None:
     known = set(defaults())
     for name in settings:
         if isinstance(name, str) and name.startswith("CRAWLFLEET_") and name not in known:
-            close = [k for k in known if k.split("_")[1:2] == name.split("_")[1:2]]
-            hint = f" (did you mean {sorted(close)[0]}?)" if close else ""
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"unknown setting {name}{hint}")
 
 
