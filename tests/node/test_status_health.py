@@ -11,6 +11,7 @@ import pytest
 
 from crawlfleet.cli import health, status
 from crawlfleet.frontier.client import Frontier, Outgoing
+from crawlfleet.frontier.limits import SPACING
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 
@@ -182,3 +183,51 @@ def test_status_shows_job_commands_back_offs_and_robots_delays(
     table = capsys.readouterr().out
     assert "concurrency 3, state paused" in table
     assert "1: slow.example 4.0s" in table and "1: polite.example 2.0s" in table
+
+
+def test_the_eta_knows_rate_limits_and_pauses(
+    redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 2 pages/s measured, 7 queued: 3.5 s by the rate; but a.example's 5 pages at its
+    # limit of 1 every 2 s (configured) take 5 x 2.05 s
+    asyncio.run(
+        _setup(redis_server_url, key_prefix, "shop", requests={"a.example": 5, "b.example": 2})
+    )
+    limited = [
+        *common(redis_server_url, key_prefix),
+        "-s",
+        'CRAWLFLEET_RATE_LIMITS={"a.example": "1/2s"}',
+    ]
+    assert status.run(parse(status, "shop", "--json", *limited)) == 0
+    job = json.loads(capsys.readouterr().out)["jobs"]["shop"]
+    assert job["eta_seconds"] == pytest.approx(5 * 2 * SPACING)
+    assert job["eta_limited_by"] == "rate limit of a.example"
+    # a run-time limit (crawlfleet limits set) counts too, over the configured one
+    asyncio.run(_set_limit(redis_server_url, key_prefix, "shop", "b.example", "1/10s"))
+    assert status.run(parse(status, "shop", "--json", *limited)) == 0
+    job = json.loads(capsys.readouterr().out)["jobs"]["shop"]
+    assert job["eta_seconds"] == pytest.approx(2 * 10 * SPACING)
+    assert job["eta_limited_by"] == "rate limit of b.example"
+    assert status.run(parse(status, "shop", *limited)) == 0
+    assert "(rate limit of b.example)" in capsys.readouterr().out
+    # paused: no ETA
+    asyncio.run(_pause(redis_server_url, key_prefix, "shop"))
+    assert status.run(parse(status, "shop", "--json", *limited)) == 0
+    job = json.loads(capsys.readouterr().out)["jobs"]["shop"]
+    assert job["eta_seconds"] is None and job["eta_limited_by"] == "paused"
+
+
+async def _set_limit(url: str, prefix: str, job: str, site: str, limit: str) -> None:
+    client = make_client(url)
+    try:
+        await client.hset(JobKeys.of(prefix, job).limits, site, limit)
+    finally:
+        await client.aclose()
+
+
+async def _pause(url: str, prefix: str, job: str) -> None:
+    client = make_client(url)
+    try:
+        await Frontier(client, JobKeys.of(prefix, job)).send_control("*", "state", "paused")
+    finally:
+        await client.aclose()

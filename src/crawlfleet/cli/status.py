@@ -31,8 +31,10 @@ from crawlfleet.cli.options import (
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.client import parse_throttle
 from crawlfleet.frontier.control import ALL_NODES, desired
+from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.redis.connection import REDIS_ERRORS, make_client
 from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.settings.access import get_dict
 from crawlfleet.settings.config import RedisConfig, validate_job_name
 
 __all__ = [
@@ -77,6 +79,9 @@ class JobSnapshot:
     backoff: dict[str, int] = field(default_factory=dict)
     #: site -> robots.txt Crawl-delay (ms), sites that have one
     robots: dict[str, int] = field(default_factory=dict)
+    #: the longest a site's queue takes at its rate limit (s), and that site
+    polite_seconds: float = 0.0
+    polite_site: str | None = None
 
     @property
     def live_nodes(self) -> list[str]:
@@ -93,15 +98,39 @@ class JobSnapshot:
         return sum(rates) / 60.0 if rates else None
 
     @property
+    def paused(self) -> bool:
+        return self.job_control.get("state") in ("paused", "stopped")
+
+    @property
     def eta_seconds(self) -> float | None:
-        """Work left over the cluster's page rate; ``None`` when no rate is known."""
-        rate = self.pages_per_second
+        """Work left over the cluster's page rate, and never less than the slowest
+        site's queue takes at its rate limit; ``None`` while the job is paused or
+        stopped, or when no rate is known and no limit bounds it."""
         left = self.queued + self.leased
         if left == 0:
             return 0.0
-        if not rate:
+        if self.paused:
             return None
-        return left / rate
+        rate = self.pages_per_second
+        by_rate = left / rate if rate else None
+        if by_rate is None:
+            return self.polite_seconds or None
+        return max(by_rate, self.polite_seconds)
+
+    @property
+    def eta_limited_by(self) -> str:
+        """What the ETA follows: "done", "paused", "rate limit of SITE", "page rate"
+        or "unknown"."""
+        eta = self.eta_seconds
+        if eta == 0.0:
+            return "done"
+        if self.paused:
+            return str(self.job_control["state"])
+        if eta is None:
+            return "unknown"
+        if self.polite_site and eta == self.polite_seconds:
+            return f"rate limit of {self.polite_site}"
+        return "page rate"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +148,7 @@ class JobSnapshot:
             "nodes": self.nodes,
             "pages_per_second": self.pages_per_second,
             "eta_seconds": self.eta_seconds,
+            "eta_limited_by": self.eta_limited_by,
             "job_control": self.job_control,
             "backoff_ms": self.backoff,
             "robots_delay_ms": self.robots,
@@ -148,8 +178,9 @@ async def job_names(client: Redis, prefix: str, job: str | None) -> list[str]:
     return known[:JOBS_MAX]
 
 
-async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
-    """Read one job's state: a few round trips, nothing written."""
+async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = None) -> JobSnapshot:
+    """Read one job's state: a few round trips, nothing written. *limits*: the
+    configured rate limits (the job's run-time ones are read and applied over them)."""
     pipe = client.pipeline(transaction=False)
     pipe.time()
     pipe.hget(keys.counters, "queued")
@@ -162,6 +193,7 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
     pipe.hgetall(keys.nodeinfo)
     pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
     pipe.hgetall(keys.throttle)
+    pipe.hgetall(keys.limits)
     (
         t,
         queued,
@@ -174,6 +206,7 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
         info,
         control,
         throttle,
+        run_time_limits,
     ) = await pipe.execute()
     now = int(t[0]) * 1000 + int(t[1]) // 1000
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
@@ -209,6 +242,9 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
     if wanted.concurrency:
         job_control["concurrency"] = str(wanted.concurrency)
     throttled = parse_throttle(throttle)
+    polite_seconds, polite_site = _polite_bound(
+        top, limits or RateLimits({}), run_time_limits, throttled
+    )
     return JobSnapshot(
         job=keys.job,
         now_ms=now,
@@ -224,7 +260,37 @@ async def snapshot(client: Redis, keys: JobKeys) -> JobSnapshot:
         job_control=job_control,
         backoff=throttled["backoff"],
         robots={site: ms for site, ms in throttled["robots"].items() if ms > 0},
+        polite_seconds=polite_seconds,
+        polite_site=polite_site,
     )
+
+
+def _polite_bound(
+    top: list[tuple[str, int]],
+    limits: RateLimits,
+    run_time: dict[Any, Any],
+    throttled: dict[str, dict[str, int]],
+) -> tuple[float, str | None]:
+    """The longest any of the *top* site queues takes at its interval (its limit,
+    robots.txt delay or back-off, whichever is widest), and that site."""
+    valid: dict[str, str] = {}
+    for pattern, spec in run_time.items():
+        try:
+            RateLimits.parse({_text(pattern): _text(spec)}, source="limits")
+            valid[_text(pattern)] = _text(spec)
+        except ConfigError:
+            continue  # nodes ignore it too, saying so
+    merged = limits.merged(RateLimits.parse(valid, source="limits"))
+    worst, worst_site = 0.0, None
+    for site, queued in top:
+        interval_s = max(
+            merged.interval_us(site) / 1_000_000,
+            throttled["robots"].get(site, 0) / 1000,
+            throttled["backoff"].get(site, 0) / 1000,
+        )
+        if queued * interval_s > worst:
+            worst, worst_site = queued * interval_s, site
+    return worst, worst_site
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -250,7 +316,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = RedisConfig.from_settings(command_settings(args))
+    settings = command_settings(args)
+    config = RedisConfig.from_settings(settings)
+    limits = RateLimits.parse(
+        get_dict(settings, "CRAWLFLEET_RATE_LIMITS"), source="CRAWLFLEET_RATE_LIMITS"
+    )
     if args.job:
         validate_job_name(args.job)
     if not MIN_INTERVAL <= args.interval <= MAX_INTERVAL:
@@ -263,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def collect(client: Redis) -> list[JobSnapshot]:
         names = await job_names(client, config.key_prefix, args.job)
-        return [await snapshot(client, JobKeys.of(config.key_prefix, n)) for n in names]
+        return [await snapshot(client, JobKeys.of(config.key_prefix, n), limits) for n in names]
 
     async def main() -> int:
         client = make_client(url, socket_connect_timeout=3, socket_timeout=10)
@@ -318,7 +388,7 @@ def render(snaps: list[JobSnapshot]) -> Group:
         )
         rate = s.pages_per_second
         summary.add_row("pages/s (live nodes)", "-" if rate is None else f"{rate:.2f}")
-        summary.add_row("ETA", _duration(s.eta_seconds))
+        summary.add_row("ETA", _eta(s))
         if s.job_control:
             summary.add_row(
                 "commands for every node",
@@ -402,6 +472,15 @@ def _num(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-"
     return str(value) if isinstance(value, int) else f"{value:.1f}"
+
+
+def _eta(s: JobSnapshot) -> str:
+    eta, why = s.eta_seconds, s.eta_limited_by
+    if why in ("paused", "stopped"):
+        return f"none while {why}"
+    if eta is None:
+        return "unknown (no page rate)"
+    return _duration(eta) + (f" ({why})" if why.startswith("rate limit") else "")
 
 
 def _duration(seconds: float | None) -> str:
