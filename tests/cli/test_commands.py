@@ -164,3 +164,34 @@ def test_demo_on_the_embedded_redis(tmp_path: Path) -> None:
     assert "(embedded)" in r.stdout
     # the embedded Redis was stopped by the last process that used it
     assert not (tmp_path / "data" / "redis" / "port").exists()
+
+
+@pytest.mark.slow
+def test_job_status_keeps_each_nodes_summary_after_the_finish(
+    redis_server_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    with TestSite(SiteModel(pages=30, hosts=1, problems=False)) as site:
+        nodes = [
+            start_node(
+                "crawlfleet.testsite.spider:TestSiteSpider",
+                job="summed",
+                redis_url=redis_server_url,
+                log=tmp_path / f"node{i}.log",
+                spider_args={"start_urls": site.seed_urls[0]},
+                settings={"CRAWLFLEET_KEY_PREFIX": key_prefix, "LOG_LEVEL": "INFO"},
+                cwd=ROOT,
+            )
+            for i in range(2)
+        ]
+        assert [p.wait(60) for p in nodes] == [0, 0]
+        fetched = site.stats()["total_requests"]
+    r = cli("job", "status", "summed", "--json", *common)
+    assert r.returncode == 0, r.stderr
+    total = json.loads(r.stdout)["runs_total"]
+    assert total["nodes"] == 2 and total["reasons"] == ["finished"]
+    assert total["pages"] == fetched and total["items"] == 30 and total["errors"] == 0
+    r = cli("job", "status", "summed", *common)
+    assert "closed node runs" in r.stdout and "first start to last close" in r.stdout
+    logs = (tmp_path / "node0.log").read_text()
+    assert "closed (finished) after" in logs and "pages (" in logs

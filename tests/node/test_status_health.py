@@ -231,3 +231,17 @@ async def _pause(url: str, prefix: str, job: str) -> None:
         await Frontier(client, JobKeys.of(prefix, job)).send_control("*", "state", "paused")
     finally:
         await client.aclose()
+
+
+def test_status_fits_an_80_column_terminal(
+    redis_server_url: str,
+    key_prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asyncio.run(_setup(redis_server_url, key_prefix, "shop", requests={"a.example": 5}))
+    for columns, fits in (("80", True), ("200", False)):
+        monkeypatch.setenv("COLUMNS", columns)
+        assert status.run(parse(status, "shop", *common(redis_server_url, key_prefix))) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert ("node-a" in "".join(lines)) and (max(map(len, lines)) <= 80) == fits, lines

@@ -66,6 +66,32 @@ async def _status(frontier: Frontier) -> dict[str, Any]:
         "malformed_set_aside": int(await client.llen(keys.bad)),
         "counters": counters,
         "nodes": info,
+        "runs": await frontier.summaries(),
+    }
+
+
+def _runs_total(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The closed nodes' summaries added up: pages, items per store, errors, the span
+    from the first start to the last close, and the rate over it."""
+    if not runs:
+        return {}
+    started = min(float(r.get("started", 0)) for r in runs.values())
+    finished = max(float(r.get("finished", 0)) for r in runs.values())
+    pages = sum(int(r.get("pages", 0)) for r in runs.values())
+    stored: dict[str, int] = {}
+    for r in runs.values():
+        for store, n in (r.get("stored") or {}).items():
+            stored[store] = stored.get(store, 0) + int(n)
+    span = max(0.0, finished - started)
+    return {
+        "nodes": len(runs),
+        "reasons": sorted({str(r.get("reason")) for r in runs.values()}),
+        "pages": pages,
+        "items": sum(int(r.get("items", 0)) for r in runs.values()),
+        "stored": stored,
+        "errors": sum(int(r.get("errors", 0)) for r in runs.values()),
+        "seconds": round(span, 2),
+        "pages_per_second": round(pages / span, 2) if span else 0.0,
     }
 
 
@@ -75,18 +101,11 @@ def run(args: argparse.Namespace) -> int:
         return _list(args, console)
     if args.action == "status":
         status = run_on_frontier(args, args.job, _status)
+        status["runs_total"] = _runs_total(status["runs"])
         if args.json:
             print(json.dumps(status, indent=2, sort_keys=True))
             return 0
-        table = Table(title=f"job {args.job}")
-        table.add_column("what")
-        table.add_column("value", justify="right")
-        for key in ("queued", "leased", "sites", "malformed_set_aside"):
-            table.add_row(key, str(status[key]))
-        for key, value in sorted(status["counters"].items()):
-            table.add_row(f"counter {key}", str(value))
-        table.add_row("live nodes", ", ".join(status["nodes"]) or "none")
-        console.print(table)
+        console.print(_status_table(args.job, status))
         return 0
 
     async def reset(frontier: Frontier) -> int | None:
@@ -104,6 +123,36 @@ def run(args: argparse.Namespace) -> int:
         return 1
     console.print(f"job {args.job} reset: {deleted} keys deleted")
     return 0
+
+
+def _status_table(job: str, status: dict[str, Any]) -> Table:
+    counters = status["counters"]
+    table = Table(title=f"job {job}", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("queued now", f"{status['queued']:,}")
+    table.add_row("leased now", f"{status['leased']:,}")
+    table.add_row("sites with work", f"{status['sites']:,}")
+    table.add_row("requests done", f"{int(counters.get('acked', 0)):,}")
+    table.add_row("duplicates filtered", f"{int(counters.get('duplicates', 0)):,}")
+    table.add_row("requeued (leases returned)", f"{int(counters.get('requeued', 0)):,}")
+    table.add_row("malformed, set aside", f"{status['malformed_set_aside']:,}")
+    table.add_row("live nodes", ", ".join(status["nodes"]) or "none")
+    total = status["runs_total"]
+    if total:
+        stored = ", ".join(f"{s} {n:,}" for s, n in sorted(total["stored"].items())) or "none"
+        table.add_row(
+            "closed node runs",
+            f"{total['nodes']} ({', '.join(total['reasons'])})",
+        )
+        table.add_row("  pages, items", f"{total['pages']:,}, {total['items']:,}")
+        table.add_row("  items stored", stored)
+        table.add_row("  errors", f"{total['errors']:,}")
+        table.add_row(
+            "  first start to last close",
+            f"{total['seconds']:.1f} s ({total['pages_per_second']:.1f} pages/s)",
+        )
+    return table
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:

@@ -343,13 +343,13 @@ def run(args: argparse.Namespace) -> int:
                 if args.json:
                     print(json.dumps(_document(snaps), indent=2, sort_keys=True, default=str))
                 else:
-                    console.print(render(snaps))
+                    console.print(render(snaps, console.width))
                 return 0
             refreshes = 0
-            with Live(render([]), console=console, auto_refresh=False) as live:
+            with Live(render([], console.width), console=console, auto_refresh=False) as live:
                 while True:
                     try:
-                        live.update(render(await collect(client)), refresh=True)
+                        live.update(render(await collect(client), console.width), refresh=True)
                     except REDIS_ERRORS as exc:  # keep watching: say so, try again
                         live.update(f"[red]{escape(redis_problem(exc))}[/]", refresh=True)
                     refreshes += 1
@@ -370,8 +370,13 @@ def _document(snaps: list[JobSnapshot]) -> dict[str, Any]:
 
 
 # -- rendering ----------------------------------------------------------------------
-def render(snaps: list[JobSnapshot]) -> Group:
-    """Rich tables: per job, a summary, its nodes and its longest site queues."""
+#: Below this terminal width the nodes table keeps its essential columns only.
+WIDE_COLUMNS = 120
+
+
+def render(snaps: list[JobSnapshot], width: int = WIDE_COLUMNS) -> Group:
+    """Rich tables: per job, a summary, its nodes and its longest site queues; narrower
+    than WIDE_COLUMNS (an 80-column terminal), the nodes table has fewer columns."""
     if not snaps:
         return Group("no jobs")
     parts: list[Any] = []
@@ -400,7 +405,7 @@ def render(snaps: list[JobSnapshot]) -> Group:
             summary.add_row("robots.txt Crawl-delays", _site_list(s.robots))
         parts.append(summary)
         if s.nodes:
-            parts.append(_nodes_table(s))
+            parts.append(_nodes_table(s, wide=width >= WIDE_COLUMNS))
         if s.top_sites:
             sites = Table(title=f"longest site queues ({len(s.top_sites)} of {s.sites})")
             sites.add_column("site")
@@ -411,7 +416,11 @@ def render(snaps: list[JobSnapshot]) -> Group:
     return Group(*parts)
 
 
-def _nodes_table(s: JobSnapshot) -> Table:
+#: The nodes table's columns kept on a narrow terminal.
+NARROW_COLUMNS = ("node", "state", "pages/min", "pages", "items", "errors", "in flight")
+
+
+def _nodes_table(s: JobSnapshot, *, wide: bool = True) -> Table:
     table = Table(title=f"nodes of {s.job}")
     columns = (
         "node",
@@ -427,15 +436,17 @@ def _nodes_table(s: JobSnapshot) -> Table:
         "RSS MB",
         "loop lag ms",
     )
+    keep = [c in NARROW_COLUMNS or wide for c in columns]
     widest = max(len(n) for n in s.nodes)
     table.add_column(columns[0], no_wrap=True, min_width=widest)  # ids stay whole
-    for name in columns[1:]:
-        table.add_column(name, justify="left" if name == "state" else "right")
+    for name, kept in zip(columns[1:], keep[1:], strict=True):
+        if kept:
+            table.add_column(name, justify="left" if name == "state" else "right")
     for node, info in sorted(s.nodes.items(), key=lambda p: (not p[1]["alive"], p[0])):
         errors = info.get("errors")
         in_flight = info.get("in_flight")
         rss = info.get("rss_bytes")
-        table.add_row(
+        cells = (
             node,
             str(info.get("state", "alive"))
             if info["alive"]
@@ -451,6 +462,7 @@ def _nodes_table(s: JobSnapshot) -> Table:
             "-" if not isinstance(rss, int) else f"{rss / 2**20:.0f}",
             _num(info.get("loop_lag_max_ms")),
         )
+        table.add_row(*(c for c, k in zip(cells, keep, strict=True) if k))
     return table
 
 

@@ -310,6 +310,24 @@ class Frontier:
             [_s(s) for s in ended],
         )
 
+    async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
+        """Keep *node*'s end-of-run summary for ``crawlfleet job status``."""
+        self.round_trips += 1
+        await self.client.hset(self.keys.summaries, node, json.dumps(summary, default=str))
+
+    async def summaries(self) -> dict[str, dict[str, Any]]:
+        """Node id -> the summary it left when it closed (unreadable ones skipped)."""
+        self.round_trips += 1
+        out: dict[str, dict[str, Any]] = {}
+        for node, raw in (await self.client.hgetall(self.keys.summaries)).items():
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                out[_s(node)] = doc
+        return out
+
     async def control_seq(self) -> int:
         """The sequence number of the job's newest control command (0: none yet)."""
         self.round_trips += 1

@@ -302,6 +302,7 @@ class Scheduler(BaseScheduler):
                 self._held.clear()
                 self._buffer.clear()
                 await self._heartbeat(leaving=True)
+                await self.frontier.save_summary(self.node_id, self.summary(reason))
                 break
             except REDIS_ERRORS as exc:
                 logger.warning(
@@ -319,8 +320,19 @@ class Scheduler(BaseScheduler):
             )
             self._set_stat("crawlfleet/node/unfinished", len(self._out) + len(self._held))
         self._set_stat("crawlfleet/redis/round_trips", self.frontier.round_trips)
+        s = self.summary(reason)
+        stored = ", ".join(f"{n} {c}" for n, c in s["stored"].items()) or "none"
         logger.info(
-            "crawlfleet node %s closed (%s); shared state left in place", self.node_id, reason
+            "crawlfleet node %s closed (%s) after %.1fs: %d pages (%.1f/s), %d items, "
+            "stored: %s, %d errors; shared state left in place",
+            self.node_id,
+            reason,
+            s["seconds"],
+            s["pages"],
+            s["pages_per_second"],
+            s["items"],
+            stored,
+            s["errors"],
         )
 
     def has_pending_requests(self) -> bool:
@@ -710,6 +722,37 @@ class Scheduler(BaseScheduler):
             or self._bad
             or self.engine.starting()
         )
+
+    def summary(self, reason: str) -> dict[str, Any]:
+        """This node's run in figures (logged at close, kept for ``job status``)."""
+        stats: dict[str, Any] = self.stats.get_stats() if self.stats is not None else {}
+        seconds = max(0.0, time.time() - self._started)
+        pages = int(stats.get("response_received_count", 0))
+        errors = sum(
+            int(v)
+            for k, v in stats.items()
+            if k.startswith(("spider_exceptions/", "downloader/exception_type_count/"))
+            or k == "crawlfleet/frontier/malformed"
+        )
+        return {
+            "node": self.node_id,
+            "reason": reason,
+            "started": self._started,
+            "finished": time.time(),
+            "seconds": round(seconds, 2),
+            "pages": pages,
+            "pages_per_second": round(pages / seconds, 2) if seconds else 0.0,
+            "items": int(stats.get("item_scraped_count", 0)),
+            "items_dropped": int(stats.get("item_dropped_count", 0)),
+            # store name -> items written (the store's log line says where to)
+            "stored": {
+                k.split("/")[2]: int(v)
+                for k, v in sorted(stats.items())
+                if k.startswith("crawlfleet/store/") and k.endswith("/written")
+            },
+            "errors": errors,
+            "unstored": int(stats.get("crawlfleet/frontier/unstored", 0)),
+        }
 
     def node_status(self) -> dict[str, Any]:
         """What this node publishes with each heartbeat (``<job>:nodeinfo``): its own

@@ -118,6 +118,11 @@ class ItemSink(ABC):
     #: Short name used in logs and stats (``crawlfleet/store/<name>/...``).
     name: str = "sink"
 
+    @property
+    def target(self) -> str:
+        """What this sink writes to, for log lines (no passwords)."""
+        return self.name
+
     @abstractmethod
     def open(self) -> None:
         """Start the sink. Must not wait for the store: a store that is down at start is

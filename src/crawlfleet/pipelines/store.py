@@ -21,6 +21,7 @@ their pages back in the frontier instead of acknowledging them.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from typing import Any, Self
 
@@ -37,6 +38,8 @@ from crawlfleet.pipelines.sinks import ItemSink, StoredItem, to_document
 from crawlfleet.settings.access import get_dict, get_str
 
 __all__ = ["StorePipeline"]
+
+logger = logging.getLogger(__name__)
 
 
 class StorePipeline(ABC):
@@ -93,6 +96,7 @@ class StorePipeline(ABC):
                 spider = self.crawler.spider
             self.job = spider.name if spider is not None else "default"
         self.sink.open()
+        logger.info("Items go to %s", self.sink.target)
 
     def record(self, item: Any) -> StoredItem:
         """The record stored for *item*; raises DropItem if it has no key, TypeError if a
@@ -119,3 +123,7 @@ class StorePipeline(ABC):
     async def close_spider(self, spider: Spider | None = None) -> None:
         """Flush the sink; what it could not write is logged (and spilled) by the sink."""
         await self.sink.close()
+        written = 0
+        if self.crawler is not None and self.crawler.stats is not None:
+            written = self.crawler.stats.get_value(f"crawlfleet/store/{self.sink.name}/written", 0)
+        logger.info("%d items written to %s", written, self.sink.target)

@@ -21,8 +21,10 @@ keys in one slot and every script's keys are served by one master::
     <prefix>:{<job>}:limits            hash   site pattern -> rate limit ("2/1s"), set at
                                               run time (crawlfleet limits)
     <prefix>:{<job>}:pace              hash   budget (site, or site within a scope) ->
-                                              time (ms) of its last request (its rate
-                                              limit counts from there)
+                                              its last send time (slot) granted (µs,
+                                              Redis clock): the next slot counts from it
+    <prefix>:{<job>}:summaries         hash   node id -> JSON summary of its run, written
+                                              when it closes (crawlfleet job status)
     <prefix>:{<job>}:throttle          hash   "b:<site>" -> adaptive back-off; "r:<site>"
                                               -> robots.txt Crawl-delay (ms)
     <prefix>:{<job>}:seen              set    exact mode: binary fingerprints
@@ -103,6 +105,10 @@ class JobKeys:
         return f"{self.base}:nodeinfo"
 
     @property
+    def summaries(self) -> str:
+        return f"{self.base}:summaries"
+
+    @property
     def busy(self) -> str:
         return f"{self.base}:busy"
 
@@ -156,6 +162,7 @@ class JobKeys:
             self.bad,
             self.nodes,
             self.nodeinfo,
+            self.summaries,
             self.busy,
             self.reaped,
             self.control,
