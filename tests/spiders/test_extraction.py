@@ -14,6 +14,7 @@ from scrapy.http import HtmlResponse
 
 from crawlfleet.spiders.extraction import PageRole, SpecExtractor
 from crawlfleet.spiders.spec import Spec, load_spec
+from crawlfleet.spiders.validation import SpecError
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.render import Resource, render_site
 from tests.spiders.helpers import EXAMPLES, html_response, spec_from_text
@@ -493,3 +494,40 @@ def test_role_meta_and_display() -> None:
     assert PageRole(("a",)).meta()["spec_item"] == "a" and PageRole(("a",)).item == "a"
     several = PageRole(("a", "b"))
     assert several.meta()["spec_item"] == ["a", "b"] and several.item == "a|b"
+
+
+FILES_PAGE = """<html><body>
+<a href="/page">page</a> <a href="/logo.svg">logo</a> <a href="/tool.py">tool</a>
+<a href="/paper.PDF">paper</a>
+</body></html>"""
+
+
+@pytest.mark.parametrize(
+    ("keys", "followed"),
+    [
+        ("", ["/page"]),  # Scrapy's default list skips svg, py and pdf
+        ("allow_extensions: [svg, .py]", ["/page", "/logo.svg", "/tool.py"]),
+        ("deny_extensions: []", ["/page", "/logo.svg", "/tool.py", "/paper.PDF"]),
+        ("deny_extensions: pdf", ["/page", "/logo.svg", "/tool.py"]),
+        (
+            "deny_extensions: [pdf, svg]\n    allow_extensions: pdf",
+            ["/page", "/tool.py", "/paper.PDF"],
+        ),
+    ],
+)
+def test_link_rules_choose_the_file_extensions_they_skip(
+    tmp_path: Path, keys: str, followed: list[str]
+) -> None:
+    spec = (
+        "name: files\nstart_urls: ['http://f.example/']\nitems: {i: {fields: {t: {css: h1}}}}\n"
+        f"links:\n  - allow: '.'\n    {keys}\n"
+    )
+    ex = extractor(tmp_path, spec)
+    links = ex.links(html_response("http://f.example/", FILES_PAGE), PageRole())
+    assert [link.url.removeprefix("http://f.example") for link in links] == followed
+
+
+def test_extension_keys_are_validated(tmp_path: Path) -> None:
+    bad = "name: x\nstart_urls: [u]\nitems: {i: {fields: {t: {css: h1}}}}\nlinks:\n"
+    with pytest.raises(SpecError, match=r"links\[0\]\.deny_extensions"):
+        spec_from_text(tmp_path, bad + "  - deny_extensions: ['a/b']\n")

@@ -31,10 +31,10 @@ from urllib.parse import urldefrag, urlsplit
 
 from parsel import Selector, SelectorList
 from scrapy.http import TextResponse
-from scrapy.linkextractors import LinkExtractor
+from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 
 from crawlfleet.spiders.processors import ProcessorContext, apply_processors
-from crawlfleet.spiders.spec import FieldSpec, ItemSpec, Query, Spec
+from crawlfleet.spiders.spec import FieldSpec, ItemSpec, LinkRule, Query, Spec
 
 __all__ = [
     "AUTO_FIELD",
@@ -68,6 +68,13 @@ META_ITEM = "spec_item"
 META_FOLLOW = "spec_follow"  #: request meta: whether link rules apply to the page
 META_DEPTH = "spec_depth"  #: request meta: link depth (start pages 0; pagination keeps it)
 META_PAGE = "spec_page"  #: request meta: pagination index (first page 1)
+
+
+def skipped_extensions(rule: LinkRule) -> list[str]:
+    """The extensions whose links *rule* skips: its ``deny_extensions`` (Scrapy's list
+    when not given) less its ``allow_extensions``."""
+    base = IGNORED_EXTENSIONS if rule.deny_extensions is None else rule.deny_extensions
+    return [e for e in base if e not in rule.allow_extensions]
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,7 @@ class SpecExtractor:
                 deny=rule.deny,
                 restrict_css=rule.restrict_css,
                 restrict_xpaths=rule.restrict_xpath,
+                deny_extensions=skipped_extensions(rule),
                 unique=True,
             )
             for rule in spec.links

@@ -54,6 +54,17 @@ _STRINGS: dict[str, Any] = {
     ],
 }
 
+_EXTENSIONS: dict[str, Any] = {
+    "description": "File extensions (without the dot, or with it), one or a list.",
+    "anyOf": [
+        {"type": "string", "pattern": "^\\.?[A-Za-z0-9_+-]+$"},
+        {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^\\.?[A-Za-z0-9_+-]+$"},
+        },
+    ],
+}
+
 _QUERY: dict[str, Any] = {
     "type": "object",
     "description": "Exactly one of css or xpath.",
@@ -181,6 +192,16 @@ _LINK_RULE: dict[str, Any] = {
         "deny": {**_STRINGS, "description": "URL regexes; a link matching one is skipped."},
         "restrict_css": {**_STRINGS, "description": "Only links inside these regions."},
         "restrict_xpath": {**_STRINGS, "description": "Only links inside these regions."},
+        "deny_extensions": {
+            **_EXTENSIONS,
+            "description": "Links to files with these extensions are skipped; replaces "
+            "Scrapy's default list (images, archives, media, documents...); [] follows "
+            "every extension.",
+        },
+        "allow_extensions": {
+            **_EXTENSIONS,
+            "description": "Extensions taken off the skipped list (e.g. svg, py).",
+        },
         "follow": {
             "type": "boolean",
             "description": "Apply the link rules to the pages reached (default: true "

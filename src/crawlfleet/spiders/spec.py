@@ -109,6 +109,9 @@ class LinkRule:
     deny: tuple[str, ...] = ()
     restrict_css: tuple[str, ...] = ()
     restrict_xpath: tuple[str, ...] = ()
+    #: extensions of links skipped (None: Scrapy's default list), less allow_extensions
+    deny_extensions: tuple[str, ...] | None = None
+    allow_extensions: tuple[str, ...] = ()
     follow: bool = True
     item_types: tuple[str, ...] = ()
     max_depth: int | None = None
@@ -185,6 +188,11 @@ def _strings(value: str | list[str] | None) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def _extensions(value: str | list[str] | None) -> tuple[str, ...]:
+    """Extensions as LinkExtractor takes them: lower case, without the dot."""
+    return tuple(e.lower().lstrip(".") for e in _strings(value))
+
+
 def _query(raw: Mapping[str, Any]) -> Query:
     if "css" in raw:
         return Query("css", raw["css"])
@@ -231,6 +239,8 @@ def _build(data: Mapping[str, Any], path: Path | None) -> Spec:
             deny=_strings(r.get("deny")),
             restrict_css=_strings(r.get("restrict_css")),
             restrict_xpath=_strings(r.get("restrict_xpath")),
+            deny_extensions=(_extensions(r["deny_extensions"]) if "deny_extensions" in r else None),
+            allow_extensions=_extensions(r.get("allow_extensions")),
             follow=r.get("follow", "item" not in r),
             item_types=_strings(r.get("item")),
             max_depth=r.get("max_depth"),
