@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -423,3 +424,41 @@ async def _until(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+def test_every_declared_group_gets_every_item(
+    redis_server_url: str,
+    key_prefix: str,
+    sync_redis: redis.Redis,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two groups declared with the stream store (CRAWLFLEET_ITEMS_GROUPS): the first
+    group's workers, done first, delete nothing the second group has not stored; a
+    group nobody declared, started after that, says what it missed."""
+    options = StoreOptions(batch_items=500, batch_seconds=0.01, buffer_items=5000)
+    sink = RedisStreamSink(
+        redis_server_url, prefix=key_prefix, groups=["items", "search"], options=options
+    )
+    sink.open()
+
+    async def put_all() -> int:
+        for i in range(120):
+            await sink.put(_record(i))
+        return await sink.close()
+
+    assert asyncio.run(put_all()) == 0
+    stores = [SqlSink(f"sqlite:///{tmp_path / f'{g}.sqlite3'}") for g in ("items", "search")]
+    for store in stores:
+        store.setup()
+    first = _work(redis_server_url, key_prefix, stores[0], group="items")
+    second = _work(redis_server_url, key_prefix, stores[1], group="search")
+    assert first.stored == second.stored == 120
+    assert [s.count() for s in stores] == [120, 120]
+    stream = JobKeys.of(key_prefix, JOB).items
+    assert sync_redis.xlen(stream) == 0  # both done: deleted
+    late = SqlSink(f"sqlite:///{tmp_path / 'late.sqlite3'}")
+    late.setup()
+    with caplog.at_level(logging.WARNING, logger="crawlfleet.pipelines.workers"):
+        assert _work(redis_server_url, key_prefix, late, group="late").stored == 0
+    assert "Item group late is new" in caplog.text and "120 items added before it" in caplog.text

@@ -140,6 +140,25 @@ def is_transient_redis_error(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT_REDIS)
 
 
+def _raise_unexpected(replies: list[Any]) -> None:
+    """Raise the first error of a pipeline's *replies*, except BUSYGROUP (a consumer
+    group that exists already)."""
+    for reply in replies:
+        if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+            raise reply
+
+
+def item_groups(settings: BaseSettings) -> list[str]:
+    """CRAWLFLEET_ITEMS_GROUP, then every name of CRAWLFLEET_ITEMS_GROUPS."""
+    names = [get_str(settings, "CRAWLFLEET_ITEMS_GROUP").strip()]
+    for name in settings.getlist("CRAWLFLEET_ITEMS_GROUPS"):
+        text = str(name).strip()
+        if not text or any(c.isspace() for c in text):
+            raise ConfigError(f"CRAWLFLEET_ITEMS_GROUPS has an invalid group name {name!r}")
+        names.append(text)
+    return list(dict.fromkeys(n for n in names if n))
+
+
 class _LoopUnavailable(ConnectionError):
     """The reactor's loop did not run a batch (stopped, closed, or too slow)."""
 
@@ -166,6 +185,7 @@ class RedisStreamSink(BufferedSink):
         *,
         prefix: str,
         maxlen: int = 0,
+        groups: Sequence[str] = (),
         client: AsyncRedis | None = None,
         options: StoreOptions | None = None,
         stats: StatsCollector | None = None,
@@ -183,6 +203,8 @@ class RedisStreamSink(BufferedSink):
         self.url = url
         self.prefix = prefix
         self.maxlen = maxlen
+        #: consumer groups created with each job's stream (each gets every entry)
+        self.groups = tuple(dict.fromkeys(groups))
         self._async_client = client
         self._loop: asyncio.AbstractEventLoop | None = None
         self._blocking: redis.Redis | None = None
@@ -246,6 +268,8 @@ class RedisStreamSink(BufferedSink):
             stream = self.keys(record.job).items
             if record.job not in self._registered and record.job not in jobs:
                 pipe.sadd(jobs_key(self.prefix), record.job)
+                for group in self.groups:  # BUSYGROUP when it exists: fine
+                    pipe.xgroup_create(stream, group, id="0", mkstream=True)
                 jobs.add(record.job)
             pipe.xadd(stream, encode_entry(record), maxlen=maxlen, approximate=True)
         return jobs
@@ -253,7 +277,7 @@ class RedisStreamSink(BufferedSink):
     async def _write_async(self, client: AsyncRedis, records: Sequence[StoredItem]) -> set[str]:
         pipe = client.pipeline(transaction=False)
         jobs = self._queue(pipe, records)
-        await pipe.execute()
+        _raise_unexpected(await pipe.execute(raise_on_error=False))
         return jobs
 
     def write_batch(self, records: Sequence[StoredItem]) -> None:
@@ -261,7 +285,7 @@ class RedisStreamSink(BufferedSink):
         if self._async_client is None:
             pipe = self._client().pipeline(transaction=False)
             jobs = self._queue(pipe, records)
-            pipe.execute()
+            _raise_unexpected(pipe.execute(raise_on_error=False))
         else:
             jobs = self._run_on_loop(self._async_client, records)
         if jobs:  # a new set, not in place: get() and count() may read it meanwhile
@@ -399,6 +423,7 @@ class RedisStreamPipeline(StorePipeline):
             resolve_url(config),
             prefix=config.key_prefix,
             maxlen=get_int(settings, "CRAWLFLEET_ITEMS_STREAM_MAXLEN", minimum=0),
+            groups=item_groups(settings),
             client=shared_client(crawler, config),
             options=StoreOptions.from_settings(settings),
             stats=crawler.stats,

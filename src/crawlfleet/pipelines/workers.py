@@ -299,7 +299,9 @@ class ItemWorker:
         return r
 
     async def _ensure_group(self) -> None:
-        """Create the group (reading from the stream's start) if it does not exist."""
+        """Create the group (reading from the stream's start) if it does not exist. A
+        group new on a stream whose entries other groups already deleted says how many
+        it missed: declare every group in CRAWLFLEET_ITEMS_GROUPS before the crawl."""
         try:
             await self.client.xgroup_create(
                 self.keys.items, self.options.group, id="0", mkstream=True
@@ -307,6 +309,19 @@ class ItemWorker:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+            return
+        info = {_s(k): v for k, v in (await self.client.xinfo_stream(self.keys.items)).items()}
+        missed = int(info.get("entries-added") or 0) - int(info.get("length") or 0)
+        if missed > 0:
+            logger.warning(
+                "Item group %s is new on %s: %d items added before it were already "
+                "deleted by the other groups' workers; it gets the items from now on. "
+                "Declare every group in CRAWLFLEET_ITEMS_GROUPS before the crawl so that "
+                "each gets every item",
+                self.options.group,
+                self.keys.items,
+                missed,
+            )
 
     async def _next_entries(self) -> list[Entry]:
         """Own pending entries first (after a restart or a lost reply), then entries of

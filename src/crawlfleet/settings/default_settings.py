@@ -216,6 +216,10 @@ CRAWLFLEET_ITEMS_STREAM_MAXLEN = 0
 #: Consumer group of the item workers (``crawlfleet items work --group``). Workers of
 #: one group share the items; each group gets every item.
 CRAWLFLEET_ITEMS_GROUP = "items"
+#: Every consumer group that must get every item (e.g. ["items", "search-index"]): the
+#: stream store creates them with a job's stream, so that no entry is deleted before
+#: each of them has it. CRAWLFLEET_ITEMS_GROUP is always one of them.
+CRAWLFLEET_ITEMS_GROUPS: list[str] = []
 #: Item workers claim entries that another worker of their group has held unacknowledged
 #: for this long (it is taken as dead). Longer than the slowest store write.
 CRAWLFLEET_ITEMS_CLAIM_IDLE_SECONDS = 60.0
