@@ -143,7 +143,8 @@ def test_unknown_keys_wrong_types_and_bad_names(tmp_path: Path) -> None:
         "spec.yaml:1: name: invalid spider name 'bad name': use up to 200 letters, digits, "
         "'_', '.' or '-', starting with a letter or digit",
         "spec.yaml:2: extra: unknown key; allowed keys: allowed_domains, items, links, "
-        "max_depth, name, pagination, request, settings, start_item, start_urls, version",
+        "max_depth, meta_refresh, name, pagination, request, settings, start_item, "
+        "start_urls, version",
         "spec.yaml:3: max_depth: must be >= 0, got -1",
         "spec.yaml:4: start_urls: expected a list, got a string ('http://x.example/')",
         "spec.yaml:6: links[0].allow: expected a string or a list, got a number (5)",

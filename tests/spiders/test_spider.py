@@ -92,7 +92,11 @@ def test_subclass_with_spec_path_relative_to_its_module(tmp_path: Path) -> None:
     finally:
         del sys.modules[module.__name__]
     assert cls.name == "shop-books"
-    assert cls.custom_settings == {"DOWNLOAD_DELAY": 0.25, "CONCURRENT_REQUESTS_PER_DOMAIN": 3}
+    assert cls.custom_settings == {
+        "METAREFRESH_ENABLED": False,  # the spider follows meta refreshes itself
+        "DOWNLOAD_DELAY": 0.25,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 3,
+    }
     assert cls().start_urls == ["http://shop.example/list"]
 
 
@@ -190,3 +194,45 @@ def test_several_item_types_travel_in_meta_and_pick_per_page(tmp_path: Path) -> 
     (item,) = spider.parse(html_response(link.url, "<article>Hi</article>", meta=link.meta))
     assert item["_type"] == "article"
     assert list(spider.parse(html_response(link.url, "<p>gone</p>", meta=link.meta))) == []
+
+
+REFRESH_SPEC = """
+name: refresh
+start_urls: ['http://r.example/']
+{mode}
+links:
+  - allow: '/(go|p)/'
+    item: page
+items:
+  page: {{fields: {{title: {{css: 'h1::text'}}}}}}
+"""
+REFRESH_PAGE = """<html><head><meta http-equiv="refresh" content="0; url=/p/1"></head>
+<body><h1>Moved</h1><a href="/p/2">other</a></body></html>"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("", ["request /p/1 page"]),  # follow: the target takes the page's place
+        # item: the page's own item too (its links are not followed: an item rule)
+        ("meta_refresh: item", ["request /p/1 page", "item Moved"]),
+        ("meta_refresh: ignore", ["item Moved"]),
+    ],
+)
+def test_meta_refresh_is_followed_with_the_pages_role(
+    tmp_path: Path, mode: str, expected: list[str]
+) -> None:
+    spider = SpecSpider(spec=write_spec(tmp_path, REFRESH_SPEC.format(mode=mode)))
+    assert SpecSpider.custom_settings == {"METAREFRESH_ENABLED": False}  # ours, not Scrapy's
+    reached = spider._request(
+        "http://r.example/go/1", spider.extractor.role_for("http://r.example/go/1", {})
+    )
+    response = html_response("http://r.example/go/1", REFRESH_PAGE, meta=reached.meta)
+    seen = []
+    for out in spider.parse(response):
+        if isinstance(out, Request):
+            role = spider.extractor.role_for(out.url, out.meta)
+            seen.append(f"request {out.url.removeprefix('http://r.example')} {role.item_types[0]}")
+        else:
+            seen.append(f"item {out['title']}")
+    assert seen == expected

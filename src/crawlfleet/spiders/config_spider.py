@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Self, cast
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.http import Response, TextResponse
+from scrapy.utils.response import get_meta_refresh
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.spiders.extraction import (
@@ -77,11 +78,14 @@ class SpecSpider(Spider):
         cls.default_spec = load_spec(path)
         cls._apply_spec_to_class(cls.default_spec)
 
+    #: the spider follows meta refreshes itself (spec key meta_refresh)
+    custom_settings = {"METAREFRESH_ENABLED": False}  # noqa: RUF012 - Scrapy's attribute
+
     @classmethod
     def _apply_spec_to_class(cls, spec: Spec) -> None:
         cls.name = spec.name
         cls.allowed_domains = list(spec.allowed_domains)
-        cls.custom_settings = dict(spec.settings) or None
+        cls.custom_settings = {"METAREFRESH_ENABLED": False, **spec.settings}
 
     @classmethod
     def from_spec(cls, spec: Spec | str | Path, module: str | None = None) -> type[SpecSpider]:
@@ -153,6 +157,14 @@ class SpecSpider(Spider):
             self.logger.debug("%s: not a text page; skipped", response.url)
             self._count("spec/pages_not_text")
             return
+        if self.spec.meta_refresh != "ignore":
+            target = self._refresh_target(response)
+            if target is not None:
+                self._count("spec/meta_refresh")
+                role = self.extractor.role_for(response.url, response.meta)
+                yield self._request(target, role)  # the target takes the page's place
+                if self.spec.meta_refresh == "follow":
+                    return
         result = self.extractor.process(response)
         if result.unmatched:
             matches = ", ".join(f"items.{name}.match" for name in result.role.item_types)
@@ -166,6 +178,13 @@ class SpecSpider(Spider):
         yield from result.items
         for link in result.links:
             yield self._request(link.url, link.role)
+
+    @staticmethod
+    def _refresh_target(response: TextResponse) -> str | None:
+        """The absolute URL a ``<meta http-equiv="refresh">`` of *response* leads to (not
+        inside ``<noscript>``; None when there is none or it points at the page)."""
+        _interval, url = get_meta_refresh(response, ignore_tags=["noscript"])
+        return url if url and url != response.url else None
 
     def _count(self, key: str, count: int = 1) -> None:
         crawler = getattr(self, "crawler", None)  # absent when built without a crawler

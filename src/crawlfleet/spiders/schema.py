@@ -241,6 +241,12 @@ SPEC_SCHEMA: dict[str, Any] = {
             "minimum": 0,
             "description": "Links deeper than this are not followed (pagination excluded).",
         },
+        "meta_refresh": {
+            "enum": ["follow", "item", "ignore"],
+            "description": "A page with <meta http-equiv=refresh>: follow its target, which "
+            "yields what the page would (follow, the default); also yield the page's own "
+            "item and links (item); or treat it as a plain page (ignore).",
+        },
         "request": {
             "type": "object",
             "properties": {

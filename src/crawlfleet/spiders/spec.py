@@ -147,6 +147,8 @@ class Spec:
     allowed_domains: tuple[str, ...] = ()
     start_item_types: tuple[str, ...] = ()
     max_depth: int | None = None
+    #: "follow", "item" or "ignore": see the schema's description
+    meta_refresh: str = "follow"
     links: tuple[LinkRule, ...] = ()
     pagination: Pagination | None = None
     request: RequestSpec = field(default_factory=RequestSpec)
@@ -256,6 +258,7 @@ def _build(data: Mapping[str, Any], path: Path | None) -> Spec:
         allowed_domains=tuple(data.get("allowed_domains", ())),
         start_item_types=_strings(data.get("start_item")),
         max_depth=data.get("max_depth"),
+        meta_refresh=data.get("meta_refresh", "follow"),
         links=links,
         pagination=Pagination(_query(pag), pag.get("max_pages")) if pag is not None else None,
         request=RequestSpec(
