@@ -178,9 +178,12 @@ def test_two_nodes_store_every_page_once_with_true_text(
         assert document["title"] == MODEL.article(n).headline, n
 
 
-def test_postgresql_down_mid_crawl_loses_nothing(
-    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
-) -> None:
+def postgresql_behind_a_proxy(
+    node_env: dict[str, str],
+) -> tuple[str, TcpProxy, str, dict[str, Any]]:
+    """The test PostgreSQL (skip without one) behind a started TCP proxy that can be
+    stopped, a table of this test's own, and node settings storing there through it:
+    ``(direct URL, proxy, table, settings)``."""
     pg = require_server("postgresql")
     real = make_url(pg)
     proxy = TcpProxy(real.host or "127.0.0.1", real.port or 5432)
@@ -195,6 +198,19 @@ def test_postgresql_down_mid_crawl_loses_nothing(
         CRAWLFLEET_STORE_RETRY_MIN_SECONDS=0.2,
         CRAWLFLEET_STORE_RETRY_MAX_SECONDS=1,
     )
+    return pg, proxy, table, settings
+
+
+def drop_table(url: str, table: str) -> None:
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    items_table(table).drop(engine, checkfirst=True)
+    engine.dispose()
+
+
+def test_postgresql_down_mid_crawl_loses_nothing(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    pg, proxy, table, settings = postgresql_behind_a_proxy(node_env)
     # latency stretches the crawl over several seconds: the outage falls inside it
     with TestSite(MODEL, latency_seconds=0.15, timeout_seconds=5) as site:
         procs = start_nodes(site, redis_server_url, tmp_path, settings)
@@ -213,9 +229,7 @@ def test_postgresql_down_mid_crawl_loses_nothing(
                 if p.poll() is None:
                     p.kill()
             proxy.stop()
-            engine = sa.create_engine(pg, poolclass=sa.NullPool)
-            items_table(table).drop(engine, checkfirst=True)
-            engine.dispose()
+            drop_table(pg, table)
     assert stored_before < MODEL.pages, "the crawl was over before the store went down"
     assert_one_row_per_page(rows, site)
     text = logs(tmp_path)
@@ -229,20 +243,7 @@ def test_ctrl_c_while_postgresql_is_down_gives_the_pages_back(
     """A stop asked for while the store is down: the node does not wait for the store;
     the pages whose items were not stored go back to the frontier (not acknowledged),
     the node exits 1 saying so, and a later node stores them: nothing is lost."""
-    pg = require_server("postgresql")
-    real = make_url(pg)
-    proxy = TcpProxy(real.host or "127.0.0.1", real.port or 5432)
-    proxy.start()
-    via_proxy = real.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-    table = unique_table()
-    settings = node_settings(
-        node_env,
-        via_proxy,
-        table,
-        CONCURRENT_REQUESTS=2,
-        CRAWLFLEET_STORE_RETRY_MIN_SECONDS=0.2,
-        CRAWLFLEET_STORE_RETRY_MAX_SECONDS=1,
-    )
+    pg, proxy, table, settings = postgresql_behind_a_proxy(node_env)
     with TestSite(MODEL, latency_seconds=0.1, timeout_seconds=5) as site:
         procs = start_nodes(site, redis_server_url, tmp_path, settings, 1, "stopped")
         try:
@@ -265,9 +266,7 @@ def test_ctrl_c_while_postgresql_is_down_gives_the_pages_back(
                 if p.poll() is None:
                     p.kill()
             proxy.stop()
-            engine = sa.create_engine(pg, poolclass=sa.NullPool)
-            items_table(table).drop(engine, checkfirst=True)
-            engine.dispose()
+            drop_table(pg, table)
     stopped = (tmp_path / "stopped0.log").read_text(errors="replace")
     assert code == 1, stopped[-3000:]
     assert stop_seconds < 10, "the stop must not wait for the store"

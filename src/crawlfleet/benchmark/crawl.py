@@ -42,6 +42,8 @@ class Scenario:
     spider_args: tuple[tuple[str, str], ...] = ()
     #: crawlfleet: queue every page with ``crawlfleet seed`` before the nodes start
     preseed: bool = False
+    #: crawlfleet: more settings of the nodes
+    settings: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -121,6 +123,7 @@ def run_crawl(
             job = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
             if scenario.rate_limit:
                 settings["CRAWLFLEET_RATE_LIMITS"] = json.dumps({"*": scenario.rate_limit})
+            settings.update(dict(scenario.settings))
             if contender == "crawlfleet+pipeline":  # every item stage, into SQLite
                 settings["CRAWLFLEET_STORES"] = "sql"
                 settings["CRAWLFLEET_SQL_URL"] = f"sqlite:///{workdir / 'items.sqlite3'}"

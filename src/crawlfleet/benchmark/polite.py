@@ -70,7 +70,13 @@ class PageListSpider(scrapy.Spider):
 
 
 def run_polite(
-    rate: int, *, seconds: float, nodes: int, redis_url: str, key_prefix: str
+    rate: int,
+    *,
+    seconds: float,
+    nodes: int,
+    redis_url: str,
+    key_prefix: str,
+    margin: float | None = None,
 ) -> PoliteResult:
     """One politeness run at *rate* requests/s (see the module docstring)."""
     pages = max(MIN_PAGES, round(rate * seconds))
@@ -85,6 +91,7 @@ def run_polite(
         rate_limit=f"{rate}/1s",
         spider=f"{__name__}:PageListSpider",
         preseed=True,
+        settings=() if margin is None else (("CRAWLFLEET_RATE_LIMIT_MARGIN", str(margin)),),
     )
     r: CrawlResult = run_crawl(
         scenario, "crawlfleet", nodes, redis_url=redis_url, key_prefix=key_prefix

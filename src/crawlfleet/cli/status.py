@@ -35,7 +35,7 @@ from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.redis.connection import REDIS_ERRORS, make_client
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
-from crawlfleet.settings.config import RedisConfig, validate_job_name
+from crawlfleet.settings.config import RedisConfig, rate_limit_margin, validate_job_name
 
 __all__ = [
     "SITES_SCANNED",
@@ -318,8 +318,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = command_settings(args)
     config = RedisConfig.from_settings(settings)
+    margin = rate_limit_margin(settings)
     limits = RateLimits.parse(
-        get_dict(settings, "CRAWLFLEET_RATE_LIMITS"), source="CRAWLFLEET_RATE_LIMITS"
+        get_dict(settings, "CRAWLFLEET_RATE_LIMITS"), source="CRAWLFLEET_RATE_LIMITS", margin=margin
     )
     if args.job:
         validate_job_name(args.job)

@@ -317,15 +317,20 @@ class Frontier:
 
     async def summaries(self) -> dict[str, dict[str, Any]]:
         """Node id -> the summary it left when it closed (unreadable ones skipped)."""
+        return await self._json_hash(self.keys.summaries)
+
+    async def _json_hash(self, key: str) -> dict[str, dict[str, Any]]:
+        """Field -> the JSON object stored there, of the hash *key* (fields that are not
+        a JSON object skipped)."""
         self.round_trips += 1
         out: dict[str, dict[str, Any]] = {}
-        for node, raw in (await self.client.hgetall(self.keys.summaries)).items():
+        for field_name, raw in (await self.client.hgetall(key)).items():
             try:
                 doc = json.loads(raw)
             except ValueError:
                 continue
             if isinstance(doc, dict):
-                out[_s(node)] = doc
+                out[_s(field_name)] = doc
         return out
 
     async def control_seq(self) -> int:
@@ -492,16 +497,7 @@ class Frontier:
 
     async def node_statuses(self) -> dict[str, dict[str, Any]]:
         """Node id -> the status JSON it published last (unreadable ones skipped)."""
-        self.round_trips += 1
-        out: dict[str, dict[str, Any]] = {}
-        for node, raw in (await self.client.hgetall(self.keys.nodeinfo)).items():
-            try:
-                doc = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                out[_s(node)] = doc
-        return out
+        return await self._json_hash(self.keys.nodeinfo)
 
     # -- seed lists (scrapy-redis compatible) ---------------------------------------
     async def read_seeds(self, key: str, n: int) -> list[bytes]:

@@ -27,15 +27,16 @@ from dataclasses import dataclass
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["LATE_SHARE", "SPACING", "Limit", "RateLimits", "parse_limit"]
+__all__ = ["DEFAULT_MARGIN", "LATE_SHARE", "SPACING", "Limit", "RateLimits", "parse_limit"]
 
-#: Slots of a limited site are spaced this much wider than W / H: the margin that
-#: absorbs late sends, so the limit holds in any sliding window; the budget is used up
-#: to 1 / SPACING (97.6 %).
-SPACING = 1.025
+#: Slots of a limited site are spaced this much wider than W / H by default
+#: (CRAWLFLEET_RATE_LIMIT_MARGIN): the margin that absorbs late sends, so the limit
+#: holds in any sliding window; the budget is used up to 1 / SPACING (97.6 %).
+DEFAULT_MARGIN = 0.025
+SPACING = 1 + DEFAULT_MARGIN
 #: Share of that margin (SPACING - 1 times the window) a node may send late; the rest
 #: covers the way to the site (a node that cannot send in time gives the request back).
-LATE_SHARE = 0.5
+LATE_SHARE = 0.3
 
 _LIMIT = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -44,20 +45,22 @@ _UNLIMITED = ("", "none", "0", "off", "unlimited")
 
 @dataclass(frozen=True)
 class Limit:
-    """At most *count* requests in any window of *window_us* microseconds."""
+    """At most *count* requests in any window of *window_us* microseconds; slots are
+    spaced W / H widened by *margin* (a share of the window kept free for late sends)."""
 
     count: int
     window_us: int
+    margin: float = DEFAULT_MARGIN
 
     @property
     def interval_us(self) -> int:
-        """The spacing of the site's slots (µs): W / H widened by SPACING."""
-        return max(1, round(self.window_us / self.count * SPACING))
+        """The spacing of the site's slots (µs): W / H widened by the margin."""
+        return max(1, round(self.window_us / self.count * (1 + self.margin)))
 
     @property
     def late_us(self) -> int:
         """How late after its slot a request may still be sent (µs)."""
-        return int(self.window_us * (SPACING - 1) * LATE_SHARE)
+        return int(self.window_us * self.margin * LATE_SHARE)
 
     @property
     def per_second(self) -> float:
@@ -65,7 +68,9 @@ class Limit:
         return self.count * 1_000_000 / self.window_us
 
 
-def parse_limit(spec: str, *, what: str = "rate limit") -> Limit | None:
+def parse_limit(
+    spec: str, *, what: str = "rate limit", margin: float = DEFAULT_MARGIN
+) -> Limit | None:
     """The :class:`Limit` that *spec* ("2/1s") describes; None for no limit."""
     text = str(spec).strip().lower()
     if text in _UNLIMITED:
@@ -82,7 +87,7 @@ def parse_limit(spec: str, *, what: str = "rate limit") -> Limit | None:
     window_us = round(window * 1_000_000)
     if window_us < count:
         raise ConfigError(f"{what} {spec!r} is more than one request per microsecond")
-    return Limit(count, window_us)
+    return Limit(count, window_us, margin)
 
 
 def _check_pattern(pattern: str) -> str:
@@ -101,10 +106,14 @@ class RateLimits:
     limits: dict[str, Limit | None]
 
     @classmethod
-    def parse(cls, limits: Mapping[str, str], *, source: str) -> RateLimits:
+    def parse(
+        cls, limits: Mapping[str, str], *, source: str, margin: float = DEFAULT_MARGIN
+    ) -> RateLimits:
         return cls(
             {
-                _check_pattern(pattern): parse_limit(spec, what=f"{source}[{pattern!r}]")
+                _check_pattern(pattern): parse_limit(
+                    spec, what=f"{source}[{pattern!r}]", margin=margin
+                )
                 for pattern, spec in limits.items()
             }
         )

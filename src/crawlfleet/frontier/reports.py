@@ -112,4 +112,9 @@ class SiteReports:
             )
         for site, ms in robots.items():
             if ms:
-                logger.info("robots.txt of %s asks for a Crawl-delay of %.1fs", site, ms / 1000)
+                logger.info(
+                    "robots.txt of %s asks for a Crawl-delay: %.2fs between its requests "
+                    "for every node",
+                    site,
+                    ms / 1000,
+                )

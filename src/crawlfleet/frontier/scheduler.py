@@ -52,7 +52,7 @@ from crawlfleet.exceptions import ConfigError, ItemNotDurable, MalformedEntry, S
 from crawlfleet.frontier.client import Frontier, JobState, Outgoing, SeenConfig
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.engine import EngineHooks, engine_hooks
-from crawlfleet.frontier.limits import LATE_SHARE, SPACING, RateLimits
+from crawlfleet.frontier.limits import LATE_SHARE, RateLimits
 from crawlfleet.frontier.reports import SiteReports
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
@@ -658,7 +658,7 @@ class Scheduler(BaseScheduler):
                 backoff_half_life_ms=int(self.config.backoff.half_life_seconds * 1000),
                 robots_probe_ms=self.robots_probe_ms,
                 horizon_us=int(SLOT_HORIZON_SECONDS * 1_000_000),
-                late_share=(SPACING - 1) * LATE_SHARE,
+                late_share=self.config.rate_limit_margin * LATE_SHARE,
                 max_slots=max(0, free),
             )
             self._offer = result.offer
@@ -914,7 +914,9 @@ class Scheduler(BaseScheduler):
                 valid[pattern] = spec
             except ConfigError as exc:
                 logger.error("Ignoring the job's rate limit %r = %r: %s", pattern, spec, exc)
-        self.limits = self.config.rate_limits.merged(RateLimits.parse(valid, source="limits"))
+        self.limits = self.config.rate_limits.merged(
+            RateLimits.parse(valid, source="limits", margin=self.config.rate_limit_margin)
+        )
         logger.info("Rate limits of job %r now: %s", self.config.job, raw or "as configured")
 
     def _update_finished(self, state: JobState, idle: bool, now: float) -> None:

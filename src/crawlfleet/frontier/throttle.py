@@ -43,9 +43,9 @@ from scrapy.crawler import Crawler
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawlfleet.frontier.limits import SPACING
+from crawlfleet.frontier.limits import DEFAULT_MARGIN
 from crawlfleet.frontier.scheduler import ROBOTS_PROBE_MS, Scheduler
-from crawlfleet.settings.config import BackoffConfig
+from crawlfleet.settings.config import BackoffConfig, rate_limit_margin
 
 __all__ = ["ROBOTS_PROBE_SECONDS", "SiteThrottle", "retry_after_ms"]
 
@@ -101,10 +101,19 @@ class _Latency:
 class SiteThrottle:
     """A downloader middleware: back-off and robots.txt reports for the whole cluster."""
 
-    def __init__(self, crawler: Crawler, backoff: BackoffConfig, *, obey_robots: bool) -> None:
+    def __init__(
+        self,
+        crawler: Crawler,
+        backoff: BackoffConfig,
+        *,
+        obey_robots: bool,
+        margin: float = DEFAULT_MARGIN,
+    ) -> None:
         self.crawler = crawler
         self.backoff = backoff
         self.obey_robots = obey_robots
+        #: a robots.txt Crawl-delay is widened like a rate limit (CRAWLFLEET_RATE_LIMIT_MARGIN)
+        self.margin = margin
         settings = crawler.settings
         self.user_agent = str(
             settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
@@ -119,6 +128,7 @@ class SiteThrottle:
             crawler,
             BackoffConfig.from_settings(crawler.settings),
             obey_robots=crawler.settings.getbool("ROBOTSTXT_OBEY"),
+            margin=rate_limit_margin(crawler.settings),
         )
 
     def _scheduler(self) -> Scheduler | None:
@@ -178,7 +188,14 @@ class SiteThrottle:
                 delay = parser.crawl_delay(self.user_agent)
             except Exception as exc:
                 logger.debug("robots.txt of %s not readable: %s", request.url, exc)
-        ms = int(delay * 1000 * SPACING) if isinstance(delay, (int, float)) and delay > 0 else 0
+        spaced = delay * 1000 * (1 + self.margin) if isinstance(delay, (int, float)) else 0
+        ms = int(spaced) if spaced > 0 else 0
+        if ms:
+            logger.info(
+                "robots.txt of %s asks for a Crawl-delay of %gs",
+                self._robots_site(scheduler, request),
+                delay,
+            )
         scheduler.report_robots(self._robots_site(scheduler, request), ms)
 
     def _latency(self, scheduler: Scheduler, site: str, latency: float) -> None:

@@ -180,6 +180,8 @@ class FrontierConfig:
     start_urls_key: str
     start_urls_batch: int
     rate_limits: RateLimits
+    #: share of a rate limit's window kept free for late sends (CRAWLFLEET_RATE_LIMIT_MARGIN)
+    rate_limit_margin: float
     #: the suffix of this node's rate-limit budgets ("" for the "site" scope)
     budget_scope: str
     #: this node's egress IP (CRAWLFLEET_NODE_IP, else the address it reaches Redis from)
@@ -240,8 +242,11 @@ class FrontierConfig:
             start_urls_key=start_key,
             start_urls_batch=get_int(settings, "CRAWLFLEET_START_URLS_BATCH", minimum=1),
             rate_limits=RateLimits.parse(
-                get_dict(settings, "CRAWLFLEET_RATE_LIMITS"), source="CRAWLFLEET_RATE_LIMITS"
+                get_dict(settings, "CRAWLFLEET_RATE_LIMITS"),
+                source="CRAWLFLEET_RATE_LIMITS",
+                margin=rate_limit_margin(settings),
             ),
+            rate_limit_margin=rate_limit_margin(settings),
             budget_scope=budget_scope(settings, spider_name or job),
             node_ip=node_ip(settings),
             backoff=BackoffConfig.from_settings(settings),
@@ -286,6 +291,14 @@ def node_ip(settings: BaseSettings) -> str:
             return str(s.getsockname()[0])
     except OSError:
         return "127.0.0.1"
+
+
+def rate_limit_margin(settings: BaseSettings) -> float:
+    """CRAWLFLEET_RATE_LIMIT_MARGIN, checked: above 0, at most 0.5."""
+    margin = get_float(settings, "CRAWLFLEET_RATE_LIMIT_MARGIN", minimum=0, strict=True)
+    if margin > 0.5:
+        raise ConfigError(f"CRAWLFLEET_RATE_LIMIT_MARGIN must be at most 0.5, got {margin}")
+    return margin
 
 
 def validate_job_name(job: str) -> str:

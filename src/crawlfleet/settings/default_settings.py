@@ -90,6 +90,11 @@ CRAWLFLEET_START_REQUESTS_ONCE = True
 #: {"*": "4/1s", "*.example.com": "1/2s"}. `crawlfleet limits set` overrides them at run
 #: time. {}: no limits.
 CRAWLFLEET_RATE_LIMITS: dict[str, str] = {}
+#: Share of each rate-limit window kept free, so that the limit holds in any window
+#: however late requests go out: slots are spaced W / H * (1 + margin); a node sends a
+#: request at most 30 % of the margin late, else gives it back. The budget is used up
+#: to 1 / (1 + margin). Raise it where nodes' machines are overloaded.
+CRAWLFLEET_RATE_LIMIT_MARGIN = 0.025
 #: Who shares a site's rate-limit budget: "site" (every node of the job), "ip" (the
 #: nodes of one egress IP, each IP its own budget), "type" (the nodes running one
 #: crawler type) or "type+ip".
