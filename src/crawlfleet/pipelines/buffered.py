@@ -2,10 +2,10 @@
 
 :class:`BufferedSink` keeps accepted records in a bounded FIFO buffer. One worker thread
 takes batches from its head and writes them with the subclass's blocking
-:meth:`~BufferedSink.write_batch`: at once when somebody awaits a record's durability
-(:meth:`~BufferedSink.save`: a group commit, whatever arrived while the last batch was
-being written goes in the next one, up to ``batch_items``), otherwise when
-``batch_items`` are there or the oldest record has waited ``batch_seconds``. A record
+:meth:`~BufferedSink.write_batch`: when ``batch_items`` are there, or once the oldest
+record has waited ``batch_seconds``, or ``SAVE_LINGER_SECONDS`` (50 ms) when somebody
+awaits a record's durability (:meth:`~BufferedSink.save`: a group commit, whatever
+arrives meanwhile shares it). A record
 leaves the buffer only after its batch was written, so:
 
 - a store that is down (transient error, see :meth:`~BufferedSink.is_transient`) is
@@ -58,6 +58,9 @@ __all__ = ["BufferedSink", "StoreOptions"]
 
 logger = logging.getLogger(__name__)
 
+#: Records somebody awaits (save) wait at most this long for more to share their commit:
+#: a commit per page would cost the crawl CPU; this costs each page that much latency.
+SAVE_LINGER_SECONDS = 0.05
 #: A full buffer is logged at most this often (it may fill many times a second).
 _FULL_LOG_INTERVAL_SECONDS = 60.0
 
@@ -291,11 +294,14 @@ class BufferedSink(ItemSink):
                     return None
                 if self._buffer:
                     age = time.monotonic() - self._buffer[0][0]
-                    if self._closing or self._awaited or len(self._buffer) >= opts.batch_items:
+                    if self._closing or len(self._buffer) >= opts.batch_items:
                         break
-                    if age >= opts.batch_seconds:
+                    # awaited records linger a little: one commit for what arrives then
+                    linger = min(opts.batch_seconds, SAVE_LINGER_SECONDS)
+                    wait = linger if self._awaited else opts.batch_seconds
+                    if age >= wait:
                         break
-                    self._cond.wait(opts.batch_seconds - age)
+                    self._cond.wait(wait - age)
                 else:
                     self._cond.wait()
             return [record for _, record, _ in islice(self._buffer, opts.batch_items)]
