@@ -23,13 +23,11 @@ already has, including ``None`` to disable one of ours, is kept.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings import default_settings
 
 __all__ = ["ITEM_STAGES", "STORES", "Addon", "check"]
 
@@ -88,11 +86,10 @@ class Addon:
     """Turns a Scrapy project into a crawlfleet node."""
 
     def update_settings(self, settings: BaseSettings) -> None:
-        settings.setmodule(default_settings, priority="addon")
-        env_url = os.environ.get("CRAWLFLEET_REDIS_URL")
-        if env_url:
-            # the environment beats settings files (deployment), not -s on the command line
-            settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
+        from crawlfleet.settings.config import apply_defaults
+
+        # the environment beats settings files (deployment), not -s on the command line
+        apply_defaults(settings)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
         for name, value in SCRAPY_DEFAULTS.items():
             settings.set(name, value, priority="addon")

@@ -78,7 +78,10 @@ def test_reset_is_refused_while_nodes_live(
 
     asyncio.run(live_node())
     r = cli("job", "reset", "busy", *common)
-    assert r.returncode == 1 and "live nodes other-node" in r.stdout
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "crawlfleet job reset: error: refusing to reset busy: live nodes other-node "
+        "(stop them first, or --force)"
+    )
     r = cli("job", "reset", "busy", "--force", *common)
     assert r.returncode == 0 and "keys deleted" in r.stdout
     gone = cli("job", "status", "busy", "--json", *common)  # nothing of it is left

@@ -1,27 +1,40 @@
-"""Errors an operator can act on, and one configuration for every command: each command
-run with Redis unreachable, a misspelt setting, an unknown job, or inside a Scrapy
-project whose settings.py names the Redis. Real processes, real Redis."""
+"""Errors an operator can act on: each command run with Redis unreachable, hung or
+refusing the credentials, a misspelt setting, a bad option, an unknown job. Real
+processes, real Redis; the expected failure is one line on stderr, never a traceback,
+never a password."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
 import subprocess
 import sys
-import textwrap
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 
 from crawlfleet.redis.keys import JobKeys
+from tests.pipelines.redisproc import RedisProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a loopback port nothing listens on, with a password that must never be printed
 UNREACHABLE = "redis://:s3cr3t-pw@127.0.0.1:1/0"
+SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "crawlfleet.cli.main", *args]
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "crawlfleet.cli.main", *args],
+        command(*args),
         capture_output=True,
         text=True,
         timeout=60,
@@ -30,6 +43,17 @@ def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
+def one_error_line(r: subprocess.CompletedProcess[str], status: int = 1) -> str:
+    """The single line a failed command printed (asserting everything else)."""
+    output = (r.stdout + r.stderr).strip()
+    assert r.returncode == status, output
+    assert "Traceback" not in output and "s3cr3t" not in output, output
+    lines = output.splitlines()
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+#: every command that talks to Redis
 COMMANDS = [
     ["seed", "books", "http://127.0.0.1:9/"],
     ["job", "status", "books"],
@@ -37,120 +61,208 @@ COMMANDS = [
     ["job", "reset", "books"],
     ["limits", "list", "books"],
     ["limits", "set", "books", "*", "2/1s"],
+    ["limits", "unset", "books", "*"],
     ["items", "status", "books"],
+    ["items", "work", "books", "--to", "sqlite:///unused.sqlite3"],
     ["status"],
     ["status", "books", "--json"],
+    ["status", "--watch", "--count", "1"],
     ["health"],
     ["control", "pause", "books"],
+    ["control", "concurrency", "4", "books"],
+    ["crawl", SPIDER, "--job", "books"],
+    ["demo"],
+    ["bench"],
 ]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_redis_unreachable_is_one_line_without_the_password(command: list[str]) -> None:
-    r = cli(*command, "--redis-url", UNREACHABLE)
-    assert r.returncode == 1, r.stdout + r.stderr
-    output = (r.stdout + r.stderr).strip()
-    assert "Traceback" not in output
-    assert "s3cr3t" not in output
-    lines = output.splitlines()
-    assert len(lines) == 1, output
-    assert "Redis at redis://:***@127.0.0.1:1/0 unreachable" in lines[0]
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_redis_unreachable_is_one_line_without_the_password(args: list[str]) -> None:
+    line = one_error_line(cli(*args, "--redis-url", UNREACHABLE))
+    assert "Redis at redis://:***@127.0.0.1:1/0 unreachable" in line
+
+
+@pytest.fixture
+def hung_url() -> Iterator[str]:
+    """A port that accepts connections (the kernel's backlog) and never answers: what a
+    stopped (SIGSTOP) or wedged Redis looks like to a client."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(32)
+        yield f"redis://:s3cr3t-pw@127.0.0.1:{server.getsockname()[1]}/0"
+
+
+def test_a_hung_redis_is_an_error_after_a_few_seconds(hung_url: str) -> None:
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            command(*args, "--redis-url", hung_url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+        )
+        for args in (["seed", "b", "http://127.0.0.1:9/"], ["status"], ["job", "list"])
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=40)
+        line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        assert "unreachable: Timeout" in line, line
+    assert time.monotonic() - started < 25  # 5-s socket timeouts, not a hang
+
+
+def test_credentials_refused_are_one_line(redis_server_url: str) -> None:
+    parts = urlsplit(redis_server_url)
+    if parts.password or parts.username or "@" in parts.netloc:
+        pytest.skip(f"the test Redis needs credentials: {parts.hostname}:{parts.port}")
+    host = parts.netloc
+    wrong = [
+        # a user this server does not have
+        urlunsplit(parts._replace(netloc=f"crawlfleet-nobody:s3cr3t-pw@{host}")),
+        # a password on a server without one (RESP2: a plain AUTH, which it refuses)
+        urlunsplit(parts._replace(netloc=f":s3cr3t-pw@{host}", query="protocol=2")),
+    ]
+    for url in wrong:
+        for args in (["job", "list"], ["seed", "x", "http://127.0.0.1:9/"], ["status"]):
+            line = one_error_line(cli(*args, "--redis-url", url))
+            assert "refused the credentials" in line and ":***@" in line, line
 
 
 def test_a_misspelt_setting_is_named_with_a_suggestion(redis_server_url: str) -> None:
-    for command in (["status"], ["health"], ["control", "pause", "x"], ["seed", "x", "u"]):
-        r = cli(*command, "--redis-url", redis_server_url, "-s", "CRAWLFLEET_LEASE_SECOND=3")
-        assert r.returncode == 2, r.stdout + r.stderr
-        assert r.stderr.strip().splitlines() == [
-            f"crawlfleet {command[0]}: error: unknown setting CRAWLFLEET_LEASE_SECOND "
+    for args in (["status"], ["health"], ["control", "pause", "x"], ["seed", "x", "u"]):
+        r = cli(*args, "--redis-url", redis_server_url, "-s", "CRAWLFLEET_LEASE_SECOND=3")
+        prog = "crawlfleet " + " ".join(args[:2] if args[0] == "control" else args[:1])
+        assert one_error_line(r, 2) == (
+            f"{prog}: error: unknown setting CRAWLFLEET_LEASE_SECOND "
             "(did you mean CRAWLFLEET_LEASE_SECONDS?)"
-        ]
+        )
+    for given, meant in (
+        ("REDIS_URL", "CRAWLFLEET_REDIS_URL"),  # scrapy-redis's name
+        ("crawlfleet_job", "CRAWLFLEET_JOB"),
+        ("CONCURENT_REQUESTS", "CONCURRENT_REQUESTS"),
+    ):
+        r = cli("job", "list", "--redis-url", redis_server_url, "-s", f"{given}=1")
+        assert one_error_line(r, 2) == (
+            f"crawlfleet job list: error: unknown setting {given} (did you mean {meant}?)"
+        )
+
+
+def test_a_bad_option_or_argument_is_one_line() -> None:
+    line = one_error_line(cli("status", "--bogus"), 2)
+    assert line == (
+        "crawlfleet status: error: unrecognized arguments: --bogus (see crawlfleet status --help)"
+    )
+    line = one_error_line(cli("job", "status"), 2)
+    assert line.startswith("crawlfleet job status: error: the following arguments are required")
+    line = one_error_line(cli("status", "--interval", "soon"), 2)
+    assert "argument --interval: invalid float value: 'soon'" in line
+    line = one_error_line(cli("seed", "x", "--file", "/nonexistent/seeds.txt"), 1)
+    assert line == "crawlfleet seed: error: /nonexistent/seeds.txt: No such file or directory"
+    line = one_error_line(cli("crawl", "no_such_module:Spider", "--redis-url", UNREACHABLE), 2)
+    assert line.startswith("crawlfleet crawl: error: cannot load spider 'no_such_module:Spider'")
 
 
 def test_an_unknown_job_is_an_error(redis_server_url: str, key_prefix: str) -> None:
     common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
     assert cli("seed", "known", "http://127.0.0.1:9/", *common).returncode == 0
-    for command in (
+    for args in (
         ["job", "status", "nknown"],
+        ["job", "reset", "nknown"],
         ["status", "nknown"],
         ["limits", "list", "nknown"],
+        ["limits", "unset", "nknown", "*"],
         ["control", "pause", "nknown"],
+        ["items", "status", "nknown"],
     ):
-        r = cli(*command, *common)
-        assert r.returncode == 1, r.stdout + r.stderr
-        assert r.stderr.strip() == (
-            f"crawlfleet {command[0]}: error: no job 'nknown' in this Redis "
+        prog = " ".join(args[:-1] if args[-1] != "*" else args[:-2])
+        assert one_error_line(cli(*args, *common)) == (
+            f"crawlfleet {prog}: error: no job 'nknown' in this Redis "
             f"(key prefix {key_prefix!r}); known jobs: known"
         )
+    r = cli("health", "nknown", *common)
+    assert (
+        r.returncode == 1 and r.stdout.strip() == "unhealthy: job nknown: not known to this Redis"
+    )
+
+
+def test_verbose_says_which_redis_and_job_and_keeps_json_pure(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    assert cli("seed", "seen", "http://127.0.0.1:9/", *common).returncode == 0
+    for args in (["-v", "job", "status", "seen"], ["job", "status", "seen", "-v"]):
+        r = cli(*args, "--json", *common)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["queued"] == 1  # stdout: the document only
+        assert f"Redis: {redis_server_url} (key prefix {key_prefix})" in r.stderr
+        assert "job: seen" in r.stderr
+    r = cli("job", "status", "seen", "-v", "--redis-url", UNREACHABLE)
+    assert "Redis: redis://:***@127.0.0.1:1/0" in r.stderr and "s3cr3t" not in r.stderr
+    quiet = cli("job", "status", "seen", "--json", *common)
+    assert quiet.stderr == ""  # without -v: nothing but the document
 
 
 def test_reset_clears_the_limits_unless_asked_to_keep_them(
     redis_server_url: str, key_prefix: str, sync_redis: redis.Redis
 ) -> None:
     common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
-    limits = JobKeys.of(key_prefix, "tuned").limits
+    keys = JobKeys.of(key_prefix, "tuned")
     for keep in (True, False):
         assert cli("seed", "tuned", "http://127.0.0.1:9/", *common).returncode == 0
         assert cli("limits", "set", "tuned", "*", "1/1s", *common).returncode == 0
         r = cli("job", "reset", "tuned", *common, *(["--keep-limits"] if keep else []))
         assert r.returncode == 0, r.stderr
-        assert sync_redis.hgetall(limits) == ({b"*": b"1/1s"} if keep else {})
+        assert sync_redis.hgetall(keys.limits) == ({b"*": b"1/1s"} if keep else {})
+        assert not sync_redis.exists(keys.counters, keys.sites, keys.req, keys.seen)
+        assert not sync_redis.sismember(f"{key_prefix}:jobs", "tuned")
+    # what is left of the job after a reset with --keep-limits is gone with the next one
+    assert list(sync_redis.scan_iter(match=f"{key_prefix}:*")) == []
 
 
-def test_commands_read_the_projects_settings(
-    redis_server_url: str, key_prefix: str, sync_redis: redis.Redis, tmp_path: Path
-) -> None:
-    """Inside a Scrapy project, `crawlfleet seed` queues into the Redis and key prefix
-    of its settings.py (it used the embedded Redis before); -s still wins."""
-    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
-    (tmp_path / "proj").mkdir()
-    (tmp_path / "proj" / "__init__.py").write_text("")
-    (tmp_path / "proj" / "settings.py").write_text(
-        textwrap.dedent(
-            f"""
-            BOT_NAME = "proj"
-            ADDONS = {{"crawlfleet.Addon": 100}}
-            CRAWLFLEET_REDIS_URL = {redis_server_url!r}
-            CRAWLFLEET_KEY_PREFIX = {key_prefix!r}
-            """
-        )
-    )
-    r = cli("seed", "books", "http://127.0.0.1:9/", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert int(sync_redis.hget(JobKeys.of(key_prefix, "books").counters, "queued") or 0) == 1
-    r = cli("job", "status", "books", "--json", cwd=tmp_path)
-    assert r.returncode == 0 and '"queued": 1' in r.stdout, r.stdout + r.stderr
-    # a misspelt setting in settings.py is caught too
-    with (tmp_path / "proj" / "settings.py").open("a") as fh:
-        fh.write("CRAWLFLEET_SEEN_MODES = 'bloom'\n")
-    r = cli("status", cwd=tmp_path)
-    assert r.returncode == 2
-    assert "unknown setting CRAWLFLEET_SEEN_MODES (did you mean CRAWLFLEET_SEEN_MODE?)" in r.stderr
+def test_status_watch_rides_out_a_redis_outage(tmp_path: Path) -> None:
+    """Redis goes away under `status --watch --json` and comes back: the outage is said
+    once on stderr, its end too, and stdout stays one JSON document a line."""
+    server = RedisProcess(tmp_path / "redis")
+    server.start()
+    out, err = tmp_path / "out", tmp_path / "err"
+    try:
+        with out.open("w") as o, err.open("w") as e:
+            proc = subprocess.Popen(
+                command("status", "--watch", "--json", "--interval", "0.5"),
+                stdout=o,
+                stderr=e,
+                stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                env=_env(CRAWLFLEET_REDIS_URL=server.url),
+            )
+        try:
+            _wait_for(lambda: out.read_text().count("\n") >= 1, "a first refresh")
+            server.kill()
+            _wait_for(lambda: "still watching" in err.read_text(), "the outage said")
+            server.start()
+            _wait_for(lambda: "reachable again" in err.read_text(), "the end said")
+            lines = out.read_text().count("\n")
+            _wait_for(lambda: out.read_text().count("\n") > lines, "a refresh after")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+    finally:
+        server.kill()
+    for line in out.read_text().splitlines():
+        assert json.loads(line) == {"jobs": {}}
+    notes = err.read_text().splitlines()
+    assert len(notes) == 2 and "Traceback" not in err.read_text(), notes
+    assert f"Redis at {server.url} unreachable" in notes[0]
+    assert "Redis reachable again after" in notes[1]
 
 
-def test_a_setting_error_under_scrapy_crawl_is_one_line(tmp_path: Path) -> None:
-    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
-    (tmp_path / "proj" / "spiders").mkdir(parents=True)
-    (tmp_path / "proj" / "__init__.py").write_text("")
-    (tmp_path / "proj" / "spiders" / "__init__.py").write_text("")
-    (tmp_path / "proj" / "settings.py").write_text(
-        'BOT_NAME = "proj"\nSPIDER_MODULES = ["proj.spiders"]\n'
-        'ADDONS = {"crawlfleet.Addon": 100}\nCRAWLFLEET_SEEN_MODE = "blom"\n'
-    )
-    (tmp_path / "proj" / "spiders" / "s.py").write_text(
-        "import scrapy\n\nclass S(scrapy.Spider):\n    name = 's'\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-m", "scrapy", "crawl", "s"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-    )
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    errors = [line for line in r.stderr.splitlines() if " ERROR: " in line]
-    assert len(errors) == 1 and errors[0].endswith(
-        "crawlfleet: CRAWLFLEET_SEEN_MODE must be one of 'exact', 'bloom'; got 'blom'"
-    ), r.stderr[-3000:]
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -32,6 +32,7 @@ from crawlfleet.benchmark.polite import PoliteResult, run_polite
 from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,
+    check_reachable,
     command_settings,
     resolved_url,
 )
@@ -152,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     config = RedisConfig.from_settings(command_settings(args))
     url = resolved_url(args, config)
+    check_reachable(url)  # one line now, not after minutes of crawls that cannot start
     prefix = f"{config.key_prefix}bench"
     nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
     scenarios = []

@@ -23,6 +23,7 @@ from rich.console import Console
 from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,
+    cli_client,
     command_settings,
     resolved_url,
 )
@@ -30,7 +31,6 @@ from crawlfleet.cli.status import job_names
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.control import ACTIONS, ALL_NODES, encode_command
-from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig, validate_job_name
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     scope = args.node or ALL_NODES
 
     async def main() -> int:
-        client = make_client(url, socket_connect_timeout=3, socket_timeout=10)
+        client = cli_client(url)
         try:
             sent: list[tuple[Frontier, int, list[str]]] = []
             for job in await job_names(client, config.key_prefix, args.job):

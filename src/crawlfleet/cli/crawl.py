@@ -11,10 +11,16 @@ from scrapy.crawler import CrawlerProcess
 from scrapy.settings import Settings
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.misc import load_object
-from scrapy.utils.project import get_project_settings
 
 from crawlfleet.addon import Addon
-from crawlfleet.cli.options import add_redis_options, add_settings_option, parse_settings
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    check_reachable,
+    parse_settings,
+    project_settings,
+    resolved_url,
+)
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 
@@ -49,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def node_settings(values: dict[str, Any], *, job: str | None = None) -> Settings:
     """Project settings (when in a Scrapy project) + the add-on + *values*."""
-    settings = get_project_settings()
+    settings = project_settings()
     addons = dict(settings.getdict("ADDONS"))
     if not any(load_object(k) is Addon if isinstance(k, str) else k is Addon for k in addons):
         addons[Addon] = 100
@@ -74,7 +80,10 @@ def resolve_spider(target: str, settings: Settings) -> type[Spider]:
         return SpecSpider.from_spec(load_spec(target))
     if ":" in target:
         module, _, name = target.partition(":")
-        cls = load_object(f"{module}.{name}")
+        try:
+            cls = load_object(f"{module}.{name}")
+        except (ImportError, NameError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"cannot load spider {target!r}: {exc}") from None
     else:
         try:
             cls = get_spider_loader(settings).load(target)
@@ -97,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
         if not sep:
             raise ConfigError(f"-a expects NAME=VALUE, got {item!r}")
         spider_args[name] = value
-    check_settings(settings, spidercls)
+    redis_config = check_settings(settings, spidercls)
+    # a wrong URL or a Redis that is down is one line now, not a node retrying in silence;
+    # once running, the node rides out Redis outages on its own
+    check_reachable(resolved_url(args, redis_config, quiet=True))
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(spidercls)
     process.crawl(crawler, **spider_args)
@@ -112,14 +124,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if reason in ("finished", "shutdown", "drained", "stopped") else 1
 
 
-def check_settings(settings: Settings, spidercls: type[Spider]) -> None:
+def check_settings(settings: Settings, spidercls: type[Spider]) -> RedisConfig:
     """Validate the node's crawlfleet settings (with the spider's custom_settings) before
-    Scrapy starts, so that a mistake is one clear line, not a traceback."""
+    Scrapy starts, so that a mistake is one clear line, not a traceback; returns where
+    the node's Redis is."""
     probe = settings.copy()
     Addon().update_settings(probe)  # Scrapy applies add-ons only when it builds the crawler
     spidercls.update_settings(probe)
     FrontierConfig.from_settings(probe, getattr(spidercls, "name", "") or "")
-    RedisConfig.from_settings(probe)
+    return RedisConfig.from_settings(probe)
 
 
 def _feed_format(path: str) -> str:

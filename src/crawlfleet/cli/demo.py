@@ -25,12 +25,13 @@ from rich.table import Table
 from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,
+    check_reachable,
     command_settings,
     resolved_url,
 )
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node
-from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.connection import make_client, redact
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig
 from crawlfleet.testsite.model import SiteModel
@@ -72,12 +73,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     settings = command_settings(args)
     redis_config = RedisConfig.from_settings(settings)
-    url = resolved_url(args, redis_config)
+    url = resolved_url(args, redis_config, quiet=True)  # said below
+    check_reachable(url)
     data_dir = redis_config.data_dir.resolve()
     job = time.strftime("demo-%Y%m%d-%H%M%S")
     out_dir = data_dir / "demo" / job
     out_dir.mkdir(parents=True, exist_ok=True)
-    console.print(f"Redis: {url}{' (embedded)' if not redis_config.url else ''}")
+    console.print(f"Redis: {redact(url)}{' (embedded)' if not redis_config.url else ''}")
 
     model = SiteModel(pages=args.pages, hosts=args.hosts)
     with open(out_dir / "site.log", "wb") as site_log:

@@ -18,13 +18,14 @@ from crawlfleet.cli.options import (
     UnknownJob,
     add_redis_options,
     add_settings_option,
+    cli_client,
     command_settings,
     redis_problem,
     resolved_url,
 )
 from crawlfleet.cli.status import JobSnapshot, job_names, snapshot
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.redis.connection import REDIS_ERRORS, make_client
+from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import RedisConfig, validate_job_name
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     async def main() -> tuple[list[str], int]:
-        client = make_client(url, socket_connect_timeout=3, socket_timeout=10)
+        client = cli_client(url)
         try:
             found = []
             try:

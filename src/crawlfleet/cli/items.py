@@ -17,15 +17,19 @@ import os
 import signal
 from typing import Any
 
+from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from rich.console import Console
 from rich.table import Table
 
 from crawlfleet.cli.options import (
+    UnknownJob,
     add_redis_options,
     add_settings_option,
+    cli_client,
     command_settings,
+    require_job,
     resolved_url,
 )
 from crawlfleet.pipelines.buffered import BufferedSink
@@ -36,7 +40,6 @@ from crawlfleet.pipelines.workers import (
     store_for_url,
     stream_status,
 )
-from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig, check_unknown, validate_job_name
 
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         claim_idle_seconds=args.claim_idle,
     )
     report = asyncio.run(_work(resolved_url(args, redis_config), keys, store, options))
-    Console(stderr=True).print(
+    Console(stderr=True, soft_wrap=True).print(
         f"job {keys.job} group {options.group} consumer {options.consumer}: "
         f"{report.read} read ({report.claimed} claimed), {report.stored} stored, "
         f"{report.dead_lettered} dead-lettered, {report.left_pending} left pending"
@@ -127,7 +130,16 @@ async def _work(
 ) -> WorkerReport:
     # one quick retry for a pooled connection cut by a Redis restart; the worker's own
     # back-off handles longer outages
-    client = make_client(url, retry=Retry(NoBackoff(), 1))
+    client = cli_client(url, retry=Retry(NoBackoff(), 1))
+    try:
+        # Redis unreachable or refusing the credentials now: one line, exit 1 (later
+        # outages are ridden out by the worker); a job not seen yet: said, then waited for
+        await _require_items(client, keys)
+    except UnknownJob as exc:
+        logger.warning("%s: waiting for its items", exc)
+    except BaseException:
+        await client.aclose()
+        raise
     worker = ItemWorker(client, keys, store, options)
     loop = asyncio.get_running_loop()
 
@@ -157,8 +169,9 @@ async def _work(
 
 def _status(url: str, keys: JobKeys, *, as_json: bool) -> int:
     async def main() -> dict[str, Any]:
-        client = make_client(url)
+        client = cli_client(url)
         try:
+            await _require_items(client, keys)
             return await stream_status(client, keys)
         finally:
             await client.aclose()
@@ -186,3 +199,10 @@ def _status(url: str, keys: JobKeys, *, as_json: bool) -> int:
         table.add_row("groups", "none (no worker has started)")
     console.print(table)
     return 0
+
+
+async def _require_items(client: Redis, keys: JobKeys) -> None:
+    """UnknownJob unless the job is known or has an item stream (a reset job keeps its
+    stream until workers have stored it)."""
+    if not await client.exists(keys.items):
+        await require_job(client, keys.prefix, keys.job)

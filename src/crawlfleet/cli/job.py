@@ -11,14 +11,15 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlfleet.cli.options import (
+    CommandFailed,
     add_redis_options,
     add_settings_option,
+    cli_client,
     command_settings,
     resolved_url,
     run_on_frontier,
 )
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import jobs_key
 from crawlfleet.settings.config import RedisConfig
 
@@ -108,20 +109,24 @@ def run(args: argparse.Namespace) -> int:
         console.print(_status_table(args.job, status))
         return 0
 
-    async def reset(frontier: Frontier) -> int | None:
+    async def reset(frontier: Frontier) -> tuple[int, int]:
         live = await frontier.live_nodes()
         if live and not args.force:
-            console.print(
-                f"[red]refusing to reset {args.job}[/]: live nodes {', '.join(live)}"
+            raise CommandFailed(
+                f"refusing to reset {args.job}: live nodes {', '.join(live)}"
                 " (stop them first, or --force)"
             )
-            return None
-        return await frontier.reset(keep_limits=args.keep_limits)
+        deleted = await frontier.reset(keep_limits=args.keep_limits)
+        return deleted, int(await frontier.client.xlen(frontier.keys.items))
 
-    deleted = run_on_frontier(args, args.job, reset)
-    if deleted is None:
-        return 1
-    console.print(f"job {args.job} reset: {deleted} keys deleted")
+    deleted, unstored = run_on_frontier(args, args.job, reset)
+    kept = " (run-time limits kept)" if args.keep_limits else ""
+    console.print(f"job {args.job} reset: {deleted} keys deleted{kept}")
+    if unstored:
+        # items are output, not crawl state: a reset never drops what workers have not stored
+        console.print(
+            f"its item stream is kept: {unstored} entries (crawlfleet items work {args.job})"
+        )
     return 0
 
 
@@ -159,7 +164,7 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     config = RedisConfig.from_settings(command_settings(args))
 
     async def main() -> list[str]:
-        client = make_client(resolved_url(args, config))
+        client = cli_client(resolved_url(args, config))
         try:
             return sorted(_text(j) for j in await client.smembers(jobs_key(config.key_prefix)))
         finally:

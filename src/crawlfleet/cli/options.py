@@ -2,43 +2,53 @@
 command's settings: the Scrapy project's settings.py when the command runs inside a
 project (as ``scrapy`` finds it: scrapy.cfg or SCRAPY_SETTINGS_MODULE), crawlfleet's
 defaults below them, then the environment (``CRAWLFLEET_REDIS_URL``), then ``-s`` and
-the command's own options."""
+the command's own options: the precedence of ``scrapy crawl`` with the add-on."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from scrapy.settings import Settings
-from scrapy.utils.project import get_project_settings, inside_project
+from scrapy.settings import BaseSettings, Settings
+from scrapy.utils.conf import closest_scrapy_cfg, init_env
+from scrapy.utils.project import get_project_settings
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, CrawlfleetError
 from crawlfleet.frontier.client import Frontier, SeenConfig
 from crawlfleet.redis.connection import make_client, redact, resolve_url
 from crawlfleet.redis.keys import JobKeys, jobs_key
-from crawlfleet.settings import default_settings
 from crawlfleet.settings.config import (
     FrontierConfig,
     RedisConfig,
+    apply_defaults,
     check_unknown,
     validate_job_name,
 )
 
 __all__ = [
+    "CLI_TIMEOUT_SECONDS",
+    "CommandFailed",
     "UnknownJob",
     "add_redis_options",
     "add_settings_option",
+    "check_reachable",
+    "cli_client",
     "command_settings",
     "parse_settings",
+    "project_module",
+    "project_settings",
     "redis_in_use",
     "redis_problem",
+    "require_job",
     "resolved_url",
     "run_on_frontier",
 ]
@@ -51,6 +61,11 @@ _redis_url: str | None = None
 
 class UnknownJob(ConfigError):
     """A command named a job that this Redis has never seen."""
+
+
+class CommandFailed(CrawlfleetError):
+    """An expected failure of a command that is neither a setting nor Redis (a reset
+    refused while nodes work): one line, exit 1."""
 
 
 def redis_in_use() -> str | None:
@@ -101,32 +116,122 @@ def parse_settings(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-def command_settings(args: argparse.Namespace) -> Settings:
-    """The command's settings (see the module docstring); an unknown or misspelt
-    ``CRAWLFLEET_*`` name raises ConfigError with a suggestion."""
-    in_project = inside_project()
-    settings = get_project_settings() if in_project else Settings()
-    settings.setmodule(default_settings, priority="addon")  # the project's own win
-    env_url = os.environ.get("CRAWLFLEET_REDIS_URL")
-    if env_url:
-        settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
-    for name, value in parse_settings(args).items():
+def command_settings(args: argparse.Namespace, *, any_name: bool = False) -> Settings:
+    """The command's settings (see the module docstring). An unknown or misspelt
+    ``CRAWLFLEET_*`` name, or a ``-s`` name that neither Scrapy, crawlfleet nor the
+    project defines (unless *any_name*: a node's spider may read its own), raises
+    ConfigError with a suggestion."""
+    settings = project_settings()
+    apply_defaults(settings)  # crawlfleet's defaults, the environment's Redis URL
+    given = parse_settings(args)
+    if not any_name:
+        for name in given:
+            if name not in settings:
+                raise ConfigError(f"unknown setting {name}{_suggestion(name, settings)}")
+    for name, value in given.items():
         settings.set(name, value, priority="cmdline")
     check_unknown(settings)
-    if getattr(args, "verbose", False):
-        where = os.environ.get("SCRAPY_SETTINGS_MODULE") if in_project else None
-        logger.info("settings: %s", f"project {where}" if where else "no Scrapy project here")
+    where = project_module()
+    logger.debug("settings: %s", f"project {where}" if where else "no Scrapy project here")
     return settings
 
 
-def resolved_url(args: argparse.Namespace, config: RedisConfig) -> str:
+def project_module() -> str | None:
+    """The settings module of the Scrapy project the command runs in, if any (found as
+    ``scrapy`` finds it: SCRAPY_SETTINGS_MODULE, else the nearest scrapy.cfg)."""
+    if not (os.environ.get("SCRAPY_SETTINGS_MODULE") or closest_scrapy_cfg()):
+        return None
+    init_env(os.environ.get("SCRAPY_PROJECT", "default"))
+    return os.environ.get("SCRAPY_SETTINGS_MODULE")
+
+
+def project_settings() -> Settings:
+    """Scrapy's settings with the project's settings.py over them when the command runs
+    in a project; a settings module that cannot be loaded is a ConfigError naming it."""
+    module = project_module()
+    if module is None:
+        return Settings()
+    try:
+        return get_project_settings()
+    except Exception as exc:  # a broken settings.py: say which and why, in one line
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError(
+            f"cannot load the Scrapy project's settings {module}: {type(exc).__name__}: {cause}"
+        ) from None
+
+
+def _suggestion(name: str, settings: BaseSettings) -> str:
+    """ " (did you mean X?)" for a name close to a known one, else ""."""
+    upper = name.upper()
+    for candidate in (upper, f"CRAWLFLEET_{upper}"):  # REDIS_URL: scrapy-redis's name
+        if candidate != name and candidate in settings:
+            return f" (did you mean {candidate}?)"
+    known = sorted(n for n in settings if isinstance(n, str))
+    close = difflib.get_close_matches(upper, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def resolved_url(args: argparse.Namespace, config: RedisConfig, *, quiet: bool = False) -> str:
     """The Redis URL of *config* (starting the embedded Redis if none is configured),
-    remembered for error messages and said with ``-v``."""
+    remembered for error messages and said with ``-v``; the embedded Redis is said in
+    any case unless *quiet* (a command that reaches it by mistake would see none of the
+    fleet's jobs)."""
     global _redis_url
     _redis_url = resolve_url(config)
-    if getattr(args, "verbose", False):
-        logger.info("Redis: %s (key prefix %s)", redact(_redis_url), config.key_prefix)
+    if config.url or quiet:
+        logger.debug("Redis: %s (key prefix %s)", redact(_redis_url), config.key_prefix)
+    else:
+        logger.info(
+            "no CRAWLFLEET_REDIS_URL: using the embedded Redis %s (data in %s, key prefix %s)",
+            _redis_url,
+            config.data_dir / "redis",
+            config.key_prefix,
+        )
     return _redis_url
+
+
+#: Seconds a command waits for Redis to accept a connection, and then for each reply:
+#: a hung Redis (a stopped process) is an error after this long, not a silent command.
+CLI_TIMEOUT_SECONDS = 5.0
+
+
+def cli_client(url: str, **options: Any) -> Redis:
+    """A client for a command: the process's usual client with the command timeouts."""
+    kwargs: dict[str, Any] = {
+        "socket_connect_timeout": CLI_TIMEOUT_SECONDS,
+        "socket_timeout": CLI_TIMEOUT_SECONDS,
+    }
+    kwargs.update(options)
+    return make_client(url, **kwargs)
+
+
+def check_reachable(url: str) -> None:
+    """Ping Redis once; RedisError (one line from crawlfleet.cli.main) if it does not
+    answer. For commands that would otherwise wait for it (nodes, workers, the demo)."""
+
+    async def ping() -> None:
+        client = cli_client(url)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    asyncio.run(ping())
+
+
+async def require_job(client: Redis, prefix: str, job: str) -> None:
+    """UnknownJob (listing the known ones) if this Redis has never seen *job*."""
+    if await client.sismember(jobs_key(prefix), job):
+        return
+    known = sorted(
+        j.decode() if isinstance(j, bytes) else str(j)
+        for j in await client.smembers(jobs_key(prefix))
+    )
+    shown = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
+    raise UnknownJob(
+        f"no job {job!r} in this Redis (key prefix {prefix!r}); "
+        + (f"known jobs: {shown}" if known else "it has no jobs yet")
+    )
 
 
 def run_on_frontier(
@@ -135,30 +240,22 @@ def run_on_frontier(
     action: Callable[[Frontier], Awaitable[T]],
     *,
     must_exist: bool = True,
+    settings: Settings | None = None,
 ) -> T:
-    """Run *action* on the frontier of *job* with the command's Redis settings. With
-    *must_exist*, a job this Redis has never seen raises UnknownJob (listing the
-    known ones)."""
-    settings = command_settings(args)
+    """Run *action* on the frontier of *job* with the command's Redis *settings* (by
+    default ``command_settings(args)``). With *must_exist*, a job this Redis has never
+    seen raises UnknownJob (listing the known ones)."""
+    settings = command_settings(args) if settings is None else settings
     redis_config = RedisConfig.from_settings(settings)
     config = FrontierConfig.from_settings(settings, validate_job_name(job))
     url = resolved_url(args, redis_config)
-    if getattr(args, "verbose", False):
-        logger.info("job: %s", config.job)
+    logger.debug("job: %s", config.job)
 
     async def main() -> T:
-        client = make_client(url)
+        client = cli_client(url)
         try:
-            if must_exist and not await client.sismember(jobs_key(redis_config.key_prefix), job):
-                known = sorted(
-                    j.decode() if isinstance(j, bytes) else str(j)
-                    for j in await client.smembers(jobs_key(redis_config.key_prefix))
-                )
-                shown = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
-                raise UnknownJob(
-                    f"no job {job!r} in this Redis (key prefix {redis_config.key_prefix!r}); "
-                    + (f"known jobs: {shown}" if known else "it has no jobs yet")
-                )
+            if must_exist:
+                await require_job(client, redis_config.key_prefix, job)
             frontier = Frontier(
                 client,
                 JobKeys.of(redis_config.key_prefix, config.job),
@@ -174,7 +271,7 @@ def run_on_frontier(
 def redis_problem(exc: BaseException) -> str:
     """One line saying what went wrong with Redis, its URL's password redacted."""
     url = redis_in_use() or "(not resolved)"
-    text = redact(" ".join(str(exc).split())) or type(exc).__name__
+    text = redact(" ".join(str(exc).split())).rstrip(".") or type(exc).__name__
     lowered = text.lower()
     if isinstance(exc, AuthenticationError) or any(
         word in lowered for word in ("noauth", "wrongpass", "invalid password", "auth")

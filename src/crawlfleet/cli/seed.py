@@ -98,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
             dups += result.duplicates
         return queued, dups
 
-    queued, dups = run_on_frontier(args, args.job, action, must_exist=False) if requests else (0, 0)
+    queued, dups = (
+        run_on_frontier(args, args.job, action, must_exist=False, settings=settings)
+        if requests
+        else (0, 0)
+    )
     console.print(f"job {args.job}: {queued} queued, {dups} already seen, {invalid} invalid")
     return 1 if invalid else 0

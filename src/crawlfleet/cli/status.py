@@ -16,23 +16,21 @@ from typing import Any
 
 from redis.asyncio import Redis
 from rich.console import Console, Group
-from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 
 from crawlfleet.cli.options import (
-    UnknownJob,
     add_redis_options,
     add_settings_option,
+    cli_client,
     command_settings,
-    redis_problem,
+    require_job,
     resolved_url,
 )
+from crawlfleet.cli.watch import watch
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.client import parse_throttle
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import RateLimits
-from crawlfleet.redis.connection import REDIS_ERRORS, make_client
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
 from crawlfleet.settings.config import RedisConfig, rate_limit_margin, validate_job_name
@@ -167,15 +165,10 @@ async def redis_now_ms(client: Redis) -> int:
 async def job_names(client: Redis, prefix: str, job: str | None) -> list[str]:
     """[job] when one is named (UnknownJob if this Redis has never seen it), else the
     known jobs (sorted, at most JOBS_MAX)."""
-    known = sorted(_text(j) for j in await client.smembers(jobs_key(prefix)))
     if job:
-        if job not in known:
-            raise UnknownJob(
-                f"no job {job!r} in this Redis (key prefix {prefix!r}); "
-                + (f"known jobs: {', '.join(known[:10])}" if known else "it has no jobs yet")
-            )
+        await require_job(client, prefix, job)
         return [job]
-    return known[:JOBS_MAX]
+    return sorted(_text(j) for j in await client.smembers(jobs_key(prefix)))[:JOBS_MAX]
 
 
 async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = None) -> JobSnapshot:
@@ -295,7 +288,9 @@ def _polite_bound(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", nargs="?", help="the job (default: every job in this Redis)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document (--watch: one a line)"
+    )
     parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
     parser.add_argument(
         "--interval",
@@ -337,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
         return [await snapshot(client, JobKeys.of(config.key_prefix, n), limits) for n in names]
 
     async def main() -> int:
-        client = make_client(url, socket_connect_timeout=3, socket_timeout=10)
+        client = cli_client(url)
         try:
             if not args.watch:
                 snaps = await collect(client)
@@ -346,17 +341,15 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     console.print(render(snaps, console.width))
                 return 0
-            refreshes = 0
-            with Live(render([], console.width), console=console, auto_refresh=False) as live:
-                while True:
-                    try:
-                        live.update(render(await collect(client), console.width), refresh=True)
-                    except REDIS_ERRORS as exc:  # keep watching: say so, try again
-                        live.update(f"[red]{escape(redis_problem(exc))}[/]", refresh=True)
-                    refreshes += 1
-                    if args.count and refreshes >= args.count:
-                        return 0
-                    await asyncio.sleep(args.interval)
+            return await watch(
+                console,
+                interval=args.interval,
+                count=args.count,
+                as_json=args.json,
+                collect=lambda: collect(client),
+                render=lambda snaps: render(snaps, console.width),
+                document=_document,
+            )
         finally:
             await client.aclose()
 

@@ -34,7 +34,15 @@ from crawlfleet.settings.access import (
     raw_setting,
 )
 
-__all__ = ["FrontierConfig", "RedisConfig", "defaults", "settings_with_defaults"]
+__all__ = [
+    "ENV_PRIORITY",
+    "FrontierConfig",
+    "RedisConfig",
+    "apply_defaults",
+    "check_unknown",
+    "defaults",
+    "settings_with_defaults",
+]
 
 SITE_KEYS = ("host", "domain", "ip")
 SEEN_MODES = ("exact", "bloom")
@@ -46,13 +54,25 @@ def settings_with_defaults(values: dict[str, Any] | None = None) -> Settings:
     Used by commands that work without a crawler (seed, job reset, bench).
     """
     settings = Settings()
-    settings.setmodule(default_settings, priority="addon")
-    env_url = os.environ.get("CRAWLFLEET_REDIS_URL")
-    if env_url:
-        settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=25)
+    apply_defaults(settings)
     for name, value in (values or {}).items():
         settings.set(name, value, priority="cmdline")
     return settings
+
+
+#: Where the environment's ``CRAWLFLEET_REDIS_URL`` goes: above settings files
+#: ("project", 20), below spiders' custom_settings (30) and the command line (40).
+ENV_PRIORITY = 25
+
+
+def apply_defaults(settings: BaseSettings) -> None:
+    """Install crawlfleet's defaults below a project's own settings ("addon" priority)
+    and the environment's ``CRAWLFLEET_REDIS_URL`` above them: the one rule that the
+    add-on and every command follow."""
+    settings.setmodule(default_settings, priority="addon")
+    env_url = os.environ.get("CRAWLFLEET_REDIS_URL")
+    if env_url:
+        settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=ENV_PRIORITY)
 
 
 def check_unknown(settings: BaseSettings) -> None:
