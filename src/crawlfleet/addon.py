@@ -86,6 +86,18 @@ class Addon:
     """Turns a Scrapy project into a crawlfleet node."""
 
     def update_settings(self, settings: BaseSettings) -> None:
+        try:
+            self._update_settings(settings)
+        except ConfigError as exc:
+            if "scrapy.cmdline" not in sys.modules:
+                raise  # a program running Scrapy handles it
+            # under `scrapy crawl`: one line, not a traceback from inside Scrapy
+            logger.error("crawlfleet: %s", exc)
+            raise SystemExit(2) from None
+        if "scrapy.cmdline" in sys.modules:
+            _one_line_config_errors()
+
+    def _update_settings(self, settings: BaseSettings) -> None:
         from crawlfleet.settings.config import apply_defaults
 
         # the environment beats settings files (deployment), not -s on the command line
@@ -106,16 +118,30 @@ class Addon:
             self._component(settings, "DOWNLOADER_MIDDLEWARES", CHARSET_MIDDLEWARE, 580)
         for store in _names(settings, "CRAWLFLEET_STORES", STORES):
             self._component(settings, "ITEM_PIPELINES", *STORES[store])
-        try:
-            check(settings)
-        except ConfigError as exc:
-            if "scrapy.cmdline" not in sys.modules:
-                raise  # a program running Scrapy handles it
-            # under `scrapy crawl`: one line, not a traceback from inside Scrapy
-            logger.error("crawlfleet: %s", exc)
-            raise SystemExit(2) from None
+        check(settings)
 
     @staticmethod
     def _component(settings: BaseSettings, setting: str, path: str, order: int) -> None:
         if path not in settings[setting]:
             settings[setting][path] = order
+
+
+class _ConfigErrorLine(logging.Filter):
+    """Turns the traceback that asyncio logs for a crawl task that failed with a
+    ConfigError (a component's setting, found when Scrapy builds it) into one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, ConfigError):
+            record.msg, record.args = "crawlfleet: %s", (exc,)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _one_line_config_errors() -> None:
+    """Under ``scrapy crawl``: a ConfigError that stops the crawl task is one ERROR line
+    (the exit status is Scrapy's, 1), not asyncio's "Task exception was never retrieved"
+    with a traceback."""
+    target = logging.getLogger("asyncio")
+    if not any(isinstance(f, _ConfigErrorLine) for f in target.filters):
+        target.addFilter(_ConfigErrorLine())

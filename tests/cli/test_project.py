@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import redis
 
 from crawlfleet.redis.keys import JobKeys
@@ -125,8 +126,33 @@ def test_a_broken_settings_py_is_one_line(tmp_path: Path) -> None:
     )
 
 
-def test_a_setting_error_under_scrapy_crawl_is_one_line(tmp_path: Path) -> None:
-    make_project(tmp_path, 'CRAWLFLEET_SEEN_MODE = "blom"\n')
+@pytest.mark.parametrize(
+    ("settings", "status", "message"),
+    [
+        # found by the add-on, before Scrapy builds anything: exit 2
+        (
+            'CRAWLFLEET_SEEN_MODE = "blom"\n',
+            2,
+            "crawlfleet: CRAWLFLEET_SEEN_MODE must be one of 'exact', 'bloom'; got 'blom'",
+        ),
+        (
+            'CRAWLFLEET_STORES = ["sqll"]\n',
+            2,
+            "crawlfleet: CRAWLFLEET_STORES has unknown names ['sqll']; known: sql, mongodb, redis",
+        ),
+        # found by a component as Scrapy builds it: Scrapy's exit status
+        (
+            'CRAWLFLEET_STORES = ["sql"]\nCRAWLFLEET_SQL_URL = "bogus://x"\n',
+            1,
+            "crawlfleet: CRAWLFLEET_SQL_URL: database 'bogus' is not supported",
+        ),
+    ],
+    ids=["addon", "addon-stores", "component"],
+)
+def test_a_setting_error_under_scrapy_crawl_is_one_line(
+    tmp_path: Path, settings: str, status: int, message: str
+) -> None:
+    make_project(tmp_path, f"CRAWLFLEET_REDIS_URL = {UNREACHABLE!r}\n{settings}")
     (tmp_path / "proj" / "spiders" / "s.py").write_text(
         "import scrapy\n\nclass S(scrapy.Spider):\n    name = 's'\n"
     )
@@ -138,9 +164,23 @@ def test_a_setting_error_under_scrapy_crawl_is_one_line(tmp_path: Path) -> None:
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
     )
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == status, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "s3cr3t" not in r.stderr, r.stderr[-3000:]
     errors = [line for line in r.stderr.splitlines() if " ERROR: " in line]
-    assert len(errors) == 1 and errors[0].endswith(
-        "crawlfleet: CRAWLFLEET_SEEN_MODE must be one of 'exact', 'bloom'; got 'blom'"
-    ), r.stderr[-3000:]
+    assert len(errors) == 1 and message in errors[0], r.stderr[-3000:]
+
+
+def test_a_component_setting_error_under_crawlfleet_crawl_is_one_line(
+    redis_server_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    r = cli(
+        "crawl", "crawlfleet.testsite.spider:TestSiteSpider", "--job", "bad",
+        "--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}",
+        "-s", "CRAWLFLEET_STORES=sql", "-s", "CRAWLFLEET_SQL_URL=bogus://x",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Unhandled" not in r.stderr, r.stderr[-3000:]
+    errors = [line for line in r.stderr.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, r.stderr[-3000:]
+    assert "crawlfleet: CRAWLFLEET_SQL_URL: database 'bogus' is not supported" in errors[0]

@@ -11,6 +11,7 @@ from scrapy.crawler import CrawlerProcess
 from scrapy.settings import Settings
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.misc import load_object
+from twisted.python.failure import Failure
 
 from crawlfleet.addon import Addon
 from crawlfleet.cli.options import (
@@ -112,8 +113,20 @@ def run(args: argparse.Namespace) -> int:
     check_reachable(resolved_url(args, redis_config, quiet=True))
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(spidercls)
-    process.crawl(crawler, **spider_args)
+    refused: list[ConfigError] = []
+
+    def config_error(failure: Failure) -> Failure | None:
+        # a component's own setting, found when Scrapy builds it: one line, exit 2
+        if not isinstance(failure.value, ConfigError):
+            return failure
+        logger.error("crawlfleet: %s", failure.value)
+        refused.append(failure.value)
+        return None
+
+    process.crawl(crawler, **spider_args).addErrback(config_error)
     process.start()
+    if refused:
+        return 2
     stats = crawler.stats
     reason = stats.get_value("finish_reason") if stats else None
     if stats and stats.get_value("crawlfleet/frontier/unstored"):
