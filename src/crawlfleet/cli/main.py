@@ -93,7 +93,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if each is not parser and "-v" not in each._option_string_actions:
             # -v also after the command; SUPPRESS: absent, it leaves the one before alone
             each.add_argument(
-                "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="verbose"
+                "-v",
+                "--verbose",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="say which settings, Redis and job; debug logs",
             )
     return parser
 
