@@ -266,3 +266,17 @@ def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20) -> None
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def test_reset_keeps_the_item_stream_and_says_so(
+    redis_server_url: str, key_prefix: str, sync_redis: redis.Redis
+) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    keys = JobKeys.of(key_prefix, "output")
+    assert cli("seed", "output", "http://127.0.0.1:9/", *common).returncode == 0
+    sync_redis.xadd(keys.items, {"v": "1"})
+    r = cli("job", "reset", "output", *common)
+    assert r.returncode == 0, r.stderr
+    assert "its item stream is kept: 1 entries (crawlfleet items work output)" in r.stdout
+    r = cli("items", "status", "output", "--json", *common)  # a reset job, items waiting
+    assert r.returncode == 0 and json.loads(r.stdout)["length"] == 1, r.stdout + r.stderr
