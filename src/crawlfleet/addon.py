@@ -33,11 +33,11 @@ __all__ = ["ITEM_STAGES", "STORES", "Addon", "check"]
 
 logger = logging.getLogger(__name__)
 
-SCHEDULER = "crawlfleet.frontier.scheduler.Scheduler"
+SCHEDULER = "crawlfleet.node.scheduler.Scheduler"
 STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
 TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 FEEDBACK = "crawlfleet.node.feedback.Feedback"
-SITE_THROTTLE = "crawlfleet.frontier.throttle.SiteThrottle"
+SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {

@@ -1,4 +1,5 @@
-"""The frontier scripts on a real Redis: queueing, dedup, leases, acks, reclaim."""
+"""The frontier contract (queueing, dedup, leases, acks, reclaim), kept by the Redis
+frontier (its scripts, on a real Redis) and by the in-memory one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 
 from crawlfleet.frontier.client import Frontier, Outgoing, SeenConfig
+from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 
@@ -24,14 +26,12 @@ def out(url: str, site: str = "a", priority: int = 0, *, dont_filter: bool = Fal
     return Outgoing(b"" if dont_filter else fp(url), site, priority, url.encode())
 
 
-@pytest.fixture(params=["exact", "bloom"])
-def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
-    """run(fn) runs ``await fn(frontier)`` on a fresh job, in each seen-filter mode."""
-    mode = request.param
-
-    def runner(fn: Callable[[Frontier], Awaitable[T]], job: str = "job1") -> T:
+def _runner(mode: str, redis_url: str, key_prefix: str) -> Callable[..., Any]:
+    def runner(fn: Callable[[Any], Awaitable[T]], job: str = "job1") -> T:
         async def main() -> T:
-            client = make_client(redis_server_url)
+            if mode == "memory":
+                return await fn(MemoryFrontier(job))
+            client = make_client(redis_url)
             try:
                 seen = SeenConfig(mode, bloom_capacity=1000, bloom_error_rate=1e-4)
                 return await fn(Frontier(client, JobKeys.of(key_prefix, job), seen))
@@ -41,6 +41,19 @@ def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., A
         return asyncio.run(main())
 
     return runner
+
+
+@pytest.fixture(params=["exact", "bloom", "memory"])
+def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
+    """run(fn) runs ``await fn(frontier)`` on a fresh job: the contract every frontier
+    keeps, on Redis in each seen-filter mode and on the in-memory frontier."""
+    return _runner(request.param, redis_server_url, key_prefix)
+
+
+@pytest.fixture(params=["exact", "bloom"])
+def run_redis(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
+    """As ``run``, on Redis only: for what looks at Redis's keys."""
+    return _runner(request.param, redis_server_url, key_prefix)
 
 
 async def lease_all(f: Frontier, node: str = "n1", n: int = 100, **kw: Any) -> list[str]:
@@ -129,7 +142,7 @@ def test_ack_removes_the_lease_and_only_the_owner_can_ack(run: Callable[..., Any
         assert r.acked == 2
         c = await f.counters()
         assert c["leased"] == 0 and c["queued"] == 0 and c["acked"] == 2
-        assert await f.client.hlen(f.keys.req) == 0
+        assert await lease_all(f) == []
 
     run(body)
 
@@ -195,7 +208,7 @@ def test_a_dead_nodes_leases_come_back_at_once(run: Callable[..., Any]) -> None:
     run(body)
 
 
-def test_malformed_entries_are_set_aside(run: Callable[..., Any]) -> None:
+def test_malformed_entries_are_set_aside(run_redis: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out("u1")])
         res = await f.lease("n1", 1, ["a"], lease_ms=60000, per_site=1, offer_size=10)
@@ -204,7 +217,7 @@ def test_malformed_entries_are_set_aside(run: Callable[..., Any]) -> None:
         c = await f.counters()
         assert c["bad"] == 1 and c["leased"] == 0
 
-    run(body)
+    run_redis(body)
 
 
 def test_heartbeat_reports_job_state(run: Callable[..., Any]) -> None:
@@ -222,7 +235,7 @@ def test_heartbeat_reports_job_state(run: Callable[..., Any]) -> None:
     run(body)
 
 
-def test_jobs_are_separate(run: Callable[..., Any]) -> None:
+def test_jobs_are_separate(run_redis: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out("u1")])
         other = Frontier(f.client, JobKeys.of(f.keys.prefix, "job2"), f.seen)
@@ -231,10 +244,10 @@ def test_jobs_are_separate(run: Callable[..., Any]) -> None:
         await other.reset()
         assert await lease_all(f) == ["u1"]
 
-    run(body)
+    run_redis(body)
 
 
-def test_reset_deletes_every_key_of_the_job(run: Callable[..., Any]) -> None:
+def test_reset_deletes_every_key_of_the_job(run_redis: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out(f"u{i}", f"s{i % 4}") for i in range(20)])
         await f.lease("n1", 3, await f.offer(10), lease_ms=60000, per_site=1, offer_size=10)
@@ -245,7 +258,7 @@ def test_reset_deletes_every_key_of_the_job(run: Callable[..., Any]) -> None:
         r = await f.commit("n1", [out("u1")])
         assert r.queued == 1  # the seen-filter is gone too
 
-    run(body)
+    run_redis(body)
 
 
 def test_keys_share_the_job_hash_tag(key_prefix: str) -> None:
@@ -254,7 +267,7 @@ def test_keys_share_the_job_hash_tag(key_prefix: str) -> None:
         assert "{myjob}" in key
 
 
-def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run: Callable[..., Any]) -> None:
+def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run_redis: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out(f"u{i}") for i in range(4)])
         rids = [
@@ -284,7 +297,7 @@ def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run: Callable[..., An
         leased = await f.lease("n3", 4, ["a"], lease_ms=60000, per_site=4, offer_size=10)
         assert [e.payload for e in leased.entries] == [b"u9"]
 
-    run(body)
+    run_redis(body)
 
 
 def test_no_node_counts_dead_for_a_silence_of_the_whole_fleet(run: Callable[..., Any]) -> None:

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from crawlfleet.frontier.control import Desired, desired
-from crawlfleet.frontier.steering import Steering
 from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.node.steering import Steering
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import CLIENT_HEADER, TestSite

@@ -15,8 +15,8 @@ from scrapy import Request, Spider, signals
 from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
-from crawlfleet.frontier.scheduler import status_providers
 from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.node.scheduler import status_providers
 from crawlfleet.node.telemetry import Telemetry, Window
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel

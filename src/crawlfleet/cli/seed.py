@@ -16,8 +16,7 @@ from crawlfleet.cli.options import (
     command_settings,
     run_on_frontier,
 )
-from crawlfleet.frontier.client import Frontier, Outgoing
-from crawlfleet.frontier.scheduler import FINGERPRINT_BYTES
+from crawlfleet.frontier.client import FINGERPRINT_BYTES, Frontier, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.settings.config import FrontierConfig

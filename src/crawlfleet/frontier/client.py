@@ -22,6 +22,7 @@ from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.redis.scripts import ScriptSet
 
 __all__ = [
+    "FINGERPRINT_BYTES",
     "CommitResult",
     "Frontier",
     "JobState",
@@ -32,6 +33,8 @@ __all__ = [
     "parse_throttle",
 ]
 
+#: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
+FINGERPRINT_BYTES = 16
 PRIORITY_LIMIT = 2**19
 #: Unused Bloom layer keys passed with each call, so that one batch can fill several
 #: layers (each new layer is at least twice as large as the one before).

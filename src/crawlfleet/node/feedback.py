@@ -43,7 +43,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 
-from crawlfleet.frontier.scheduler import Scheduler, status_providers
+from crawlfleet.node.scheduler import Scheduler, status_providers
 from crawlfleet.node.telemetry import LoopLagProbe
 from crawlfleet.settings.access import get_bool, get_float, get_int
 

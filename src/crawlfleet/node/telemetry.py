@@ -1,7 +1,7 @@
 """Live figures of this node, published with every heartbeat (``<job>:nodeinfo``).
 
 The ``Telemetry`` extension registers a node-status provider (see
-:func:`crawlfleet.frontier.scheduler.status_providers`). Rates are computed from stats
+:func:`crawlfleet.node.scheduler.status_providers`). Rates are computed from stats
 deltas at each heartbeat over a sliding window of ``CRAWLFLEET_TELEMETRY_WINDOW_SECONDS``;
 per request it only adds a download latency to a one-second bucket (O(1)). Published
 keys (all JSON numbers, ``None`` where nothing was measured yet):
@@ -33,7 +33,7 @@ from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.http import Response
 
-from crawlfleet.frontier.scheduler import status_providers
+from crawlfleet.node.scheduler import status_providers
 from crawlfleet.settings.access import get_float
 
 __all__ = ["LoopLagProbe", "Telemetry", "Window"]

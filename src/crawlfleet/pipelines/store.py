@@ -30,7 +30,7 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 
-from crawlfleet.frontier.engine import is_stopping
+from crawlfleet.node.engine import is_stopping
 from crawlfleet.pipelines._util import item_type, item_url
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.key import ItemKeyer, KeyUnavailable

@@ -126,7 +126,7 @@ RATE_LIMIT_SCOPES = ("site", "ip", "type", "type+ip")
 
 @dataclass(frozen=True)
 class BackoffConfig:
-    """The cluster-wide adaptive back-off of sites (see crawlfleet.frontier.throttle)."""
+    """The cluster-wide adaptive back-off of sites (see crawlfleet.middlewares.throttle)."""
 
     statuses: frozenset[int]
     start_seconds: float

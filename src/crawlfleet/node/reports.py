@@ -1,6 +1,6 @@
 """What a node has learned about sites and tells every other node: back-off requests
 (a site answered 429/503, or slowed down) and robots.txt Crawl-delays. The
-``SiteThrottle`` middleware (crawlfleet.frontier.throttle) notes them here; the
+``SiteThrottle`` middleware (crawlfleet.middlewares.throttle) notes them here; the
 scheduler's loop sends them in at most two script calls per round."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.settings.config import BackoffConfig
 
 __all__ = ["SiteReports"]
@@ -73,7 +73,7 @@ class SiteReports:
         """*site*'s robots.txt Crawl-delay (0: read, none)."""
         self._robots[site] = delay_ms
 
-    async def send(self, frontier: Frontier) -> None:
+    async def send(self, frontier: FrontierBackend) -> None:
         slow, self._slow = self._slow, {}
         by_latency, self._by_latency = self._by_latency, set()
         recovered, self._recovered = self._recovered, {}

@@ -19,9 +19,9 @@ from scrapy.utils.test import get_crawler
 
 from crawlfleet.frontier.client import Frontier, parse_throttle
 from crawlfleet.frontier.limits import SPACING
-from crawlfleet.frontier.scheduler import Scheduler, robots_probe_ms
-from crawlfleet.frontier.throttle import SiteThrottle, retry_after_ms
+from crawlfleet.middlewares.throttle import SiteThrottle, retry_after_ms
 from crawlfleet.node.launcher import wait_all
+from crawlfleet.node.scheduler import Scheduler, robots_probe_ms
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults

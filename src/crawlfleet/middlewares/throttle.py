@@ -44,7 +44,7 @@ from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawlfleet.frontier.limits import DEFAULT_MARGIN
-from crawlfleet.frontier.scheduler import ROBOTS_PROBE_MS, Scheduler
+from crawlfleet.node.scheduler import ROBOTS_PROBE_MS, NodeHandle, Scheduler
 from crawlfleet.settings.config import BackoffConfig, rate_limit_margin
 
 __all__ = ["ROBOTS_PROBE_SECONDS", "SiteThrottle", "retry_after_ms"]
@@ -174,11 +174,11 @@ class SiteThrottle:
         redirects = request.meta.get("redirect_urls")
         return request.replace(url=redirects[0]) if redirects else request
 
-    def _robots_site(self, scheduler: Scheduler, request: Request) -> str:
+    def _robots_site(self, scheduler: NodeHandle, request: Request) -> str:
         """The site whose robots.txt *request* fetched: the one first asked."""
         return scheduler.sites.site(self._first_request(request))
 
-    def _robots(self, scheduler: Scheduler, request: Request, response: Response) -> None:
+    def _robots(self, scheduler: NodeHandle, request: Request, response: Response) -> None:
         """Report the Crawl-delay (0 when none, or robots.txt is missing or unreadable:
         the site is then known to have none)."""
         delay: Any = None
@@ -198,7 +198,7 @@ class SiteThrottle:
             )
         scheduler.report_robots(self._robots_site(scheduler, request), ms)
 
-    def _latency(self, scheduler: Scheduler, site: str, latency: float) -> None:
+    def _latency(self, scheduler: NodeHandle, site: str, latency: float) -> None:
         entry = self._sites.get(site)
         if entry is None:
             entry = self._sites[site] = _Latency()
@@ -234,7 +234,7 @@ class SiteThrottle:
                 latency=True,
             )
 
-    def judging(self, scheduler: Scheduler) -> bool:
+    def judging(self, scheduler: NodeHandle) -> bool:
         """Whether this node's latencies say something about sites now: not while its
         event loop lags or the machine's CPU is saturated."""
         if scheduler.loop_lag_ms > LAGGING_LOOP_MS:

@@ -1,0 +1,125 @@
+"""What a node needs of a frontier: the operations of :class:`~crawlfleet.frontier.client.Frontier`
+(one job in Redis) that the node's sync loop calls, as one Protocol.
+
+Two implementations pass the same contract tests (tests/frontier/test_contract.py): the
+Redis one, which every node of a fleet shares, and :class:`~crawlfleet.frontier.memory.
+MemoryFrontier`, one job in this process's memory, which lets the node's parts be
+tested without Redis. Every method may raise the connection errors of
+``crawlfleet.redis.connection.REDIS_ERRORS``; callers decide how to wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from crawlfleet.frontier.client import CommitResult, JobState, LeaseResult, Outgoing
+
+__all__ = ["FrontierBackend"]
+
+
+class FrontierBackend(Protocol):
+    """One job's shared frontier, as a node uses it."""
+
+    #: round trips made so far (for the node's statistics)
+    round_trips: int
+
+    async def register_job(self) -> None:
+        """Make the job known (listed by ``crawlfleet job list``)."""
+
+    async def commit(
+        self,
+        node: str,
+        requests: Sequence[Outgoing] = (),
+        acks: Sequence[str] = (),
+        bad: Sequence[str] = (),
+    ) -> CommitResult:
+        """Queue *requests* (dropping what the seen-filter knows), acknowledge the leases
+        *acks* of *node* (done: removed for good) and set the entries *bad* aside."""
+        ...
+
+    async def offer(self, size: int) -> list[str]:
+        """Up to *size* sites that have queued requests, in the order to lease them."""
+        ...
+
+    async def lease(
+        self,
+        node: str,
+        n: int,
+        sites: Sequence[str],
+        *,
+        lease_ms: int,
+        per_site: int,
+        offer_size: int,
+        intervals: Sequence[int] | None = None,
+        budgets: Sequence[str] | None = None,
+        late: Sequence[int] | None = None,
+        backoff_half_life_ms: int = 30_000,
+        robots_probe_ms: int = 0,
+        horizon_us: int = 1_000_000,
+        late_share: float = 0.0125,
+        max_slots: int | None = None,
+    ) -> LeaseResult:
+        """Lease up to *n* requests of *sites* to *node* until *lease_ms* from now;
+        rate-limited sites (interval > 0) get a send time per request."""
+        ...
+
+    async def heartbeat(
+        self,
+        node: str,
+        *,
+        ttl_ms: int,
+        status: str,
+        busy: bool,
+        lease_ms: int,
+        renew: Sequence[str] = (),
+    ) -> JobState:
+        """*node* is alive (for *ttl_ms*), renews its leases *renew*, and reads the job's
+        state ("leaving": *node* is gone)."""
+        ...
+
+    async def control_seq(self) -> int:
+        """The sequence number of the job's newest control command."""
+        ...
+
+    async def release(self, node: str, held: Iterable[tuple[str, str]]) -> int:
+        """Give the leases *held* ((rid, site) pairs) of *node* back to their queues."""
+        ...
+
+    async def reclaim_expired(self, limit: int = 1000, *, grace_ms: int = 0) -> int:
+        """Return expired leases (and those of nodes silent for *grace_ms*) to their
+        queues; how many."""
+        ...
+
+    async def read_seeds(self, key: str, n: int) -> list[bytes]:
+        """Up to *n* entries of the seed list *key* (not removed)."""
+        ...
+
+    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
+        """Remove *entries*, read by :meth:`read_seeds`, from the seed list."""
+        ...
+
+    async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
+        """Keep *node*'s end-of-run figures for ``job status``."""
+
+    async def backoff(
+        self,
+        slow: Mapping[str, int | tuple[int, int]],
+        *,
+        first_ms: int = 1000,
+        longest_ms: int = 60_000,
+        half_life_ms: int = 30_000,
+        latency: Iterable[str] = (),
+    ) -> dict[str, int]:
+        """Back the sites of *slow* off (site -> floor ms, or (floor ms, first ms)); those
+        in *latency* for their latency alone. Returns the sites raised and their new
+        intervals (ms)."""
+        ...
+
+    async def recovered(self, sites: Iterable[str]) -> list[str]:
+        """End the latency back-offs of *sites*; the sites whose back-off ended."""
+        ...
+
+    async def set_robots(self, delays: Mapping[str, int]) -> dict[str, int]:
+        """Record robots.txt Crawl-delays (site -> ms, 0: none)."""
+        ...

@@ -1,0 +1,466 @@
+"""One job's frontier in this process's memory, with the Redis frontier's semantics.
+
+For tests and tools that want a node's parts without a Redis: the same queues
+(priority, then first in first out, per site; sites served in turn), seen-filter
+(exact; a "bloom" job keeps exact fingerprints here), leases with owners and
+deadlines, heartbeats, reclaiming, control commands, pacing slots, back-off and
+robots.txt delays. It passes the contract tests that the Redis frontier passes
+(tests/frontier/test_frontier_scripts.py). It is not shared between processes and
+keeps nothing: a node that uses it is a fleet of one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.client import (
+    CommitResult,
+    JobState,
+    Leased,
+    LeaseResult,
+    Outgoing,
+)
+from crawlfleet.frontier.control import control_fields, desired, encode_command
+
+__all__ = ["MemoryFrontier"]
+
+#: Nodes dead for longer than this are forgotten (as heartbeat.lua does).
+FORGET_MS = 3_600_000
+#: A back-off decayed below this is over (as lease.lua does).
+BACKOFF_OVER_MS = 10
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass
+class _Entry:
+    score: tuple[int, int]  # (-priority, sequence)
+    site: str
+    payload: bytes
+
+
+@dataclass
+class _Job:
+    seq: int = 0
+    served: int = 0
+    seen: set[bytes] = field(default_factory=set)
+    entries: dict[str, _Entry] = field(default_factory=dict)  # rid -> entry
+    queues: dict[str, list[tuple[tuple[int, int], str]]] = field(default_factory=dict)
+    sites: dict[str, int] = field(default_factory=dict)  # site -> serve order
+    leases: dict[str, int] = field(default_factory=dict)  # rid -> deadline ms
+    owner: dict[str, str] = field(default_factory=dict)  # rid -> node
+    counters: dict[str, int] = field(default_factory=dict)
+    bad: list[bytes] = field(default_factory=list)
+    nodes: dict[str, int] = field(default_factory=dict)  # node -> alive until ms
+    nodeinfo: dict[str, str] = field(default_factory=dict)
+    busy: dict[str, int] = field(default_factory=dict)  # node -> busy until ms
+    reaped: set[str] = field(default_factory=set)
+    beat_at: int = 0
+    resumed_at: int = 0
+    limits: dict[str, str] = field(default_factory=dict)
+    control: dict[str, str] = field(default_factory=dict)
+    pace: dict[str, int] = field(default_factory=dict)  # budget -> last slot µs
+    backoffs: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # ms, at, cause
+    robots: dict[str, tuple[int, int]] = field(default_factory=dict)  # delay ms, known at
+    probes: dict[str, int] = field(default_factory=dict)  # site -> probe end ms
+    summaries: dict[str, str] = field(default_factory=dict)
+    seeds: dict[str, list[bytes]] = field(default_factory=dict)
+
+
+class MemoryFrontier:
+    """A job's frontier in memory (see the module docstring). Frontiers made with
+    the same *store* dict and *job* share it, as nodes share a Redis."""
+
+    def __init__(self, job: str = "job", store: dict[str, Any] | None = None) -> None:
+        self.job = job
+        shared = store if store is not None else {}
+        self._job: _Job = shared.setdefault(job, _Job())
+        self.round_trips = 0
+
+    # -- helpers -----------------------------------------------------------------------
+    def _count(self, name: str, n: int) -> None:
+        if n:
+            self._job.counters[name] = self._job.counters.get(name, 0) + n
+
+    def _enqueue(self, rid: str, entry: _Entry) -> None:
+        j = self._job
+        heapq.heappush(j.queues.setdefault(entry.site, []), (entry.score, rid))
+        j.sites.setdefault(entry.site, 0)
+
+    def _backoff_left(self, site: str, now_ms: int, half_life: int) -> tuple[float, int, str]:
+        raw = self._job.backoffs.get(site)
+        if raw is None:
+            return 0.0, 0, ""
+        ms, at, cause = raw
+        return ms * 0.5 ** (max(0, now_ms - at) / max(1, half_life)), at, cause
+
+    # -- queueing ----------------------------------------------------------------------
+    async def register_job(self) -> None:
+        self.round_trips += 1
+
+    async def commit(
+        self,
+        node: str,
+        requests: Sequence[Outgoing] = (),
+        acks: Sequence[str] = (),
+        bad: Sequence[str] = (),
+    ) -> CommitResult:
+        self.round_trips += 1
+        j = self._job
+        acked = 0
+        for rid in acks:
+            if j.owner.get(rid) == node:
+                j.leases.pop(rid, None)
+                j.owner.pop(rid, None)
+                j.entries.pop(rid, None)
+                acked += 1
+        set_aside = 0
+        for rid in bad:
+            if j.owner.get(rid) == node:
+                entry = j.entries.pop(rid, None)
+                if entry is not None:
+                    j.bad.append(entry.payload)
+                j.leases.pop(rid, None)
+                j.owner.pop(rid, None)
+                set_aside += 1
+        queued, dup_idx = 0, []
+        for i, r in enumerate(requests):
+            if r.fp and r.fp in j.seen:
+                dup_idx.append(i)
+                continue
+            if r.fp:
+                j.seen.add(r.fp)
+            j.seq += 1
+            rid = str(j.seq)
+            entry = _Entry((-r.priority, j.seq), r.site, r.payload)
+            j.entries[rid] = entry
+            self._enqueue(rid, entry)
+            queued += 1
+        self._count("queued", queued)
+        self._count("enqueued", queued)
+        self._count("duplicates", len(dup_idx))
+        self._count("leased", -(acked + set_aside))
+        self._count("acked", acked)
+        self._count("bad", set_aside)
+        return CommitResult(queued, len(dup_idx), acked, dup_idx)
+
+    async def offer(self, size: int) -> list[str]:
+        self.round_trips += 1
+        return self._offer(size)
+
+    def _offer(self, size: int) -> list[str]:
+        order = sorted(self._job.sites.items(), key=lambda kv: (kv[1], kv[0]))
+        return [site for site, _ in order[:size]]
+
+    # -- leasing -----------------------------------------------------------------------
+    async def lease(
+        self,
+        node: str,
+        n: int,
+        sites: Sequence[str],
+        *,
+        lease_ms: int,
+        per_site: int,
+        offer_size: int,
+        intervals: Sequence[int] | None = None,
+        budgets: Sequence[str] | None = None,
+        late: Sequence[int] | None = None,
+        backoff_half_life_ms: int = 30_000,
+        robots_probe_ms: int = 0,
+        horizon_us: int = 1_000_000,
+        late_share: float = 0.0125,
+        max_slots: int | None = None,
+    ) -> LeaseResult:
+        self.round_trips += 1
+        j = self._job
+        now = _now_us()
+        now_ms = now // 1000
+        gaps = list(intervals) if intervals is not None else [0] * len(sites)
+        names = list(budgets) if budgets is not None else list(sites)
+        lates = list(late) if late is not None else [0] * len(sites)
+        most_slots = per_site if max_slots is None else max_slots
+        out: list[Leased] = []
+        ready_in = -1
+        ended: list[str] = []
+        for site, configured, budget, site_late in zip(sites, gaps, names, lates, strict=False):
+            if len(out) >= n:
+                break
+            left, _at, _cause = self._backoff_left(site, now_ms, backoff_half_life_ms)
+            if site in j.backoffs and left < BACKOFF_OVER_MS:
+                del j.backoffs[site]
+                ended.append(site)
+                left = 0.0
+            robots = j.robots.get(site)
+            probing = robots_probe_ms > 0 and robots is None
+            delay_ms, known_ms = robots if robots is not None else (0, 0)
+            interval = max(configured, delay_ms * 1000, int(left) * 1000)
+            if interval > configured:
+                site_late = max(site_late, int(interval * late_share))
+            take = min(per_site, n - len(out))
+            first = now
+            if probing:
+                probe_end = j.probes.get(site, 0)
+                if probe_end > now_ms:
+                    wait = (probe_end - now_ms) * 1000
+                    ready_in = wait if ready_in < 0 else min(ready_in, wait)
+                    take = 0
+                else:
+                    take = 1
+            elif interval > 0:
+                last = j.pace.get(budget)
+                if last is not None:
+                    first = max(now, last + interval)
+                if robots is not None:
+                    first = max(first, known_ms * 1000 + interval)
+                if first > now + horizon_us:
+                    wait = first - now - horizon_us
+                    ready_in = wait if ready_in < 0 else min(ready_in, wait)
+                    take = 0
+                else:
+                    take = min(take, most_slots, (now + horizon_us - first) // interval + 1)
+            if take <= 0 or site not in j.sites:
+                continue
+            queue = j.queues.get(site, [])
+            got = 0
+            while queue and got < take:
+                _score, rid = heapq.heappop(queue)
+                entry = j.entries.get(rid)
+                if entry is None:
+                    continue
+                j.leases[rid] = now_ms + lease_ms
+                j.owner[rid] = node
+                if interval > 0 and not probing:
+                    out.append(
+                        Leased(rid, site, entry.payload, first + got * interval - now, site_late)
+                    )
+                else:
+                    out.append(Leased(rid, site, entry.payload))
+                got += 1
+            self._count("queued", -got)
+            if queue:
+                j.served += 1
+                j.sites[site] = j.served
+            else:
+                j.queues.pop(site, None)
+                j.sites.pop(site, None)
+            if got and interval > 0 and not probing:
+                j.pace[budget] = first + (got - 1) * interval
+            if got and probing:
+                j.probes[site] = now_ms + robots_probe_ms
+        self._count("leased", len(out))
+        self._count("leased_total", len(out))
+        return LeaseResult(
+            now,
+            out,
+            self._offer(offer_size),
+            j.counters.get("queued", 0),
+            len(j.leases),
+            ready_in,
+            j.counters.get("control_seq", 0),
+            ended,
+        )
+
+    async def release(self, node: str, held: Iterable[tuple[str, str]]) -> int:
+        self.round_trips += 1
+        return self._requeue(
+            [rid for rid, _site in held], lambda rid, _now: self._job.owner.get(rid) == node
+        )
+
+    async def reclaim_expired(self, limit: int = 1000, *, grace_ms: int = 0) -> int:
+        self.round_trips += 1
+        j = self._job
+        now = _now_us() // 1000
+        if now - j.resumed_at < grace_ms:
+            return 0
+        picked = [rid for rid, deadline in j.leases.items() if deadline < now][:limit]
+        dead = {node for node, until in j.nodes.items() if until < now and node not in j.reaped}
+        if dead:
+            picked += [rid for rid, owner in j.owner.items() if owner in dead and rid not in picked]
+            picked = picked[: 2 * limit]
+            j.reaped |= dead
+
+        def gone(rid: str, now_ms: int) -> bool:
+            if rid not in j.leases:
+                return False
+            holder = j.owner.get(rid)
+            return j.leases[rid] < now_ms or holder is None or j.nodes.get(holder, 0) < now_ms
+
+        return self._requeue(picked, gone)
+
+    def _requeue(self, rids: Iterable[str], ok: Any) -> int:
+        j = self._job
+        now = _now_us() // 1000
+        back = 0
+        for rid in rids:
+            if rid not in j.leases or not ok(rid, now):
+                continue
+            j.leases.pop(rid, None)
+            j.owner.pop(rid, None)
+            entry = j.entries.get(rid)
+            if entry is None:
+                self._count("leased", -1)
+                continue
+            self._enqueue(rid, entry)
+            back += 1
+        self._count("leased", -back)
+        self._count("queued", back)
+        self._count("requeued", back)
+        return back
+
+    # -- nodes and control -------------------------------------------------------------------
+    async def heartbeat(
+        self,
+        node: str,
+        *,
+        ttl_ms: int,
+        status: str,
+        busy: bool,
+        lease_ms: int,
+        renew: Sequence[str] = (),
+    ) -> JobState:
+        self.round_trips += 1
+        j = self._job
+        now = _now_us() // 1000
+        if now - j.beat_at > ttl_ms:
+            j.resumed_at = now
+        j.beat_at = now
+        if status == "leaving":
+            j.nodes.pop(node, None)
+            j.nodeinfo.pop(node, None)
+            j.busy.pop(node, None)
+        else:
+            j.nodes[node] = now + ttl_ms
+            j.nodeinfo[node] = status
+            j.reaped.discard(node)
+            if busy:
+                j.busy[node] = now + ttl_ms
+            else:
+                j.busy.pop(node, None)
+        for rid in renew:
+            if j.owner.get(rid) == node and rid in j.leases:
+                j.leases[rid] = now + lease_ms
+        for old in [n for n, until in j.nodes.items() if until < now - FORGET_MS]:
+            j.nodes.pop(old, None)
+            j.nodeinfo.pop(old, None)
+            j.reaped.discard(old)
+        j.busy = {n: until for n, until in j.busy.items() if until > now}
+        busy_others = len(j.busy) - (1 if busy and status != "leaving" else 0)
+        fields = control_fields(node)
+        return JobState(
+            now,
+            j.counters.get("queued", 0),
+            len(j.leases),
+            sum(1 for until in j.nodes.values() if until >= now),
+            busy_others,
+            dict(j.limits),
+            desired({f: j.control.get(f) for f in fields}),
+            j.counters.get("leased_total", 0),
+        )
+
+    async def control_seq(self) -> int:
+        self.round_trips += 1
+        return self._job.counters.get("control_seq", 0)
+
+    async def send_control(self, scope: str, kind: str, value: str | int) -> int:
+        """As :meth:`crawlfleet.frontier.client.Frontier.send_control`."""
+        stored = encode_command(kind, value)
+        if not scope or any(c in scope for c in ": \t\r\n"):
+            raise ConfigError(f"node id {scope!r} is not valid (no colon or whitespace)")
+        self.round_trips += 1
+        self._count("control_seq", 1)
+        seq = self._job.counters["control_seq"]
+        self._job.control[f"{scope}:{kind}"] = json.dumps(
+            {"seq": seq, "value": stored, "at": _now_us() // 1000}
+        )
+        return seq
+
+    async def set_limits(self, limits: Mapping[str, str]) -> None:
+        """Set the job's run-time rate limits (site pattern -> "H/Ws")."""
+        self._job.limits.update(limits)
+
+    async def counters(self) -> dict[str, int]:
+        return dict(self._job.counters)
+
+    async def node_statuses(self) -> dict[str, dict[str, Any]]:
+        return {node: json.loads(info) for node, info in self._job.nodeinfo.items()}
+
+    async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
+        self.round_trips += 1
+        self._job.summaries[node] = json.dumps(summary, default=str)
+
+    async def summaries(self) -> dict[str, dict[str, Any]]:
+        return {node: json.loads(raw) for node, raw in self._job.summaries.items()}
+
+    # -- seeds ---------------------------------------------------------------------------
+    async def push_seeds(self, key: str, entries: Iterable[bytes]) -> None:
+        """Add *entries* to the seed list *key* (as ``crawlfleet seed --list`` does)."""
+        self._job.seeds.setdefault(key, []).extend(entries)
+
+    async def read_seeds(self, key: str, n: int) -> list[bytes]:
+        self.round_trips += 1
+        return list(self._job.seeds.get(key, [])[:n])
+
+    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
+        self.round_trips += 1
+        listed = self._job.seeds.get(key, [])
+        if listed[: len(entries)] != list(entries):
+            return False
+        del listed[: len(entries)]
+        return True
+
+    # -- sites ---------------------------------------------------------------------------
+    async def backoff(
+        self,
+        slow: Mapping[str, int | tuple[int, int]],
+        *,
+        first_ms: int = 1000,
+        longest_ms: int = 60_000,
+        half_life_ms: int = 30_000,
+        latency: Iterable[str] = (),
+    ) -> dict[str, int]:
+        self.round_trips += 1
+        by_latency = set(latency)
+        now = _now_us() // 1000
+        raised_now: dict[str, int] = {}
+        for site, report in slow.items():
+            floor, first = report if isinstance(report, tuple) else (report, first_ms)
+            current, at, was = self._backoff_left(site, now, half_life_ms)
+            if current < BACKOFF_OVER_MS:
+                was = ""
+            cause = was if was == "s" else ("l" if site in by_latency else "s")
+            if current >= BACKOFF_OVER_MS and now - at < current and cause != was:
+                ms, set_at, _ = self._job.backoffs[site]
+                self._job.backoffs[site] = (ms, set_at, cause)
+            if current < BACKOFF_OVER_MS or now - at >= current:
+                raised = int(max(min(longest_ms, max(first, current * 2)), floor))
+                self._job.backoffs[site] = (raised, now, cause)
+                raised_now[site] = raised
+        return raised_now
+
+    async def recovered(self, sites: Iterable[str]) -> list[str]:
+        self.round_trips += 1
+        ended = []
+        for site in sites:
+            raw = self._job.backoffs.get(site)
+            if raw is not None and raw[2] == "l":
+                del self._job.backoffs[site]
+                ended.append(site)
+        return ended
+
+    async def set_robots(self, delays: Mapping[str, int]) -> dict[str, int]:
+        if not delays:
+            return {}
+        self.round_trips += 1
+        now = _now_us() // 1000
+        for site, ms in delays.items():
+            self._job.robots[site] = (int(ms), now)
+            self._job.probes.pop(site, None)
+        return {site: int(ms) for site, ms in delays.items()}

@@ -1,0 +1,154 @@
+"""A node's local ledger of requests: every request it holds, and in which state.
+
+Pure bookkeeping on the event loop, no I/O: the scheduler adds to it, the sync loop
+(:mod:`crawlfleet.node.sync`) sends what it collects to the frontier and records what
+the frontier hands out. A request is in exactly one place:
+
+- ``out``: new requests (fingerprint, payload) waiting for the next commit batch;
+- ``buffer``: leased, ready for the engine; ``slotted``: leased requests of
+  rate-limited sites, each waiting for its send time;
+- ``handed``: given to the engine, not finished;
+- ``acks``: finished, to acknowledge; ``release``: leases to give back (pages whose
+  item a store gave up, slots missed); ``bad``: malformed entries to set aside.
+
+``held`` maps every lease this node holds (rid -> site) until it is acknowledged or
+given back: heartbeats renew exactly these.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Collection
+
+from scrapy import Request
+
+from crawlfleet.node.slots import SlotQueue
+
+__all__ = ["LOCAL_SEEN_MAX", "Ledger", "Outbound"]
+
+#: Fingerprints this node has sent, kept to drop repeats without a Redis round trip
+#: (about 100 bytes each; the set starts over when full).
+LOCAL_SEEN_MAX = 200_000
+
+#: A new request on its way to the frontier: (request, fingerprint, payload).
+Outbound = tuple[Request, bytes, bytes]
+
+
+class Ledger:
+    """The requests of one node; *slot_due* is called when a slotted request's time
+    comes (the engine should ask for it)."""
+
+    def __init__(self, slot_due: Callable[[], None]) -> None:
+        self.out: list[Outbound] = []
+        self.sent: set[bytes] = set()
+        self.buffer: deque[tuple[Request, str]] = deque()
+        self.slotted: SlotQueue[tuple[Request, str]] = SlotQueue(slot_due)
+        self.handed: dict[Request, str] = {}
+        self.unstored: set[Request] = set()
+        self.acks: list[str] = []
+        self.release: list[tuple[str, str]] = []
+        self.bad: list[str] = []
+        self.held: dict[str, str] = {}
+
+    # -- new requests ---------------------------------------------------------------
+    def sent_before(self, fp: bytes) -> bool:
+        """Whether this node already queued fingerprint *fp* (so the shared filter has
+        it, or will with the batch on its way)."""
+        return fp in self.sent
+
+    def add_out(self, request: Request, fp: bytes, payload: bytes) -> None:
+        self.out.append((request, fp, payload))
+        if fp:
+            if len(self.sent) >= LOCAL_SEEN_MAX:
+                self.sent.clear()
+            self.sent.add(fp)
+
+    # -- leased requests -------------------------------------------------------------
+    @property
+    def ready(self) -> int:
+        """Leased requests not handed to the engine yet."""
+        return len(self.buffer) + len(self.slotted)
+
+    def hold(self, rid: str, site: str) -> None:
+        self.held[rid] = site
+
+    def add_ready(self, request: Request, rid: str) -> None:
+        self.buffer.append((request, rid))
+
+    def add_slotted(self, at: float, late: float, request: Request, rid: str) -> None:
+        self.slotted.add(at, late, (request, rid))
+
+    def set_aside(self, rid: str) -> None:
+        """A leased entry that cannot be decoded: no longer held, reported as bad."""
+        self.held.pop(rid, None)
+        self.bad.append(rid)
+
+    def take(self, now: float) -> tuple[tuple[Request, str] | None, int]:
+        """The next request for the engine at *now* (loop time): a slotted one that is
+        due first, else a buffered one (None: none); and how many slotted ones were
+        found too late (given back: another lease gives them a new slot)."""
+        leased: tuple[Request, str] | None = None
+        missed: list[tuple[Request, str]] = []
+        if self.slotted:
+            leased, missed = self.slotted.take(now)
+            for _request, rid in missed:
+                self.release.append((rid, self.held.pop(rid, "")))
+        if leased is None and self.buffer:
+            leased = self.buffer.popleft()
+        if leased is not None:
+            request, rid = leased
+            self.handed[request] = rid
+        return leased, len(missed)
+
+    def drain_ready(self) -> list[tuple[str, str]]:
+        """Remove every leased request not handed to the engine; their (rid, site), no
+        longer held, to give back."""
+        waiting = [*self.buffer, *self.slotted.drain()]
+        self.buffer.clear()
+        return [(rid, self.held.pop(rid, "")) for _request, rid in waiting]
+
+    # -- finished requests -----------------------------------------------------------
+    def mark_unstored(self, request: Request) -> None:
+        """One of *request*'s items could not be stored: release it, do not ack it."""
+        if request in self.handed:
+            self.unstored.add(request)
+
+    def collect(self, inprogress: Collection[Request]) -> int:
+        """Requests handed out and no longer in *inprogress* are finished: to
+        acknowledge, or to release when an item of theirs was not stored. Returns how
+        many were released so."""
+        unstored = 0
+        done = [r for r in self.handed if r not in inprogress]
+        for request in done:
+            rid = self.handed.pop(request)
+            if request in self.unstored:
+                self.unstored.discard(request)
+                self.release.append((rid, self.held.pop(rid, "")))
+                unstored += 1
+                continue
+            self.held.pop(rid, None)
+            self.acks.append(rid)
+        return unstored
+
+    def abandon_handed(self) -> None:
+        """At close: what the engine did not finish (a forced stop) and what waits for
+        its slot is ready again (so that close gives it back)."""
+        for request, rid in self.handed.items():
+            self.buffer.append((request, rid))
+        self.handed.clear()
+        self.buffer.extend(self.slotted.drain())
+        self.unstored.clear()
+
+    # -- state ----------------------------------------------------------------------
+    @property
+    def unsent(self) -> bool:
+        """Something waits to go to the frontier (new requests, acks, bad entries)."""
+        return bool(self.out or self.acks or self.bad)
+
+    @property
+    def busy(self) -> bool:
+        """The node holds a request in any state."""
+        return bool(self.buffer or self.slotted or self.handed or self.unsent)
+
+    def __len__(self) -> int:
+        return len(self.buffer) + len(self.slotted) + len(self.out)

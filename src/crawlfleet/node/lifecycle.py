@@ -1,0 +1,75 @@
+"""When a node's work is over: the job finished, drained, or stopped by the operator.
+
+A job is finished when nothing is queued, nothing is leased, no node is busy, for
+CRAWLFLEET_FINISH_GRACE_SECONDS in a row, and it had work at some point: nodes started
+before the first seed wait for it (and say so once a minute).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from crawlfleet.frontier.client import JobState
+from crawlfleet.node.engine import EngineHooks
+from crawlfleet.settings.config import FrontierConfig
+
+__all__ = ["NO_WORK_LOG_SECONDS", "Lifecycle"]
+
+logger = logging.getLogger(__name__)
+
+#: A node waiting for a job's first seed says so this often.
+NO_WORK_LOG_SECONDS = 60.0
+
+
+class Lifecycle:
+    """Whether the job is finished, and closing the node once."""
+
+    def __init__(self, config: FrontierConfig, engine: EngineHooks, node_id: str) -> None:
+        self.config = config
+        self.engine = engine
+        self.node_id = node_id
+        #: the job is finished (as of the last heartbeat)
+        self.finished = False
+        #: close() has begun
+        self.closing = False
+        self._close_asked = False
+        self._empty_since: float | None = None
+        self._next_no_work_log = 0.0
+
+    def update(self, state: JobState, idle: bool, seeds_waiting: bool, now: float) -> None:
+        """Take in the job's *state* as a heartbeat read it (*idle*: this node holds
+        nothing; *seeds_waiting*: its seed list is not empty; *now*: monotonic)."""
+        empty = idle and state.empty and not seeds_waiting
+        if empty and state.leased_total == 0:
+            # a job that never had work is not finished: nodes started before the
+            # first seed wait for it
+            if now >= self._next_no_work_log:
+                self._next_no_work_log = now + NO_WORK_LOG_SECONDS
+                logger.info(
+                    "Job %r has no work yet: waiting for seeds (crawlfleet seed %s URL...)",
+                    self.config.job,
+                    self.config.job,
+                )
+            empty = False
+        if not empty:
+            self._empty_since = None
+            self.finished = False
+            return
+        if self._empty_since is None:
+            self._empty_since = now
+        if not self.finished and now - self._empty_since >= self.config.finish_grace_seconds:
+            self.finished = True
+            if self.config.close_when_finished:
+                logger.info(
+                    "Job %r is finished: nothing queued, nothing leased, no node busy",
+                    self.config.job,
+                )
+            self.engine.wake()
+
+    def close_once(self, reason: str) -> None:
+        """Ask the engine to close the spider (once; not while closing already)."""
+        if not (self.closing or self._close_asked):
+            self._close_asked = True
+            logger.info("Control: node %s closes (%s)", self.node_id, reason)
+            asyncio.get_running_loop().call_soon(self.engine.close, reason)

@@ -1,0 +1,378 @@
+"""The crawlfleet scheduler: Scrapy's scheduler interface on the shared frontier.
+
+A thin adapter. ``enqueue_request()`` and ``next_request()`` never wait on Redis: they
+work on the node's :class:`~crawlfleet.node.ledger.Ledger`, which the
+:class:`~crawlfleet.node.sync.SyncLoop` keeps in step with the frontier in batches.
+
+A request handed to the engine is acknowledged only once the engine has finished with
+it (downloaded, parsed, its new requests buffered, its items through the pipelines,
+where the stores return only once an item is durable), and in the same batch as, or
+after, those new requests: a node killed at any moment loses nothing, its leases come
+back once it misses its heartbeats (or they expire). A request one of whose items a
+store gave up (ItemNotDurable: stopping while the store is down) is not acknowledged
+but released, back to its queue.
+
+Middlewares and extensions reach the node through this object, found as
+``crawler.crawlfleet_scheduler``; what they may use is :class:`NodeHandle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.crawler import Crawler
+from scrapy.settings import BaseSettings
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.reactor import is_asyncio_reactor_installed
+from twisted.internet.defer import Deferred
+
+from crawlfleet import __version__
+from crawlfleet.exceptions import ConfigError, ItemNotDurable, SerializationError
+from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.client import FINGERPRINT_BYTES, Frontier, SeenConfig
+from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.node.engine import EngineHooks, engine_hooks
+from crawlfleet.node.ledger import Ledger
+from crawlfleet.node.lifecycle import Lifecycle
+from crawlfleet.node.reports import SiteReports
+from crawlfleet.node.stats import NodeStats
+from crawlfleet.node.steering import Steering
+from crawlfleet.node.summary import log_summary, run_summary
+from crawlfleet.node.sync import SyncLoop
+from crawlfleet.redis.connection import shared_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.config import FrontierConfig, RedisConfig
+
+__all__ = ["ROBOTS_PROBE_MS", "NodeHandle", "Scheduler", "new_node_id", "status_providers"]
+
+logger = logging.getLogger(__name__)
+
+#: With ROBOTSTXT_OBEY, a site whose robots.txt no node has read yet gives one request
+#: per this long (crawlfleet.middlewares.throttle.ROBOTS_PROBE_SECONDS).
+ROBOTS_PROBE_MS = 10_000
+#: Scrapy's middleware that reads robots.txt (the probe needs it to end).
+ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+
+
+def status_providers(crawler: Crawler) -> list[Callable[[], dict[str, Any]]]:
+    """The crawler's list of node-status providers (created on first use). An extension
+    appends a callable returning a JSON-able dict; the node publishes the merged dicts
+    with every heartbeat."""
+    providers: list[Callable[[], dict[str, Any]]] | None = getattr(
+        crawler, "crawlfleet_status_providers", None
+    )
+    if providers is None:
+        providers = []
+        crawler.crawlfleet_status_providers = providers  # type: ignore[attr-defined]
+    return providers
+
+
+def robots_probe_ms(settings: BaseSettings) -> int:
+    """ROBOTS_PROBE_MS when the node obeys robots.txt and Scrapy's middleware that
+    reads it is on (else a probe would never end), otherwise 0."""
+    middlewares = settings.getwithbase("DOWNLOADER_MIDDLEWARES")
+    if settings.getbool("ROBOTSTXT_OBEY") and middlewares.get(ROBOTS_MIDDLEWARE) is not None:
+        return ROBOTS_PROBE_MS
+    return 0
+
+
+def new_node_id() -> str:
+    """host-pid-random: unique per process, readable in status listings."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class NodeHandle(Protocol):
+    """What middlewares and extensions use of the node (the scheduler)."""
+
+    #: keys requests to sites (queues, budgets)
+    sites: SiteKeyer
+    #: the node's state and concurrency
+    steering: Steering
+    #: the worst event-loop lag of the last feedback interval (ms; set by the feedback
+    #: controller): a lagging node's latencies say more about it than about sites
+    loop_lag_ms: float
+
+    @property
+    def in_progress(self) -> int: ...
+
+    def site_of(self, request: Request) -> str: ...
+
+    def report_slow(
+        self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
+    ) -> None: ...
+
+    def report_recovered(self, site: str, why: str) -> None: ...
+
+    def report_robots(self, site: str, delay_ms: int) -> None: ...
+
+    def set_feedback_limit(self, limit: int | None) -> None: ...
+
+
+class Scheduler(BaseScheduler):
+    """A Scrapy scheduler whose queue is one job's shared frontier. *frontier*: where
+    that frontier is (default: in Redis through *client*)."""
+
+    def __init__(
+        self,
+        *,
+        client: Redis | None = None,
+        config: FrontierConfig,
+        redis_config: RedisConfig,
+        fingerprint: Callable[[Request], bytes],
+        stats: Any = None,
+        node_id: str | None = None,
+        concurrency: int = 16,
+        frontier: FrontierBackend | None = None,
+    ) -> None:
+        if frontier is None:
+            if client is None:
+                raise ValueError("Scheduler needs a Redis client or a frontier")
+            frontier = Frontier(
+                client,
+                JobKeys.of(redis_config.key_prefix, config.job),
+                SeenConfig(config.seen_mode, config.bloom_capacity, config.bloom_error_rate),
+            )
+        self.config = config
+        self.node_id = node_id or new_node_id()
+        self.frontier = frontier
+        self.fingerprint = fingerprint
+        self.stats = NodeStats(stats)
+        self.steering = Steering(concurrency, config.prefetch)
+        self.loop_lag_ms = 0.0
+        self.sites = SiteKeyer(config.site_key)
+        self.spider: Spider | None = None
+        #: hooks into the engine, set by from_crawler (no-ops without a crawler)
+        self.engine = EngineHooks()
+        #: callables whose dicts are merged into the node status of each heartbeat
+        self.status_providers: list[Callable[[], dict[str, Any]]] = []
+        self.ledger = Ledger(self._slot_due)
+        self.lifecycle = Lifecycle(config, self.engine, self.node_id)
+        self.sync = SyncLoop(
+            frontier=frontier,
+            ledger=self.ledger,
+            steering=self.steering,
+            lifecycle=self.lifecycle,
+            config=config,
+            redis_config=redis_config,
+            node_id=self.node_id,
+            sites=self.sites,
+            engine=self.engine,
+            stats=self.stats,
+            fingerprint=self._fingerprint,
+            status=self.node_status,
+        )
+        self._started = time.time()
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        if not is_asyncio_reactor_installed():
+            raise ConfigError(
+                "crawlfleet needs TWISTED_REACTOR = "
+                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor'"
+            )
+        settings = crawler.settings
+        spider_name = crawler.spider.name if crawler.spider else ""
+        config = FrontierConfig.from_settings(settings, spider_name)
+        redis_config = RedisConfig.from_settings(settings)
+        assert crawler.request_fingerprinter is not None
+        scheduler = cls(
+            client=shared_client(crawler, redis_config),
+            config=config,
+            redis_config=redis_config,
+            fingerprint=crawler.request_fingerprinter.fingerprint,
+            stats=crawler.stats,
+            concurrency=settings.getint("CONCURRENT_REQUESTS"),
+        )
+        scheduler.bind_engine(engine_hooks(crawler), status_providers(crawler))
+        crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
+        scheduler.robots_probe_ms = robots_probe_ms(settings)
+        #: middlewares and extensions find the node here (see NodeHandle)
+        crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+        return scheduler
+
+    def bind_engine(
+        self, engine: EngineHooks, providers: list[Callable[[], dict[str, Any]]]
+    ) -> None:
+        self.engine = self.sync.engine = self.lifecycle.engine = engine
+        self.status_providers = providers
+
+    @property
+    def reports(self) -> SiteReports:
+        """What this node learned about sites and has not told the cluster yet."""
+        return self.sync.reports
+
+    @property
+    def robots_probe_ms(self) -> int:
+        """> 0 when the node obeys robots.txt: see crawlfleet.middlewares.throttle."""
+        return self.sync.robots_probe_ms
+
+    @robots_probe_ms.setter
+    def robots_probe_ms(self, value: int) -> None:
+        self.sync.robots_probe_ms = value
+
+    # -- Scrapy's scheduler interface -------------------------------------------------
+    def open(self, spider: Spider) -> Deferred[None]:
+        self.spider = spider
+        return deferred_from_coro(self._open(spider))
+
+    async def _open(self, spider: Spider) -> None:
+        await self.sync.open(spider)
+        logger.info(
+            "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
+            self.node_id,
+            self.config.job,
+            self.config.seen_mode,
+            self.config.site_key,
+            self.config.prefetch,
+        )
+
+    def close(self, reason: str) -> Deferred[None]:
+        return deferred_from_coro(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        await self.sync.close(reason, self.summary)
+        log_summary(self.summary(reason))
+
+    def has_pending_requests(self) -> bool:
+        if self.ledger.busy:
+            return True
+        if not self.config.close_when_finished or self.steering.state != "running":
+            return True  # paused: wait; draining, stopped: the node closes itself
+        return not self.lifecycle.finished
+
+    def enqueue_request(self, request: Request) -> bool:
+        once = self.config.start_requests_once and request.meta.get("is_start_request")
+        try:
+            if request.dont_filter and not once:
+                fp = b""
+            else:
+                fp = self._fingerprint(request)
+                if self.ledger.sent_before(fp):
+                    # this node already sent it: the shared filter has it (or will, in
+                    # the batch on its way), so it is a duplicate without asking Redis
+                    self.sync.count_duplicate(request)
+                    return False
+            payload = self.sync.codec.encode(request)
+        except SerializationError as exc:
+            logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
+            self.stats.inc("crawlfleet/scheduler/unserializable")
+            return False
+        self.ledger.add_out(request, fp, payload)
+        self.stats.inc("crawlfleet/scheduler/enqueued")
+        if len(self.ledger.out) >= self.config.flush_batch:
+            self.sync.kick()
+        return True
+
+    def next_request(self) -> Request | None:
+        if self.steering.state in ("paused", "stopped"):
+            return None
+        leased, late = self.ledger.take(asyncio.get_event_loop().time())
+        if late:
+            self.stats.inc("crawlfleet/scheduler/late", late)
+            self.sync.kick()
+        if self.sync.low():
+            self.sync.kick_for_work()
+        if leased is None:
+            if not self.lifecycle.finished and not self.ledger.slotted:
+                self.stats.inc("crawlfleet/scheduler/starved")
+            return None
+        self.stats.inc("crawlfleet/scheduler/dequeued")
+        return leased[0]
+
+    def __len__(self) -> int:
+        return len(self.ledger)
+
+    def _fingerprint(self, request: Request) -> bytes:
+        return self.fingerprint(request)[:FINGERPRINT_BYTES]
+
+    def _slot_due(self) -> None:
+        """The earliest slot is due: the engine asks for it."""
+        self.engine.wake()
+
+    def item_dropped(self, item: Any, response: Any, exception: BaseException) -> None:
+        """``item_dropped`` handler: an item a store gave up (ItemNotDurable) keeps its
+        page from being acknowledged."""
+        if isinstance(exception, ItemNotDurable):
+            request = getattr(response, "request", None)
+            if request is not None:
+                self.ledger.mark_unstored(request)
+
+    # -- figures -------------------------------------------------------------------------
+    def summary(self, reason: str) -> dict[str, Any]:
+        """This node's run in figures (logged at close, kept for ``job status``)."""
+        return run_summary(self.stats.all(), self.node_id, reason, self._started)
+
+    def node_status(self) -> dict[str, Any]:
+        """What this node publishes with each heartbeat (``<job>:nodeinfo``): its own
+        figures, then those of every provider in ``status_providers``."""
+        ledger = self.ledger
+        status: dict[str, Any] = {
+            "node": self.node_id,
+            "host": socket.gethostname(),
+            "ip": self.config.node_ip,
+            "pid": os.getpid(),
+            "job": self.config.job,
+            "spider": getattr(self.spider, "name", ""),
+            "version": __version__,
+            "started": self._started,
+            "buffered": ledger.ready,
+            "in_progress": len(ledger.handed),
+            "held": len(ledger.held),
+            "pages": self.stats.get("response_received_count"),
+            "items": self.stats.get("item_scraped_count"),
+            "done": self.stats.get("crawlfleet/frontier/acked"),
+        }
+        for provider in self.status_providers:
+            try:
+                status.update(provider())
+            except Exception:
+                logger.exception("node status provider %r failed", provider)
+        status.update(self.steering.status())
+        return status
+
+    # -- NodeHandle: what middlewares and extensions use --------------------------------
+    @property
+    def in_progress(self) -> int:
+        """Requests handed to the engine and not finished yet."""
+        return len(self.ledger.handed)
+
+    def site_of(self, request: Request) -> str:
+        """The site (queue, budget) of *request*: as leased, else as keyed here."""
+        rid = self.ledger.handed.get(request)
+        site = self.ledger.held.get(rid) if rid is not None else None
+        return site if site is not None else self.sites.site(request)
+
+    def report_slow(
+        self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
+    ) -> None:
+        """Ask the cluster to back *site* off (sent with the next loop round); see
+        :meth:`~crawlfleet.node.reports.SiteReports.add_slow`."""
+        self.sync.reports.add_slow(site, why, floor_ms, first_ms, latency=latency)
+        self.sync.kick()
+
+    def report_recovered(self, site: str, why: str) -> None:
+        """*site* answers at its normal latency again: its latency back-off ends for
+        every node (sent with the next loop round)."""
+        self.sync.reports.add_recovered(site, why)
+        self.sync.kick()
+
+    def report_robots(self, site: str, delay_ms: int) -> None:
+        """*site*'s robots.txt Crawl-delay (0: none), for every node."""
+        self.sync.reports.add_robots(site, delay_ms)
+        self.sync.kick()
+
+    def set_feedback_limit(self, limit: int | None) -> None:
+        """The feedback controller's concurrency (None: no limit of its own)."""
+        if self.steering.set_feedback(limit):
+            self.sync.apply_concurrency()

@@ -1,0 +1,626 @@
+"""The node's sync loop: all of its traffic with the frontier, in batches, off the engine.
+
+One task on the reactor's asyncio loop. Each round it:
+
+- acknowledges what the engine finished, and gives back leases it could not use;
+- sends new requests (with the acknowledgements of the pages that produced them) in
+  one ``commit`` per batch;
+- heartbeats: renews this node's leases, reads the job's state, limits and control
+  commands; returns the expired leases of any node to their queues;
+- refills the ledger with leased requests, sized to free capacity; rate-limited sites
+  come with send times (slots), which wake the engine by timer;
+- sends what the node learned about sites (back-off, robots.txt), reads seeds.
+
+It sleeps between rounds until woken (:meth:`SyncLoop.kick`: new work, a low buffer)
+or until the next slot or lease is due. While the frontier is unreachable it keeps what
+it holds, says so at once and every minute, and retries with back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from scrapy import Request, Spider
+
+from crawlfleet.exceptions import ConfigError, MalformedEntry
+from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.client import JobState, LeaseResult, Outgoing
+from crawlfleet.frontier.control import Desired
+from crawlfleet.frontier.limits import LATE_SHARE, RateLimits
+from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.ledger import Ledger, Outbound
+from crawlfleet.node.lifecycle import Lifecycle
+from crawlfleet.node.reports import SiteReports
+from crawlfleet.node.seeds import SeedReader, request_from_seed
+from crawlfleet.node.stats import NodeStats
+from crawlfleet.node.steering import Steering
+from crawlfleet.redis.connection import REDIS_ERRORS, redact
+from crawlfleet.settings.config import FrontierConfig, RedisConfig
+
+__all__ = ["SLOT_HORIZON_SECONDS", "SyncLoop", "retry_until_reachable"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Pace of the loop when nothing wakes it.
+LOOP_SECONDS = 0.05
+#: Heartbeat period of a node with nothing to do, so that it sees the job finish soon.
+IDLE_HEARTBEAT_SECONDS = 0.1
+#: A node looks for new control commands at least this often (pause within a second).
+CONTROL_CHECK_SECONDS = 0.5
+#: While Redis stays unreachable, the node says so this often.
+OUTAGE_LOG_SECONDS = 60.0
+#: Batches of new requests sent per round at most (then heartbeat and lease).
+FLUSHES_PER_ROUND = 2
+#: Longest wait between lease attempts while other nodes hold leases.
+BUSY_POLL_MAX_SECONDS = 0.2
+#: Slots of rate-limited sites are leased at most this far ahead (a node that dies
+#: holding them wastes at most this much of a budget).
+SLOT_HORIZON_SECONDS = 0.5
+#: How long close() keeps trying to hand its last batch to an unreachable Redis.
+CLOSE_FLUSH_SECONDS = 60.0
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def retry_until_reachable(
+    what: str, call: Callable[[], Awaitable[T]], first: float, longest: float
+) -> T:
+    """``await call()`` until Redis answers, waiting *first* s, doubling up to *longest*,
+    and saying so each time."""
+    delay = first
+    while True:
+        try:
+            return await call()
+        except REDIS_ERRORS as exc:
+            logger.warning("Redis unreachable, cannot %s (%s); retrying in %.1fs", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, longest)
+
+
+class SyncLoop:
+    """Keeps *ledger* in step with *frontier* for node *node_id*."""
+
+    def __init__(
+        self,
+        *,
+        frontier: FrontierBackend,
+        ledger: Ledger,
+        steering: Steering,
+        lifecycle: Lifecycle,
+        config: FrontierConfig,
+        redis_config: RedisConfig,
+        node_id: str,
+        sites: SiteKeyer,
+        engine: EngineHooks,
+        stats: NodeStats,
+        fingerprint: Callable[[Request], bytes],
+        status: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.frontier = frontier
+        self.ledger = ledger
+        self.steering = steering
+        self.lifecycle = lifecycle
+        self.config = config
+        self.redis_config = redis_config
+        self.node_id = node_id
+        self.sites = sites
+        self.engine = engine
+        self.stats = stats
+        #: the frontier's fingerprint of a request (FINGERPRINT_BYTES long)
+        self.fingerprint = fingerprint
+        self.status = status
+        self.codec = RequestCodec(None)
+        self.spider: Spider | None = None
+        #: the configured limits, with the job's run-time limits over them
+        self.limits: RateLimits = config.rate_limits
+        #: > 0 when the node obeys robots.txt (crawlfleet.middlewares.throttle)
+        self.robots_probe_ms = 0
+        #: what this node learned about sites (back-off, robots.txt), to send
+        self.reports = SiteReports(config.backoff, stats.inc)
+        self.seeds = (
+            SeedReader(frontier, config.start_urls_key, config.start_urls_batch, stats)
+            if config.start_urls_key
+            else None
+        )
+        self.state: JobState | None = None
+        self._limits_raw: dict[str, str] = {}
+        self._offer: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+        self._opened = False
+        # waking the loop: a future it sleeps on, resolved by kick(); a kick while it
+        # is busy is remembered so that its next sleep returns at once
+        self._waiter: asyncio.Future[None] | None = None
+        self._waiter_wakes_on_work = True
+        self._kicked = False
+        self._next_heartbeat = 0.0
+        self._next_reclaim = 0.0
+        self._next_lease = 0.0
+        self._await_capacity = False
+        self._idle_delay = 0.0
+        self._last_flush = 0.0
+        self._redis_down_since: float | None = None
+        self._outage_logged = 0.0
+        self._was_idle = False  # at the last heartbeat
+        self._control_seq = -1  # the job's newest command known (-1: not read yet)
+        self._next_control_check = 0.0
+        self._logged_dup = False
+
+    # -- start and stop --------------------------------------------------------------
+    async def open(self, spider: Spider | None) -> None:
+        self.spider = spider
+        self.codec = RequestCodec(spider)
+        self._opened = True
+        await self._retry("open the frontier", self.frontier.register_job)
+        self._task = asyncio.ensure_future(self._run())
+
+    async def close(self, reason: str, summary: Callable[[str], dict[str, Any]]) -> None:
+        """Stop the loop, hand everything back or in, leave the registry, keep the
+        node's *summary* (bounded by CLOSE_FLUSH_SECONDS while Redis is unreachable)."""
+        self.lifecycle.closing = True
+        self.kick(closing=True)
+        if self._task is not None:
+            await self._task
+        self._collect_finished()
+        ledger = self.ledger
+        ledger.abandon_handed()
+        unstored = self.stats.get("crawlfleet/frontier/unstored")
+        if unstored:
+            logger.warning(
+                "%d pages whose items could not be stored before the stop go back to the "
+                "frontier (crawled again later)",
+                unstored,
+            )
+        deadline = time.monotonic() + CLOSE_FLUSH_SECONDS
+        delay = self.redis_config.retry_min_seconds
+        while time.monotonic() < deadline:
+            try:
+                while ledger.unsent:
+                    await self._flush()
+                await self._release_given_back()
+                held = list(ledger.held.items())
+                if held:
+                    back = await self.frontier.release(self.node_id, held)
+                    self.stats.inc("crawlfleet/frontier/released", back)
+                ledger.held.clear()
+                ledger.buffer.clear()
+                await self._heartbeat(leaving=True)
+                await self.frontier.save_summary(self.node_id, summary(reason))
+                break
+            except REDIS_ERRORS as exc:
+                logger.warning(
+                    "Redis unreachable while closing (%s); retrying in %.1fs", exc, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.redis_config.retry_max_seconds)
+        else:
+            logger.error(
+                "Could not reach Redis for %.0fs while closing: %d new requests were not "
+                "queued; %d leases will return to their queues when they expire",
+                CLOSE_FLUSH_SECONDS,
+                len(ledger.out),
+                len(ledger.held),
+            )
+            self.stats.set("crawlfleet/node/unfinished", len(ledger.out) + len(ledger.held))
+        self.stats.set("crawlfleet/redis/round_trips", self.frontier.round_trips)
+
+    async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        rc = self.redis_config
+        return await retry_until_reachable(what, call, rc.retry_min_seconds, rc.retry_max_seconds)
+
+    # -- waking ------------------------------------------------------------------------
+    def kick(self, *, closing: bool = False) -> None:
+        """Wake the loop (or make its next sleep return at once)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            if closing or self._waiter_wakes_on_work:
+                waiter.set_result(None)
+        elif self._opened:
+            self._kicked = True
+
+    def kick_for_work(self) -> None:
+        """The ledger runs low: wake the loop if it may lease now (not while it backs
+        off from an empty job, nor when it is awake anyway)."""
+        if self._await_capacity and len(self.ledger.handed) < self.steering.concurrency:
+            self._await_capacity = False  # a download ended: slots can be used again
+            self._next_lease = 0.0
+        if time.monotonic() >= self._next_lease and not self._kicked:
+            self.kick()
+
+    def low(self) -> bool:
+        """The leased requests this node holds are at most half its prefetch."""
+        return self.ledger.ready <= self.steering.prefetch // 2
+
+    def lease_now(self) -> None:
+        """Lease at the next round (a pause ended, capacity grew)."""
+        self._next_lease = 0.0
+
+    # -- the loop --------------------------------------------------------------------
+    async def _run(self) -> None:
+        delay = self.redis_config.retry_min_seconds
+        while not self.lifecycle.closing:
+            try:
+                await self._tick()
+                if self._redis_down_since is not None:
+                    logger.warning(
+                        "Redis reachable again after %.1fs; %d new requests waited locally",
+                        time.monotonic() - self._redis_down_since,
+                        len(self.ledger.out),
+                    )
+                    self._redis_down_since = None
+                delay = self.redis_config.retry_min_seconds
+            except REDIS_ERRORS as exc:
+                self.stats.inc("crawlfleet/redis/errors")
+                self._log_outage(exc)
+                await self._sleep(delay, wake_on_work=False)
+                delay = min(delay * 2, self.redis_config.retry_max_seconds)
+                continue
+            except Exception:
+                logger.exception("crawlfleet sync loop failed; retrying in 1s")
+                await self._sleep(1.0)
+                continue
+            await self._sleep(self._pause_seconds())
+
+    def _log_outage(self, exc: BaseException) -> None:
+        """Say that Redis is unreachable (or hung: a timeout) at once, then once a
+        minute while it lasts."""
+        now = time.monotonic()
+        what = f"{type(exc).__name__}: {redact(str(exc))}"
+        if self._redis_down_since is None:
+            self._redis_down_since = self._outage_logged = now
+            logger.warning(
+                "Redis unreachable (%s): the node goes on with what it holds and retries; "
+                "%d new requests and %d finished ones wait locally, nothing is lost",
+                what,
+                len(self.ledger.out),
+                len(self.ledger.acks),
+            )
+        elif now - self._outage_logged >= OUTAGE_LOG_SECONDS:
+            self._outage_logged = now
+            logger.warning(
+                "Redis still unreachable after %.0fs (%s); %d new requests and %d finished "
+                "ones wait locally",
+                now - self._redis_down_since,
+                what,
+                len(self.ledger.out),
+                len(self.ledger.acks),
+            )
+
+    def _pause_seconds(self) -> float:
+        """How long the loop sleeps unless woken: LOOP_SECONDS, or until the next lease
+        when that is sooner (a rate-limited site's next slot opens) and work is wanted."""
+        if self.low() and self.steering.state == "running":
+            return min(LOOP_SECONDS, max(0.0, self._next_lease - time.monotonic()))
+        return LOOP_SECONDS
+
+    async def _sleep(self, seconds: float, *, wake_on_work: bool = True) -> None:
+        """Wait *seconds*, or less when woken (new work, closing). While Redis is
+        unreachable (*wake_on_work* False) only closing cuts the back-off short."""
+        if self.lifecycle.closing or (self._kicked and wake_on_work):
+            self._kicked = False
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(seconds, _resolve, waiter)
+        self._waiter, self._waiter_wakes_on_work = waiter, wake_on_work
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+            self._kicked = False
+
+    def _flush_due(self, now: float) -> bool:
+        """Send a batch when it is full, when it has waited CRAWLFLEET_FLUSH_SECONDS, or
+        at once when it holds new requests and the buffer runs low (this node, or
+        another, may be waiting for exactly that work) or when the node has nothing
+        left in hand."""
+        ledger = self.ledger
+        if not ledger.unsent:
+            return False
+        if len(ledger.out) >= self.config.flush_batch:
+            return True
+        if ledger.out and self.low():
+            return True
+        if not (ledger.buffer or ledger.slotted or ledger.handed):
+            return True  # nothing left in hand: the job may be finishing
+        return now - self._last_flush >= self.config.flush_seconds
+
+    async def _tick(self) -> None:
+        self._collect_finished()
+        await self._release_given_back()
+        if not self._was_idle and self.locally_idle():
+            # just ran out of work: say so now, the job may be finished
+            self._next_heartbeat = 0.0
+        # a bounded number of batches per round: a spider that yields requests faster
+        # than they are sent (a long start()) must not keep the node from leasing work
+        for _ in range(FLUSHES_PER_ROUND):
+            if not self._flush_due(time.monotonic()):
+                break
+            await self._flush()
+        now = time.monotonic()
+        if now >= self._next_control_check and now < self._next_heartbeat:
+            self._note_control_seq(await self.frontier.control_seq())
+        if now >= self._next_heartbeat:
+            await self._heartbeat()
+        if now >= self._next_reclaim:
+            self._next_reclaim = now + self.config.reclaim_seconds
+            back = await self.frontier.reclaim_expired(
+                grace_ms=int(self.config.node_timeout_seconds * 1000)
+            )
+            if back:
+                logger.info(
+                    "Returned %d leases (expired, or held by a dead node) to their queues", back
+                )
+                self.stats.inc("crawlfleet/frontier/reclaimed", back)
+        if self.steering.state != "running":
+            if self.steering.state == "draining" and self.locally_idle():
+                self.lifecycle.close_once("drained")
+        elif self.low() and now >= self._next_lease:
+            await self._lease()
+        if self.seeds is not None and now >= self.seeds.next_at:
+            await self.seeds.pull(self._seed_outbound, self._queue_now, self._idle_delay)
+        if self.reports:
+            await self.reports.send(self.frontier)
+            if self._offer:
+                self._next_lease = 0.0  # a robots.txt just read may free its site
+
+    def locally_idle(self) -> bool:
+        """This node holds nothing and the engine reads no start requests."""
+        return not (self.ledger.busy or self.engine.starting())
+
+    # -- finished requests -------------------------------------------------------------
+    def _collect_finished(self) -> None:
+        """Requests the engine no longer has in progress are finished: acknowledge."""
+        if not self.ledger.handed:
+            return
+        inprogress = self.engine.inprogress()
+        if inprogress is None:
+            return  # no engine slot (not open yet, or closed): nothing can be known
+        self.stats.inc("crawlfleet/frontier/unstored", self.ledger.collect(inprogress))
+
+    async def _release_given_back(self) -> None:
+        """Release the leases given back (unstored pages, missed slots)."""
+        ledger = self.ledger
+        if ledger.release:
+            given, ledger.release = ledger.release, []
+            try:
+                back = await self.frontier.release(self.node_id, given)
+            except BaseException:
+                ledger.release[:0] = given  # tried again next round
+                raise
+            self.stats.inc("crawlfleet/frontier/released", back)
+
+    # -- new requests ------------------------------------------------------------------
+    async def _flush(self) -> None:
+        ledger = self.ledger
+        batch = ledger.out[: self.config.flush_batch]
+        # acknowledgements travel with or after the requests their pages produced
+        send_acks = len(batch) == len(ledger.out)
+        acks = list(ledger.acks) if send_acks else []
+        bad = list(ledger.bad)
+        for request, _fp, _payload in batch:
+            if self.sites.needs_resolving(request):
+                await self.sites.resolve(self.sites.host(request))
+        outgoing = [
+            Outgoing(fp, self.sites.site(request), request.priority, payload)
+            for request, fp, payload in batch
+        ]
+        result = await self.frontier.commit(self.node_id, outgoing, acks, bad)
+        self._last_flush = time.monotonic()
+        del ledger.out[: len(batch)]
+        if send_acks:
+            del ledger.acks[: len(acks)]
+        del ledger.bad[: len(bad)]
+        self.stats.inc("crawlfleet/frontier/queued", result.queued)
+        self.stats.inc("crawlfleet/frontier/acked", result.acked)
+        if result.queued:
+            self._idle_delay = 0.0
+            self._next_lease = 0.0
+        for i in result.duplicate_indexes:
+            request = batch[i][0]
+            self.count_duplicate(request)
+            self.engine.dropped(request)
+
+    def count_duplicate(self, request: Request) -> None:
+        """*request* was a duplicate (known here, or to the shared seen-filter)."""
+        self.stats.inc("crawlfleet/scheduler/duplicates")
+        self.stats.inc("dupefilter/filtered")
+        if not self._logged_dup:
+            logger.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be shown",
+                {"request": request},
+                extra={"spider": self.spider},
+            )
+            self._logged_dup = True
+
+    def _seed_outbound(self, raw: bytes) -> Outbound:
+        request = request_from_seed(self.spider, raw)
+        return request, self.fingerprint(request), self.codec.encode(request)
+
+    async def _queue_now(self, outgoing: list[Outbound]) -> None:
+        self.ledger.out.extend(outgoing)
+        while self.ledger.out:
+            await self._flush()
+
+    # -- leasing -------------------------------------------------------------------------
+    async def _lease(self) -> None:
+        ledger, steering, config = self.ledger, self.steering, self.config
+        want = steering.prefetch - ledger.ready
+        if want <= 0:
+            return
+        # slots of rate-limited sites only for what the downloader can start on time
+        free = steering.concurrency - len(ledger.handed) - len(ledger.slotted)
+        offer = self._offer or await self.frontier.offer(config.lease_sites)
+        result: LeaseResult | None = None
+        asked = asyncio.get_event_loop().time()
+        if offer:
+            result = await self.frontier.lease(
+                self.node_id,
+                want,
+                offer,
+                lease_ms=int(config.lease_seconds * 1000),
+                per_site=max(1, math.ceil(want / len(offer))),
+                offer_size=config.lease_sites,
+                intervals=[self.limits.interval_us(site) for site in offer],
+                budgets=[site + config.budget_scope for site in offer],
+                late=[self.limits.late_us(site) for site in offer],
+                backoff_half_life_ms=int(config.backoff.half_life_seconds * 1000),
+                robots_probe_ms=self.robots_probe_ms,
+                horizon_us=int(SLOT_HORIZON_SECONDS * 1_000_000),
+                late_share=config.rate_limit_margin * LATE_SHARE,
+                max_slots=max(0, free),
+            )
+            self._offer = result.offer
+            self._note_control_seq(result.control_seq)
+            for site in result.backoff_ended:
+                logger.info("Back-off of %s is over (it decayed)", site)
+        received = asyncio.get_event_loop().time()
+        if result is not None and not result.entries and result.ready_in_us >= 0:
+            # rate-limited sites only: come back exactly when the first one is ready
+            self._next_lease = time.monotonic() + result.ready_in_us / 1_000_000
+            return
+        if result is not None and not result.entries and free <= 0:
+            # no capacity for slots: lease again once a download ends (next_request)
+            self._await_capacity = True
+            self._next_lease = time.monotonic() + BUSY_POLL_MAX_SECONDS
+            return
+        if result is None or not result.entries:
+            # Nothing to lease. While other nodes hold leases, their pages will bring
+            # new links soon: look again within BUSY_POLL_MAX_SECONDS. Only a job with
+            # nothing leased backs off up to CRAWLFLEET_IDLE_MAX_SECONDS.
+            busy = result is not None and (result.leased > 0 or result.queued > 0)
+            cap = BUSY_POLL_MAX_SECONDS if busy else config.idle_max_seconds
+            self._idle_delay = min(max(self._idle_delay * 2, LOOP_SECONDS), cap)
+            self._next_lease = time.monotonic() + self._idle_delay
+            return
+        self._idle_delay = 0.0
+        self._take_leased(result, asked, received)
+
+    def _take_leased(self, result: LeaseResult, asked: float, received: float) -> None:
+        ledger = self.ledger
+        for entry in result.entries:
+            ledger.hold(entry.rid, entry.site)
+            try:
+                request = self.codec.decode(entry.payload)
+            except MalformedEntry as exc:
+                logger.error(
+                    "Malformed frontier entry %s set aside (job %s): %s",
+                    entry.rid,
+                    self.config.job,
+                    exc,
+                )
+                self.stats.inc("crawlfleet/frontier/malformed")
+                ledger.set_aside(entry.rid)
+                continue
+            if entry.slot_us is None:
+                ledger.add_ready(request, entry.rid)
+            else:
+                # Redis's "now" lies between asking and the reply: counted from the reply,
+                # a slot is never early; the time the reply took comes off how late it
+                # may be sent
+                at = received + entry.slot_us / 1_000_000
+                late = entry.late_us / 1_000_000 - (received - asked)
+                ledger.add_slotted(at, late, request, entry.rid)
+        self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
+        self.engine.wake()
+
+    # -- heartbeat, limits, control --------------------------------------------------------
+    async def _heartbeat(self, *, leaving: bool = False) -> None:
+        idle = self.locally_idle()
+        status = "leaving" if leaving else json.dumps(self.status(), default=str)
+        state = await self.frontier.heartbeat(
+            self.node_id,
+            ttl_ms=int(self.config.node_timeout_seconds * 1000),
+            status=status,
+            busy=not idle,
+            lease_ms=int(self.config.lease_seconds * 1000),
+            renew=list(self.ledger.held),
+        )
+        self.state = state
+        if not leaving:
+            self._refresh_limits(state.limits)
+            await self._apply_control(state.control)
+        now = time.monotonic()
+        fast = idle and self.config.close_when_finished
+        self._next_heartbeat = now + (
+            min(IDLE_HEARTBEAT_SECONDS, self.config.heartbeat_seconds)
+            if fast
+            else self.config.heartbeat_seconds
+        )
+        self._was_idle = idle
+        if state.queued > 0 and not self.ledger.ready:
+            self._next_lease = 0.0
+        seeds_waiting = self.seeds is not None and self.seeds.waiting
+        self.lifecycle.update(state, idle, seeds_waiting, now)
+
+    def _note_control_seq(self, seq: int) -> None:
+        """The job's command sequence as just read: a new command is read (with a
+        heartbeat) at once."""
+        self._next_control_check = time.monotonic() + CONTROL_CHECK_SECONDS
+        if seq != self._control_seq:
+            if self._control_seq >= 0:
+                self._next_heartbeat = 0.0
+            self._control_seq = seq
+
+    def _refresh_limits(self, raw: dict[str, str]) -> None:
+        """Merge the job's run-time limits (read with the heartbeat) over the configured
+        ones."""
+        if raw == self._limits_raw:
+            return
+        self._limits_raw = raw
+        valid: dict[str, str] = {}
+        for pattern, spec in raw.items():
+            try:
+                RateLimits.parse({pattern: spec}, source="limits")
+                valid[pattern] = spec
+            except ConfigError as exc:
+                logger.error("Ignoring the job's rate limit %r = %r: %s", pattern, spec, exc)
+        self.limits = self.config.rate_limits.merged(
+            RateLimits.parse(valid, source="limits", margin=self.config.rate_limit_margin)
+        )
+        logger.info("Rate limits of job %r now: %s", self.config.job, raw or "as configured")
+
+    async def _apply_control(self, wanted: Desired) -> None:
+        before = self.steering.state
+        resized, state = self.steering.take(wanted)
+        if resized:
+            logger.info("Control: concurrency ceiling now %d", self.steering.ceiling)
+            self.apply_concurrency()
+        if state is None:
+            return
+        lift = f" (`crawlfleet control resume {self.config.job}` lifts it)"
+        logger.info(
+            "Control: node %s %s -> %s%s",
+            self.node_id,
+            before,
+            state,
+            "" if state == "running" else lift,
+        )
+        if state in ("paused", "stopped"):
+            held = self.ledger.drain_ready()
+            if held:
+                back = await self.frontier.release(self.node_id, held)
+                self.stats.inc("crawlfleet/frontier/released", back)
+        if state == "stopped":
+            self.lifecycle.close_once("stopped")
+        elif state == "running":
+            self._next_lease = 0.0
+            self.engine.wake()
+
+    def apply_concurrency(self) -> None:
+        """The steering's concurrency changed: resize the downloader, lease for it."""
+        self.engine.set_concurrency(self.steering.concurrency)
+        self.kick_for_work()
