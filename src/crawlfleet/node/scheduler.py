@@ -224,9 +224,10 @@ class Scheduler(BaseScheduler):
     # -- Scrapy's scheduler interface -------------------------------------------------
     def open(self, spider: Spider) -> Deferred[None]:
         self.spider = spider
-        return deferred_from_coro(self._open(spider))
+        return deferred_from_coro(self.start(spider))
 
-    async def _open(self, spider: Spider) -> None:
+    async def start(self, spider: Spider) -> None:
+        """:meth:`open` as a coroutine: join the job, start the sync loop."""
         await self.sync.open(spider)
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
@@ -238,9 +239,10 @@ class Scheduler(BaseScheduler):
         )
 
     def close(self, reason: str) -> Deferred[None]:
-        return deferred_from_coro(self._close(reason))
+        return deferred_from_coro(self.stop(reason))
 
-    async def _close(self, reason: str) -> None:
+    async def stop(self, reason: str) -> None:
+        """:meth:`close` as a coroutine: hand everything back or in, leave the job."""
         await self.sync.close(reason, self.summary)
         log_summary(self.summary(reason))
 

@@ -1,0 +1,287 @@
+"""The node's parts (scheduler, ledger, sync loop, lifecycle, seed reader) on the
+in-memory frontier: no Redis, no process, no engine; each behaviour a node promises,
+checked in milliseconds. The same behaviours run end to end on Redis in the crawl
+tests."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.utils.request import RequestFingerprinter
+
+from crawlfleet.exceptions import ItemNotDurable
+from crawlfleet.frontier.memory import MemoryFrontier
+from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.ledger import Ledger
+from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
+
+FAST = {
+    "CRAWLFLEET_FLUSH_SECONDS": 0.01,
+    "CRAWLFLEET_HEARTBEAT_SECONDS": 0.1,
+    "CRAWLFLEET_LEASE_SECONDS": 2,
+    "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 0.3,
+    "CRAWLFLEET_RECLAIM_SECONDS": 0.1,
+    "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.1,
+    "CRAWLFLEET_IDLE_MAX_SECONDS": 0.1,
+}
+
+
+class Engine:
+    """What a scheduler sees of Scrapy's engine: requests in progress, wake-ups."""
+
+    def __init__(self) -> None:
+        self.inprogress: set[Request] = set()
+        self.dropped: list[Request] = []
+        self.closed: list[str] = []
+
+    def hooks(self) -> EngineHooks:
+        return EngineHooks(
+            inprogress=lambda: self.inprogress,
+            dropped=self.dropped.append,
+            close=self.closed.append,
+        )
+
+
+def node(
+    store: dict[str, Any], engine: Engine, settings: dict[str, Any] | None = None
+) -> Scheduler:
+    s = settings_with_defaults({**FAST, **(settings or {})})
+    scheduler = Scheduler(
+        config=FrontierConfig.from_settings(s, "job"),
+        redis_config=RedisConfig.from_settings(s),
+        fingerprint=RequestFingerprinter().fingerprint,
+        frontier=MemoryFrontier("job", store),
+    )
+    scheduler.bind_engine(engine.hooks(), [])
+    return scheduler
+
+
+async def until(check: Callable[[], bool], seconds: float = 3.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+async def take(scheduler: Scheduler, engine: Engine, n: int) -> list[Request]:
+    """The next *n* requests, handed to the engine (in progress)."""
+    got: list[Request] = []
+
+    def more() -> bool:
+        request = scheduler.next_request()
+        if request is not None:
+            engine.inprogress.add(request)
+            got.append(request)
+        return len(got) >= n
+
+    await until(more)
+    return got
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(body(), 20))
+
+
+def test_a_request_is_acknowledged_only_once_the_engine_is_done_with_it() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        for i in range(3):
+            assert scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        assert not scheduler.enqueue_request(Request("http://a.test/0"))  # known here
+        got = await take(scheduler, engine, 3)
+        assert sorted(r.url for r in got) == [f"http://a.test/{i}" for i in range(3)]
+        frontier = MemoryFrontier("job", store)
+        await asyncio.sleep(0.1)
+        assert (await frontier.counters()).get("acked", 0) == 0  # still in progress
+        engine.inprogress.clear()
+        await until(lambda: store["job"].counters.get("acked", 0) == 3)
+        assert store["job"].counters["leased"] == 0
+        await scheduler.stop("finished")
+
+    run(body)
+
+
+def test_a_page_whose_item_was_not_stored_goes_back_to_its_queue() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        scheduler.enqueue_request(Request("http://a.test/1"))
+        (request,) = await take(scheduler, engine, 1)
+        response = type("R", (), {"request": request})()
+        scheduler.item_dropped({}, response, ItemNotDurable("store down"))
+        engine.inprogress.clear()
+        await until(lambda: store["job"].counters.get("requeued", 0) == 1)
+        assert store["job"].counters.get("acked", 0) == 0
+        (again,) = await take(scheduler, engine, 1)  # crawled again, not lost
+        assert again.url == request.url
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
+def test_pause_gives_leases_back_and_resume_takes_work_again() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine, {"CRAWLFLEET_PREFETCH": 4})
+        await scheduler.start(Spider("job"))
+        for i in range(10):
+            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        await until(lambda: scheduler.ledger.ready > 0)
+        frontier = MemoryFrontier("job", store)
+        await frontier.send_control("*", "state", "paused")
+        await until(lambda: scheduler.steering.state == "paused", 1.0)  # within a second
+        assert scheduler.next_request() is None
+        assert scheduler.ledger.ready == 0 and not scheduler.ledger.held
+        assert store["job"].counters["queued"] == 10
+        await frontier.send_control("*", "state", "running")
+        got = await take(scheduler, engine, 1)
+        assert got
+        await scheduler.stop("finished")
+
+    run(body)
+
+
+def test_a_node_started_before_any_seed_waits_then_finishes_after_the_work() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        await asyncio.sleep(0.4)  # longer than the finish grace: no work yet, no finish
+        assert scheduler.has_pending_requests()
+        assert not scheduler.lifecycle.finished
+        scheduler.enqueue_request(Request("http://a.test/seed"))
+        await take(scheduler, engine, 1)
+        engine.inprogress.clear()
+        await until(lambda: not scheduler.has_pending_requests())
+        assert scheduler.lifecycle.finished
+        await scheduler.stop("finished")
+        summary = json.loads(store["job"].summaries[scheduler.node_id])
+        assert summary["reason"] == "finished"
+
+    run(body)
+
+
+def test_a_dead_nodes_leases_go_to_the_living() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        dead_engine, live_engine = Engine(), Engine()
+        dead = node(store, dead_engine, {"CRAWLFLEET_PREFETCH": 5})
+        await dead.start(Spider("job"))
+        for i in range(5):
+            dead.enqueue_request(Request(f"http://a.test/{i}"))
+        await take(dead, dead_engine, 5)
+        assert dead.sync._task is not None
+        dead.sync._task.cancel()  # killed: no heartbeat, no release, nothing
+        live = node(store, live_engine)
+        await live.start(Spider("job"))
+        got = await take(live, live_engine, 5)
+        assert sorted(r.url for r in got) == [f"http://a.test/{i}" for i in range(5)]
+        assert store["job"].counters["requeued"] == 5
+        live_engine.inprogress.clear()
+        await until(lambda: store["job"].counters.get("acked", 0) == 5)
+        await live.stop("finished")
+
+    run(body)
+
+
+def test_seeds_are_read_from_the_list_and_invalid_ones_skipped() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine, {"CRAWLFLEET_START_URLS_KEY": "job:start_urls"})
+        frontier = MemoryFrontier("job", store)
+        await frontier.push_seeds(
+            "job:start_urls", [b"http://a.test/1", b"not a url", b'{"url": "http://a.test/2"}']
+        )
+        await scheduler.start(Spider("job"))
+        got = await take(scheduler, engine, 2)
+        assert sorted(r.url for r in got) == ["http://a.test/1", "http://a.test/2"]
+        assert await frontier.read_seeds("job:start_urls", 10) == []
+        assert scheduler.stats.get("crawlfleet/seeds/invalid") == 0  # no stats collector
+        await scheduler.stop("finished")
+
+    run(body)
+
+
+def test_rate_limited_requests_wait_for_their_slots() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine, {"CRAWLFLEET_RATE_LIMITS": {"a.test": "20/1s"}})
+        await scheduler.start(Spider("job"))
+        for i in range(10):
+            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        sent: list[float] = []
+
+        def more() -> bool:
+            request = scheduler.next_request()
+            if request is not None:
+                sent.append(time.monotonic())
+            return len(sent) >= 10
+
+        await until(more, 5.0)
+        gaps = [b - a for a, b in itertools.pairwise(sent)]
+        # 20/s with the default margin: slots about 51 ms apart, never closer
+        assert min(gaps) >= 0.045, gaps
+        assert sent[-1] - sent[0] < 1.5  # slots are used (the benchmark measures how well)
+        await scheduler.stop("finished")
+
+    run(body)
+
+
+def test_the_ledger_gives_back_slots_missed_and_keeps_one_place_per_request() -> None:
+    async def body() -> None:
+        ledger = Ledger(lambda: None)
+        requests = [Request(f"http://a.test/{i}") for i in range(3)]
+        for i in range(len(requests)):
+            ledger.hold(str(i), "a.test")
+        now = asyncio.get_running_loop().time()
+        ledger.add_slotted(now - 1.0, 0.01, requests[0], "0")  # long missed
+        ledger.add_slotted(now - 0.001, 0.5, requests[1], "1")  # due
+        ledger.add_ready(requests[2], "2")
+        leased, late = ledger.take(now)
+        assert leased == (requests[1], "1") and late == 1
+        assert ledger.release == [("0", "a.test")] and "0" not in ledger.held
+        assert ledger.take(now)[0] == (requests[2], "2")
+        assert ledger.collect({requests[2]}) == 0
+        assert ledger.acks == ["1"] and set(ledger.held) == {"2"}
+        ledger.mark_unstored(requests[2])
+        assert ledger.collect(set()) == 1
+        assert ledger.release[-1] == ("2", "a.test") and not ledger.held
+
+    run(body)
+
+
+@pytest.mark.parametrize("state", ["draining", "stopped"])
+def test_drain_and_stop_close_the_node(state: str) -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        scheduler.enqueue_request(Request("http://a.test/1"))
+        await take(scheduler, engine, 1)
+        await MemoryFrontier("job", store).send_control("*", "state", state)
+        if state == "draining":
+            await asyncio.sleep(0.3)
+            assert engine.closed == []  # a request in progress: not yet
+            engine.inprogress.clear()
+        await until(lambda: engine.closed == ["drained" if state == "draining" else "stopped"])
+        await scheduler.stop(engine.closed[0])
+
+    run(body)
