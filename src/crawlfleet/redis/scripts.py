@@ -1,4 +1,6 @@
-"""Loading the Lua scripts in ``lua/``: one file per atomic operation.
+"""Loading Lua scripts: one file per atomic operation, kept beside the code that calls
+it (``crawlfleet/frontier/lua/`` for the job's frontier, ``crawlfleet/pipelines/lua/``
+for the item stream); a name is looked up in those folders in that order.
 
 A script whose header says ``-- uses: seen`` is built twice, once with each seen-filter
 library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked up as
@@ -23,8 +25,16 @@ __all__ = ["SEEN_MODES", "ScriptSet", "script_source"]
 SEEN_MODES = ("exact", "bloom")
 
 
+#: Packages whose ``lua/`` folder holds scripts, searched in this order.
+SCRIPT_PACKAGES = ("crawlfleet.frontier", "crawlfleet.pipelines")
+
+
 def _read(name: str) -> str:
-    return resources.files("crawlfleet.redis").joinpath("lua", name).read_text("utf-8")
+    for package in SCRIPT_PACKAGES:
+        path = resources.files(package).joinpath("lua", name)
+        if path.is_file():
+            return path.read_text("utf-8")
+    raise FileNotFoundError(f"no Lua script {name} in {', '.join(SCRIPT_PACKAGES)}")
 
 
 @cache
