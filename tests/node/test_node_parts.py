@@ -41,10 +41,15 @@ class Engine:
         self.inprogress: set[Request] = set()
         self.dropped: list[Request] = []
         self.closed: list[str] = []
+        self.wakes = 0
+
+    def wake(self) -> None:
+        self.wakes += 1
 
     def hooks(self) -> EngineHooks:
         return EngineHooks(
             inprogress=lambda: self.inprogress,
+            wake=self.wake,
             dropped=self.dropped.append,
             close=self.closed.append,
         )
@@ -99,6 +104,8 @@ def test_a_request_is_acknowledged_only_once_the_engine_is_done_with_it() -> Non
         for i in range(3):
             assert scheduler.enqueue_request(Request(f"http://a.test/{i}"))
         assert not scheduler.enqueue_request(Request("http://a.test/0"))  # known here
+        # leased work wakes the engine (Scrapy would otherwise ask again only every 5 s)
+        await until(lambda: engine.wakes > 0 and scheduler.ledger.ready == 3)
         got = await take(scheduler, engine, 3)
         assert sorted(r.url for r in got) == [f"http://a.test/{i}" for i in range(3)]
         frontier = MemoryFrontier("job", store)

@@ -204,7 +204,9 @@ class Scheduler(BaseScheduler):
     def bind_engine(
         self, engine: EngineHooks, providers: list[Callable[[], dict[str, Any]]]
     ) -> None:
-        self.engine = self.sync.engine = self.lifecycle.engine = engine
+        """Use *engine*'s hooks (every part that calls the engine gets them) and publish
+        the status of *providers* with each heartbeat."""
+        self.engine = self.sync.engine = self.sync.leaser.engine = self.lifecycle.engine = engine
         self.status_providers = providers
 
     @property
@@ -215,11 +217,11 @@ class Scheduler(BaseScheduler):
     @property
     def robots_probe_ms(self) -> int:
         """> 0 when the node obeys robots.txt: see crawlfleet.middlewares.throttle."""
-        return self.sync.robots_probe_ms
+        return self.sync.leaser.robots_probe_ms
 
     @robots_probe_ms.setter
     def robots_probe_ms(self, value: int) -> None:
-        self.sync.robots_probe_ms = value
+        self.sync.leaser.robots_probe_ms = value
 
     # -- Scrapy's scheduler interface -------------------------------------------------
     def open(self, spider: Spider) -> Deferred[None]:
@@ -265,7 +267,7 @@ class Scheduler(BaseScheduler):
                     # the batch on its way), so it is a duplicate without asking Redis
                     self.sync.count_duplicate(request)
                     return False
-            payload = self.sync.codec.encode(request)
+            payload = self.sync.leaser.codec.encode(request)
         except SerializationError as exc:
             logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
             self.stats.inc("crawlfleet/scheduler/unserializable")
@@ -283,7 +285,7 @@ class Scheduler(BaseScheduler):
         if late:
             self.stats.inc("crawlfleet/scheduler/late", late)
             self.sync.kick()
-        if self.sync.low():
+        if self.sync.leaser.low():
             self.sync.kick_for_work()
         if leased is None:
             if not self.lifecycle.finished and not self.ledger.slotted:

@@ -21,21 +21,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from scrapy import Request, Spider
 
-from crawlfleet.exceptions import ConfigError, MalformedEntry
+from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.client import JobState, LeaseResult, Outgoing
+from crawlfleet.frontier.client import JobState, Outgoing
 from crawlfleet.frontier.control import Desired
-from crawlfleet.frontier.limits import LATE_SHARE, RateLimits
+from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.leasing import Leaser
 from crawlfleet.node.ledger import Ledger, Outbound
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.reports import SiteReports
@@ -43,9 +43,10 @@ from crawlfleet.node.seeds import SeedReader, request_from_seed
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
+from crawlfleet.retry import Backoff, Outage, until_reachable
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 
-__all__ = ["SLOT_HORIZON_SECONDS", "SyncLoop", "retry_until_reachable"]
+__all__ = ["SyncLoop"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +62,6 @@ CONTROL_CHECK_SECONDS = 0.5
 OUTAGE_LOG_SECONDS = 60.0
 #: Batches of new requests sent per round at most (then heartbeat and lease).
 FLUSHES_PER_ROUND = 2
-#: Longest wait between lease attempts while other nodes hold leases.
-BUSY_POLL_MAX_SECONDS = 0.2
-#: Slots of rate-limited sites are leased at most this far ahead (a node that dies
-#: holding them wastes at most this much of a budget).
-SLOT_HORIZON_SECONDS = 0.5
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
 
@@ -73,21 +69,6 @@ CLOSE_FLUSH_SECONDS = 60.0
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-async def retry_until_reachable(
-    what: str, call: Callable[[], Awaitable[T]], first: float, longest: float
-) -> T:
-    """``await call()`` until Redis answers, waiting *first* s, doubling up to *longest*,
-    and saying so each time."""
-    delay = first
-    while True:
-        try:
-            return await call()
-        except REDIS_ERRORS as exc:
-            logger.warning("Redis unreachable, cannot %s (%s); retrying in %.1fs", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, longest)
 
 
 class SyncLoop:
@@ -122,12 +103,20 @@ class SyncLoop:
         #: the frontier's fingerprint of a request (FINGERPRINT_BYTES long)
         self.fingerprint = fingerprint
         self.status = status
-        self.codec = RequestCodec(None)
         self.spider: Spider | None = None
-        #: the configured limits, with the job's run-time limits over them
-        self.limits: RateLimits = config.rate_limits
-        #: > 0 when the node obeys robots.txt (crawlfleet.middlewares.throttle)
-        self.robots_probe_ms = 0
+        #: when and how much to lease (its ``limits``: the configured ones with the
+        #: job's run-time limits over them)
+        self.leaser = Leaser(
+            frontier=frontier,
+            ledger=ledger,
+            steering=steering,
+            config=config,
+            node_id=node_id,
+            engine=engine,
+            stats=stats,
+        )
+        self.backoff = Backoff(redis_config.retry_min_seconds, redis_config.retry_max_seconds)
+        self.outage = Outage("Redis", self._waiting, OUTAGE_LOG_SECONDS)
         #: what this node learned about sites (back-off, robots.txt), to send
         self.reports = SiteReports(config.backoff, stats.inc)
         self.seeds = (
@@ -137,7 +126,6 @@ class SyncLoop:
         )
         self.state: JobState | None = None
         self._limits_raw: dict[str, str] = {}
-        self._offer: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._opened = False
         # waking the loop: a future it sleeps on, resolved by kick(); a kick while it
@@ -147,12 +135,7 @@ class SyncLoop:
         self._kicked = False
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
-        self._next_lease = 0.0
-        self._await_capacity = False
-        self._idle_delay = 0.0
         self._last_flush = 0.0
-        self._redis_down_since: float | None = None
-        self._outage_logged = 0.0
         self._was_idle = False  # at the last heartbeat
         self._control_seq = -1  # the job's newest command known (-1: not read yet)
         self._next_control_check = 0.0
@@ -161,9 +144,9 @@ class SyncLoop:
     # -- start and stop --------------------------------------------------------------
     async def open(self, spider: Spider | None) -> None:
         self.spider = spider
-        self.codec = RequestCodec(spider)
+        self.leaser.codec = RequestCodec(spider)
         self._opened = True
-        await self._retry("open the frontier", self.frontier.register_job)
+        await until_reachable("open the frontier", self.frontier.register_job, self.backoff)
         self._task = asyncio.ensure_future(self._run())
 
     async def close(self, reason: str, summary: Callable[[str], dict[str, Any]]) -> None:
@@ -184,7 +167,7 @@ class SyncLoop:
                 unstored,
             )
         deadline = time.monotonic() + CLOSE_FLUSH_SECONDS
-        delay = self.redis_config.retry_min_seconds
+        self.backoff.reset()
         while time.monotonic() < deadline:
             try:
                 while ledger.unsent:
@@ -200,11 +183,13 @@ class SyncLoop:
                 await self.frontier.save_summary(self.node_id, summary(reason))
                 break
             except REDIS_ERRORS as exc:
+                delay = self.backoff.next()
                 logger.warning(
-                    "Redis unreachable while closing (%s); retrying in %.1fs", exc, delay
+                    "Redis unreachable while closing (%s); retrying in %.1fs",
+                    redact(str(exc)),
+                    delay,
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.redis_config.retry_max_seconds)
         else:
             logger.error(
                 "Could not reach Redis for %.0fs while closing: %d new requests were not "
@@ -215,10 +200,6 @@ class SyncLoop:
             )
             self.stats.set("crawlfleet/node/unfinished", len(ledger.out) + len(ledger.held))
         self.stats.set("crawlfleet/redis/round_trips", self.frontier.round_trips)
-
-    async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        rc = self.redis_config
-        return await retry_until_reachable(what, call, rc.retry_min_seconds, rc.retry_max_seconds)
 
     # -- waking ------------------------------------------------------------------------
     def kick(self, *, closing: bool = False) -> None:
@@ -233,39 +214,24 @@ class SyncLoop:
     def kick_for_work(self) -> None:
         """The ledger runs low: wake the loop if it may lease now (not while it backs
         off from an empty job, nor when it is awake anyway)."""
-        if self._await_capacity and len(self.ledger.handed) < self.steering.concurrency:
-            self._await_capacity = False  # a download ended: slots can be used again
-            self._next_lease = 0.0
-        if time.monotonic() >= self._next_lease and not self._kicked:
+        if self.leaser.may_lease() and not self._kicked:
             self.kick()
 
     def low(self) -> bool:
         """The leased requests this node holds are at most half its prefetch."""
-        return self.ledger.ready <= self.steering.prefetch // 2
-
-    def lease_now(self) -> None:
-        """Lease at the next round (a pause ended, capacity grew)."""
-        self._next_lease = 0.0
+        return self.leaser.low()
 
     # -- the loop --------------------------------------------------------------------
     async def _run(self) -> None:
-        delay = self.redis_config.retry_min_seconds
         while not self.lifecycle.closing:
             try:
                 await self._tick()
-                if self._redis_down_since is not None:
-                    logger.warning(
-                        "Redis reachable again after %.1fs; %d new requests waited locally",
-                        time.monotonic() - self._redis_down_since,
-                        len(self.ledger.out),
-                    )
-                    self._redis_down_since = None
-                delay = self.redis_config.retry_min_seconds
+                self.outage.succeeded(lambda: f"{len(self.ledger.out)} new requests waited locally")
+                self.backoff.reset()
             except REDIS_ERRORS as exc:
                 self.stats.inc("crawlfleet/redis/errors")
-                self._log_outage(exc)
-                await self._sleep(delay, wake_on_work=False)
-                delay = min(delay * 2, self.redis_config.retry_max_seconds)
+                self.outage.failed(exc)
+                await self._sleep(self.backoff.next(), wake_on_work=False)
                 continue
             except Exception:
                 logger.exception("crawlfleet sync loop failed; retrying in 1s")
@@ -273,36 +239,17 @@ class SyncLoop:
                 continue
             await self._sleep(self._pause_seconds())
 
-    def _log_outage(self, exc: BaseException) -> None:
-        """Say that Redis is unreachable (or hung: a timeout) at once, then once a
-        minute while it lasts."""
-        now = time.monotonic()
-        what = f"{type(exc).__name__}: {redact(str(exc))}"
-        if self._redis_down_since is None:
-            self._redis_down_since = self._outage_logged = now
-            logger.warning(
-                "Redis unreachable (%s): the node goes on with what it holds and retries; "
-                "%d new requests and %d finished ones wait locally, nothing is lost",
-                what,
-                len(self.ledger.out),
-                len(self.ledger.acks),
-            )
-        elif now - self._outage_logged >= OUTAGE_LOG_SECONDS:
-            self._outage_logged = now
-            logger.warning(
-                "Redis still unreachable after %.0fs (%s); %d new requests and %d finished "
-                "ones wait locally",
-                now - self._redis_down_since,
-                what,
-                len(self.ledger.out),
-                len(self.ledger.acks),
-            )
+    def _waiting(self) -> str:
+        return (
+            f"{len(self.ledger.out)} new requests and {len(self.ledger.acks)} finished ones "
+            "wait locally"
+        )
 
     def _pause_seconds(self) -> float:
         """How long the loop sleeps unless woken: LOOP_SECONDS, or until the next lease
         when that is sooner (a rate-limited site's next slot opens) and work is wanted."""
         if self.low() and self.steering.state == "running":
-            return min(LOOP_SECONDS, max(0.0, self._next_lease - time.monotonic()))
+            return min(LOOP_SECONDS, max(0.0, self.leaser.next_at - time.monotonic()))
         return LOOP_SECONDS
 
     async def _sleep(self, seconds: float, *, wake_on_work: bool = True) -> None:
@@ -368,14 +315,16 @@ class SyncLoop:
         if self.steering.state != "running":
             if self.steering.state == "draining" and self.locally_idle():
                 self.lifecycle.close_once("drained")
-        elif self.low() and now >= self._next_lease:
-            await self._lease()
+        elif self.low() and now >= self.leaser.next_at:
+            seq = await self.leaser.lease()
+            if seq is not None:
+                self._note_control_seq(seq)
         if self.seeds is not None and now >= self.seeds.next_at:
-            await self.seeds.pull(self._seed_outbound, self._queue_now, self._idle_delay)
+            await self.seeds.pull(self._seed_outbound, self._queue_now, self.leaser.idle_delay)
         if self.reports:
             await self.reports.send(self.frontier)
-            if self._offer:
-                self._next_lease = 0.0  # a robots.txt just read may free its site
+            if self.leaser.offer:
+                self.leaser.now()  # a robots.txt just read may free its site
 
     def locally_idle(self) -> bool:
         """This node holds nothing and the engine reads no start requests."""
@@ -427,8 +376,7 @@ class SyncLoop:
         self.stats.inc("crawlfleet/frontier/queued", result.queued)
         self.stats.inc("crawlfleet/frontier/acked", result.acked)
         if result.queued:
-            self._idle_delay = 0.0
-            self._next_lease = 0.0
+            self.leaser.work_arrived()
         for i in result.duplicate_indexes:
             request = batch[i][0]
             self.count_duplicate(request)
@@ -448,94 +396,12 @@ class SyncLoop:
 
     def _seed_outbound(self, raw: bytes) -> Outbound:
         request = request_from_seed(self.spider, raw)
-        return request, self.fingerprint(request), self.codec.encode(request)
+        return request, self.fingerprint(request), self.leaser.codec.encode(request)
 
     async def _queue_now(self, outgoing: list[Outbound]) -> None:
         self.ledger.out.extend(outgoing)
         while self.ledger.out:
             await self._flush()
-
-    # -- leasing -------------------------------------------------------------------------
-    async def _lease(self) -> None:
-        ledger, steering, config = self.ledger, self.steering, self.config
-        want = steering.prefetch - ledger.ready
-        if want <= 0:
-            return
-        # slots of rate-limited sites only for what the downloader can start on time
-        free = steering.concurrency - len(ledger.handed) - len(ledger.slotted)
-        offer = self._offer or await self.frontier.offer(config.lease_sites)
-        result: LeaseResult | None = None
-        asked = asyncio.get_event_loop().time()
-        if offer:
-            result = await self.frontier.lease(
-                self.node_id,
-                want,
-                offer,
-                lease_ms=int(config.lease_seconds * 1000),
-                per_site=max(1, math.ceil(want / len(offer))),
-                offer_size=config.lease_sites,
-                intervals=[self.limits.interval_us(site) for site in offer],
-                budgets=[site + config.budget_scope for site in offer],
-                late=[self.limits.late_us(site) for site in offer],
-                backoff_half_life_ms=int(config.backoff.half_life_seconds * 1000),
-                robots_probe_ms=self.robots_probe_ms,
-                horizon_us=int(SLOT_HORIZON_SECONDS * 1_000_000),
-                late_share=config.rate_limit_margin * LATE_SHARE,
-                max_slots=max(0, free),
-            )
-            self._offer = result.offer
-            self._note_control_seq(result.control_seq)
-            for site in result.backoff_ended:
-                logger.info("Back-off of %s is over (it decayed)", site)
-        received = asyncio.get_event_loop().time()
-        if result is not None and not result.entries and result.ready_in_us >= 0:
-            # rate-limited sites only: come back exactly when the first one is ready
-            self._next_lease = time.monotonic() + result.ready_in_us / 1_000_000
-            return
-        if result is not None and not result.entries and free <= 0:
-            # no capacity for slots: lease again once a download ends (next_request)
-            self._await_capacity = True
-            self._next_lease = time.monotonic() + BUSY_POLL_MAX_SECONDS
-            return
-        if result is None or not result.entries:
-            # Nothing to lease. While other nodes hold leases, their pages will bring
-            # new links soon: look again within BUSY_POLL_MAX_SECONDS. Only a job with
-            # nothing leased backs off up to CRAWLFLEET_IDLE_MAX_SECONDS.
-            busy = result is not None and (result.leased > 0 or result.queued > 0)
-            cap = BUSY_POLL_MAX_SECONDS if busy else config.idle_max_seconds
-            self._idle_delay = min(max(self._idle_delay * 2, LOOP_SECONDS), cap)
-            self._next_lease = time.monotonic() + self._idle_delay
-            return
-        self._idle_delay = 0.0
-        self._take_leased(result, asked, received)
-
-    def _take_leased(self, result: LeaseResult, asked: float, received: float) -> None:
-        ledger = self.ledger
-        for entry in result.entries:
-            ledger.hold(entry.rid, entry.site)
-            try:
-                request = self.codec.decode(entry.payload)
-            except MalformedEntry as exc:
-                logger.error(
-                    "Malformed frontier entry %s set aside (job %s): %s",
-                    entry.rid,
-                    self.config.job,
-                    exc,
-                )
-                self.stats.inc("crawlfleet/frontier/malformed")
-                ledger.set_aside(entry.rid)
-                continue
-            if entry.slot_us is None:
-                ledger.add_ready(request, entry.rid)
-            else:
-                # Redis's "now" lies between asking and the reply: counted from the reply,
-                # a slot is never early; the time the reply took comes off how late it
-                # may be sent
-                at = received + entry.slot_us / 1_000_000
-                late = entry.late_us / 1_000_000 - (received - asked)
-                ledger.add_slotted(at, late, request, entry.rid)
-        self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
-        self.engine.wake()
 
     # -- heartbeat, limits, control --------------------------------------------------------
     async def _heartbeat(self, *, leaving: bool = False) -> None:
@@ -562,7 +428,7 @@ class SyncLoop:
         )
         self._was_idle = idle
         if state.queued > 0 and not self.ledger.ready:
-            self._next_lease = 0.0
+            self.leaser.now()
         seeds_waiting = self.seeds is not None and self.seeds.waiting
         self.lifecycle.update(state, idle, seeds_waiting, now)
 
@@ -588,7 +454,7 @@ class SyncLoop:
                 valid[pattern] = spec
             except ConfigError as exc:
                 logger.error("Ignoring the job's rate limit %r = %r: %s", pattern, spec, exc)
-        self.limits = self.config.rate_limits.merged(
+        self.leaser.limits = self.config.rate_limits.merged(
             RateLimits.parse(valid, source="limits", margin=self.config.rate_limit_margin)
         )
         logger.info("Rate limits of job %r now: %s", self.config.job, raw or "as configured")
@@ -617,7 +483,7 @@ class SyncLoop:
         if state == "stopped":
             self.lifecycle.close_once("stopped")
         elif state == "running":
-            self._next_lease = 0.0
+            self.leaser.now()
             self.engine.wake()
 
     def apply_concurrency(self) -> None:

@@ -1,0 +1,176 @@
+"""When a node leases, and how much: the part of the sync loop that refills the ledger.
+
+A node leases when its ready requests fall to half its prefetch, for what it lacks;
+rate-limited sites get slots only for what its downloader can start on time. With
+nothing to lease it looks again soon while other nodes hold work (their pages bring
+links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
+only rate-limited sites wait, it comes back exactly when the first one is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+
+from crawlfleet.exceptions import MalformedEntry
+from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.client import LeaseResult
+from crawlfleet.frontier.limits import LATE_SHARE, RateLimits
+from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.ledger import Ledger
+from crawlfleet.node.stats import NodeStats
+from crawlfleet.node.steering import Steering
+from crawlfleet.settings.config import FrontierConfig
+
+__all__ = ["BUSY_POLL_MAX_SECONDS", "MIN_IDLE_SECONDS", "SLOT_HORIZON_SECONDS", "Leaser"]
+
+logger = logging.getLogger(__name__)
+
+#: Longest wait between lease attempts while other nodes hold leases.
+BUSY_POLL_MAX_SECONDS = 0.2
+#: First wait after a lease that found nothing.
+MIN_IDLE_SECONDS = 0.05
+#: Slots of rate-limited sites are leased at most this far ahead (a node that dies
+#: holding them wastes at most this much of a budget).
+SLOT_HORIZON_SECONDS = 0.5
+
+
+class Leaser:
+    """Leases for node *node_id* into *ledger*; ``limits`` and ``robots_probe_ms`` are
+    set by the node as they change."""
+
+    def __init__(
+        self,
+        *,
+        frontier: FrontierBackend,
+        ledger: Ledger,
+        steering: Steering,
+        config: FrontierConfig,
+        node_id: str,
+        engine: EngineHooks,
+        stats: NodeStats,
+    ) -> None:
+        self.frontier = frontier
+        self.ledger = ledger
+        self.steering = steering
+        self.config = config
+        self.node_id = node_id
+        self.engine = engine
+        self.stats = stats
+        self.codec = RequestCodec(None)
+        self.limits: RateLimits = config.rate_limits
+        self.robots_probe_ms = 0
+        #: the sites to lease from next (as the last lease proposed)
+        self.offer: list[str] = []
+        #: monotonic time before which the node does not lease
+        self.next_at = 0.0
+        #: the current wait after empty leases (0: the last lease found work)
+        self.idle_delay = 0.0
+        self._await_capacity = False
+
+    def low(self) -> bool:
+        """The leased requests the node holds are at most half its prefetch."""
+        return self.ledger.ready <= self.steering.prefetch // 2
+
+    def now(self) -> None:
+        """Lease at the next chance (work arrived, a pause ended, a site may be free)."""
+        self.next_at = 0.0
+
+    def work_arrived(self) -> None:
+        """Requests were queued: lease at once, the idle back-off starts over."""
+        self.idle_delay = 0.0
+        self.next_at = 0.0
+
+    def may_lease(self) -> bool:
+        """Whether a lease now could get something (not while backing off from an empty
+        job; once a download ends when the node waited for capacity)."""
+        if self._await_capacity and len(self.ledger.handed) < self.steering.concurrency:
+            self._await_capacity = False  # a download ended: slots can be used again
+            self.next_at = 0.0
+        return time.monotonic() >= self.next_at
+
+    async def lease(self) -> int | None:
+        """Lease what the node lacks; the job's control sequence as the lease read it
+        (None: no lease was asked for)."""
+        ledger, steering, config = self.ledger, self.steering, self.config
+        want = steering.prefetch - ledger.ready
+        if want <= 0:
+            return None
+        # slots of rate-limited sites only for what the downloader can start on time
+        free = steering.concurrency - len(ledger.handed) - len(ledger.slotted)
+        offer = self.offer or await self.frontier.offer(config.lease_sites)
+        result: LeaseResult | None = None
+        asked = asyncio.get_event_loop().time()
+        if offer:
+            result = await self.frontier.lease(
+                self.node_id,
+                want,
+                offer,
+                lease_ms=int(config.lease_seconds * 1000),
+                per_site=max(1, math.ceil(want / len(offer))),
+                offer_size=config.lease_sites,
+                intervals=[self.limits.interval_us(site) for site in offer],
+                budgets=[site + config.budget_scope for site in offer],
+                late=[self.limits.late_us(site) for site in offer],
+                backoff_half_life_ms=int(config.backoff.half_life_seconds * 1000),
+                robots_probe_ms=self.robots_probe_ms,
+                horizon_us=int(SLOT_HORIZON_SECONDS * 1_000_000),
+                late_share=config.rate_limit_margin * LATE_SHARE,
+                max_slots=max(0, free),
+            )
+            self.offer = result.offer
+            for site in result.backoff_ended:
+                logger.info("Back-off of %s is over (it decayed)", site)
+        received = asyncio.get_event_loop().time()
+        if result is not None and not result.entries and result.ready_in_us >= 0:
+            # rate-limited sites only: come back exactly when the first one is ready
+            self.next_at = time.monotonic() + result.ready_in_us / 1_000_000
+            return result.control_seq
+        if result is not None and not result.entries and free <= 0:
+            # no capacity for slots: lease again once a download ends (may_lease)
+            self._await_capacity = True
+            self.next_at = time.monotonic() + BUSY_POLL_MAX_SECONDS
+            return result.control_seq
+        if result is None or not result.entries:
+            # Nothing to lease. While other nodes hold leases, their pages will bring
+            # new links soon: look again within BUSY_POLL_MAX_SECONDS. Only a job with
+            # nothing leased backs off up to CRAWLFLEET_IDLE_MAX_SECONDS.
+            busy = result is not None and (result.leased > 0 or result.queued > 0)
+            cap = BUSY_POLL_MAX_SECONDS if busy else config.idle_max_seconds
+            self.idle_delay = min(max(self.idle_delay * 2, MIN_IDLE_SECONDS), cap)
+            self.next_at = time.monotonic() + self.idle_delay
+            return None if result is None else result.control_seq
+        self.idle_delay = 0.0
+        self._take(result, asked, received)
+        return result.control_seq
+
+    def _take(self, result: LeaseResult, asked: float, received: float) -> None:
+        ledger = self.ledger
+        for entry in result.entries:
+            ledger.hold(entry.rid, entry.site)
+            try:
+                request = self.codec.decode(entry.payload)
+            except MalformedEntry as exc:
+                logger.error(
+                    "Malformed frontier entry %s set aside (job %s): %s",
+                    entry.rid,
+                    self.config.job,
+                    exc,
+                )
+                self.stats.inc("crawlfleet/frontier/malformed")
+                ledger.set_aside(entry.rid)
+                continue
+            if entry.slot_us is None:
+                ledger.add_ready(request, entry.rid)
+            else:
+                # Redis's "now" lies between asking and the reply: counted from the reply,
+                # a slot is never early; the time the reply took comes off how late it
+                # may be sent
+                at = received + entry.slot_us / 1_000_000
+                late = entry.late_us / 1_000_000 - (received - asked)
+                ledger.add_slotted(at, late, request, entry.rid)
+        self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
+        self.engine.wake()

@@ -1,0 +1,105 @@
+"""Waiting for a service that does not answer: one back-off and one outage report for
+every loop that talks to Redis (nodes, item workers, commands)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from crawlfleet.redis.connection import REDIS_ERRORS, redact
+
+__all__ = ["Backoff", "Outage", "until_reachable"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Waits that start at *first* seconds and double up to *longest*."""
+
+    def __init__(self, first: float, longest: float) -> None:
+        if not 0 <= first <= longest:
+            raise ValueError(f"back-off needs 0 <= first <= longest, got {first}, {longest}")
+        self.first = first
+        self.longest = longest
+        self.delay = first
+
+    def next(self) -> float:
+        """The wait to take now; the one after it is twice as long (up to *longest*)."""
+        delay = self.delay
+        self.delay = min(max(delay * 2, self.first), self.longest)
+        return delay
+
+    def reset(self) -> None:
+        """A success: the next failure waits *first* again."""
+        self.delay = self.first
+
+
+async def until_reachable(what: str, call: Callable[[], Awaitable[T]], backoff: Backoff) -> T:
+    """``await call()`` until Redis answers, waiting by *backoff* and saying each time
+    that it cannot *what*."""
+    while True:
+        try:
+            result = await call()
+        except REDIS_ERRORS as exc:
+            delay = backoff.next()
+            logger.warning(
+                "Redis unreachable, cannot %s (%s); retrying in %.1fs",
+                what,
+                redact(str(exc)),
+                delay,
+            )
+            await asyncio.sleep(delay)
+        else:
+            backoff.reset()
+            return result
+
+
+class Outage:
+    """An outage of *service* as a loop sees it: said at once, then every
+    *every* seconds while it lasts, and its end with its duration. *holding* says
+    what waits meanwhile (called when a line is logged)."""
+
+    def __init__(self, service: str, holding: Callable[[], str], every: float = 60.0) -> None:
+        self.service = service
+        self.holding = holding
+        self.every = every
+        #: monotonic time the outage began (None: none now)
+        self.since: float | None = None
+        self._logged = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        what = f"{type(exc).__name__}: {redact(str(exc))}"
+        if self.since is None:
+            self.since = self._logged = now
+            logger.warning(
+                "%s unreachable (%s): the node goes on with what it holds and retries; %s, "
+                "nothing is lost",
+                self.service,
+                what,
+                self.holding(),
+            )
+        elif now - self._logged >= self.every:
+            self._logged = now
+            logger.warning(
+                "%s still unreachable after %.0fs (%s); %s",
+                self.service,
+                now - self.since,
+                what,
+                self.holding(),
+            )
+
+    def succeeded(self, what_waited: Callable[[], str]) -> None:
+        if self.since is not None:
+            logger.warning(
+                "%s reachable again after %.1fs; %s",
+                self.service,
+                time.monotonic() - self.since,
+                what_waited(),
+            )
+            self.since = None
