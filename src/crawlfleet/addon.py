@@ -11,8 +11,9 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
   repair, cleaning, validation, keys), in that fixed order, plus the charset-repairing
   downloader middleware when "encoding" is one of them;
 - a store pipeline for each name in ``CRAWLFLEET_STORES`` ("sql", "mongodb", "redis");
-- safer Scrapy defaults for a fleet: no telnet console (a remote Python shell on every
-  node) unless ``TELNETCONSOLE_ENABLED`` is set, and a 64 MiB limit on a response's
+- safer Scrapy defaults for a fleet: no telnet console and no remote-control HTTP server
+  (each a remote Python shell on every node) unless ``TELNETCONSOLE_ENABLED`` or
+  ``REMOTE_CONTROL_ENABLED`` is set, and a 64 MiB limit on a response's
   size, decompressed included (``DOWNLOAD_MAXSIZE``; a gzip bomb is dropped, not
   inflated to gigabytes), with a warning from 16 MiB (``DOWNLOAD_WARNSIZE``).
 
@@ -42,6 +43,8 @@ CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {
     "TELNETCONSOLE_ENABLED": False,
+    # Scrapy >= 2.19: an HTTP server on every node that runs the Python code it is sent
+    "REMOTE_CONTROL_ENABLED": False,
     "DOWNLOAD_MAXSIZE": 64 * 2**20,
     "DOWNLOAD_WARNSIZE": 16 * 2**20,
 }

@@ -73,6 +73,7 @@ def test_a_gzip_bomb_is_dropped_and_no_telnet_console_listens(
     text = log.read_text()
     assert "exceeded DOWNLOAD_MAXSIZE (67108864 B)" in text, text[-3000:]
     assert "Telnet console listening" not in text
+    assert "Remote control HTTP server listening" not in text  # Scrapy >= 2.19
     assert "'response_received_count': 2" in text  # the index and /ok
     peak = int(text.split("'memusage/max': ")[1].split(",")[0])
     assert peak < 400 * 2**20, f"peak memory {peak / 2**20:.0f} MiB"
