@@ -323,3 +323,25 @@ def test_no_node_counts_dead_for_a_silence_of_the_whole_fleet(run: Callable[...,
         assert await f.reclaim_expired(grace_ms=300) == 1
 
     run(body)
+
+
+def test_a_counter_that_is_not_a_number_costs_a_figure_not_the_crawl(
+    run_redis: Callable[..., Any],
+) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1"), out("u2")])
+        for name in ("queued", "leased", "seq", "control_seq", "served"):
+            await f.client.hset(f.keys.counters, name, "abc")
+        r = await f.commit("n1", [out("u3")])
+        assert r.queued == 1
+        leased = await lease_all(f)
+        assert sorted(leased) == ["u1", "u2", "u3"]  # no request id given twice
+        st = await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=True, lease_ms=1000)
+        assert st.leased == 3
+        assert await f.send_control("*", "state", "paused") == 1
+        c = await f.counters()
+        assert c["repaired"] >= 3 and c["leased"] == 3
+        res = await f.lease("n1", 1, ["a"], lease_ms=1000, per_site=1, offer_size=10)
+        assert res.entries == []
+
+    run_redis(body)

@@ -30,6 +30,7 @@ __all__ = [
     "Leased",
     "Outgoing",
     "SeenConfig",
+    "counter_value",
     "parse_throttle",
 ]
 
@@ -119,6 +120,15 @@ class JobState:
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def counter_value(raw: Any) -> int:
+    """A counter of the job's hash as read (None, bytes or str): 0 when absent or not a
+    whole number (the scripts repair such a counter at its next change)."""
+    try:
+        return int(raw) if raw is not None else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
@@ -532,7 +542,7 @@ class Frontier:
     async def counters(self) -> dict[str, int]:
         self.round_trips += 1
         raw = await self.client.hgetall(self.keys.counters)
-        return {_s(k): int(v) for k, v in raw.items()}
+        return {_s(k): counter_value(v) for k, v in raw.items()}
 
     async def register_job(self) -> None:
         self.round_trips += 1

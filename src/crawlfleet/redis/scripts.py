@@ -6,7 +6,9 @@ A script whose header says ``-- uses: seen`` is built twice, once with each seen
 library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked up as
 ``name`` with ``seen_mode`` "exact" or "bloom". A header ``-- uses: backoff`` prepends
 ``_backoff.lua`` (the decay of a site's back-off, shared by lease and throttle), and
-``-- uses: entry`` prepends ``_entry.lua`` (reading a stored request's score and site).
+``-- uses: entry`` prepends ``_entry.lua`` (reading a stored request's score and site),
+``-- uses: counters`` prepends ``_counters.lua`` (the job's counters, robust to a value
+that is not a number).
 Scripts are registered with redis-py, which runs them by SHA and re-sends a script the
 server has forgotten (NOSCRIPT after a restart).
 """
@@ -37,14 +39,30 @@ def _read(name: str) -> str:
     raise FileNotFoundError(f"no Lua script {name} in {', '.join(SCRIPT_PACKAGES)}")
 
 
+#: Libraries a script may name in its ``-- uses:`` header (besides "seen").
+LIBRARIES = ("backoff", "entry", "counters")
+
+
+def _uses(body: str) -> list[str]:
+    """The names of the script's ``-- uses: a, b`` header line."""
+    for line in body.splitlines():
+        if line.startswith("-- uses:"):
+            return [u.strip() for u in line.removeprefix("-- uses:").split(",") if u.strip()]
+    return []
+
+
 @cache
 def script_source(name: str, seen_mode: str | None = None) -> str:
     """The full source of script *name* (without ``.lua``), libraries included."""
     body = _read(f"{name}.lua")
-    for library in ("backoff", "entry"):
-        if f"-- uses: {library}" in body:
+    uses = _uses(body)
+    unknown = set(uses) - {*LIBRARIES, "seen"}
+    if unknown:
+        raise ValueError(f"script {name} uses unknown libraries {sorted(unknown)}")
+    for library in LIBRARIES:
+        if library in uses:
             body = _read(f"_{library}.lua") + "\n" + body
-    if "-- uses: seen" in body:
+    if "seen" in uses:
         if seen_mode not in SEEN_MODES:
             raise ValueError(f"script {name} needs a seen mode, one of {SEEN_MODES}")
         return _read(f"_seen_{seen_mode}.lua") + "\n" + body

@@ -1,6 +1,6 @@
 -- commit: one batch from a node: acknowledge finished leases, set malformed entries
 -- aside, and queue new requests whose fingerprint the seen-filter has not seen.
--- uses: seen
+-- uses: seen, counters
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
@@ -58,6 +58,13 @@ end
 
 local queued, dups, dup_idx = 0, 0, {}
 local seq = tonumber(redis.call('HGET', KEYS[5], 'seq') or '0')
+if not seq then
+  -- unreadable (a hand edit, a bug): go on from Redis's clock in µs, far above any
+  -- sequence used so far, so that no request id is given twice
+  local t = redis.call('TIME')
+  seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  count(KEYS[5], 'repaired', 1)
+end
 for i = 1, R do
   local fp, qi, site, prio, payload = ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2],
                                       tonumber(ARGV[pos + 3]), ARGV[pos + 4]
@@ -67,7 +74,7 @@ for i = 1, R do
     dup_idx[#dup_idx + 1] = i
   else
     seq = seq + 1
-    local rid = tostring(seq)
+    local rid = string.format('%.0f', seq)
     local score = -prio * 4294967296 + (seq % 4294967296)
     redis.call('HSET', KEYS[2], rid, string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
     redis.call('ZADD', KEYS[qbase + qi], score, rid)
@@ -77,13 +84,13 @@ for i = 1, R do
 end
 seen_finish()
 
-if R > 0 then redis.call('HSET', KEYS[5], 'seq', seq) end
+if R > 0 then redis.call('HSET', KEYS[5], 'seq', string.format('%.0f', seq)) end
 if queued > 0 then
-  redis.call('HINCRBY', KEYS[5], 'queued', queued)
-  redis.call('HINCRBY', KEYS[5], 'enqueued', queued)
+  count(KEYS[5], 'queued', queued)
+  count(KEYS[5], 'enqueued', queued)
 end
-if dups > 0 then redis.call('HINCRBY', KEYS[5], 'duplicates', dups) end
-if acked + bad > 0 then redis.call('HINCRBY', KEYS[5], 'leased', -(acked + bad)) end
-if acked > 0 then redis.call('HINCRBY', KEYS[5], 'acked', acked) end
-if bad > 0 then redis.call('HINCRBY', KEYS[5], 'bad', bad) end
+if dups > 0 then count(KEYS[5], 'duplicates', dups) end
+if acked + bad > 0 then count(KEYS[5], 'leased', -(acked + bad)) end
+if acked > 0 then count(KEYS[5], 'acked', acked) end
+if bad > 0 then count(KEYS[5], 'bad', bad) end
 return {queued, dups, acked, dup_idx, seen_new_layers()}

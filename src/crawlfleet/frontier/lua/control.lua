@@ -1,4 +1,5 @@
 -- control: record a command for the nodes of a job (see frontier/control.py).
+-- uses: counters
 --
 -- KEYS[1] control   hash  "<scope>:<kind>" -> JSON {"seq", "value", "at"}
 -- KEYS[2] counters  hash  (control_seq: the job's command sequence)
@@ -8,6 +9,6 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local seq = redis.call('HINCRBY', KEYS[2], 'control_seq', 1)
+local seq = count(KEYS[2], 'control_seq', 1)
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({seq = seq, value = ARGV[2], at = now}))
 return seq

@@ -1,4 +1,5 @@
 -- heartbeat: a node says it is alive (and whether it is busy), renews the leases it
+-- uses: counters
 -- holds, and reads the job's state, all on the Redis clock.
 --
 -- KEYS[1] nodes     zset  node id -> time (ms) after which it counts as dead
@@ -62,9 +63,9 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local busy_others = redis.call('ZCOUNT', KEYS[3], now, '+inf')
 if busy == '1' and info ~= 'leaving' then busy_others = busy_others - 1 end
-local queued = tonumber(redis.call('HGET', KEYS[6], 'queued') or '0')
+local queued = counter(KEYS[6], 'queued')
 return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1], now, '+inf'),
         busy_others, renewed, redis.call('HGETALL', KEYS[7]),
         redis.call('HMGET', KEYS[9], '*:state', '*:concurrency', node .. ':state',
                    node .. ':concurrency'),
-        tonumber(redis.call('HGET', KEYS[6], 'leased_total') or '0')}
+        counter(KEYS[6], 'leased_total')}

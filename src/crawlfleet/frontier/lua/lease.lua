@@ -1,7 +1,7 @@
 -- lease: hand up to N queued requests to a node, fairly across the sites offered,
 -- each leased until a deadline on the Redis clock; a request of a rate-limited site
 -- comes with its send time (slot), on the budget's schedule.
--- uses: backoff
+-- uses: backoff, counters
 --
 -- KEYS[1] sites     zset  site -> serve order (0 for a new site; the job's serve counter
 --                         when last served)
@@ -145,11 +145,11 @@ for i = 11, #ARGV - 3, 4 do
     if redis.call('EXISTS', qkey) == 0 then
       redis.call('ZREM', KEYS[1], site)
     else
-      redis.call('ZADD', KEYS[1], 'XX', redis.call('HINCRBY', KEYS[5], 'served', 1), site)
+      redis.call('ZADD', KEYS[1], 'XX', count(KEYS[5], 'served', 1), site)
     end
     local popped_n = #popped / 2
     if popped_n > 0 then
-      redis.call('HINCRBY', KEYS[5], 'queued', -popped_n)
+      count(KEYS[5], 'queued', -popped_n)
     end
     if n > 0 and interval > 0 and not probing then
       redis.call('HSET', KEYS[6], budget, digits(first + (n - 1) * interval))
@@ -160,10 +160,10 @@ for i = 11, #ARGV - 3, 4 do
   end
 end
 if got > 0 then
-  redis.call('HINCRBY', KEYS[5], 'leased', got)
-  redis.call('HINCRBY', KEYS[5], 'leased_total', got)
+  count(KEYS[5], 'leased', got)
+  count(KEYS[5], 'leased_total', got)
 end
 local hint = redis.call('ZRANGE', KEYS[1], 0, hint_n - 1)
-local queued = tonumber(redis.call('HGET', KEYS[5], 'queued') or '0')
-local control_seq = tonumber(redis.call('HGET', KEYS[5], 'control_seq') or '0')
+local queued = counter(KEYS[5], 'queued')
+local control_seq = counter(KEYS[5], 'control_seq')
 return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), ready_in, control_seq, ended}

@@ -1,7 +1,7 @@
 -- requeue: return leased requests to their site queues, at their original place
 -- (same score: priority, then FIFO). Used for expired leases and the leases of dead
 -- nodes (any node), and by a node that gives back what it holds when it stops.
--- uses: entry
+-- uses: entry, counters
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
@@ -52,16 +52,16 @@ for i = 3, #ARGV, 2 do
     else
       if entry then
         redis.call('RPUSH', KEYS[7], entry)
-        redis.call('HINCRBY', KEYS[5], 'bad', 1)
+        count(KEYS[5], 'bad', 1)
       end
       redis.call('HDEL', KEYS[2], rid)
       dropped = dropped + 1
     end
   end
 end
-if back + dropped > 0 then redis.call('HINCRBY', KEYS[5], 'leased', -(back + dropped)) end
+if back + dropped > 0 then count(KEYS[5], 'leased', -(back + dropped)) end
 if back > 0 then
-  redis.call('HINCRBY', KEYS[5], 'queued', back)
-  redis.call('HINCRBY', KEYS[5], 'requeued', back)
+  count(KEYS[5], 'queued', back)
+  count(KEYS[5], 'requeued', back)
 end
 return back
