@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from crawlfleet.cli.status import snapshot
 from crawlfleet.frontier.client import Frontier, Outgoing, SeenConfig
 from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.redis.connection import make_client
@@ -332,6 +333,8 @@ def test_a_counter_that_is_not_a_number_costs_a_figure_not_the_crawl(
         await f.commit("n1", [out("u1"), out("u2")])
         for name in ("queued", "leased", "seq", "control_seq", "served"):
             await f.client.hset(f.keys.counters, name, "abc")
+        assert (await snapshot(f.client, f.keys)).queued == 0  # `status` shows 0, no crash
+        assert await f.control_seq() == 0
         r = await f.commit("n1", [out("u3")])
         assert r.queued == 1
         leased = await lease_all(f)

@@ -107,7 +107,18 @@ def bench(
     tmp_path: Path, redis_url: str, prefix: str, *args: str
 ) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "crawlfleet.cli.main", "bench", "--skip", "cpu"]
-    argv += ["--skip", "latency", "--skip", "polite", "--skip", "balance", "--skip", "seen"]
+    argv += [
+        "--skip",
+        "near",
+        "--skip",
+        "latency",
+        "--skip",
+        "polite",
+        "--skip",
+        "balance",
+        "--skip",
+        "seen",
+    ]
     argv += ["--skip", "faults"]
     argv += ["--redis-url", redis_url]
     argv += ["-s", f"CRAWLFLEET_KEY_PREFIX={prefix}", "--json", str(tmp_path / "bench.json")]

@@ -28,7 +28,7 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.cli.watch import watch
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.client import parse_throttle
+from crawlfleet.frontier.client import counter_value, parse_throttle
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.redis.keys import JobKeys, jobs_key
@@ -241,7 +241,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     return JobSnapshot(
         job=keys.job,
         now_ms=now,
-        queued=int(queued or 0),
+        queued=counter_value(queued),
         leased=int(leased),
         overdue_leases=overdue,
         oldest_deadline_ms=int(oldest[0][1]) if oldest else None,

@@ -349,7 +349,7 @@ class Frontier:
     async def control_seq(self) -> int:
         """The sequence number of the job's newest control command (0: none yet)."""
         self.round_trips += 1
-        return int(await self.client.hget(self.keys.counters, "control_seq") or 0)
+        return counter_value(await self.client.hget(self.keys.counters, "control_seq"))
 
     async def backoff(
         self,
