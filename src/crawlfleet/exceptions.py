@@ -7,12 +7,14 @@ import logging
 from scrapy.exceptions import DropItem
 
 __all__ = [
+    "CommandFailed",
     "ConfigError",
     "CrawlfleetError",
     "EmbeddedRedisError",
     "ItemNotDurable",
     "MalformedEntry",
     "SerializationError",
+    "UnknownJob",
 ]
 
 
@@ -22,6 +24,15 @@ class CrawlfleetError(Exception):
 
 class ConfigError(CrawlfleetError, ValueError):
     """A setting or a file is wrong; the message names it and says what is expected."""
+
+
+class UnknownJob(ConfigError):
+    """A command or API call named a job that this Redis has never seen."""
+
+
+class CommandFailed(CrawlfleetError):
+    """An expected failure of a command or API call that is neither a setting nor Redis
+    (a reset refused while nodes work); nothing was changed."""
 
 
 class EmbeddedRedisError(CrawlfleetError):

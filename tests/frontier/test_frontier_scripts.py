@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from crawlfleet.cli.status import snapshot
+from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier, Outgoing, SeenConfig
 from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.redis.connection import make_client

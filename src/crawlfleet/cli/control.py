@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
-from typing import Any
 
 from rich.console import Console
 
@@ -27,17 +25,12 @@ from crawlfleet.cli.options import (
     command_settings,
     resolved_url,
 )
-from crawlfleet.cli.status import job_names
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.control import ACTIONS, ALL_NODES, encode_command
-from crawlfleet.redis.keys import JobKeys
+from crawlfleet.fleet.control import await_acks, command_value, send_command, valid_node_id
 from crawlfleet.settings.config import RedisConfig, validate_job_name
 
 NAME = "control"
 HELP = "pause, resume, drain or stop nodes, or set their concurrency (through Redis)"
-
-POLL_SECONDS = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,67 +74,47 @@ def run(args: argparse.Namespace) -> int:
         validate_job_name(args.job)
     if args.wait < 0:
         raise ConfigError(f"--wait must be >= 0, got {args.wait:g}")
-    if args.action == "concurrency":
-        kind, value = "concurrency", encode_command("concurrency", args.n)
-    else:
-        kind, value = "state", ACTIONS[args.action]
-    if args.node is not None and (not args.node or any(c in args.node for c in ": \t\r\n")):
-        raise ConfigError(f"node id {args.node!r} is not valid (no colon or whitespace)")
+    command_value(args.action, getattr(args, "n", None))  # ConfigError before Redis
+    if args.node is not None:
+        valid_node_id(args.node)
     config = RedisConfig.from_settings(command_settings(args))
     url = resolved_url(args, config)
     console = Console()
-    scope = args.node or ALL_NODES
 
     async def main() -> int:
         client = cli_client(url)
         try:
-            sent: list[tuple[Frontier, int, list[str]]] = []
-            for job in await job_names(client, config.key_prefix, args.job):
-                frontier = Frontier(client, JobKeys.of(config.key_prefix, job))
-                live = await frontier.live_nodes()
-                if args.node and args.node not in live:
-                    console.print(f"job {job}: node {args.node} is not alive (command kept)")
-                seq = await frontier.send_control(scope, kind, value)
-                targets = [args.node] if args.node else live
+            sent = await send_command(
+                client,
+                config.key_prefix,
+                args.job,
+                args.action,
+                getattr(args, "n", None),
+                node=args.node,
+            )
+            for s in sent:
+                if args.node and args.node not in s.targets:
+                    console.print(f"job {s.job}: node {args.node} is not alive (command kept)")
+                what = args.action if args.action != "concurrency" else f"concurrency {s.value}"
                 console.print(
-                    f"job {job}: {args.action} {'' if kind == 'state' else value + ' '}"
-                    f"sent to {args.node or 'every node'} (command {seq}; "
-                    f"{len(live)} live node(s))"
+                    f"job {s.job}: {what} sent to {args.node or 'every node'} "
+                    f"(command {s.seq}; {s.live} live node(s))"
                 )
-                sent.append((frontier, seq, [t for t in targets if t in live]))
             if not sent:
                 console.print("no jobs in this Redis: nothing to control")
                 return 0
-            return await _await_acks(console, kind, sent, args.wait)
+            if args.wait <= 0:
+                return 0
+            await await_acks(client, config.key_prefix, sent, args.wait)
+            for s in sent:
+                for node, state in s.acked.items():
+                    console.print(f"job {s.job}: node {node} acknowledged ({state})")
+                for node in s.pending:
+                    console.print(
+                        f"job {s.job}: node {node} did not acknowledge within {args.wait:g}s"
+                    )
+            return 1 if any(s.pending for s in sent) else 0
         finally:
             await client.aclose()
 
     return asyncio.run(main())  # Redis errors: one line from crawlfleet.cli.main
-
-
-async def _await_acks(
-    console: Console, kind: str, sent: list[tuple[Frontier, int, list[str]]], wait: float
-) -> int:
-    """Wait until every addressed live node reports a command sequence >= the one sent
-    (or has left); 0 if all did, else 1 naming the others."""
-    if wait <= 0:
-        return 0
-    deadline = time.monotonic() + wait
-    pending = {(f.keys.job, node): (f, seq) for f, seq, nodes in sent for node in nodes}
-    while pending:
-        statuses: dict[str, dict[str, dict[str, Any]]] = {}  # one read per job per round
-        for (job, node), (frontier, seq) in list(pending.items()):
-            if job not in statuses:
-                statuses[job] = await frontier.node_statuses()
-            status = statuses[job].get(node)
-            acked = status.get("control", {}).get(kind, 0) if status else 0
-            if status is None or not isinstance(acked, int) or acked >= seq:
-                state = "left" if status is None else status.get("state", "?")
-                console.print(f"job {job}: node {node} acknowledged ({state})")
-                del pending[(job, node)]
-        if not pending or time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(POLL_SECONDS)
-    for job, node in pending:
-        console.print(f"job {job}: node {node} did not acknowledge within {wait:g}s")
-    return 1 if pending else 0

@@ -15,7 +15,6 @@ import asyncio
 import sys
 
 from crawlfleet.cli.options import (
-    UnknownJob,
     add_redis_options,
     add_settings_option,
     cli_client,
@@ -23,8 +22,8 @@ from crawlfleet.cli.options import (
     redis_problem,
     resolved_url,
 )
-from crawlfleet.cli.status import JobSnapshot, job_names, snapshot
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, UnknownJob
+from crawlfleet.fleet.snapshot import JobSnapshot, job_names, snapshot
 from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float

@@ -24,14 +24,14 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlfleet.cli.options import (
-    UnknownJob,
     add_redis_options,
     add_settings_option,
     cli_client,
     command_settings,
-    require_job,
     resolved_url,
 )
+from crawlfleet.exceptions import UnknownJob
+from crawlfleet.fleet.jobs import require_job
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.workers import (
     ItemWorker,

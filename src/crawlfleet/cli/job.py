@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlfleet.cli.options import (
-    CommandFailed,
     add_redis_options,
     add_settings_option,
     cli_client,
@@ -19,8 +18,8 @@ from crawlfleet.cli.options import (
     resolved_url,
     run_on_frontier,
 )
+from crawlfleet.fleet.jobs import ResetResult, job_figures, list_jobs, reset_job
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.redis.keys import jobs_key
 from crawlfleet.settings.config import RedisConfig
 
 NAME = "job"
@@ -50,76 +49,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_settings_option(p)
 
 
-async def _status(frontier: Frontier) -> dict[str, Any]:
-    counters = await frontier.counters()
-    nodes = await frontier.live_nodes()
-    client, keys = frontier.client, frontier.keys
-    info = {
-        n: json.loads(v)
-        for n, v in ((_text(k), v) for k, v in (await client.hgetall(keys.nodeinfo)).items())
-        if n in nodes
-    }
-    return {
-        "job": keys.job,
-        "queued": counters.get("queued", 0),
-        "leased": int(await client.zcard(keys.leases)),
-        "sites": int(await client.zcard(keys.sites)),
-        "malformed_set_aside": int(await client.llen(keys.bad)),
-        "counters": counters,
-        "nodes": info,
-        "runs": await frontier.summaries(),
-    }
-
-
-def _runs_total(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The closed nodes' summaries added up: pages, items per store, errors, the span
-    from the first start to the last close, and the rate over it."""
-    if not runs:
-        return {}
-    started = min(float(r.get("started", 0)) for r in runs.values())
-    finished = max(float(r.get("finished", 0)) for r in runs.values())
-    pages = sum(int(r.get("pages", 0)) for r in runs.values())
-    stored: dict[str, int] = {}
-    for r in runs.values():
-        for store, n in (r.get("stored") or {}).items():
-            stored[store] = stored.get(store, 0) + int(n)
-    span = max(0.0, finished - started)
-    return {
-        "nodes": len(runs),
-        "reasons": sorted({str(r.get("reason")) for r in runs.values()}),
-        "pages": pages,
-        "items": sum(int(r.get("items", 0)) for r in runs.values()),
-        "stored": stored,
-        "errors": sum(int(r.get("errors", 0)) for r in runs.values()),
-        "seconds": round(span, 2),
-        "pages_per_second": round(pages / span, 2) if span else 0.0,
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.action == "list":
         return _list(args, console)
     if args.action == "status":
-        status = run_on_frontier(args, args.job, _status)
-        status["runs_total"] = _runs_total(status["runs"])
+        status = run_on_frontier(args, args.job, job_figures)
         if args.json:
             print(json.dumps(status, indent=2, sort_keys=True))
             return 0
         console.print(_status_table(args.job, status))
         return 0
 
-    async def reset(frontier: Frontier) -> tuple[int, int]:
-        live = await frontier.live_nodes()
-        if live and not args.force:
-            raise CommandFailed(
-                f"refusing to reset {args.job}: live nodes {', '.join(live)}"
-                " (stop them first, or --force)"
-            )
-        deleted = await frontier.reset(keep_limits=args.keep_limits)
-        return deleted, int(await frontier.client.xlen(frontier.keys.items))
+    async def reset(frontier: Frontier) -> ResetResult:
+        return await reset_job(
+            frontier, force=args.force, keep_limits=args.keep_limits, force_hint="--force"
+        )
 
-    deleted, unstored = run_on_frontier(args, args.job, reset)
+    result = run_on_frontier(args, args.job, reset)
+    deleted, unstored = result.deleted, result.unstored_items
     kept = " (run-time limits kept)" if args.keep_limits else ""
     console.print(f"job {args.job} reset: {deleted} keys deleted{kept}")
     if unstored:
@@ -166,14 +114,10 @@ def _list(args: argparse.Namespace, console: Console) -> int:
     async def main() -> list[str]:
         client = cli_client(resolved_url(args, config))
         try:
-            return sorted(_text(j) for j in await client.smembers(jobs_key(config.key_prefix)))
+            return await list_jobs(client, config.key_prefix)
         finally:
             await client.aclose()
 
     for job in asyncio.run(main()):
         console.print(job)
     return 0
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -11,6 +11,7 @@ import argparse
 from rich.console import Console
 
 from crawlfleet.cli.options import add_redis_options, add_settings_option, run_on_frontier
+from crawlfleet.fleet.limits import set_limits, unset_limits
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import RateLimits
 
@@ -40,14 +41,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.action == "set":
         RateLimits.parse({args.pattern: args.limit}, source="limit")  # ConfigError: exit 2
-    pattern = getattr(args, "pattern", "").strip().lower()
 
     async def action(frontier: Frontier) -> dict[str, str]:
-        key = frontier.keys.limits
         if args.action == "set":
-            await frontier.client.hset(key, pattern, args.limit.strip())
-        elif args.action == "unset":
-            await frontier.client.hdel(key, pattern)
+            return await set_limits(frontier, {args.pattern: args.limit})
+        if args.action == "unset":
+            return await unset_limits(frontier, [args.pattern])
         return await frontier.read_limits()
 
     # setting a limit before the job starts is fine; listing or lifting needs the job

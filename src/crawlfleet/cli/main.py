@@ -21,8 +21,8 @@ from typing import NoReturn
 
 from redis.exceptions import RedisError
 
-from crawlfleet.cli.options import CommandFailed, UnknownJob, redis_problem
-from crawlfleet.exceptions import ConfigError, EmbeddedRedisError
+from crawlfleet.cli.options import redis_problem
+from crawlfleet.exceptions import CommandFailed, ConfigError, EmbeddedRedisError, UnknownJob
 from crawlfleet.redis.connection import redact
 
 __all__ = ["COMMANDS", "CommandParser", "main"]

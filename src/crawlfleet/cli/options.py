@@ -22,10 +22,11 @@ from scrapy.settings import BaseSettings, Settings
 from scrapy.utils.conf import closest_scrapy_cfg, init_env
 from scrapy.utils.project import get_project_settings
 
-from crawlfleet.exceptions import ConfigError, CrawlfleetError
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.fleet.jobs import require_job
 from crawlfleet.frontier.client import Frontier, SeenConfig
 from crawlfleet.redis.connection import make_client, redact, resolve_url
-from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import (
     FrontierConfig,
     RedisConfig,
@@ -36,8 +37,6 @@ from crawlfleet.settings.config import (
 
 __all__ = [
     "CLI_TIMEOUT_SECONDS",
-    "CommandFailed",
-    "UnknownJob",
     "add_redis_options",
     "add_settings_option",
     "check_reachable",
@@ -48,7 +47,6 @@ __all__ = [
     "project_settings",
     "redis_in_use",
     "redis_problem",
-    "require_job",
     "resolved_url",
     "run_on_frontier",
 ]
@@ -57,15 +55,6 @@ logger = logging.getLogger(__name__)
 
 #: The Redis URL a command resolved last (for its error messages; shown redacted).
 _redis_url: str | None = None
-
-
-class UnknownJob(ConfigError):
-    """A command named a job that this Redis has never seen."""
-
-
-class CommandFailed(CrawlfleetError):
-    """An expected failure of a command that is neither a setting nor Redis (a reset
-    refused while nodes work): one line, exit 1."""
 
 
 def redis_in_use() -> str | None:
@@ -217,21 +206,6 @@ def check_reachable(url: str) -> None:
             await client.aclose()
 
     asyncio.run(ping())
-
-
-async def require_job(client: Redis, prefix: str, job: str) -> None:
-    """UnknownJob (listing the known ones) if this Redis has never seen *job*."""
-    if await client.sismember(jobs_key(prefix), job):
-        return
-    known = sorted(
-        j.decode() if isinstance(j, bytes) else str(j)
-        for j in await client.smembers(jobs_key(prefix))
-    )
-    shown = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
-    raise UnknownJob(
-        f"no job {job!r} in this Redis (key prefix {prefix!r}); "
-        + (f"known jobs: {shown}" if known else "it has no jobs yet")
-    )
 
 
 def run_on_frontier(

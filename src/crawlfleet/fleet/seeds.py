@@ -1,0 +1,80 @@
+"""Seeds into a job's frontier: what ``crawlfleet seed`` and the manager's
+``POST /api/v1/jobs/{job}/seeds`` do. Entries are URLs or JSON seed entries
+(:func:`crawlfleet.spiders.seeding.parse_seed`); they are fingerprinted as Scrapy does by
+default (a project with its own REQUEST_FINGERPRINTER_CLASS seeds through the job's seed
+list instead, which its nodes fingerprint)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
+
+from crawlfleet.frontier.client import FINGERPRINT_BYTES, Frontier, Outgoing
+from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.spiders.seeding import parse_seed
+
+__all__ = ["BATCH", "SeedResult", "parse_entries", "queue_seeds"]
+
+#: Requests committed per script call.
+BATCH = 500
+
+
+@dataclass
+class SeedResult:
+    queued: int = 0
+    duplicates: int = 0
+    #: (1-based position, entry cut to 200 characters, why) of each entry skipped
+    invalid: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "queued": self.queued,
+            "duplicates": self.duplicates,
+            "invalid": [{"entry": n, "text": t, "error": e} for n, t, e in self.invalid],
+        }
+
+
+def parse_entries(entries: Iterable[str], result: SeedResult) -> list[Request]:
+    """The requests of *entries*; those that are not seeds go to ``result.invalid``."""
+    requests = []
+    for n, entry in enumerate(entries, 1):
+        try:
+            requests.append(parse_seed(entry))
+        except ValueError as exc:
+            result.invalid.append((n, entry[:200], str(exc)))
+    return requests
+
+
+async def queue_seeds(
+    frontier: Frontier, requests: list[Request], site_key: str, result: SeedResult
+) -> SeedResult:
+    """Register the job and commit *requests* to its frontier (deduplicated against
+    everything it has seen), counting into *result*."""
+    await frontier.register_job()
+    fingerprinter = RequestFingerprinter()
+    keyer = SiteKeyer(site_key)
+    codec = RequestCodec(None)
+    for i in range(0, len(requests), BATCH):
+        chunk = requests[i : i + BATCH]
+        for r in chunk:
+            if keyer.needs_resolving(r):
+                await keyer.resolve(keyer.host(r))
+        committed = await frontier.commit(
+            "seed",
+            [
+                Outgoing(
+                    fingerprinter.fingerprint(r)[:FINGERPRINT_BYTES],
+                    keyer.site(r),
+                    r.priority,
+                    codec.encode(r),
+                )
+                for r in chunk
+            ],
+        )
+        result.queued += committed.queued
+        result.duplicates += committed.duplicates
+    return result
