@@ -215,7 +215,10 @@ def test_reset_clears_the_limits_unless_asked_to_keep_them(
         assert r.returncode == 0, r.stderr
         assert sync_redis.hgetall(keys.limits) == ({b"*": b"1/1s"} if keep else {})
         assert not sync_redis.exists(keys.counters, keys.sites, keys.req, keys.seen)
-        assert not sync_redis.sismember(f"{key_prefix}:jobs", "tuned")
+        # kept limits are the job's state: it stays listed (`limits list` reads them)
+        assert sync_redis.sismember(f"{key_prefix}:jobs", "tuned") == keep
+        if keep:
+            assert "*\t1/1s" in cli("limits", "list", "tuned", *common).stdout
     # what is left of the job after a reset with --keep-limits is gone with the next one
     assert list(sync_redis.scan_iter(match=f"{key_prefix}:*")) == []
 

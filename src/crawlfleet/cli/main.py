@@ -38,6 +38,7 @@ COMMANDS = (
     "status",
     "health",
     "items",
+    "manager",
     "site",
     "validate",
     "extract",

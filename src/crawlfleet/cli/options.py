@@ -102,6 +102,8 @@ def parse_settings(args: argparse.Namespace) -> dict[str, Any]:
         values["CRAWLFLEET_REDIS_URL"] = args.redis_url
     if getattr(args, "data_dir", None):
         values["CRAWLFLEET_DATA_DIR"] = args.data_dir
+    if getattr(args, "db", None):
+        values["CRAWLFLEET_STATE_DB_URL"] = args.db
     return values
 
 

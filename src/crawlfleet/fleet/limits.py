@@ -5,7 +5,7 @@ node of the job reads them again with its next heartbeat."""
 from __future__ import annotations
 
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.limits import RateLimits, parse_limit
 
 __all__ = ["set_limits", "unset_limits"]
 
@@ -15,12 +15,14 @@ def _pattern(pattern: str) -> str:
 
 
 async def set_limits(frontier: Frontier, limits: dict[str, str]) -> dict[str, str]:
-    """Set each pattern's limit ("H/W"), all or none (ConfigError naming the first bad
-    one, nothing written); returns the job's run-time limits after."""
+    """Set each pattern's limit ("H/W"; "none" lifts a configured one), all or none
+    (ConfigError naming the first bad one, nothing written); returns the job's run-time
+    limits after. A job not known yet is registered (its limits wait for its nodes)."""
     RateLimits.parse(limits, source="limit")
     if limits:
+        await frontier.register_job()
         mapping: dict[str | bytes, str | bytes] = {
-            _pattern(p): spec.strip() for p, spec in limits.items()
+            _pattern(p): spec.strip() if parse_limit(spec) else "none" for p, spec in limits.items()
         }
         await frontier.client.hset(frontier.keys.limits, mapping=mapping)  # type: ignore[arg-type]
     return await frontier.read_limits()

@@ -555,7 +555,8 @@ class Frontier:
 
     async def reset(self, *, keep_limits: bool = False) -> int:
         """Delete every key of the job (queues, leases, seen-filter, counters, control
-        commands, run-time rate limits unless *keep_limits*).
+        commands, run-time rate limits and its place in the list of jobs unless
+        *keep_limits*).
 
         The caller makes sure no node works on the job. Returns the keys deleted."""
         k = self.keys
@@ -570,6 +571,7 @@ class Frontier:
         deleted = 0
         for i in range(0, len(doomed), 500):
             deleted += int(await self.client.delete(*doomed[i : i + 500]))
-        await self.client.srem(jobs_key(k.prefix), k.job)
+        if not keep_limits:  # kept limits are the job's state: it stays listed
+            await self.client.srem(jobs_key(k.prefix), k.job)
         self._bloom_layers = None
         return deleted

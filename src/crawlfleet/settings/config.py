@@ -63,16 +63,20 @@ def settings_with_defaults(values: dict[str, Any] | None = None) -> Settings:
 #: Where the environment's ``CRAWLFLEET_REDIS_URL`` goes: above settings files
 #: ("project", 20), below spiders' custom_settings (30) and the command line (40).
 ENV_PRIORITY = 25
+#: Settings that the environment variable of the same name sets.
+ENV_SETTINGS = ("CRAWLFLEET_REDIS_URL", "CRAWLFLEET_STATE_DB_URL")
 
 
 def apply_defaults(settings: BaseSettings) -> None:
     """Install crawlfleet's defaults below a project's own settings ("addon" priority)
-    and the environment's ``CRAWLFLEET_REDIS_URL`` above them: the one rule that the
-    add-on and every command follow."""
+    and the environment's ENV_SETTINGS (``CRAWLFLEET_REDIS_URL``,
+    ``CRAWLFLEET_STATE_DB_URL``) above them: the one rule that the add-on and every
+    command follow."""
     settings.setmodule(default_settings, priority="addon")
-    env_url = os.environ.get("CRAWLFLEET_REDIS_URL")
-    if env_url:
-        settings.set("CRAWLFLEET_REDIS_URL", env_url, priority=ENV_PRIORITY)
+    for name in ENV_SETTINGS:
+        value = os.environ.get(name)
+        if value:
+            settings.set(name, value, priority=ENV_PRIORITY)
 
 
 def check_unknown(settings: BaseSettings) -> None:

@@ -13,6 +13,10 @@ from __future__ import annotations
 CRAWLFLEET_REDIS_URL = ""
 #: Directory for local state: the embedded Redis (AOF files, socket, pid), item files.
 CRAWLFLEET_DATA_DIR = ".crawlfleet"
+#: SQLAlchemy URL of the state DB (tokens, the manager's audit and history):
+#: sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... Empty: SQLite file
+#: state.sqlite3 under CRAWLFLEET_DATA_DIR. Env CRAWLFLEET_STATE_DB_URL wins.
+CRAWLFLEET_STATE_DB_URL = ""
 #: Prefix of every Redis key crawlfleet writes (see crawlfleet.redis.keys).
 CRAWLFLEET_KEY_PREFIX = "cf"
 #: First and longest wait between reconnection attempts while Redis is unreachable.

@@ -1,0 +1,146 @@
+"""``crawlfleet manager serve|token``: the manager service and its API tokens.
+
+    crawlfleet manager serve [--host 127.0.0.1] [--port 7700] [--db URL]
+    crawlfleet manager token create NAME --role viewer|operator|admin   (token: last line)
+    crawlfleet manager token list [--all]
+    crawlfleet manager token revoke NAME
+
+Every one takes ``--db URL`` (default: ``CRAWLFLEET_STATE_DB_URL``, the setting or the
+environment variable; else SQLite under ``CRAWLFLEET_DATA_DIR``) and brings the state
+DB's schema up to date first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from rich.console import Console
+from rich.table import Table
+from scrapy.settings import Settings
+from sqlalchemy.exc import SQLAlchemyError
+
+from crawlfleet.cli.options import (
+    add_redis_options,
+    add_settings_option,
+    command_settings,
+    resolved_url,
+)
+from crawlfleet.exceptions import CommandFailed, ConfigError
+from crawlfleet.settings.config import RedisConfig
+from crawlfleet.state.db import StateDB, state_db_url
+from crawlfleet.state.tokens import ROLES, create_token, list_tokens, revoke_token
+
+NAME = "manager"
+HELP = "the manager service (HTTP API over the fleet) and its API tokens"
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 7700
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1 to 65535, got {port}")
+    return port
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    serve = sub.add_parser("serve", help="run the manager's HTTP API")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    add_redis_options(serve)
+    token = sub.add_parser("token", help="create, list or revoke API tokens")
+    tsub = token.add_subparsers(dest="token_action", required=True, metavar="ACTION")
+    create = tsub.add_parser("create", help="make a token (printed once, as the last line)")
+    create.add_argument("name", help="who or what uses it (1-64 letters, digits, . _ @ -)")
+    create.add_argument("--role", required=True, choices=ROLES, help="what it may do")
+    listing = tsub.add_parser("list", help="the tokens (names and roles; never the tokens)")
+    listing.add_argument("--all", action="store_true", help="revoked ones too")
+    revoke = tsub.add_parser("revoke", help="revoke a token by name (at once)")
+    revoke.add_argument("name")
+    for p in (serve, create, listing, revoke):
+        p.add_argument("--db", metavar="URL", help="state DB URL (default CRAWLFLEET_STATE_DB_URL)")
+        add_settings_option(p)
+
+
+def _open_db(url: str) -> StateDB:
+    """The state DB at *url*, migrated; CommandFailed (one line) if it does not answer."""
+    db = StateDB.open(url)
+    try:
+        db.upgrade()
+    except SQLAlchemyError as exc:
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        db.close()
+        raise CommandFailed(f"state DB {db.shown} unusable: {reason}") from None
+    return db
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = command_settings(args)
+    db = _open_db(state_db_url(settings))
+    if args.action == "serve":
+        return _serve(args, settings, db)
+    console = Console()
+    try:
+        if args.token_action == "create":
+            token = create_token(db, args.name, args.role)
+            console.print(
+                f"token {args.name!r} ({args.role}) created in {db.shown}; it is shown "
+                "once, keep it secret:",
+                highlight=False,
+            )
+            print(token)
+        elif args.token_action == "revoke":
+            revoke_token(db, args.name)
+            console.print(f"token {args.name!r} revoked")
+        else:
+            tokens = list_tokens(db, revoked=args.all)
+            if not tokens:
+                console.print(f"no tokens in {db.shown} (crawlfleet manager token create)")
+                return 0
+            table = Table(show_edge=False)
+            for column in ("name", "role", "created", "last used", "revoked"):
+                table.add_column(column)
+            for t in tokens:
+                d = t.as_dict()
+                table.add_row(
+                    t.name,
+                    t.role,
+                    d["created_at"] or "",
+                    d["last_used_at"] or "never",
+                    d["revoked_at"] or "",
+                )
+            console.print(table)
+    finally:
+        db.close()
+    return 0
+
+
+def _serve(args: argparse.Namespace, settings: Settings, db: StateDB) -> int:
+    import uvicorn  # only this action needs the server
+
+    from crawlfleet.manager.app import create_app
+
+    url = resolved_url(args, RedisConfig.from_settings(settings))
+    app = create_app(settings, url, db)
+    if args.host not in ("127.0.0.1", "::1", "localhost"):
+        logger.warning(
+            "serving on %s: the API is reachable from other machines (tokens travel in "
+            "clear over HTTP; put TLS in front)",
+            args.host,
+        )
+    logger.info("manager on http://%s:%d (state DB %s)", args.host, args.port, db.shown)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
+    except SystemExit as exc:  # uvicorn exits 1 when it cannot bind
+        if exc.code:
+            raise ConfigError(f"could not serve on {args.host}:{args.port}") from None
+    return 0

@@ -1,0 +1,90 @@
+"""The manager's ASGI application: ``create_app(settings, redis_url, db)``.
+
+Stateless apart from Redis (the live fleet) and the state DB, so several managers can
+serve one fleet. At start it pings Redis and brings the state DB's schema up to date.
+``/healthz`` (no token) says whether both answer; ``/openapi.json`` describes the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from scrapy.settings import BaseSettings
+from sqlalchemy.exc import SQLAlchemyError
+
+import crawlfleet
+from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.errors import install_error_handlers
+from crawlfleet.manager.routes import events, jobs, nodes
+from crawlfleet.redis.connection import make_client
+from crawlfleet.state.db import StateDB
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the manager waits for Redis to connect and to answer each call.
+REDIS_TIMEOUT_SECONDS = 5.0
+
+
+def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
+    """The application; ConfigError now for a wrong setting. The Redis client is made
+    and the state DB migrated when it starts (lifespan); *db* is closed when it stops."""
+    client: Redis = make_client(
+        redis_url,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+    )
+    ctx = ManagerContext.build(settings, client, db)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        revision = await ctx.in_db(db.upgrade)
+        logger.info("state DB %s at schema revision %s", db.shown, revision)
+        try:
+            await client.ping()
+        except RedisError as exc:  # serve anyway: /healthz says so until Redis is back
+            logger.warning("Redis does not answer yet: %s", type(exc).__name__)
+        try:
+            yield
+        finally:
+            await client.aclose()
+            db.close()
+
+    app = FastAPI(
+        title="crawlfleet manager",
+        version=crawlfleet.__version__,
+        summary="Sees and steers a crawlfleet fleet: jobs, nodes, limits, control.",
+        lifespan=lifespan,
+        docs_url=None,  # interactive docs would load assets from a CDN: none served
+        redoc_url=None,
+    )
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    for module in (jobs, nodes, events):
+        app.include_router(module.router)
+
+    @app.get("/healthz", tags=["health"], summary="whether Redis and the state DB answer")
+    async def healthz() -> JSONResponse:
+        checks: dict[str, Any] = {}
+        try:
+            await client.ping()
+            checks["redis"] = "ok"
+        except RedisError as exc:
+            checks["redis"] = f"unavailable ({type(exc).__name__})"
+        try:
+            await ctx.in_db(db.check)
+            checks["state_db"] = "ok"
+        except SQLAlchemyError as exc:
+            checks["state_db"] = f"unavailable ({type(exc).__name__})"
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse({"status": "ok" if ok else "degraded", **checks}, 200 if ok else 503)
+
+    return app

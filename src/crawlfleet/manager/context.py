@@ -1,0 +1,66 @@
+"""What every request of the manager works with: the fleet's Redis, the state DB and the
+settings nodes share (key prefix, seen-filter, site keys, configured rate limits)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
+
+from redis.asyncio import Redis
+from scrapy.settings import BaseSettings
+
+from crawlfleet.fleet.jobs import require_job
+from crawlfleet.fleet.snapshot import configured_limits
+from crawlfleet.frontier.client import Frontier, SeenConfig
+from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.config import FrontierConfig, RedisConfig, validate_job_name
+from crawlfleet.state.db import StateDB
+
+__all__ = ["ManagerContext"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass
+class ManagerContext:
+    redis: Redis
+    db: StateDB
+    key_prefix: str
+    frontier_config: FrontierConfig  #: its seen-filter and site keys (job: a placeholder)
+    limits: RateLimits
+
+    @classmethod
+    def build(cls, settings: BaseSettings, redis: Redis, db: StateDB) -> ManagerContext:
+        """ConfigError naming any setting that is wrong."""
+        return cls(
+            redis=redis,
+            db=db,
+            key_prefix=RedisConfig.from_settings(settings).key_prefix,
+            frontier_config=FrontierConfig.from_settings(settings, "manager"),
+            limits=configured_limits(settings),
+        )
+
+    def keys(self, job: str) -> JobKeys:
+        return JobKeys.of(self.key_prefix, validate_job_name(job))
+
+    def frontier(self, job: str) -> Frontier:
+        c = self.frontier_config
+        return Frontier(
+            self.redis,
+            self.keys(job),
+            SeenConfig(c.seen_mode, c.bloom_capacity, c.bloom_error_rate),
+        )
+
+    async def known_frontier(self, job: str) -> Frontier:
+        """The frontier of *job*; UnknownJob if this Redis has never seen it."""
+        frontier = self.frontier(job)
+        await require_job(self.redis, self.key_prefix, job)
+        return frontier
+
+    async def in_db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking state-DB call in a worker thread (never on the event loop)."""
+        return await asyncio.to_thread(fn, *args, **kwargs)

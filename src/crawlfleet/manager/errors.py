@@ -1,0 +1,77 @@
+"""One error shape for every failure: ``{"error": {"code", "message"}}`` with the status
+that fits. Messages never carry a secret (URLs are redacted)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException  # also raised for unknown paths
+
+from crawlfleet.exceptions import CommandFailed, ConfigError, UnknownJob
+from crawlfleet.redis.connection import redact
+
+__all__ = ["error_response", "install_error_handlers"]
+
+logger = logging.getLogger(__name__)
+
+_CODES = {
+    400: "invalid",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    422: "invalid_request",
+    503: "unavailable",
+}
+
+
+def error_response(status: int, message: str, code: str | None = None) -> JSONResponse:
+    body = {"error": {"code": code or _CODES.get(status, "error"), "message": message}}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _one_line(text: str) -> str:
+    return redact(" ".join(text.split()))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors()[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", ""))
+        return error_response(422, "; ".join(parts) or "invalid request")
+
+    @app.exception_handler(UnknownJob)
+    async def unknown_job(_: Request, exc: UnknownJob) -> JSONResponse:
+        return error_response(404, _one_line(str(exc)), "unknown_job")
+
+    @app.exception_handler(ConfigError)
+    async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
+        return error_response(400, _one_line(str(exc)))
+
+    @app.exception_handler(CommandFailed)
+    async def refused(_: Request, exc: CommandFailed) -> JSONResponse:
+        return error_response(409, _one_line(str(exc)), "refused")
+
+    @app.exception_handler(RedisError)
+    async def redis_down(_: Request, exc: RedisError) -> JSONResponse:
+        logger.warning("Redis: %s", _one_line(str(exc)) or type(exc).__name__)
+        return error_response(503, "Redis did not answer; try again", "redis_unavailable")
+
+    @app.exception_handler(SQLAlchemyError)
+    async def db_down(_: Request, exc: SQLAlchemyError) -> JSONResponse:
+        logger.warning("state DB: %s", type(exc).__name__)
+        return error_response(503, "the state DB did not answer; try again", "state_db_unavailable")

@@ -1,0 +1,197 @@
+"""``/api/v1/jobs``: the jobs of the fleet's Redis, their figures, and what steers them
+(seeds, control, limits, reset). Reads need a viewer token, changes an operator's; every
+change is kept in the state DB's audit (``/api/v1/jobs/{job}/events``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query
+
+from crawlfleet.fleet.control import Sent, await_acks, send_command
+from crawlfleet.fleet.jobs import job_figures, list_jobs, reset_job
+from crawlfleet.fleet.limits import set_limits, unset_limits
+from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
+from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
+from crawlfleet.manager.auth import Ctx, Operator, Viewer
+from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.routes.models import ControlBody, LimitsBody, ResetBody, SeedsBody
+from crawlfleet.state.events import list_events, record_event
+
+__all__ = ["router", "sent_json"]
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+
+def job_state(snap: JobSnapshot, runs: int) -> str:
+    """paused, draining or stopped (as commanded); running (live nodes); waiting (work
+    queued, no node); finished (no work, nodes ran); idle (nothing yet)."""
+    commanded = snap.job_control.get("state", "running")
+    if commanded != "running":
+        return commanded
+    if snap.live_nodes:
+        return "running"
+    if snap.queued or snap.leased:
+        return "waiting"
+    return "finished" if runs else "idle"
+
+
+async def _view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, Any]:
+    snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
+    figures = await job_figures(ctx.frontier(job))
+    view = snap.to_json()
+    view["state"] = job_state(snap, len(figures["runs"]))
+    view["counters"] = figures["counters"]
+    view["runs_total"] = figures["runs_total"]
+    if full:
+        view["runs"] = figures["runs"]
+    else:
+        for detail in ("nodes", "top_sites", "backoff_ms", "robots_delay_ms"):
+            view.pop(detail, None)
+    return view
+
+
+def sent_json(sent: list[Sent]) -> list[dict[str, Any]]:
+    return [
+        {
+            "job": s.job,
+            "command": s.command,
+            "value": s.value,
+            "seq": s.seq,
+            "live_nodes": s.live,
+            "targets": s.targets,
+            "acked": s.acked,
+            "pending": s.pending,
+        }
+        for s in sent
+    ]
+
+
+@router.get("", summary="every job of the fleet's Redis, with its figures")
+async def jobs(
+    ctx: Ctx,
+    _: Viewer,
+) -> dict[str, Any]:
+    names = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
+    return {"jobs": [await _view(ctx, name, full=False) for name in names]}
+
+
+@router.get("/{job}", summary="one job: queues, leases, nodes, rate, ETA, per-site figures")
+async def job(
+    job: str,
+    ctx: Ctx,
+    _: Viewer,
+) -> dict[str, Any]:
+    await ctx.known_frontier(job)
+    return await _view(ctx, job, full=True)
+
+
+@router.post("/{job}/seeds", summary="queue seed URLs (or JSON seed entries)")
+async def seeds(
+    job: str,
+    body: SeedsBody,
+    ctx: Ctx,
+    token: Operator,
+) -> dict[str, Any]:
+    frontier = ctx.frontier(job)  # a job is made by its first seeds
+    result = SeedResult()
+    requests = parse_entries(body.seeds, result)
+    if not requests:
+        first = result.invalid[0]
+        raise HTTPException(400, f"no valid seed: entry {first[0]}: {first[2]}")
+    await queue_seeds(frontier, requests, ctx.frontier_config.site_key, result)
+    await ctx.in_db(
+        record_event,
+        ctx.db,
+        token.name,
+        "job.seeds",
+        job,
+        {"queued": result.queued, "duplicates": result.duplicates, "invalid": len(result.invalid)},
+    )
+    return {"job": job, **result.as_dict()}
+
+
+@router.post("/{job}/control", summary="pause, resume, drain or stop the job's nodes")
+async def control(
+    job: str,
+    body: ControlBody,
+    ctx: Ctx,
+    token: Operator,
+) -> dict[str, Any]:
+    ctx.keys(job)  # a valid name, else 400
+    sent = await send_command(
+        ctx.redis, ctx.key_prefix, job, body.command, body.value, node=body.node
+    )
+    detail = {"command": body.command, "value": body.value, "node": body.node}
+    await ctx.in_db(record_event, ctx.db, token.name, "job.control", job, detail)
+    if body.wait_seconds:
+        await await_acks(ctx.redis, ctx.key_prefix, sent, body.wait_seconds)
+    return {"sent": sent_json(sent)}
+
+
+@router.get("/{job}/limits", summary="the job's run-time rate limits")
+async def limits(
+    job: str,
+    ctx: Ctx,
+    _: Viewer,
+) -> dict[str, Any]:
+    frontier = await ctx.known_frontier(job)
+    return {"job": job, "limits": await frontier.read_limits()}
+
+
+@router.put("/{job}/limits", summary="set rate limits (each pattern's; others kept)")
+async def put_limits(
+    job: str,
+    body: LimitsBody,
+    ctx: Ctx,
+    token: Operator,
+) -> dict[str, Any]:
+    now = await set_limits(ctx.frontier(job), body.limits)  # before a job starts too
+    await ctx.in_db(record_event, ctx.db, token.name, "job.limits.set", job, body.limits)
+    return {"job": job, "limits": now}
+
+
+@router.delete("/{job}/limits", summary="lift run-time rate limits (the given patterns, or all)")
+async def delete_limits(
+    job: str,
+    ctx: Ctx,
+    token: Operator,
+    pattern: Annotated[list[str] | None, Query()] = None,
+) -> dict[str, Any]:
+    frontier = await ctx.known_frontier(job)
+    now = await unset_limits(frontier, pattern)
+    detail = {"patterns": pattern if pattern is not None else "all"}
+    await ctx.in_db(record_event, ctx.db, token.name, "job.limits.unset", job, detail)
+    return {"job": job, "limits": now}
+
+
+@router.post("/{job}/reset", summary="delete the job's shared state (refused while nodes live)")
+async def reset(
+    job: str,
+    body: ResetBody,
+    ctx: Ctx,
+    token: Operator,
+) -> dict[str, Any]:
+    frontier = await ctx.known_frontier(job)
+    result = await reset_job(
+        frontier, force=body.force, keep_limits=body.keep_limits, force_hint='"force": true'
+    )
+    detail = {"force": body.force, "keep_limits": body.keep_limits, "deleted": result.deleted}
+    await ctx.in_db(record_event, ctx.db, token.name, "job.reset", job, detail)
+    return {
+        "job": job,
+        "deleted": result.deleted,
+        "unstored_items": result.unstored_items,
+        "kept_limits": result.kept_limits,
+    }
+
+
+@router.get("/{job}/events", summary="changes made to the job through the manager, newest first")
+async def events(
+    job: str,
+    ctx: Ctx,
+    _: Viewer,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    ctx.keys(job)
+    return {"job": job, "events": await ctx.in_db(list_events, ctx.db, job=job, limit=limit)}

@@ -1,0 +1,171 @@
+"""Opening the state DB and bringing its schema up to date.
+
+``CRAWLFLEET_STATE_DB_URL`` (the setting, or the environment variable, which wins) is a
+SQLAlchemy URL: ``sqlite:///path``, ``postgresql+psycopg://...``,
+``mysql+pymysql://...``; empty: the SQLite file ``state.sqlite3`` under
+``CRAWLFLEET_DATA_DIR``. Its password never appears in output (``StateDB.shown``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from scrapy.settings import BaseSettings
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.orm import Session, sessionmaker
+
+from crawlfleet.exceptions import ConfigError
+
+__all__ = ["ENV_VAR", "MIGRATIONS", "StateDB", "state_db_url"]
+
+ENV_VAR = "CRAWLFLEET_STATE_DB_URL"
+MIGRATIONS = Path(__file__).with_name("migrations")
+VERSION_TABLE = "crawlfleet_alembic_version"
+logger = logging.getLogger(__name__)
+# Alembic says at INFO which dialect it uses, at every start: the upgrade is said below
+logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
+
+#: Lock taken while migrating, so that managers starting together migrate once.
+_LOCK_NAME = "crawlfleet_state_migrate"
+_LOCK_SECONDS = 60
+
+
+def state_db_url(settings: BaseSettings) -> str:
+    """The state DB URL of *settings* (CRAWLFLEET_STATE_DB_URL, which the environment
+    variable sets: see crawlfleet.settings.config.apply_defaults), else SQLite under
+    CRAWLFLEET_DATA_DIR."""
+    url = str(settings.get("CRAWLFLEET_STATE_DB_URL") or "")
+    if url:
+        return url
+    return f"sqlite:///{Path(str(settings.get('CRAWLFLEET_DATA_DIR'))) / 'state.sqlite3'}"
+
+
+class StateDB:
+    """One engine on the state DB, and sessions on it. Build with :meth:`open`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str) -> StateDB:
+        """An engine on *url* (its SQLite file's folder created); ConfigError naming
+        what is wrong with the URL. Nothing is connected yet."""
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise ConfigError(
+                f"{ENV_VAR} is not a database URL: {url!r} (e.g. sqlite:///state.sqlite3 or "
+                "postgresql+psycopg://user@host/db)"
+            ) from None
+        shown = parsed.render_as_string(hide_password=True)
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            engine = create_engine(parsed, pool_pre_ping=True, future=True)
+        except (NoSuchModuleError, ImportError) as exc:
+            raise ConfigError(f"{ENV_VAR} {shown}: no driver for it ({exc})") from None
+        return cls(engine)
+
+    @property
+    def shown(self) -> str:
+        """The URL with its password hidden."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session committed at the end of the block (rolled back on an exception)."""
+        with self.sessions() as session, session.begin():
+            yield session
+
+    def check(self) -> None:
+        """One round trip (SELECT 1); the driver's error if the DB does not answer."""
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def revision(self) -> str | None:
+        """The schema revision the DB is at (None: never migrated)."""
+        with self.engine.connect() as conn:
+            return _revision(conn)
+
+    @staticmethod
+    def head() -> str:
+        """The newest schema revision this crawlfleet ships."""
+        head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+        assert head is not None
+        return head
+
+    def upgrade(self) -> str:
+        """Bring the schema to the newest revision (nothing to do when it is there),
+        under a lock so that managers starting together migrate once. Returns the
+        revision."""
+        head = self.head()
+        with self.engine.connect() as conn, self._migration_lock(conn):
+            before = _revision(conn)
+            if before != head:
+                config = _alembic_config()
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+                conn.commit()
+                logger.info("state DB %s: schema %s -> %s", self.shown, before or "new", head)
+        return head
+
+    @contextlib.contextmanager
+    def _migration_lock(self, conn: Connection) -> Iterator[None]:
+        backend = self.engine.url.get_backend_name()
+        if backend == "postgresql":
+            conn.execute(text("SELECT pg_advisory_lock(hashtext(:n))"), {"n": _LOCK_NAME})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(hashtext(:n))"), {"n": _LOCK_NAME})
+                conn.commit()
+        elif backend in ("mysql", "mariadb"):
+            got = conn.execute(
+                text("SELECT GET_LOCK(:n, :s)"), {"n": _LOCK_NAME, "s": _LOCK_SECONDS}
+            ).scalar()
+            if got != 1:
+                raise ConfigError(
+                    f"state DB {self.shown}: another manager held the migration lock for "
+                    f"{_LOCK_SECONDS} s"
+                )
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": _LOCK_NAME})
+        else:  # SQLite: a lock file beside the database (one machine, by nature)
+            database = self.engine.url.database
+            if not database or database == ":memory:":
+                yield
+                return
+            with open(f"{database}.migrate-lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _revision(conn: Connection) -> str | None:
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config

@@ -1,0 +1,51 @@
+"""The state DB's tables (SQLAlchemy 2 typed mappings). Every change here is an Alembic
+migration in ``migrations/versions``. Times are naive UTC datetimes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "Event", "Token", "utcnow"]
+
+
+def utcnow() -> datetime:
+    """Now, as the state DB stores it: UTC without a zone."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Token(Base):
+    """An API token: only its SHA-256 is kept. A name is used by one active token at a
+    time; a revoked token stays listed (with ``revoked_at``) for the audit."""
+
+    __tablename__ = "crawlfleet_tokens"
+    __table_args__ = (UniqueConstraint("token_hash", name="uq_crawlfleet_tokens_token_hash"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class Event(Base):
+    """One change made through the manager: who (a token's name), what, on which job,
+    and its details as JSON (never a secret)."""
+
+    __tablename__ = "crawlfleet_events"
+    __table_args__ = (Index("ix_crawlfleet_events_job_at", "job", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    job: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    detail: Mapped[str] = mapped_column(Text, default="{}")

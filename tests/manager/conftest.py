@@ -1,0 +1,71 @@
+"""The manager in-process (FastAPI's TestClient runs its lifespan) against the real
+Redis of the tests and a SQLite state DB, with a token of each role."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from scrapy.settings import Settings
+
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.manager.app import create_app
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.config import apply_defaults
+from crawlfleet.state.db import StateDB
+from crawlfleet.state.tokens import create_token
+
+
+@dataclass
+class Manager:
+    app: FastAPI
+    client: TestClient
+    db: StateDB
+    redis_url: str
+    prefix: str
+    tokens: dict[str, str]  #: role -> token
+
+    def as_(self, role: str) -> dict[str, str]:
+        """Headers of a request made with *role*'s token."""
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def beat(self, job: str, node: str, state: str = "running") -> None:
+        """Heartbeat *node* into *job* as a live node does (status published)."""
+
+        async def go() -> None:
+            client = make_client(self.redis_url)
+            try:
+                frontier = Frontier(client, JobKeys.of(self.prefix, job))
+                await frontier.register_job()
+                status = json.dumps({"state": state, "pages_per_min": 60})
+                await frontier.heartbeat(node, ttl_ms=30_000, status=status, busy=True, lease_ms=1)
+            finally:
+                await client.aclose()
+
+        asyncio.run(go())
+
+
+def manager_settings(prefix: str, **extra: object) -> Settings:
+    settings = Settings()
+    apply_defaults(settings)
+    settings.set("CRAWLFLEET_KEY_PREFIX", prefix, priority="cmdline")
+    for name, value in extra.items():
+        settings.set(name, value, priority="cmdline")
+    return settings
+
+
+@pytest.fixture
+def manager(redis_server_url: str, key_prefix: str, tmp_path: Path) -> Iterator[Manager]:
+    db = StateDB.open(f"sqlite:///{tmp_path / 'state.sqlite3'}")
+    db.upgrade()
+    tokens = {role: create_token(db, f"{role}-1", role) for role in ("viewer", "operator", "admin")}
+    app = create_app(manager_settings(key_prefix), redis_server_url, db)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        yield Manager(app, client, db, redis_server_url, key_prefix, tokens)
