@@ -20,6 +20,7 @@ from scrapy.settings import BaseSettings
 from sqlalchemy.exc import SQLAlchemyError
 
 import crawlfleet
+from crawlfleet.manager import metrics
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.errors import install_error_handlers
 from crawlfleet.manager.routes import events, jobs, nodes
@@ -68,7 +69,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (jobs, nodes, events):
+    for module in (jobs, nodes, events, metrics):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"], summary="whether Redis and the state DB answer")
