@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -32,20 +34,37 @@ class Manager:
     prefix: str
     tokens: dict[str, str]  #: role -> token
 
+    def get(self, path: str) -> Any:
+        """GET *path* with the viewer's token: its JSON."""
+        r = self.client.get(path, headers=self.as_("viewer"))
+        r.raise_for_status()
+        return r.json()
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"timed out waiting: {what}"
+            time.sleep(0.05)
+
     def as_(self, role: str) -> dict[str, str]:
         """Headers of a request made with *role*'s token."""
         return {"Authorization": f"Bearer {self.tokens[role]}"}
 
-    def beat(self, job: str, node: str, state: str = "running") -> None:
-        """Heartbeat *node* into *job* as a live node does (status published)."""
+    def beat(self, job: str, node: str, state: str = "running", ttl_ms: int = 30_000) -> None:
+        """Heartbeat *node* into *job* as a live node does (status published; "leaving":
+        the node leaves the registry, as a node that closes)."""
 
         async def go() -> None:
             client = make_client(self.redis_url)
             try:
                 frontier = Frontier(client, JobKeys.of(self.prefix, job))
                 await frontier.register_job()
-                status = json.dumps({"state": state, "pages_per_min": 60})
-                await frontier.heartbeat(node, ttl_ms=30_000, status=status, busy=True, lease_ms=1)
+                status = (
+                    "leaving"
+                    if state == "leaving"
+                    else json.dumps({"state": state, "pages_per_min": 60})
+                )
+                await frontier.heartbeat(node, ttl_ms=ttl_ms, status=status, busy=True, lease_ms=1)
             finally:
                 await client.aclose()
 
@@ -66,6 +85,7 @@ def manager(redis_server_url: str, key_prefix: str, tmp_path: Path) -> Iterator[
     db = StateDB.open(f"sqlite:///{tmp_path / 'state.sqlite3'}")
     db.upgrade()
     tokens = {role: create_token(db, f"{role}-1", role) for role in ("viewer", "operator", "admin")}
-    app = create_app(manager_settings(key_prefix), redis_server_url, db)
+    settings = manager_settings(key_prefix, CRAWLFLEET_MANAGER_WATCH_SECONDS=0.2)
+    app = create_app(settings, redis_server_url, db)
     with TestClient(app, base_url="http://127.0.0.1") as client:
         yield Manager(app, client, db, redis_server_url, key_prefix, tokens)

@@ -116,3 +116,21 @@ def test_a_url_that_is_not_one_is_a_clear_error() -> None:
         StateDB.open("nosuchdb+driver://u:secret@h/db")
     except ConfigError as exc:
         assert "secret" not in str(exc)
+
+
+def test_one_open_run_per_job_however_many_managers(state_db: StateDB) -> None:
+    from crawlfleet.state.runs import close_run, list_runs, open_run, open_run_start, touch_run
+
+    assert open_run(state_db, "news", nodes=1)
+    assert not open_run(state_db, "news", nodes=3)  # a second manager: no second run
+    assert open_run(state_db, "blogs", nodes=1)
+    touch_run(state_db, "news", nodes=4)
+    touch_run(state_db, "news", nodes=2)
+    assert open_run_start(state_db, "news") is not None
+    assert close_run(state_db, "news", "finished", {"pages": 10})
+    assert not close_run(state_db, "news", "finished", {"pages": 99})  # closed once
+    assert open_run_start(state_db, "news") is None
+    assert open_run(state_db, "news", nodes=1)  # the next run
+    news = list_runs(state_db, "news")
+    assert [(r["state"], r["nodes_max"]) for r in news] == [("running", 1), ("finished", 4)]
+    assert news[1]["figures"] == {"pages": 10}

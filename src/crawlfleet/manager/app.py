@@ -7,6 +7,8 @@ serve one fleet. At start it pings Redis and brings the state DB's schema up to 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +26,7 @@ from crawlfleet.manager import metrics
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.errors import install_error_handlers
 from crawlfleet.manager.routes import events, jobs, nodes
+from crawlfleet.manager.watcher import watch
 from crawlfleet.redis.connection import make_client
 from crawlfleet.state.db import StateDB
 
@@ -53,9 +56,13 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
             await client.ping()
         except RedisError as exc:  # serve anyway: /healthz says so until Redis is back
             logger.warning("Redis does not answer yet: %s", type(exc).__name__)
+        watcher = asyncio.create_task(watch(ctx, ctx.watch_seconds), name="crawlfleet-watch")
         try:
             yield
         finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
             await client.aclose()
             db.close()
 

@@ -16,6 +16,7 @@ from crawlfleet.fleet.snapshot import configured_limits
 from crawlfleet.frontier.client import Frontier, SeenConfig
 from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, validate_job_name
 from crawlfleet.state.db import StateDB
 
@@ -32,6 +33,8 @@ class ManagerContext:
     key_prefix: str
     frontier_config: FrontierConfig  #: its seen-filter and site keys (job: a placeholder)
     limits: RateLimits
+    #: seconds between two looks at every job (CRAWLFLEET_MANAGER_WATCH_SECONDS)
+    watch_seconds: float
 
     @classmethod
     def build(cls, settings: BaseSettings, redis: Redis, db: StateDB) -> ManagerContext:
@@ -42,6 +45,7 @@ class ManagerContext:
             key_prefix=RedisConfig.from_settings(settings).key_prefix,
             frontier_config=FrontierConfig.from_settings(settings, "manager"),
             limits=configured_limits(settings),
+            watch_seconds=get_float(settings, "CRAWLFLEET_MANAGER_WATCH_SECONDS", minimum=0.1),
         )
 
     def keys(self, job: str) -> JobKeys:

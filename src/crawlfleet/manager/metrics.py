@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -136,6 +137,12 @@ async def collect_fleet(ctx: ManagerContext) -> bytes:
     return generate_latest(registry)
 
 
-@router.get("/metrics", summary="the fleet's figures in Prometheus's text format")
-async def metrics(ctx: Ctx, _: Viewer) -> Response:
-    return Response(await collect_fleet(ctx), media_type="text/plain; version=0.0.4; charset=utf-8")
+@router.get(
+    "/metrics",
+    summary="the fleet's figures in Prometheus's text format",
+    response_class=PlainTextResponse,
+)
+async def metrics(ctx: Ctx, _: Viewer) -> PlainTextResponse:
+    return PlainTextResponse(
+        await collect_fleet(ctx), media_type="text/plain; version=0.0.4; charset=utf-8"
+    )

@@ -17,6 +17,8 @@ CRAWLFLEET_DATA_DIR = ".crawlfleet"
 #: sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... Empty: SQLite file
 #: state.sqlite3 under CRAWLFLEET_DATA_DIR. Env CRAWLFLEET_STATE_DB_URL wins.
 CRAWLFLEET_STATE_DB_URL = ""
+#: How often the manager looks at every job to open and close its runs (history).
+CRAWLFLEET_MANAGER_WATCH_SECONDS = 5.0
 #: Prefix of every Redis key crawlfleet writes (see crawlfleet.redis.keys).
 CRAWLFLEET_KEY_PREFIX = "cf"
 #: First and longest wait between reconnection attempts while Redis is unreachable.

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from sqlalchemy import DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "Event", "Token", "utcnow"]
+__all__ = ["Base", "Event", "Run", "Token", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -49,3 +49,30 @@ class Event(Base):
     action: Mapped[str] = mapped_column(String(64))
     job: Mapped[str | None] = mapped_column(String(200), nullable=True)
     detail: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class Run(Base):
+    """One run of a job: from the first live node to the moment none is left. Made by
+    the manager that sees it first: ``open_job`` (the job while the run is open, NULL
+    once closed) is unique, so a job has one open run however many managers watch."""
+
+    __tablename__ = "crawlfleet_runs"
+    __table_args__ = (
+        UniqueConstraint("open_job", name="uq_crawlfleet_runs_open_job"),
+        Index("ix_crawlfleet_runs_job_started", "job", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job: Mapped[str] = mapped_column(String(200))
+    open_job: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    #: running, finished (no work left), stopped (nodes left with work queued),
+    #: lost (nodes stopped heartbeating)
+    state: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    #: who started it: a token's name, or "observed" (nodes started outside the manager)
+    started_by: Mapped[str] = mapped_column(String(64))
+    #: most nodes seen alive at once
+    nodes_max: Mapped[int] = mapped_column(Integer, default=0)
+    #: figures at the close (JSON): pages, items per store, errors, rate
+    figures: Mapped[str] = mapped_column(Text, default="{}")

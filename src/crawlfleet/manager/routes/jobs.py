@@ -17,6 +17,7 @@ from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.models import ControlBody, LimitsBody, ResetBody, SeedsBody
 from crawlfleet.state.events import list_events, record_event
+from crawlfleet.state.runs import list_runs
 
 __all__ = ["router", "sent_json"]
 
@@ -184,6 +185,17 @@ async def reset(
         "unstored_items": result.unstored_items,
         "kept_limits": result.kept_limits,
     }
+
+
+@router.get("/{job}/runs", summary="the job's runs (start, finish, nodes, figures), newest first")
+async def runs(
+    job: str,
+    ctx: Ctx,
+    _: Viewer,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> dict[str, Any]:
+    ctx.keys(job)
+    return {"job": job, "runs": await ctx.in_db(list_runs, ctx.db, job, limit=limit)}
 
 
 @router.get("/{job}/events", summary="changes made to the job through the manager, newest first")
