@@ -39,6 +39,7 @@ COMMANDS = (
     "health",
     "items",
     "manager",
+    "deploy",
     "site",
     "validate",
     "extract",
@@ -117,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.verbose:
             logging.getLogger("crawlfleet").setLevel(logging.DEBUG)
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     prog = _leaf(parser, args).prog  # "crawlfleet job reset"
     try:
         return int(args._run(args))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
 from redis.asyncio import Redis
@@ -29,18 +29,25 @@ T = TypeVar("T")
 @dataclass
 class ManagerContext:
     redis: Redis
+    #: the URL of *redis* (given to nodes started through Scrapyd when it has no password)
+    redis_url: str
     db: StateDB
     key_prefix: str
     frontier_config: FrontierConfig  #: its seen-filter and site keys (job: a placeholder)
     limits: RateLimits
     #: seconds between two looks at every job (CRAWLFLEET_MANAGER_WATCH_SECONDS)
     watch_seconds: float
+    #: Scrapyd name -> monotonic time since which it has not answered the watch
+    unreachable_since: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, settings: BaseSettings, redis: Redis, db: StateDB) -> ManagerContext:
+    def build(
+        cls, settings: BaseSettings, redis: Redis, redis_url: str, db: StateDB
+    ) -> ManagerContext:
         """ConfigError naming any setting that is wrong."""
         return cls(
             redis=redis,
+            redis_url=redis_url,
             db=db,
             key_prefix=RedisConfig.from_settings(settings).key_prefix,
             frontier_config=FrontierConfig.from_settings(settings, "manager"),

@@ -27,6 +27,7 @@ _CODES = {
     405: "method_not_allowed",
     409: "conflict",
     422: "invalid_request",
+    502: "scrapyd_error",
     503: "unavailable",
 }
 

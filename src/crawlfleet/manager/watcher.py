@@ -1,11 +1,13 @@
 """The manager's watch over the fleet: every ``CRAWLFLEET_MANAGER_WATCH_SECONDS`` it
-opens a run for each job that has live nodes and none open, and closes the open run of a
-job whose nodes are all gone, with the figures its nodes left (their summaries)."""
+opens a run for each job that has live nodes and none open, closes the open run of a job
+whose nodes are all gone, with the figures its nodes left (their summaries), and follows
+the processes it started through Scrapyd."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 
 from redis.exceptions import RedisError
@@ -14,11 +16,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from crawlfleet.fleet.jobs import job_figures, list_jobs, runs_total
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
 from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError
 from crawlfleet.state.runs import close_run, open_run, open_run_start, touch_run
+from crawlfleet.state.scrapyd import list_processes, list_scrapyd, set_process_state
 
-__all__ = ["observe_runs", "run_state", "watch"]
+__all__ = ["observe_processes", "observe_runs", "run_state", "watch"]
 
 logger = logging.getLogger(__name__)
+
+#: A Scrapyd that does not answer for this long: its pending and running processes are
+#: marked lost (if it comes back with them still running, they stay lost in the history).
+SCRAPYD_LOST_SECONDS = 120.0
 
 
 def run_state(snap: JobSnapshot) -> str:
@@ -51,6 +59,51 @@ async def observe_runs(ctx: ManagerContext) -> None:
                 logger.info("job %s: run %s", job, state)
 
 
+async def observe_processes(ctx: ManagerContext) -> None:
+    """Follow the pending and running processes started through Scrapyd: each takes the
+    state its Scrapyd reports; one that Scrapyd no longer knows (restarted, or its
+    history trimmed) is lost, never left running. A Scrapyd that does not answer leaves
+    its processes as they are until it does, or marks them lost once it has not answered
+    for SCRAPYD_LOST_SECONDS."""
+    active = await ctx.in_db(list_processes, ctx.db, active=True, limit=10_000)
+    if not active:
+        return
+    nodes = {n.name: n for n in await ctx.in_db(list_scrapyd, ctx.db)}
+    for name in sorted({p["scrapyd"] for p in active}):
+        mine = [p for p in active if p["scrapyd"] == name]
+        if name not in nodes:
+            for p in mine:
+                await ctx.in_db(set_process_state, ctx.db, p["id"], "lost", "Scrapyd removed")
+            continue
+        async with ScrapydClient(nodes[name]) as client:
+            try:
+                jobs = await client.listjobs()
+            except ScrapydError:
+                first = ctx.unreachable_since.setdefault(name, time.monotonic())
+                down = time.monotonic() - first
+                if down >= SCRAPYD_LOST_SECONDS:
+                    note = f"Scrapyd {name} unreachable for {down:.0f} s"
+                    for p in mine:
+                        await ctx.in_db(set_process_state, ctx.db, p["id"], "lost", note)
+                    logger.warning("%s: %d process(es) marked lost", note, len(mine))
+                continue
+        ctx.unreachable_since.pop(name, None)
+        states = {
+            str(j["id"]): state
+            for state in ("pending", "running", "finished")
+            for j in jobs.get(state, [])
+        }
+        for p in mine:
+            now = states.get(p["scrapyd_job"])
+            if now is None:
+                await ctx.in_db(
+                    set_process_state, ctx.db, p["id"], "lost", "Scrapyd no longer knows it"
+                )
+            elif now != p["state"]:
+                await ctx.in_db(set_process_state, ctx.db, p["id"], now)
+                logger.info("job %s: process %d on %s %s", p["job"], p["id"], name, now)
+
+
 async def watch(ctx: ManagerContext, interval: float) -> None:
     """observe_runs every *interval* seconds until cancelled; an outage of Redis or the
     state DB is logged once when it starts and once when it ends."""
@@ -59,6 +112,7 @@ async def watch(ctx: ManagerContext, interval: float) -> None:
     while True:
         try:
             await observe_runs(ctx)
+            await observe_processes(ctx)
             if trouble:
                 logger.info("watch: %s back after %.0f s", trouble, _age(since))
                 trouble = None

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from sqlalchemy import DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "Event", "Run", "Token", "utcnow"]
+__all__ = ["Base", "Event", "Process", "Run", "ScrapydNode", "Token", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -76,3 +76,40 @@ class Run(Base):
     nodes_max: Mapped[int] = mapped_column(Integer, default=0)
     #: figures at the close (JSON): pages, items per store, errors, rate
     figures: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class ScrapydNode(Base):
+    """A Scrapyd the manager deploys to and starts nodes on. Its password is kept to call
+    it and never served back."""
+
+    __tablename__ = "crawlfleet_scrapyd"
+    __table_args__ = (UniqueConstraint("name", name="uq_crawlfleet_scrapyd_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(String(500))
+    username: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    password: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class Process(Base):
+    """A crawlfleet node started through Scrapyd's schedule.json for a job."""
+
+    __tablename__ = "crawlfleet_processes"
+    __table_args__ = (Index("ix_crawlfleet_processes_job", "job", "started_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job: Mapped[str] = mapped_column(String(200))
+    scrapyd: Mapped[str] = mapped_column(String(64))
+    project: Mapped[str] = mapped_column(String(200))
+    spider: Mapped[str] = mapped_column(String(200))
+    #: Scrapyd's job id
+    scrapyd_job: Mapped[str] = mapped_column(String(64))
+    #: pending, running, finished, cancelled, cancel_failed, lost
+    state: Mapped[str] = mapped_column(String(16))
+    started_by: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    #: what happened last (a cancel's course, why it is lost)
+    note: Mapped[str] = mapped_column(Text, default="")

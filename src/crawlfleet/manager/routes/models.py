@@ -6,7 +6,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ControlBody", "LimitsBody", "NodeControlBody", "ResetBody", "SeedsBody"]
+__all__ = [
+    "CancelBody",
+    "ControlBody",
+    "LimitsBody",
+    "NodeControlBody",
+    "ResetBody",
+    "RunBody",
+    "ScrapydBody",
+    "SeedsBody",
+]
 
 Command = Literal["pause", "resume", "drain", "stop", "concurrency"]
 
@@ -48,3 +57,32 @@ class ResetBody(_Body):
     force: bool = False
     #: keep the job's run-time rate limits
     keep_limits: bool = False
+
+
+class ScrapydBody(_Body):
+    name: str = Field(min_length=1, max_length=64)
+    #: http(s)://host:port of its API
+    url: str = Field(min_length=1, max_length=500)
+    username: str | None = Field(default=None, max_length=200)
+    password: str | None = Field(default=None, max_length=500)
+    #: ask it for its status before registering it
+    check: bool = True
+
+
+class RunBody(_Body):
+    spider: str = Field(min_length=1, max_length=200)
+    #: the Scrapyd project (scrapy.cfg's [deploy] project)
+    project: str = Field(min_length=1, max_length=200)
+    #: "all", "least-loaded" (from Scrapyd's running jobs and the nodes' CPU), or names
+    nodes: Literal["all", "least-loaded"] | list[str] = "least-loaded"
+    #: processes per node named ("all" or a list), or processes in all ("least-loaded")
+    count: int = Field(default=1, ge=1, le=100)
+    #: Scrapy settings for the processes (CRAWLFLEET_JOB and the key prefix are set)
+    settings: dict[str, str] = Field(default_factory=dict, max_length=200)
+    #: spider arguments
+    args: dict[str, str] = Field(default_factory=dict, max_length=200)
+
+
+class CancelBody(_Body):
+    #: seconds between TERM and KILL
+    grace_seconds: float = Field(default=10.0, ge=0, le=600)

@@ -1,0 +1,270 @@
+"""Scrapyd nodes: register them (``/api/v1/scrapyd``), deploy a project's egg to them
+(``/api/v1/deploy``), start crawlfleet nodes of a job on them (``/api/v1/jobs/{job}/run``),
+follow, cancel and read those processes (``/api/v1/jobs/{job}/processes``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from crawlfleet.fleet.jobs import list_jobs
+from crawlfleet.fleet.snapshot import JOBS_MAX, snapshot
+from crawlfleet.manager.auth import Admin, Ctx, Operator, Viewer
+from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.routes.models import CancelBody, RunBody, ScrapydBody
+from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, least_loaded, loads, log_levels
+from crawlfleet.redis.connection import redact
+from crawlfleet.state.events import record_event
+from crawlfleet.state.scrapyd import (
+    ScrapydInfo,
+    add_scrapyd,
+    get_process,
+    list_processes,
+    list_scrapyd,
+    record_process,
+    remove_scrapyd,
+    scrapyd_url,
+    set_process_state,
+)
+
+__all__ = ["cpu_by_host", "router"]
+
+router = APIRouter(tags=["scrapyd"])
+EGG = {"schema": {"type": "string", "format": "binary"}}
+#: Largest egg accepted by /api/v1/deploy.
+EGG_MAX_BYTES = 100 * 1024 * 1024
+#: Seconds given to a process to stop after SIGKILL before the cancel is reported failed.
+KILL_WAIT_SECONDS = 5.0
+
+
+def _fail(exc: ScrapydError) -> HTTPException:
+    return HTTPException(502, str(exc))
+
+
+async def cpu_by_host(ctx: ManagerContext) -> dict[str, float]:
+    """Summed CPU (100 = one core) of the live crawlfleet nodes of each host."""
+    cpu: dict[str, float] = {}
+    for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
+        snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
+        for info in snap.nodes.values():
+            value = info.get("cpu_percent")
+            if info.get("alive") and isinstance(value, int | float) and info.get("host"):
+                cpu[str(info["host"])] = cpu.get(str(info["host"]), 0.0) + float(value)
+    return cpu
+
+
+async def _nodes(ctx: ManagerContext, wanted: str | list[str]) -> list[ScrapydInfo]:
+    """The registered Scrapyd nodes named (or all); 404 naming an unknown one."""
+    nodes = await ctx.in_db(list_scrapyd, ctx.db)
+    if wanted == "all" or wanted == "least-loaded":
+        if not nodes:
+            raise HTTPException(404, "no Scrapyd registered (POST /api/v1/scrapyd)")
+        return nodes
+    by_name = {n.name: n for n in nodes}
+    names = wanted if isinstance(wanted, list) else [w for w in wanted.split(",") if w]
+    unknown = [n for n in names if n not in by_name]
+    if unknown or not names:
+        raise HTTPException(404, f"no Scrapyd named {', '.join(unknown) or '(none given)'}")
+    return [by_name[n] for n in names]
+
+
+@router.post("/api/v1/scrapyd", summary="register a Scrapyd (its URL and optional basic auth)")
+async def register(body: ScrapydBody, ctx: Ctx, token: Admin) -> dict[str, Any]:
+    if body.check:
+        url, user, password = scrapyd_url(body.url)  # ConfigError: 400
+        probe = ScrapydInfo(body.name, url, body.username or user, body.password or password)
+        async with ScrapydClient(probe) as client:
+            try:
+                await client.daemonstatus()
+            except ScrapydError as exc:
+                raise HTTPException(400, f"{exc}; not registered") from None
+    node = await ctx.in_db(add_scrapyd, ctx.db, body.name, body.url, body.username, body.password)
+    await ctx.in_db(record_event, ctx.db, token.name, "scrapyd.add", None, node.public())
+    return node.public()
+
+
+@router.get("/api/v1/scrapyd", summary="the Scrapyd nodes and what each is doing now")
+async def scrapyd_nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
+    nodes = await ctx.in_db(list_scrapyd, ctx.db)
+    now = {load.name: load for load in await loads(nodes, await cpu_by_host(ctx))}
+    out = []
+    for node in nodes:
+        load = now[node.name]
+        out.append(
+            {
+                **node.public(),
+                "reachable": load.reachable,
+                "error": load.error or None,
+                "running": load.running,
+                "pending": load.pending,
+                "node_name": load.node_name or None,
+                "cpu_percent": load.cpu_percent,
+            }
+        )
+    return {"scrapyd": out}
+
+
+@router.delete("/api/v1/scrapyd/{name}", summary="forget a Scrapyd")
+async def unregister(name: str, ctx: Ctx, token: Admin) -> dict[str, Any]:
+    await ctx.in_db(remove_scrapyd, ctx.db, name)
+    await ctx.in_db(record_event, ctx.db, token.name, "scrapyd.remove", None, {"name": name})
+    return {"removed": name}
+
+
+@router.post(
+    "/api/v1/deploy",
+    summary="upload a project's egg (the request body) to Scrapyd nodes",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
+async def deploy(
+    request: Request,
+    ctx: Ctx,
+    token: Admin,
+    project: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")],
+    version: Annotated[str, Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.+-]+$")],
+    nodes: Annotated[str, Query(description="'all' or names, comma-separated")] = "all",
+) -> dict[str, Any]:
+    egg = await request.body()
+    if not egg:
+        raise HTTPException(400, "the request body must be the egg (crawlfleet deploy builds it)")
+    if len(egg) > EGG_MAX_BYTES:
+        raise HTTPException(400, f"the egg is larger than {EGG_MAX_BYTES // 2**20} MB")
+    targets = await _nodes(ctx, nodes)
+
+    async def one(node: ScrapydInfo) -> dict[str, Any]:
+        async with ScrapydClient(node) as client:
+            try:
+                body = await client.addversion(project, version, egg)
+                return {"scrapyd": node.name, "ok": True, "spiders": body.get("spiders")}
+            except ScrapydError as exc:
+                return {"scrapyd": node.name, "ok": False, "error": str(exc)}
+
+    results = list(await asyncio.gather(*(one(n) for n in targets)))
+    detail = {"project": project, "version": version, "results": results}
+    await ctx.in_db(record_event, ctx.db, token.name, "deploy", None, detail)
+    if not any(r["ok"] for r in results):
+        raise HTTPException(502, "; ".join(r["error"] for r in results))
+    return {"project": project, "version": version, "results": results}
+
+
+@router.post("/api/v1/jobs/{job}/run", summary="start crawlfleet nodes of the job through Scrapyd")
+async def run(job: str, body: RunBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
+    ctx.keys(job)
+    nodes = await _nodes(ctx, body.nodes)
+    if body.nodes == "least-loaded":
+        chosen = least_loaded(await loads(nodes, await cpu_by_host(ctx)), body.count)
+        if not chosen:
+            raise HTTPException(502, "no Scrapyd answers: nothing started")
+    else:
+        chosen = [n.name for n in nodes for _ in range(body.count)]
+    by_name = {n.name: n for n in nodes}
+    settings = dict(body.settings)
+    settings.update({"CRAWLFLEET_JOB": job, "CRAWLFLEET_KEY_PREFIX": ctx.key_prefix})
+    if "CRAWLFLEET_REDIS_URL" not in settings and redact(ctx.redis_url) == ctx.redis_url:
+        settings["CRAWLFLEET_REDIS_URL"] = ctx.redis_url  # never one with a password
+    started, errors = [], []
+    for name in chosen:
+        async with ScrapydClient(by_name[name]) as client:
+            try:
+                sid = await client.schedule(body.project, body.spider, settings, body.args)
+            except ScrapydError as exc:
+                errors.append(str(exc))
+                continue
+        pid = await ctx.in_db(
+            record_process, ctx.db, job, name, body.project, body.spider, sid, token.name
+        )
+        started.append({"id": pid, "scrapyd": name, "scrapyd_job": sid})
+    detail = {"spider": body.spider, "project": body.project, "started": started, "errors": errors}
+    await ctx.in_db(record_event, ctx.db, token.name, "job.run", job, detail)
+    if not started:
+        raise HTTPException(502, "; ".join(errors))
+    return {"job": job, "started": started, "errors": errors}
+
+
+@router.get("/api/v1/jobs/{job}/processes", summary="nodes started for the job through Scrapyd")
+async def processes(job: str, ctx: Ctx, _: Viewer) -> dict[str, Any]:
+    ctx.keys(job)
+    return {"job": job, "processes": await ctx.in_db(list_processes, ctx.db, job)}
+
+
+async def _process(ctx: ManagerContext, job: str, pid: int) -> tuple[dict[str, Any], ScrapydInfo]:
+    process = await ctx.in_db(get_process, ctx.db, job, pid)
+    if process is None:
+        raise HTTPException(404, f"job {job} has no process {pid}")
+    nodes = {n.name: n for n in await ctx.in_db(list_scrapyd, ctx.db)}
+    if process["scrapyd"] not in nodes:
+        raise HTTPException(404, f"Scrapyd {process['scrapyd']} is no longer registered")
+    return process, nodes[process["scrapyd"]]
+
+
+@router.post(
+    "/api/v1/jobs/{job}/processes/{pid}/cancel",
+    summary="stop a process: TERM, then KILL after the grace period, verified",
+)
+async def cancel(job: str, pid: int, body: CancelBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
+    process, node = await _process(ctx, job, pid)
+    project, sid = process["project"], process["scrapyd_job"]
+    async with ScrapydClient(node) as client:
+        try:
+            state = await client.status(project, sid)
+            note = ""
+            if state in ("pending", "running"):
+                await client.cancel(project, sid, "TERM")
+                state = await _wait_stopped(client, project, sid, body.grace_seconds)
+                note = "stopped on TERM"
+                if state == "running":
+                    await client.cancel(project, sid, "KILL")
+                    state = await _wait_stopped(client, project, sid, KILL_WAIT_SECONDS)
+                    note = f"killed after {body.grace_seconds:g} s"
+        except ScrapydError as exc:
+            raise _fail(exc) from None
+    final = {
+        None: ("lost", "Scrapyd no longer knows it"),
+        "running": ("cancel_failed", "still running after TERM and KILL"),
+    }.get(state, ("cancelled", note or f"was {state}"))
+    if process["state"] not in ("pending", "running") and state == "finished" and not note:
+        final = (process["state"], process["note"])  # it had ended by itself
+    await ctx.in_db(set_process_state, ctx.db, pid, final[0], final[1])
+    detail = {"process": pid, "state": final[0], "note": final[1]}
+    await ctx.in_db(record_event, ctx.db, token.name, "process.cancel", job, detail)
+    return {"id": pid, "state": final[0], "note": final[1]}
+
+
+async def _wait_stopped(
+    client: ScrapydClient, project: str, sid: str, seconds: float
+) -> str | None:
+    deadline = time.monotonic() + seconds
+    while True:
+        state = await client.status(project, sid)
+        if (state != "running" and state != "pending") or time.monotonic() >= deadline:
+            return state
+        await asyncio.sleep(0.25)
+
+
+@router.get("/api/v1/jobs/{job}/processes/{pid}/log", summary="the end of a process's log")
+async def log(
+    job: str,
+    pid: int,
+    ctx: Ctx,
+    _: Viewer,
+    tail_bytes: Annotated[int, Query(ge=1, le=10 * 2**20)] = 65536,
+) -> dict[str, Any]:
+    process, node = await _process(ctx, job, pid)
+    async with ScrapydClient(node) as client:
+        try:
+            text = await client.log(
+                process["project"], process["spider"], process["scrapyd_job"], tail_bytes
+            )
+        except ScrapydError as exc:
+            raise _fail(exc) from None
+    return {"id": pid, "state": process["state"], "levels": log_levels(text), "text": text}

@@ -1,0 +1,285 @@
+"""The manager with two real Scrapyd servers (the PyPI package) on loopback, as an
+operator uses it: `crawlfleet manager serve`, Scrapyd nodes registered (one behind basic
+auth), a Scrapy project deployed with `crawlfleet deploy`, a job run on both by
+"least-loaded", the crawl complete on the shared frontier, logs read, a process
+cancelled, and a process whose Scrapyd restarted marked lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.server import TestSite
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "s3cret-scrapyd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.2)
+
+
+@dataclass
+class Scrapyd:
+    folder: Path
+    port: int
+    auth: bool
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        auth = f"username = cf\npassword = {PASSWORD}\n" if self.auth else ""
+        (self.folder / "scrapyd.conf").write_text(
+            "[scrapyd]\nbind_address = 127.0.0.1\n"
+            f"http_port = {self.port}\npoll_interval = 0.5\nmax_proc = 4\n"
+            "eggs_dir = eggs\nlogs_dir = logs\ndbs_dir = dbs\nitems_dir =\n" + auth
+        )
+        log = (self.folder / "scrapyd.log").open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scrapyd"],
+            cwd=self.folder,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its crawl processes too, for kill()
+        )
+        auth_pair = ("cf", PASSWORD) if self.auth else None
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{self.url}/daemonstatus.json", auth=auth_pair).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(f"Scrapyd on {self.port}", up, timeout=30)
+
+    def kill(self) -> None:
+        """Kill it and every process it started (a machine that went down)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def scrapyds(tmp_path: Path) -> Iterator[tuple[Scrapyd, Scrapyd]]:
+    a = Scrapyd(tmp_path / "scrapyd-a", free_port(), auth=False)
+    b = Scrapyd(tmp_path / "scrapyd-b", free_port(), auth=True)
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        a.kill()
+        b.kill()
+
+
+def make_project(root: Path) -> Path:
+    """A Scrapy project with one spider (the bundled test site's) and the add-on."""
+    (root / "fleetproj" / "spiders").mkdir(parents=True)
+    (root / "scrapy.cfg").write_text(
+        "[settings]\ndefault = fleetproj.settings\n\n[deploy]\nproject = fleetproj\n"
+    )
+    (root / "fleetproj" / "__init__.py").write_text("")
+    (root / "fleetproj" / "spiders" / "__init__.py").write_text("")
+    (root / "fleetproj" / "settings.py").write_text(
+        textwrap.dedent(
+            """\
+            BOT_NAME = "fleetproj"
+            SPIDER_MODULES = ["fleetproj.spiders"]
+            ADDONS = {"crawlfleet.Addon": 100}
+            CONCURRENT_REQUESTS = 4
+            CRAWLFLEET_HEARTBEAT_SECONDS = 0.3
+            CRAWLFLEET_FINISH_GRACE_SECONDS = 1
+            """
+        )
+    )
+    (root / "fleetproj" / "spiders" / "site.py").write_text(
+        "from crawlfleet.testsite.spider import TestSiteSpider\n\n\n"
+        "class SiteSpider(TestSiteSpider):\n    name = 'site'\n"
+    )
+    return root
+
+
+def cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "CRAWLFLEET_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "crawlfleet.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        env={**environ, **(env or {})},
+    )
+
+
+@pytest.mark.slow
+def test_deploy_run_cancel_and_lost_with_real_scrapyd(
+    scrapyds: tuple[Scrapyd, Scrapyd], redis_server_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    a, b = scrapyds
+    db = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    admin = cli("manager", "token", "create", "root", "--role", "admin", "--db", db, cwd=tmp_path)
+    token = admin.stdout.split()[-1]
+    port = free_port()
+    argv = [sys.executable, "-m", "crawlfleet.cli.main", "manager", "serve", "--port", str(port)]
+    argv += [
+        "--db",
+        db,
+        "--redis-url",
+        redis_server_url,
+        "-s",
+        f"CRAWLFLEET_KEY_PREFIX={key_prefix}",
+    ]
+    argv += ["-s", "CRAWLFLEET_MANAGER_WATCH_SECONDS=0.5"]
+    log = tmp_path / "manager.log"
+    with log.open("w") as out:
+        manager = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    api = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def ok(r: httpx.Response) -> Any:
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    try:
+        wait_until("manager", up, timeout=30)
+        # register both; a wrong password is refused and nothing is registered
+        ok(api.post("/api/v1/scrapyd", json={"name": "a", "url": a.url}))
+        bad = api.post(
+            "/api/v1/scrapyd",
+            json={"name": "b", "url": b.url, "username": "cf", "password": "wrong"},
+        )
+        assert bad.status_code == 400 and "refused the credentials" in bad.text
+        ok(
+            api.post(
+                "/api/v1/scrapyd",
+                json={"name": "b", "url": f"http://cf:{PASSWORD}@127.0.0.1:{b.port}"},
+            )
+        )
+        listed = api.get("/api/v1/scrapyd")
+        assert PASSWORD not in listed.text
+        nodes = ok(listed)["scrapyd"]
+        assert [(n["name"], n["reachable"], n["auth"]) for n in nodes] == [
+            ("a", True, False),
+            ("b", True, True),
+        ]
+
+        # deploy the project with the CLI, through the manager
+        project = make_project(tmp_path / "project")
+        deployed = cli(
+            "deploy", "--manager", base, cwd=project, env={"CRAWLFLEET_MANAGER_TOKEN": token}
+        )
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        assert "a: deployed (1 spider)" in deployed.stdout
+        assert "b: deployed (1 spider)" in deployed.stdout
+        assert not (project / "build").exists() and not list(project.glob("*.egg-info"))
+
+        # run the job on two nodes chosen by load: one on each Scrapyd
+        with TestSite(SiteModel(pages=120, hosts=2, problems=False), latency_seconds=0.05) as site:
+            body = {
+                "spider": "site",
+                "project": "fleetproj",
+                "nodes": "least-loaded",
+                "count": 2,
+                "args": {"start_urls": ",".join(site.seed_urls)},
+            }
+            started = ok(api.post("/api/v1/jobs/shared/run", json=body))["started"]
+            assert sorted(s["scrapyd"] for s in started) == ["a", "b"]
+
+            def processes(job: str) -> list[dict[str, Any]]:
+                return ok(api.get(f"/api/v1/jobs/{job}/processes"))["processes"]  # type: ignore[no-any-return]
+
+            wait_until(
+                "both processes finished",
+                lambda: [p["state"] for p in processes("shared")] == ["finished", "finished"],
+                timeout=180,
+            )
+            stats = site.stats()
+            assert stats["never_fetched"] == [] and stats["fetched_twice"] == []
+        job = ok(api.get("/api/v1/jobs/shared"))
+        assert job["state"] == "finished" and job["runs_total"]["nodes"] == 2
+        for p in processes("shared"):
+            got = ok(api.get(f"/api/v1/jobs/shared/processes/{p['id']}/log"))
+            assert got["levels"]["INFO"] > 0 and "crawlfleet" in got["text"]
+
+        # a node waiting for seeds that never come: cancelled (TERM, verified)
+        (waiting,) = ok(
+            api.post(
+                "/api/v1/jobs/idle/run",
+                json={
+                    "spider": "site",
+                    "project": "fleetproj",
+                    "nodes": ["a"],
+                    "args": {"start_urls": "http://127.0.0.1:9/"},
+                },
+            )
+        )["started"]
+        wait_until("running", lambda: processes("idle")[0]["state"] == "running", timeout=60)
+        cancelled = ok(
+            api.post(
+                f"/api/v1/jobs/idle/processes/{waiting['id']}/cancel", json={"grace_seconds": 20}
+            )
+        )
+        assert cancelled["state"] == "cancelled", cancelled
+
+        # a Scrapyd that goes down with its process, and comes back knowing nothing: lost
+        (_doomed,) = ok(
+            api.post(
+                "/api/v1/jobs/doomed/run",
+                json={
+                    "spider": "site",
+                    "project": "fleetproj",
+                    "nodes": ["a"],
+                    "args": {"start_urls": "http://127.0.0.1:9/"},
+                },
+            )
+        )["started"]
+        wait_until("running", lambda: processes("doomed")[0]["state"] == "running", timeout=60)
+        a.kill()
+        a.start()
+        wait_until("lost", lambda: processes("doomed")[0]["state"] == "lost", timeout=30)
+        events = [
+            e["action"] for e in ok(api.get("/api/v1/events", params={"limit": 50}))["events"]
+        ]
+        assert {"scrapyd.add", "deploy", "job.run", "process.cancel"} <= set(events)
+    finally:
+        manager.send_signal(signal.SIGINT)
+        manager.wait(20)
+        api.close()
+    text = log.read_text()
+    assert PASSWORD not in text and token not in text and "Traceback" not in text, text
