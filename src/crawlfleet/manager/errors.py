@@ -12,10 +12,11 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException  # also raised for unknown paths
 
-from crawlfleet.exceptions import CommandFailed, ConfigError, UnknownJob
+from crawlfleet.exceptions import CommandFailed, ConfigError, CrawlfleetError, UnknownJob
+from crawlfleet.manager.scrapyd import ScrapydError
 from crawlfleet.redis.connection import redact
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["NotFound", "error_response", "install_error_handlers"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,10 @@ _CODES = {
     502: "scrapyd_error",
     503: "unavailable",
 }
+
+
+class NotFound(CrawlfleetError):
+    """Something named in a request does not exist (404)."""
 
 
 def error_response(status: int, message: str, code: str | None = None) -> JSONResponse:
@@ -66,6 +71,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(CommandFailed)
     async def refused(_: Request, exc: CommandFailed) -> JSONResponse:
         return error_response(409, _one_line(str(exc)), "refused")
+
+    @app.exception_handler(NotFound)
+    async def not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return error_response(404, _one_line(str(exc)))
+
+    @app.exception_handler(ScrapydError)
+    async def scrapyd_error(_: Request, exc: ScrapydError) -> JSONResponse:
+        return error_response(502, _one_line(str(exc)))
 
     @app.exception_handler(RedisError)
     async def redis_down(_: Request, exc: RedisError) -> JSONResponse:

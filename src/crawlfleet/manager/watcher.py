@@ -1,7 +1,7 @@
 """The manager's watch over the fleet: every ``CRAWLFLEET_MANAGER_WATCH_SECONDS`` it
 opens a run for each job that has live nodes and none open, closes the open run of a job
 whose nodes are all gone, with the figures its nodes left (their summaries), and follows
-the processes it started through Scrapyd."""
+the processes it started through Scrapyd, and fires the timers that are due."""
 
 from __future__ import annotations
 
@@ -9,21 +9,32 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
+from crawlfleet.exceptions import CrawlfleetError
+from crawlfleet.fleet.control import send_command
 from crawlfleet.fleet.jobs import job_figures, list_jobs, runs_total
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
 from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.launch import start_processes
+from crawlfleet.manager.routes.models import RunBody
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError
+from crawlfleet.state.events import record_event
+from crawlfleet.state.models import utcnow
 from crawlfleet.state.runs import close_run, open_run, open_run_start, touch_run
 from crawlfleet.state.scrapyd import list_processes, list_scrapyd, set_process_state
+from crawlfleet.state.timers import claim, due_timers, due_times, next_due, record_fire
 
-__all__ = ["observe_processes", "observe_runs", "run_state", "watch"]
+__all__ = ["observe_processes", "observe_runs", "observe_timers", "run_state", "watch"]
 
 logger = logging.getLogger(__name__)
 
+#: A due time this old when a manager sees it is missed, not fired late (a manager that
+#: was down for hours must not start last night's crawl at noon).
+MISFIRE_GRACE_SECONDS = 60.0
 #: A Scrapyd that does not answer for this long: its pending and running processes are
 #: marked lost (if it comes back with them still running, they stay lost in the history).
 SCRAPYD_LOST_SECONDS = 120.0
@@ -104,6 +115,52 @@ async def observe_processes(ctx: ManagerContext) -> None:
                 logger.info("job %s: process %d on %s %s", p["job"], p["id"], name, now)
 
 
+async def observe_timers(ctx: ManagerContext) -> None:
+    """Fire the timers that are due: the manager whose claim moves a timer's next due
+    time fires it. Of the due times that passed since, the newest is fired if it is at
+    most MISFIRE_GRACE_SECONDS old; the others are recorded as missed (said in the log)."""
+    now = utcnow()
+    for timer in await ctx.in_db(due_timers, ctx.db, now):
+        due: datetime = timer["due_at"]
+        if not await ctx.in_db(claim, ctx.db, timer["id"], due, next_due(timer["cron"], now)):
+            continue  # another manager has it
+        times = due_times(timer["cron"], due, now)
+        newest = times[-1]
+        fire = (now - newest).total_seconds() <= MISFIRE_GRACE_SECONDS
+        missed = times[:-1] if fire else times
+        if missed:
+            detail = (
+                f"{len(missed)} due time(s) from {missed[0].isoformat()}Z to "
+                f"{missed[-1].isoformat()}Z passed with no manager to fire them"
+            )
+            logger.warning("timer %s: %s", timer["name"], detail)
+            await ctx.in_db(record_fire, ctx.db, timer["id"], missed[-1], "missed", detail)
+        if fire:
+            outcome, detail = await _fire(ctx, timer)
+            await ctx.in_db(record_fire, ctx.db, timer["id"], newest, outcome, detail)
+
+
+async def _fire(ctx: ManagerContext, timer: dict[str, Any]) -> tuple[str, str]:
+    """Do what *timer* says; ("fired" | "failed", what happened)."""
+    actor = f"timer:{timer['name']}"
+    job, action = timer["job"], timer["action"]
+    try:
+        if action == "run":
+            result = await start_processes(ctx, job, RunBody(**timer["params"]), actor)
+            detail = f"started {len(result['started'])} process(es)"
+            if result["errors"]:
+                detail += f"; {len(result['errors'])} failed: {result['errors'][0]}"
+        else:
+            sent = await send_command(ctx.redis, ctx.key_prefix, job, action)
+            await ctx.in_db(record_event, ctx.db, actor, "job.control", job, {"command": action})
+            detail = f"{action} sent to {sum(s.live for s in sent)} live node(s)"
+    except (CrawlfleetError, ScrapydError, RedisError) as exc:
+        logger.warning("timer %s: %s of job %s failed: %s", timer["name"], action, job, exc)
+        return "failed", " ".join(str(exc).split())[:500]
+    logger.info("timer %s: %s", timer["name"], detail)
+    return "fired", detail
+
+
 async def watch(ctx: ManagerContext, interval: float) -> None:
     """observe_runs every *interval* seconds until cancelled; an outage of Redis or the
     state DB is logged once when it starts and once when it ends."""
@@ -113,6 +170,7 @@ async def watch(ctx: ManagerContext, interval: float) -> None:
         try:
             await observe_runs(ctx)
             await observe_processes(ctx)
+            await observe_timers(ctx)
             if trouble:
                 logger.info("watch: %s back after %.0f s", trouble, _age(since))
                 trouble = None

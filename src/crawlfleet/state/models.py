@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "Event", "Process", "Run", "ScrapydNode", "Token", "utcnow"]
+__all__ = [
+    "Base",
+    "Event",
+    "Process",
+    "Run",
+    "ScrapydNode",
+    "Timer",
+    "TimerFire",
+    "Token",
+    "utcnow",
+]
 
 
 def utcnow() -> datetime:
@@ -113,3 +123,40 @@ class Process(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     #: what happened last (a cancel's course, why it is lost)
     note: Mapped[str] = mapped_column(Text, default="")
+
+
+class Timer(Base):
+    """A cron expression that starts, pauses, resumes, drains or stops a job. Whoever
+    moves ``next_fire_at`` from the due time to the next one (a compare-and-set) fires
+    it: once, however many managers run."""
+
+    __tablename__ = "crawlfleet_timers"
+    __table_args__ = (UniqueConstraint("name", name="uq_crawlfleet_timers_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    job: Mapped[str] = mapped_column(String(200))
+    #: run, pause, resume, drain, stop
+    action: Mapped[str] = mapped_column(String(16))
+    cron: Mapped[str] = mapped_column(String(200))
+    #: the run's parameters (JSON), as POST /api/v1/jobs/{job}/run takes them
+    params: Mapped[str] = mapped_column(Text, default="{}")
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    next_fire_at: Mapped[datetime] = mapped_column(DateTime, index=True)
+
+
+class TimerFire(Base):
+    """One due time of a timer: fired (ok or not, with what happened) or missed."""
+
+    __tablename__ = "crawlfleet_timer_fires"
+    __table_args__ = (Index("ix_crawlfleet_timer_fires_timer", "timer_id", "due_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    timer_id: Mapped[int] = mapped_column(Integer)
+    due_at: Mapped[datetime] = mapped_column(DateTime)
+    fired_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    #: fired, failed, missed
+    outcome: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")

@@ -15,6 +15,8 @@ __all__ = [
     "RunBody",
     "ScrapydBody",
     "SeedsBody",
+    "TimerBody",
+    "TimerPatch",
 ]
 
 Command = Literal["pause", "resume", "drain", "stop", "concurrency"]
@@ -86,3 +88,17 @@ class RunBody(_Body):
 class CancelBody(_Body):
     #: seconds between TERM and KILL
     grace_seconds: float = Field(default=10.0, ge=0, le=600)
+
+
+class TimerBody(_Body):
+    name: str = Field(min_length=1, max_length=64)
+    job: str = Field(min_length=1, max_length=200)
+    action: Literal["run", "pause", "resume", "drain", "stop"]
+    #: 5 fields (minute hour day month weekday; UTC), or 6 with seconds last
+    cron: str = Field(min_length=1, max_length=200)
+    #: for "run": what POST /api/v1/jobs/{job}/run takes
+    run: RunBody | None = None
+
+
+class TimerPatch(_Body):
+    enabled: bool

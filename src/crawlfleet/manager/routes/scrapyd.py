@@ -10,13 +10,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from crawlfleet.fleet.jobs import list_jobs
-from crawlfleet.fleet.snapshot import JOBS_MAX, snapshot
 from crawlfleet.manager.auth import Admin, Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.launch import cpu_by_host, scrapyd_nodes, start_processes
 from crawlfleet.manager.routes.models import CancelBody, RunBody, ScrapydBody
-from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, least_loaded, loads, log_levels
-from crawlfleet.redis.connection import redact
+from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, loads, log_levels
 from crawlfleet.state.events import record_event
 from crawlfleet.state.scrapyd import (
     ScrapydInfo,
@@ -24,13 +22,12 @@ from crawlfleet.state.scrapyd import (
     get_process,
     list_processes,
     list_scrapyd,
-    record_process,
     remove_scrapyd,
     scrapyd_url,
     set_process_state,
 )
 
-__all__ = ["cpu_by_host", "router"]
+__all__ = ["router"]
 
 router = APIRouter(tags=["scrapyd"])
 EGG = {"schema": {"type": "string", "format": "binary"}}
@@ -38,37 +35,6 @@ EGG = {"schema": {"type": "string", "format": "binary"}}
 EGG_MAX_BYTES = 100 * 1024 * 1024
 #: Seconds given to a process to stop after SIGKILL before the cancel is reported failed.
 KILL_WAIT_SECONDS = 5.0
-
-
-def _fail(exc: ScrapydError) -> HTTPException:
-    return HTTPException(502, str(exc))
-
-
-async def cpu_by_host(ctx: ManagerContext) -> dict[str, float]:
-    """Summed CPU (100 = one core) of the live crawlfleet nodes of each host."""
-    cpu: dict[str, float] = {}
-    for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
-        snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
-        for info in snap.nodes.values():
-            value = info.get("cpu_percent")
-            if info.get("alive") and isinstance(value, int | float) and info.get("host"):
-                cpu[str(info["host"])] = cpu.get(str(info["host"]), 0.0) + float(value)
-    return cpu
-
-
-async def _nodes(ctx: ManagerContext, wanted: str | list[str]) -> list[ScrapydInfo]:
-    """The registered Scrapyd nodes named (or all); 404 naming an unknown one."""
-    nodes = await ctx.in_db(list_scrapyd, ctx.db)
-    if wanted == "all" or wanted == "least-loaded":
-        if not nodes:
-            raise HTTPException(404, "no Scrapyd registered (POST /api/v1/scrapyd)")
-        return nodes
-    by_name = {n.name: n for n in nodes}
-    names = wanted if isinstance(wanted, list) else [w for w in wanted.split(",") if w]
-    unknown = [n for n in names if n not in by_name]
-    if unknown or not names:
-        raise HTTPException(404, f"no Scrapyd named {', '.join(unknown) or '(none given)'}")
-    return [by_name[n] for n in names]
 
 
 @router.post("/api/v1/scrapyd", summary="register a Scrapyd (its URL and optional basic auth)")
@@ -87,7 +53,7 @@ async def register(body: ScrapydBody, ctx: Ctx, token: Admin) -> dict[str, Any]:
 
 
 @router.get("/api/v1/scrapyd", summary="the Scrapyd nodes and what each is doing now")
-async def scrapyd_nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
+async def list_nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
     nodes = await ctx.in_db(list_scrapyd, ctx.db)
     now = {load.name: load for load in await loads(nodes, await cpu_by_host(ctx))}
     out = []
@@ -139,7 +105,7 @@ async def deploy(
         raise HTTPException(400, "the request body must be the egg (crawlfleet deploy builds it)")
     if len(egg) > EGG_MAX_BYTES:
         raise HTTPException(400, f"the egg is larger than {EGG_MAX_BYTES // 2**20} MB")
-    targets = await _nodes(ctx, nodes)
+    targets = await scrapyd_nodes(ctx, nodes)
 
     async def one(node: ScrapydInfo) -> dict[str, Any]:
         async with ScrapydClient(node) as client:
@@ -159,36 +125,7 @@ async def deploy(
 
 @router.post("/api/v1/jobs/{job}/run", summary="start crawlfleet nodes of the job through Scrapyd")
 async def run(job: str, body: RunBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
-    ctx.keys(job)
-    nodes = await _nodes(ctx, body.nodes)
-    if body.nodes == "least-loaded":
-        chosen = least_loaded(await loads(nodes, await cpu_by_host(ctx)), body.count)
-        if not chosen:
-            raise HTTPException(502, "no Scrapyd answers: nothing started")
-    else:
-        chosen = [n.name for n in nodes for _ in range(body.count)]
-    by_name = {n.name: n for n in nodes}
-    settings = dict(body.settings)
-    settings.update({"CRAWLFLEET_JOB": job, "CRAWLFLEET_KEY_PREFIX": ctx.key_prefix})
-    if "CRAWLFLEET_REDIS_URL" not in settings and redact(ctx.redis_url) == ctx.redis_url:
-        settings["CRAWLFLEET_REDIS_URL"] = ctx.redis_url  # never one with a password
-    started, errors = [], []
-    for name in chosen:
-        async with ScrapydClient(by_name[name]) as client:
-            try:
-                sid = await client.schedule(body.project, body.spider, settings, body.args)
-            except ScrapydError as exc:
-                errors.append(str(exc))
-                continue
-        pid = await ctx.in_db(
-            record_process, ctx.db, job, name, body.project, body.spider, sid, token.name
-        )
-        started.append({"id": pid, "scrapyd": name, "scrapyd_job": sid})
-    detail = {"spider": body.spider, "project": body.project, "started": started, "errors": errors}
-    await ctx.in_db(record_event, ctx.db, token.name, "job.run", job, detail)
-    if not started:
-        raise HTTPException(502, "; ".join(errors))
-    return {"job": job, "started": started, "errors": errors}
+    return await start_processes(ctx, job, body, token.name)
 
 
 @router.get("/api/v1/jobs/{job}/processes", summary="nodes started for the job through Scrapyd")
@@ -214,20 +151,17 @@ async def _process(ctx: ManagerContext, job: str, pid: int) -> tuple[dict[str, A
 async def cancel(job: str, pid: int, body: CancelBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     process, node = await _process(ctx, job, pid)
     project, sid = process["project"], process["scrapyd_job"]
-    async with ScrapydClient(node) as client:
-        try:
-            state = await client.status(project, sid)
-            note = ""
-            if state in ("pending", "running"):
-                await client.cancel(project, sid, "TERM")
-                state = await _wait_stopped(client, project, sid, body.grace_seconds)
-                note = "stopped on TERM"
-                if state == "running":
-                    await client.cancel(project, sid, "KILL")
-                    state = await _wait_stopped(client, project, sid, KILL_WAIT_SECONDS)
-                    note = f"killed after {body.grace_seconds:g} s"
-        except ScrapydError as exc:
-            raise _fail(exc) from None
+    async with ScrapydClient(node) as client:  # ScrapydError: 502
+        state = await client.status(project, sid)
+        note = ""
+        if state in ("pending", "running"):
+            await client.cancel(project, sid, "TERM")
+            state = await _wait_stopped(client, project, sid, body.grace_seconds)
+            note = "stopped on TERM"
+            if state == "running":
+                await client.cancel(project, sid, "KILL")
+                state = await _wait_stopped(client, project, sid, KILL_WAIT_SECONDS)
+                note = f"killed after {body.grace_seconds:g} s"
     final = {
         None: ("lost", "Scrapyd no longer knows it"),
         "running": ("cancel_failed", "still running after TERM and KILL"),
@@ -260,11 +194,8 @@ async def log(
     tail_bytes: Annotated[int, Query(ge=1, le=10 * 2**20)] = 65536,
 ) -> dict[str, Any]:
     process, node = await _process(ctx, job, pid)
-    async with ScrapydClient(node) as client:
-        try:
-            text = await client.log(
-                process["project"], process["spider"], process["scrapyd_job"], tail_bytes
-            )
-        except ScrapydError as exc:
-            raise _fail(exc) from None
+    async with ScrapydClient(node) as client:  # ScrapydError: 502
+        text = await client.log(
+            process["project"], process["spider"], process["scrapyd_job"], tail_bytes
+        )
     return {"id": pid, "state": process["state"], "levels": log_levels(text), "text": text}
