@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,9 +55,12 @@ def test_pause_and_resume_real_nodes_through_the_api(
     job = manager.client.get("/api/v1/jobs/steered", headers=op).json()
     assert job["state"] == "finished" and job["queued"] == 0 and job["leased"] == 0
     assert job["runs_total"]["nodes"] == 2 and job["runs_total"]["pages"] >= 150
+
     # the manager's watch kept the run: one, finished, by two nodes, with its figures
-    runs = lambda: manager.get("/api/v1/jobs/steered/runs")["runs"]  # noqa: E731
-    manager.wait_for("run closed", lambda: runs() and runs()[0]["state"] != "running")
+    def runs() -> list[dict[str, Any]]:
+        return manager.get("/api/v1/jobs/steered/runs")["runs"]  # type: ignore[no-any-return]
+
+    manager.wait_for("run closed", lambda: bool(runs()) and runs()[0]["state"] != "running")
     (run,) = runs()
     assert run["state"] == "finished" and run["nodes_max"] == 2
     assert run["figures"]["pages"] >= 150 and run["figures"]["nodes"] == 2

@@ -25,7 +25,7 @@ import crawlfleet
 from crawlfleet.manager import metrics
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.errors import install_error_handlers
-from crawlfleet.manager.routes import events, jobs, nodes, scrapyd, timers
+from crawlfleet.manager.routes import alerts, events, jobs, nodes, scrapyd, timers
 from crawlfleet.manager.watcher import watch
 from crawlfleet.redis.connection import make_client
 from crawlfleet.state.db import StateDB
@@ -60,9 +60,11 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
         try:
             yield
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for task in (watcher, *ctx.deliveries):
+                task.cancel()
+            for task in (watcher, *ctx.deliveries):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await client.aclose()
             db.close()
 
@@ -76,7 +78,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (jobs, nodes, events, scrapyd, timers, metrics):
+    for module in (jobs, nodes, events, scrapyd, timers, alerts, metrics):
         app.include_router(module.router)
 
     @app.get("/healthz", tags=["health"], summary="whether Redis and the state DB answer")

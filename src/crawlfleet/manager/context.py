@@ -39,6 +39,10 @@ class ManagerContext:
     watch_seconds: float
     #: Scrapyd name -> monotonic time since which it has not answered the watch
     unreachable_since: dict[str, float] = field(default_factory=dict)
+    #: job -> (requests done, monotonic time that figure was first seen): stall times
+    progress: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: webhook deliveries under way (cancelled when the manager stops)
+    deliveries: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     def build(

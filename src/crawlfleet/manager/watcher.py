@@ -1,7 +1,8 @@
 """The manager's watch over the fleet: every ``CRAWLFLEET_MANAGER_WATCH_SECONDS`` it
 opens a run for each job that has live nodes and none open, closes the open run of a job
 whose nodes are all gone, with the figures its nodes left (their summaries), and follows
-the processes it started through Scrapyd, and fires the timers that are due."""
+the processes it started through Scrapyd, fires the timers that are due and evaluates
+the alert rules."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from crawlfleet.exceptions import CrawlfleetError
 from crawlfleet.fleet.control import send_command
 from crawlfleet.fleet.jobs import job_figures, list_jobs, runs_total
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
+from crawlfleet.manager.alerts import evaluate
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.launch import start_processes
 from crawlfleet.manager.routes.models import RunBody
@@ -171,6 +173,7 @@ async def watch(ctx: ManagerContext, interval: float) -> None:
             await observe_runs(ctx)
             await observe_processes(ctx)
             await observe_timers(ctx)
+            await evaluate(ctx)
             if trouble:
                 logger.info("watch: %s back after %.0f s", trouble, _age(since))
                 trouble = None

@@ -5,11 +5,23 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Boolean, DateTime, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "Alert",
+    "AlertRule",
     "Base",
+    "Delivery",
     "Event",
     "Process",
     "Run",
@@ -160,3 +172,65 @@ class TimerFire(Base):
     #: fired, failed, missed
     outcome: Mapped[str] = mapped_column(String(16))
     detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class AlertRule(Base):
+    """metric + operator + threshold + duration, on one job or every job, delivered to a
+    webhook signed with *secret*. The webhook URL (it often holds a token) and the
+    secret are never served back."""
+
+    __tablename__ = "crawlfleet_alert_rules"
+    __table_args__ = (UniqueConstraint("name", name="uq_crawlfleet_alert_rules_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    job: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    metric: Mapped[str] = mapped_column(String(64))
+    op: Mapped[str] = mapped_column(String(2))
+    threshold: Mapped[float] = mapped_column(Float)
+    for_seconds: Mapped[float] = mapped_column(Float)
+    webhook_url: Mapped[str] = mapped_column(String(1000))
+    secret: Mapped[str] = mapped_column(String(200))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+
+
+class Alert(Base):
+    """A rule's condition holding for a job: pending (not yet for long enough), firing,
+    then resolved. ``open_key`` ("rule:job" while not resolved) is unique: one open alert
+    per rule and job however many managers evaluate."""
+
+    __tablename__ = "crawlfleet_alerts"
+    __table_args__ = (
+        UniqueConstraint("open_key", name="uq_crawlfleet_alerts_open_key"),
+        Index("ix_crawlfleet_alerts_rule", "rule_id", "since"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rule_id: Mapped[int] = mapped_column(Integer)
+    job: Mapped[str] = mapped_column(String(200))
+    open_key: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    #: pending, firing, resolved
+    status: Mapped[str] = mapped_column(String(16))
+    since: Mapped[datetime] = mapped_column(DateTime)
+    fired_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
+class Delivery(Base):
+    """One attempt to deliver an alert's change to its webhook."""
+
+    __tablename__ = "crawlfleet_deliveries"
+    __table_args__ = (Index("ix_crawlfleet_deliveries_alert", "alert_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    alert_id: Mapped[int] = mapped_column(Integer)
+    #: firing or resolved
+    event: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(DateTime)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str] = mapped_column(Text, default="")

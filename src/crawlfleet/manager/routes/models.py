@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "AlertRuleBody",
     "CancelBody",
     "ControlBody",
     "LimitsBody",
@@ -102,3 +103,19 @@ class TimerBody(_Body):
 
 class TimerPatch(_Body):
     enabled: bool
+
+
+class AlertRuleBody(_Body):
+    name: str = Field(min_length=1, max_length=64)
+    #: one job, or every job (null)
+    job: str | None = Field(default=None, max_length=200)
+    #: one of GET /api/v1/alerts/metrics
+    metric: str = Field(min_length=1, max_length=64)
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    threshold: float
+    #: how long the condition must hold before the alert fires
+    for_seconds: float = Field(default=0.0, ge=0, le=7 * 86400)
+    #: where firing and resolved alerts are POSTed (never shown back: it may hold a token)
+    webhook: str = Field(min_length=1, max_length=1000)
+    #: the HMAC-SHA256 signing secret (default: made, and shown once)
+    secret: str | None = Field(default=None, min_length=16, max_length=200)
