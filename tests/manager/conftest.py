@@ -23,6 +23,7 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import apply_defaults
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.tokens import create_token
+from tests.state.conftest import fresh_database_url
 
 
 @dataclass
@@ -80,12 +81,21 @@ def manager_settings(prefix: str, **extra: object) -> Settings:
     return settings
 
 
-@pytest.fixture
-def manager(redis_server_url: str, key_prefix: str, tmp_path: Path) -> Iterator[Manager]:
-    db = StateDB.open(f"sqlite:///{tmp_path / 'state.sqlite3'}")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def manager(
+    request: pytest.FixtureRequest, redis_server_url: str, key_prefix: str, tmp_path: Path
+) -> Iterator[Manager]:
+    """The manager on a SQLite state DB, and on a fresh PostgreSQL database where one
+    answers (skipped with the reason otherwise)."""
+    urls = fresh_database_url(request.param, tmp_path)
+    db = StateDB.open(next(urls))
     db.upgrade()
     tokens = {role: create_token(db, f"{role}-1", role) for role in ("viewer", "operator", "admin")}
     settings = manager_settings(key_prefix, CRAWLFLEET_MANAGER_WATCH_SECONDS=0.2)
     app = create_app(settings, redis_server_url, db)
-    with TestClient(app, base_url="http://127.0.0.1") as client:
-        yield Manager(app, client, db, redis_server_url, key_prefix, tokens)
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            yield Manager(app, client, db, redis_server_url, key_prefix, tokens)
+    finally:
+        db.close()
+        urls.close()  # drops the PostgreSQL database

@@ -233,6 +233,12 @@ def test_deploy_run_cancel_and_lost_with_real_scrapyd(
             assert stats["never_fetched"] == [] and stats["fetched_twice"] == []
         job = ok(api.get("/api/v1/jobs/shared"))
         assert job["state"] == "finished" and job["runs_total"]["nodes"] == 2
+        wait_until(
+            "run closed",
+            lambda: ok(api.get("/api/v1/jobs/shared/runs"))["runs"][0]["state"] == "finished",
+        )
+        (run,) = ok(api.get("/api/v1/jobs/shared/runs"))["runs"]
+        assert run["started_by"] == "root" and run["figures"]["pages"] >= 120
         for p in processes("shared"):
             got = ok(api.get(f"/api/v1/jobs/shared/processes/{p['id']}/log"))
             assert got["levels"]["INFO"] > 0 and "crawlfleet" in got["text"]

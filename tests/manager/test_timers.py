@@ -51,7 +51,7 @@ def test_a_timer_is_checked_when_made(manager: Manager) -> None:
 @pytest.fixture
 def second_manager(manager: Manager, tmp_path: Path) -> Iterator[TestClient]:
     """Another manager process's app on the same Redis and state DB."""
-    db = StateDB.open(str(manager.db.engine.url))
+    db = StateDB.open(manager.db.engine.url.render_as_string(hide_password=False))
     settings = manager_settings(manager.prefix, CRAWLFLEET_MANAGER_WATCH_SECONDS=0.2)
     with TestClient(create_app(settings, manager.redis_url, db)) as client:
         yield client

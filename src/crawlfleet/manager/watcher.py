@@ -57,7 +57,8 @@ async def observe_runs(ctx: ManagerContext) -> None:
         alive = len(snap.live_nodes)
         started = await ctx.in_db(open_run_start, ctx.db, job)
         if alive and started is None:
-            if await ctx.in_db(open_run, ctx.db, job, nodes=alive):
+            by = await _starter(ctx, job)
+            if await ctx.in_db(open_run, ctx.db, job, nodes=alive, started_by=by):
                 logger.info("job %s: run started (%d live nodes)", job, alive)
         elif alive:
             await ctx.in_db(touch_run, ctx.db, job, nodes=alive)
@@ -70,6 +71,13 @@ async def observe_runs(ctx: ManagerContext) -> None:
             state = run_state(snap)
             if await ctx.in_db(close_run, ctx.db, job, state, runs_total(mine)):
                 logger.info("job %s: run %s", job, state)
+
+
+async def _starter(ctx: ManagerContext, job: str) -> str:
+    """Who started *job*'s nodes: whoever started its newest active process through
+    Scrapyd (a token's name, "timer:NAME"), else "observed" (started outside)."""
+    active = await ctx.in_db(list_processes, ctx.db, job, active=True, limit=1)
+    return str(active[0]["started_by"]) if active else "observed"
 
 
 async def observe_processes(ctx: ManagerContext) -> None:
