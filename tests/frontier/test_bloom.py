@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from crawlfleet.frontier.client import Frontier, SeenConfig
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import SeenConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 

@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 import pytest
 
 from crawlfleet.fleet.snapshot import snapshot
-from crawlfleet.frontier.client import Frontier, Outgoing, SeenConfig
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
+from crawlfleet.frontier.records import Outgoing, SeenConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 

@@ -15,8 +15,9 @@ import pytest
 
 from crawlfleet.benchmark.polite import run_polite
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.client import Frontier, Outgoing
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import DEFAULT_MARGIN, LATE_SHARE, SPACING, RateLimits, parse_limit
+from crawlfleet.frontier.records import Outgoing
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys

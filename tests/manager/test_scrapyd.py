@@ -243,42 +243,42 @@ def test_deploy_run_cancel_and_lost_with_real_scrapyd(
             got = ok(api.get(f"/api/v1/jobs/shared/processes/{p['id']}/log"))
             assert got["levels"]["INFO"] > 0 and "crawlfleet" in got["text"]
 
-        # a node waiting for seeds that never come: cancelled (TERM, verified)
-        (waiting,) = ok(
-            api.post(
-                "/api/v1/jobs/idle/run",
-                json={
-                    "spider": "site",
-                    "project": "fleetproj",
-                    "nodes": ["a"],
-                    "args": {"start_urls": "http://127.0.0.1:9/"},
-                },
-            )
-        )["started"]
-        wait_until("running", lambda: processes("idle")[0]["state"] == "running", timeout=60)
-        cancelled = ok(
-            api.post(
-                f"/api/v1/jobs/idle/processes/{waiting['id']}/cancel", json={"grace_seconds": 20}
-            )
-        )
-        assert cancelled["state"] == "cancelled", cancelled
+        # nodes busy on a site that answers in 60 s: one cancelled, one lost
+        with TestSite(SiteModel(pages=20, hosts=1, problems=False), latency_seconds=60) as slow:
 
-        # a Scrapyd that goes down with its process, and comes back knowing nothing: lost
-        (_doomed,) = ok(
-            api.post(
-                "/api/v1/jobs/doomed/run",
-                json={
+            def start_busy(job: str) -> dict[str, Any]:
+                body = {
                     "spider": "site",
                     "project": "fleetproj",
                     "nodes": ["a"],
-                    "args": {"start_urls": "http://127.0.0.1:9/"},
-                },
+                    "args": {"start_urls": slow.seed_urls[0]},
+                }
+                (started,) = ok(api.post(f"/api/v1/jobs/{job}/run", json=body))["started"]
+                wait_until(
+                    f"{job} fetching",
+                    lambda: (
+                        slow.stats()["total_requests"] >= 1
+                        and processes(job)[0]["state"] == "running"
+                    ),
+                    timeout=60,
+                )
+                return started  # type: ignore[no-any-return]
+
+            # TERM, then KILL after the grace, then checked with Scrapyd
+            busy = start_busy("busy")
+            cancelled = ok(
+                api.post(
+                    f"/api/v1/jobs/busy/processes/{busy['id']}/cancel", json={"grace_seconds": 3}
+                )
             )
-        )["started"]
-        wait_until("running", lambda: processes("doomed")[0]["state"] == "running", timeout=60)
-        a.kill()
-        a.start()
-        wait_until("lost", lambda: processes("doomed")[0]["state"] == "lost", timeout=30)
+            assert cancelled["state"] == "cancelled", cancelled
+            assert cancelled["note"] in ("stopped on TERM", "killed after 3 s"), cancelled
+
+            # a Scrapyd that goes down with its process, and comes back knowing nothing
+            start_busy("doomed")
+            a.kill()
+            a.start()
+            wait_until("lost", lambda: processes("doomed")[0]["state"] == "lost", timeout=30)
         events = [
             e["action"] for e in ok(api.get("/api/v1/events", params={"limit": 50}))["events"]
         ]

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from crawlfleet.frontier.client import counter_value
+from crawlfleet.frontier.records import counter_value
 from crawlfleet.manager.app import create_app
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.db import StateDB

@@ -17,8 +17,9 @@ from scrapy.http import HtmlResponse
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from crawlfleet.frontier.client import Frontier, parse_throttle
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import SPACING
+from crawlfleet.frontier.records import parse_throttle
 from crawlfleet.middlewares.throttle import SiteThrottle, retry_after_ms
 from crawlfleet.node.launcher import wait_all
 from crawlfleet.node.scheduler import Scheduler, robots_probe_ms

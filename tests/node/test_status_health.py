@@ -10,8 +10,9 @@ import socket
 import pytest
 
 from crawlfleet.cli import health, status
-from crawlfleet.frontier.client import Frontier, Outgoing
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import SPACING
+from crawlfleet.frontier.records import Outgoing
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 

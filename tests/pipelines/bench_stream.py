@@ -28,7 +28,8 @@ from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.stream import RedisStreamPipeline, RedisStreamSink
-from crawlfleet.pipelines.workers import ItemWorker, WorkerOptions
+from crawlfleet.pipelines.worker_options import WorkerOptions
+from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from tests.pipelines.dbs import postgres_url, unique_table

@@ -21,7 +21,8 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines.buffered import StoreOptions
 from crawlfleet.pipelines.mongo import MongoSink, MongoStorePipeline
 from crawlfleet.pipelines.stream import RedisStreamSink
-from crawlfleet.pipelines.workers import ItemWorker, WorkerOptions
+from crawlfleet.pipelines.worker_options import WorkerOptions
+from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from tests.pipelines.dbs import require_mongodb, unique_table

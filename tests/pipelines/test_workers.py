@@ -34,7 +34,8 @@ from crawlfleet.pipelines.mongo import MongoSink
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.stream import RedisStreamSink, encode_entry
-from crawlfleet.pipelines.workers import ItemWorker, WorkerOptions, WorkerReport, store_for_url
+from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport, store_for_url
+from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.scripts import script_source

@@ -6,8 +6,8 @@ One trial: a fresh bundled site (latency-bound, so the crawl lasts a few seconds
 At a random moment while pages are being fetched, one node is hit by the trial's fault:
 
 - ``kill``: SIGKILL;
-- ``interrupt``: a double Ctrl-C (SIGINT twice, 2-30 ms apart: the second one forces
-  Scrapy's unclean shutdown while the graceful stop is under way).
+- ``interrupt``: a double Ctrl-C (the second SIGINT 2-30 ms after the node logged the
+  first: it forces Scrapy's unclean shutdown while the graceful stop is under way).
 
 A replacement node starts at once and the crawl runs to its end. Then the site's own
 counters and the table must show: every page fetched (``never_fetched`` 0), one row per
@@ -38,6 +38,8 @@ from crawlfleet.testsite.server import TestSite
 __all__ = ["FAULTS", "FaultResult", "run_fault_trial"]
 
 FAULTS = ("kill", "interrupt")
+#: What Scrapy logs on the first Ctrl-C.
+GRACEFUL_LINE = "shutting down gracefully"
 SPEC = Path(site_model.__file__).resolve().parent / "spec.yaml"
 NODES = 3
 POLL_SECONDS = 0.02
@@ -154,12 +156,15 @@ def run_fault_trial(
                     break
                 time.sleep(POLL_SECONDS)
             hit_at = _fetched(site)
-            victim = procs.pop(rng.randrange(len(procs)))
+            index = rng.randrange(len(procs))
+            victim = procs.pop(index)
             if fault == "kill":
                 victim.kill()
             else:
                 victim.send_signal(signal.SIGINT)
-                # the second one while the graceful stop is under way
+                # the second one while the graceful stop is under way: once the node has
+                # seen the first (two signals before it runs would reach it as one)
+                _wait_for_line(workdir / f"node{index + 1}.log", GRACEFUL_LINE, 5.0)
                 time.sleep(rng.uniform(0.002, 0.03))
                 victim.send_signal(signal.SIGINT)
             procs.append(node())
@@ -187,3 +192,13 @@ def run_fault_trial(
         seconds=round(time.monotonic() - started, 2),
         exit_codes=[victim_code, *codes],
     )
+
+
+def _wait_for_line(log: Path, text: str, seconds: float) -> bool:
+    """Whether *text* appears in *log* within *seconds*."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return True
+        time.sleep(0.005)
+    return False

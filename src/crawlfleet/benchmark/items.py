@@ -56,7 +56,8 @@ from crawlfleet.pipelines.encoding import CharsetMiddleware, EncodingPipeline
 from crawlfleet.pipelines.quality import token_f1
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.text import extract_article
-from crawlfleet.pipelines.workers import ItemWorker, WorkerOptions
+from crawlfleet.pipelines.worker_options import WorkerOptions
+from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.spiders.extraction import SpecExtractor

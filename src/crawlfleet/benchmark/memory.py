@@ -8,7 +8,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from crawlfleet.frontier.client import Frontier, SeenConfig
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import SeenConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 

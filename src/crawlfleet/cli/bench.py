@@ -21,14 +21,20 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from crawlfleet.benchmark.balance import BalanceResult, balance_targets, run_balance
+from crawlfleet.benchmark.balance import BalanceResult, run_balance
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
-from crawlfleet.benchmark.items import POSTGRES_URL_ENV, ItemsResult, find_postgres, run_items
+from crawlfleet.benchmark.items import POSTGRES_URL_ENV, find_postgres, run_items
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
+from crawlfleet.benchmark.report import (
+    balance_report,
+    crawl_report,
+    faults_report,
+    polite_report,
+    scaling_report,
+)
 from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,
@@ -257,15 +263,15 @@ def run(args: argparse.Namespace) -> int:
     faults: list[FaultResult] = []
     if "faults" not in args.skip:
         faults = _fault_trials(console, args, url, prefix)
-    report = _report(console, results, seen, items)
+    report = crawl_report(console, results, seen, items)
     if scaling:
-        _add_part(console, report, "scaling", scaling, _scaling_report(console, scaling))
+        _add_part(console, report, "scaling", scaling, scaling_report(console, scaling))
     if polite:
-        _add_part(console, report, "polite", polite, _polite_report(console, polite))
+        _add_part(console, report, "polite", polite, polite_report(console, polite))
     if balance:
-        _add_part(console, report, "balance", balance, _balance_report(console, balance))
+        _add_part(console, report, "balance", balance, balance_report(console, balance))
     if faults:
-        _add_part(console, report, "faults", faults, _faults_report(console, faults))
+        _add_part(console, report, "faults", faults, faults_report(console, faults))
     report["command"] = "crawlfleet bench " + " ".join(
         f"--{k.replace('_', '-')}={v}"
         for k, v in sorted(vars(args).items())
@@ -335,96 +341,6 @@ def _add_part(
     report["targets_met"] = all(report["targets"].values())
 
 
-def _scaling_report(console: Console, runs: list[CrawlResult]) -> dict[str, bool]:
-    """The CPU-bound crawl with 2 and 4 nodes, run in turn: 4 never slower than 2."""
-    twos = [r.pages_per_second for r in runs if r.nodes == 2]
-    fours = [r.pages_per_second for r in runs if r.nodes == 4]
-    table = Table(title="cpu-bound: 2 against 4 nodes, run in turn")
-    for col in ("repeat", "2 nodes pages/s", "4 nodes pages/s", "4 / 2"):
-        table.add_column(col, justify="right")
-    pairs = list(zip(twos, fours, strict=False))
-    for i, (two, four) in enumerate(pairs, 1):
-        table.add_row(str(i), f"{two:.0f}", f"{four:.0f}", f"{four / two:.2f}")
-    console.print(table)
-    if not pairs:
-        return {}
-    held = sum(1 for two, four in pairs if four >= two)
-    return {
-        f"cpu-bound: 4 nodes >= 2 nodes in every repeat ({held} of {len(pairs)})": held
-        == len(pairs)
-    }
-
-
-def _faults_report(console: Console, results: list[FaultResult]) -> dict[str, bool]:
-    store = results[0].store
-    table = Table(title=f"fault trials: 3 nodes storing into {store}, one node hit at random")
-    for col in (
-        "fault",
-        "hit at page",
-        "rows",
-        "never fetched",
-        "items lost",
-        "duplicate rows",
-        "fetched twice",
-        "seconds",
-        "exit codes",
-    ):
-        table.add_column(col, justify="left" if col == "fault" else "right")
-    for r in results:
-        table.add_row(
-            r.fault,
-            f"{r.hit_at}/{r.pages}",
-            str(r.rows),
-            str(r.never_fetched),
-            str(r.items_lost),
-            str(r.duplicate_rows),
-            str(r.fetched_twice),
-            f"{r.seconds:.1f}",
-            " ".join(str(c) for c in r.exit_codes),
-        )
-    console.print(table)
-    lost = sum(r.never_fetched for r in results)
-    items = sum(r.items_lost for r in results)
-    dups = sum(r.duplicate_rows for r in results)
-    unfinished = sum(1 for r in results if any(c != 0 for c in r.exit_codes[1:]))
-    return {
-        f"faults: {len(results)} trials, 0 pages lost (seen {lost})": lost == 0,
-        f"faults: 0 items lost (seen {items})": items == 0,
-        f"faults: 0 duplicate rows (seen {dups})": dups == 0,
-        f"faults: every other node finished (seen {unfinished} trials with one that did not)": (
-            unfinished == 0
-        ),
-    }
-
-
-def _balance_report(console: Console, results: list[BalanceResult]) -> dict[str, bool]:
-    table = Table(title="load balancing (measured by the site, per node label)")
-    for col in ("case", "seconds", "ideal s", "node", "pages", "share", "pages/s", "first s"):
-        table.add_column(col, justify="left" if col in ("case", "node") else "right")
-    for r in results:
-        t0 = min((v["first"] for v in r.nodes.values()), default=0.0)
-        for i, (label, v) in enumerate(sorted(r.nodes.items())):
-            table.add_row(
-                r.case if i == 0 else "",
-                f"{r.seconds:.1f}" if i == 0 else "",
-                f"{r.ideal_seconds:.1f}" if i == 0 and r.ideal_seconds else "",
-                label,
-                str(int(v["requests"])),
-                f"{v['share']:.1%}",
-                f"{v['rate']:.1f}",
-                f"{v['first'] - t0:.1f}",
-            )
-    console.print(table)
-    for r in results:
-        console.print(
-            f"{r.case}: fetched twice {r.fetched_twice}, never fetched {r.never_fetched}, "
-            f"exit codes {r.exit_codes}"
-            + (f", join delay {r.join_delay_seconds:.1f}s" if r.join_delay_seconds else "")
-            + (f", slow tail {r.slow_tail_seconds:+.2f}s" if r.slow_tail_seconds else "")
-        )
-    return balance_targets(results)
-
-
 def _rates(text: str) -> list[int]:
     try:
         rates = [int(r) for r in text.split(",") if r.strip()]
@@ -433,198 +349,3 @@ def _rates(text: str) -> list[int]:
     if not rates or min(rates) < 1:
         raise ConfigError(f"--polite-rates must be requests/s like 5,50,500, got {text!r}")
     return rates
-
-
-def _polite_report(console: Console, results: list[PoliteResult]) -> dict[str, bool]:
-    """The politeness runs: the site's own counts against each limit, and how much of
-    the budget each used."""
-    table = Table(title="politeness: one site, its limit shared by every node (site's counts)")
-    for col in ("limit/s", "nodes", "pages", "seconds", "achieved/s", "budget use", "most in 1 s"):
-        table.add_column(col, justify="right")
-    table.add_column("slots missed", justify="right")
-    targets: dict[str, bool] = {}
-    for r in results:
-        table.add_row(
-            str(r.rate),
-            str(r.nodes),
-            str(r.pages),
-            f"{r.seconds:.2f}",
-            f"{r.achieved:.1f}",
-            f"{r.use:.1%}",
-            str(r.max_1s),
-            str(r.late),
-        )
-        label = f"polite {r.rate}/s x{r.nodes}"
-        targets[f"{label}: never over the limit in any 1 s window (most {r.max_1s})"] = (
-            r.max_1s <= r.rate
-        )
-        targets[f"{label}: budget use >= 95% (measured {r.use:.1%})"] = r.use >= 0.95
-        targets[f"{label}: exact"] = r.fetched_twice == 0 and r.never_fetched == 0
-    console.print(table)
-    return targets
-
-
-def _report(
-    console: Console, results: list[CrawlResult], seen: list[Any], items: ItemsResult | None = None
-) -> dict[str, Any]:
-    table = Table(title="crawl throughput (measured by the site)")
-    for col in (
-        "scenario",
-        "contender",
-        "nodes",
-        "pages/s",
-        "x scrapy",
-        "x 1 node",
-        "round trips/page",
-        "CPU ms/page",
-        "x scrapy CPU",
-        "twice",
-        "never",
-        "node shares",
-    ):
-        table.add_column(col, justify="left" if col in ("scenario", "contender") else "right")
-    targets: dict[str, bool] = {}
-    for r in results:
-        base = next(
-            (b for b in results if b.scenario == r.scenario and b.contender == "scrapy"), None
-        )
-        one = next(
-            (
-                b
-                for b in results
-                if b.scenario == r.scenario and b.contender == "crawlfleet" and b.nodes == 1
-            ),
-            None,
-        )
-        vs_scrapy = r.pages_per_second / base.pages_per_second if base else None
-        cpu_vs = (
-            r.cpu_ms_per_page / base.cpu_ms_per_page
-            if base and base.cpu_ms_per_page and r.cpu_ms_per_page
-            else None
-        )
-        vs_one = r.pages_per_second / one.pages_per_second if one else None
-        label = r.contender
-        if r.capped_seconds:
-            label += f" (stopped at {r.capped_seconds:.0f}s)"
-        table.add_row(
-            r.scenario,
-            label,
-            str(r.nodes),
-            f"{r.pages_per_second:.0f}",
-            f"{vs_scrapy:.2f}" if vs_scrapy else "",
-            f"{vs_one:.2f}" if vs_one and r.contender.startswith("crawlfleet") else "",
-            f"{r.round_trips_per_page:.3f}" if r.round_trips_per_page is not None else "",
-            f"{r.cpu_ms_per_page:.2f}",
-            f"{cpu_vs:.2f}" if cpu_vs is not None else "",
-            str(r.fetched_twice),
-            str(r.never_fetched),
-            " ".join(f"{s:.0%}" for s in r.node_shares),
-        )
-        if r.contender == "scrapy-redis":
-            continue  # a comparison, not a target of ours
-        targets[f"{r.scenario}/{r.contender} x{r.nodes}: exact"] = (
-            r.fetched_twice == 0 and r.never_fetched == 0
-        )
-        if r.contender.startswith("crawlfleet"):
-            targets[f"{r.scenario}/{r.contender} x{r.nodes}: round trips/page < 1"] = (
-                r.round_trips_per_page or 0
-            ) < 1
-        if r.contender == "crawlfleet+pipeline" and one is not None:
-            cost = 1 - r.pages_per_second / one.pages_per_second
-            targets[f"item pipeline costs the crawl < 15% (measured {cost:.0%})"] = cost < 0.15
-        plain = r.contender == "crawlfleet"
-        if plain and r.nodes == 1 and vs_scrapy is not None and r.scenario != "latency-bound":
-            targets[f"{r.scenario}: 1 node >= 0.95x vanilla Scrapy's pages/s"] = vs_scrapy >= 0.95
-            if cpu_vs is not None:
-                targets[f"{r.scenario}: 1 node <= 1.05x vanilla Scrapy's CPU/page"] = cpu_vs <= 1.05
-        if plain and r.nodes == 4 and vs_one is not None and r.scenario == "latency-bound":
-            targets["latency-bound: 4 nodes >= 3.5x 1 node"] = vs_one >= 3.5
-    if results:
-        console.print(table)
-    if seen:
-        mem = Table(title="seen-filter memory")
-        for col in (
-            "mode",
-            "error rate",
-            "URLs",
-            "bytes/URL",
-            "layers",
-            "measured FP rate",
-            "insert s",
-        ):
-            mem.add_column(col, justify="right")
-        for s in seen:
-            mem.add_row(
-                s.mode,
-                f"{s.error_rate:g}" if s.error_rate else "",
-                str(s.urls),
-                f"{s.bytes_per_url:.2f}",
-                str(s.layers or ""),
-                f"{s.false_positive_rate:.2e}" if s.false_positive_rate is not None else "",
-                f"{s.insert_seconds:.1f}",
-            )
-            if s.mode == "bloom" and s.error_rate == 1e-3:
-                targets["bloom 1e-3: <= 2.5 bytes/URL"] = s.bytes_per_url <= 2.5
-            if s.mode == "bloom" and s.false_positive_rate is not None and s.error_rate:
-                # the measured rate of a sample: allow the sampling noise of a few hits
-                limit = s.error_rate * 1.2 + 5 / s.urls
-                targets[f"bloom {s.error_rate:g}: FP rate within target"] = (
-                    s.false_positive_rate <= limit
-                )
-        console.print(mem)
-    if items is not None:
-        targets.update(_items_report(console, items))
-    for name, ok in targets.items():
-        console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
-    return {
-        "crawl": [r.as_dict() for r in results],
-        "seen": [s.as_dict() for s in seen],
-        "items": items.as_dict() if items is not None else None,
-        "targets": targets,
-        "targets_met": all(targets.values()),
-    }
-
-
-def _items_report(console: Console, items: ItemsResult) -> dict[str, bool]:
-    """Print the item pipeline tables; return their targets."""
-    table = Table(title=f"item pipeline: every stage + one store, {items.items} product items")
-    for col in ("into", "items", "seconds", "items/s", "stored", "note"):
-        table.add_column(col, justify="left" if col in ("into", "note") else "right")
-    for run in items.runs:
-        if run.skipped is not None:
-            table.add_row(run.target, str(run.items), "", "", "", f"skipped: {escape(run.skipped)}")
-            continue
-        note = "" if run.complete else "[red]items missing[/]"
-        table.add_row(
-            run.target,
-            str(run.items),
-            f"{run.seconds:.2f}" if run.seconds is not None else "",
-            f"{run.items_per_second:,.0f}" if run.items_per_second is not None else "",
-            str(run.stored) if run.stored is not None else "",
-            note,
-        )
-    console.print(table)
-    ex, enc = items.extraction, items.encoding
-    quality = Table(title=f"item quality on the bundled site ({items.site_pages} pages)")
-    quality.add_column("check")
-    quality.add_column("result", justify="right")
-    quality.add_row(
-        f"extraction token F1 ({ex.articles} article pages)",
-        f"mean {ex.mean_f1:.3f}, min {ex.min_f1:.3f}"
-        + (f" (page {ex.worst_page})" if ex.worst_page is not None else ""),
-    )
-    quality.add_row("extraction speed (one thread)", f"{ex.pages_per_second:,.0f} pages/s")
-    quality.add_row(f"encoding ({enc.pages} non-UTF-8 pages)", f"{enc.correct}/{enc.pages} correct")
-    console.print(quality)
-    for failure in enc.failures:
-        console.print(f"[red]encoding wrong[/] {escape(str(failure))}")
-    ran = [run for run in items.runs if run.skipped is None]
-    return {
-        f"items: every store holds all {items.items} items": all(r.complete for r in ran),
-        f"extraction F1 >= 0.9 (min over {ex.articles} articles)": (
-            ex.articles > 0 and ex.min_f1 >= 0.9
-        ),
-        f"encoding: all {enc.pages} non-UTF-8 pages correct": (
-            enc.pages > 0 and enc.correct == enc.pages
-        ),
-    }

@@ -33,13 +33,9 @@ from crawlfleet.cli.options import (
 from crawlfleet.exceptions import UnknownJob
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.pipelines.buffered import BufferedSink
-from crawlfleet.pipelines.workers import (
-    ItemWorker,
-    WorkerOptions,
-    WorkerReport,
-    store_for_url,
-    stream_status,
-)
+from crawlfleet.pipelines.stream import stream_status
+from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport, store_for_url
+from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig, check_unknown, validate_job_name
 

@@ -24,7 +24,8 @@ from scrapy.utils.project import get_project_settings
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.jobs import require_job
-from crawlfleet.frontier.client import Frontier, SeenConfig
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import SeenConfig
 from crawlfleet.redis.connection import make_client, redact, resolve_url
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import (

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from crawlfleet.frontier.client import FINGERPRINT_BYTES, Frontier, Outgoing
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.spiders.seeding import parse_seed

@@ -19,9 +19,9 @@ from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.jobs import require_job, text
-from crawlfleet.frontier.client import counter_value, parse_throttle
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.records import counter_value, parse_throttle
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
 from crawlfleet.settings.config import rate_limit_margin

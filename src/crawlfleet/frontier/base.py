@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from crawlfleet.frontier.client import CommitResult, JobState, LeaseResult, Outgoing
+from crawlfleet.frontier.records import CommitResult, JobState, LeaseResult, Outgoing
 
 __all__ = ["FrontierBackend"]
 

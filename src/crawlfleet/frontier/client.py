@@ -10,145 +10,35 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.control import Desired, control_fields, desired, encode_command
+from crawlfleet.frontier.control import control_fields, desired, encode_command
+from crawlfleet.frontier.records import (
+    PRIORITY_LIMIT,
+    CommitResult,
+    JobState,
+    Leased,
+    LeaseResult,
+    Outgoing,
+    SeenConfig,
+    counter_value,
+    parse_throttle,
+    split_entry,
+    text,
+)
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.redis.scripts import ScriptSet
 
-__all__ = [
-    "FINGERPRINT_BYTES",
-    "CommitResult",
-    "Frontier",
-    "JobState",
-    "LeaseResult",
-    "Leased",
-    "Outgoing",
-    "SeenConfig",
-    "counter_value",
-    "parse_throttle",
-]
+__all__ = ["Frontier"]
 
-#: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
-FINGERPRINT_BYTES = 16
-PRIORITY_LIMIT = 2**19
 #: Unused Bloom layer keys passed with each call, so that one batch can fill several
 #: layers (each new layer is at least twice as large as the one before).
 BLOOM_SPARES = 4
 _STALE = re.compile(r"CFSTALE (\d+)")
-
-
-@dataclass(frozen=True)
-class SeenConfig:
-    """How the job's seen-filter works: "exact", or "bloom" with its sizing."""
-
-    mode: str = "exact"
-    bloom_capacity: int = 1_000_000
-    bloom_error_rate: float = 1e-6
-    bloom_growth: float = 2.0
-    bloom_tightening: float = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A request on its way into the frontier. ``fp`` empty: bypass the seen-filter."""
-
-    fp: bytes
-    site: str
-    priority: int
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Leased:
-    rid: str
-    site: str
-    payload: bytes
-    #: when to send it: µs after the lease's ``now_us`` (None: at any time)
-    slot_us: int | None = None
-    #: how late after its slot it may still be sent (µs)
-    late_us: int = 0
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    queued: int
-    duplicates: int
-    acked: int
-    duplicate_indexes: list[int] = field(default_factory=list)  # 0-based
-
-
-@dataclass(frozen=True)
-class LeaseResult:
-    now_us: int  #: Redis's clock at the lease
-    entries: list[Leased]
-    offer: list[str]
-    queued: int = 0  #: requests still queued in the job after this lease
-    leased: int = 0  #: requests leased in the job (every node) after this lease
-    #: µs until the first rate-limited site skipped by this call is ready (-1: none)
-    ready_in_us: int = -1
-    #: the job's control command sequence (see :meth:`Frontier.control_seq`)
-    control_seq: int = 0
-    #: sites whose back-off ended (decayed) in this call
-    backoff_ended: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class JobState:
-    now_ms: int
-    queued: int
-    leased: int
-    live_nodes: int
-    busy_others: int
-    #: the job's run-time rate limits (site pattern -> "H/Ws"), read with the state
-    limits: dict[str, str] = field(default_factory=dict)
-    #: the control commands addressed to this node (see crawlfleet.frontier.control)
-    control: Desired = field(default_factory=Desired)
-    #: requests ever leased in the job (0: it never had any work)
-    leased_total: int = 0
-
-    @property
-    def empty(self) -> bool:
-        """Nothing queued, nothing leased, no other node busy."""
-        return self.queued <= 0 and self.leased == 0 and self.busy_others == 0
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def counter_value(raw: Any) -> int:
-    """A counter of the job's hash as read (None, bytes or str): 0 when absent or not a
-    whole number (the scripts repair such a counter at its next change)."""
-    try:
-        return int(raw) if raw is not None else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
-    """A job's throttle hash as read: {"backoff": site -> interval ms (as last raised,
-    before decay), "robots": site -> Crawl-delay ms (0: read, none)}. Robots probes
-    and unreadable fields are left out."""
-    out: dict[str, dict[str, int]] = {"backoff": {}, "robots": {}}
-    for key, value in raw.items():
-        kind, _, site = _s(key).partition(":")
-        number = _s(value).partition(":")[0]
-        if number.isdigit() and kind in ("b", "r"):
-            out["backoff" if kind == "b" else "robots"][site] = int(number)
-    return out
-
-
-def split_entry(entry: bytes) -> tuple[str, bytes]:
-    """(site, payload) of a stored ``<score>\\0<site>\\0<payload>`` entry."""
-    a = entry.index(b"\0")
-    b = entry.index(b"\0", a + 1)
-    return entry[a + 1 : b].decode(), entry[b + 1 :]
 
 
 class Frontier:
@@ -310,17 +200,17 @@ class Frontier:
                 site, payload = "", b""  # malformed: the scheduler sets it aside
             slot = int(flat[i + 2])
             entries.append(
-                Leased(_s(flat[i]), site, payload, None if slot < 0 else slot, int(flat[i + 3]))
+                Leased(text(flat[i]), site, payload, None if slot < 0 else slot, int(flat[i + 3]))
             )
         return LeaseResult(
             int(now),
             entries,
-            [_s(s) for s in offer],
+            [text(s) for s in offer],
             int(queued),
             int(leased),
             int(ready_in),
             int(control_seq),
-            [_s(s) for s in ended],
+            [text(s) for s in ended],
         )
 
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
@@ -343,7 +233,7 @@ class Frontier:
             except ValueError:
                 continue
             if isinstance(doc, dict):
-                out[_s(field_name)] = doc
+                out[text(field_name)] = doc
         return out
 
     async def control_seq(self) -> int:
@@ -396,7 +286,7 @@ class Frontier:
     async def _throttle_call(self, args: list[Any]) -> dict[str, int]:
         self.round_trips += 1
         flat = await self.scripts("throttle", [self.keys.throttle], args)
-        return {_s(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return {text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     async def read_throttle(self) -> dict[str, dict[str, int]]:
         """The job's throttle hash, see :func:`parse_throttle`."""
@@ -407,13 +297,13 @@ class Frontier:
         """The job's run-time rate limits: site pattern -> "H/Ws"."""
         self.round_trips += 1
         raw = await self.client.hgetall(self.keys.limits)
-        return {_s(k): _s(v) for k, v in raw.items()}
+        return {text(k): text(v) for k, v in raw.items()}
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, least recently served first."""
         self.round_trips += 1
         raw = await self.client.zrange(self.keys.sites, 0, size - 1)
-        return [_s(s) for s in raw]
+        return [text(s) for s in raw]
 
     # -- leases ----------------------------------------------------------------------
     async def _requeue(self, mode: str, node: str, held: Iterable[tuple[str, str]]) -> int:
@@ -447,7 +337,7 @@ class Frontier:
         flat = await self.scripts(
             "expired", [k.leases, k.req, k.nodes, k.owner, k.reaped, k.counters], [limit, grace_ms]
         )
-        pairs = [(_s(flat[i]), _s(flat[i + 1])) for i in range(0, len(flat), 2)]
+        pairs = [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
         return await self._requeue("expired", "", pairs)
 
     async def release(self, node: str, held: Iterable[tuple[str, str]]) -> int:
@@ -483,7 +373,7 @@ class Frontier:
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
         )
         now, queued, leased, live, busy_others, _renewed, limits, control, ever = reply
-        pairs = {_s(limits[i]): _s(limits[i + 1]) for i in range(0, len(limits), 2)}
+        pairs = {text(limits[i]): text(limits[i + 1]) for i in range(0, len(limits), 2)}
         return JobState(
             int(now),
             int(queued),
@@ -542,7 +432,7 @@ class Frontier:
     async def counters(self) -> dict[str, int]:
         self.round_trips += 1
         raw = await self.client.hgetall(self.keys.counters)
-        return {_s(k): counter_value(v) for k, v in raw.items()}
+        return {text(k): counter_value(v) for k, v in raw.items()}
 
     async def register_job(self) -> None:
         self.round_trips += 1
@@ -551,7 +441,7 @@ class Frontier:
     async def live_nodes(self) -> list[str]:
         now_s, now_us = await self.client.time()
         now = int(now_s) * 1000 + int(now_us) // 1000
-        return [_s(n) for n in await self.client.zrangebyscore(self.keys.nodes, now, "+inf")]
+        return [text(n) for n in await self.client.zrangebyscore(self.keys.nodes, now, "+inf")]
 
     async def reset(self, *, keep_limits: bool = False) -> int:
         """Delete every key of the job (queues, leases, seen-filter, counters, control
@@ -560,7 +450,7 @@ class Frontier:
 
         The caller makes sure no node works on the job. Returns the keys deleted."""
         k = self.keys
-        sites = [_s(s) for s in await self.client.zrange(k.sites, 0, -1)]
+        sites = [text(s) for s in await self.client.zrange(k.sites, 0, -1)]
         layers = int(await self.client.hget(k.bloom, "layers") or 0)
         doomed = [
             *k.fixed(),

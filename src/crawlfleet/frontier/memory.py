@@ -19,14 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.client import (
-    CommitResult,
-    JobState,
-    Leased,
-    LeaseResult,
-    Outgoing,
-)
 from crawlfleet.frontier.control import control_fields, desired, encode_command
+from crawlfleet.frontier.records import CommitResult, JobState, Leased, LeaseResult, Outgoing
 
 __all__ = ["MemoryFrontier"]
 

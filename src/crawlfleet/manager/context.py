@@ -13,8 +13,9 @@ from scrapy.settings import BaseSettings
 
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.snapshot import configured_limits
-from crawlfleet.frontier.client import Frontier, SeenConfig
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.records import SeenConfig
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, validate_job_name

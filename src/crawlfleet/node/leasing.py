@@ -16,8 +16,8 @@ import time
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.client import LeaseResult
 from crawlfleet.frontier.limits import LATE_SHARE, RateLimits
+from crawlfleet.frontier.records import LeaseResult
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.ledger import Ledger

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from crawlfleet.frontier.client import JobState
+from crawlfleet.frontier.records import JobState
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.settings.config import FrontierConfig
 

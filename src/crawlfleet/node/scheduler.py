@@ -39,7 +39,8 @@ from twisted.internet.defer import Deferred
 from crawlfleet import __version__
 from crawlfleet.exceptions import ConfigError, ItemNotDurable, SerializationError
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.client import FINGERPRINT_BYTES, Frontier, SeenConfig
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import FINGERPRINT_BYTES, SeenConfig
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.engine import EngineHooks, engine_hooks
 from crawlfleet.node.ledger import Ledger

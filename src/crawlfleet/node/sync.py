@@ -29,9 +29,9 @@ from scrapy import Request, Spider
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.client import JobState, Outgoing
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.records import JobState, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.engine import EngineHooks

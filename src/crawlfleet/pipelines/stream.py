@@ -67,6 +67,7 @@ __all__ = [
     "encode_entry",
     "entry_time",
     "is_transient_redis_error",
+    "stream_status",
 ]
 
 #: Version written in the ``v`` field of every entry.
@@ -429,3 +430,44 @@ class RedisStreamPipeline(StorePipeline):
             stats=crawler.stats,
         )
         return sink
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def stream_status(client: AsyncRedis, keys: JobKeys) -> dict[str, Any]:
+    """Length, first and last entry, dead letters, groups and their consumers of the
+    item stream of *keys*' job (JSON-ready)."""
+    status: dict[str, Any] = {
+        "job": keys.job,
+        "stream": keys.items,
+        "length": int(await client.xlen(keys.items)),
+        "dead_letters": int(await client.xlen(keys.items_dead)),
+        "first_entry": None,
+        "last_entry": None,
+        "groups": [],
+    }
+    if not await client.exists(keys.items):
+        return status
+    info = await client.xinfo_stream(keys.items)
+    for name in ("first", "last"):
+        entry = info.get(f"{name}-entry")
+        status[f"{name}_entry"] = _text(entry[0]) if entry else None
+    for group in await client.xinfo_groups(keys.items):
+        name = _text(group["name"])
+        consumers = [
+            {"name": _text(c["name"]), "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
+            for c in await client.xinfo_consumers(keys.items, name)
+        ]
+        lag = group.get("lag")
+        status["groups"].append(
+            {
+                "name": name,
+                "pending": int(group["pending"]),
+                "last_delivered": _text(group["last-delivered-id"]),
+                "lag": None if lag is None else int(lag),
+                "consumers": consumers,
+            }
+        )
+    return status

@@ -9,14 +9,8 @@ tests and the benchmarks.
 
 from __future__ import annotations
 
-from crawlfleet.testsite.model import Article, EncodingCase, Link, Product, SiteModel
-from crawlfleet.testsite.process import (
-    fetch_stats,
-    reset_stats,
-    start_site_process,
-    stop_site_process,
-)
-from crawlfleet.testsite.server import SiteServer, TestSite
+import importlib
+from typing import Any
 
 __all__ = [
     "Article",
@@ -31,3 +25,20 @@ __all__ = [
     "start_site_process",
     "stop_site_process",
 ]
+
+#: name -> the submodule that defines it, imported on first use: a node that imports
+#: only the spider does not load the site's server (aiohttp) and process helpers
+_HOMES = {
+    **dict.fromkeys(("Article", "EncodingCase", "Link", "Product", "SiteModel"), "model"),
+    **dict.fromkeys(("SiteServer", "TestSite"), "server"),
+    **dict.fromkeys(
+        ("fetch_stats", "reset_stats", "start_site_process", "stop_site_process"), "process"
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

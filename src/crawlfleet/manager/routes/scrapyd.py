@@ -166,8 +166,12 @@ async def cancel(job: str, pid: int, body: CancelBody, ctx: Ctx, token: Operator
         None: ("lost", "Scrapyd no longer knows it"),
         "running": ("cancel_failed", "still running after TERM and KILL"),
     }.get(state, ("cancelled", note or f"was {state}"))
-    if process["state"] not in ("pending", "running") and state == "finished" and not note:
-        final = (process["state"], process["note"])  # it had ended by itself
+    if state == "finished" and not note:  # it had ended by itself before the cancel
+        final = (
+            (process["state"], process["note"])
+            if process["state"] not in ("pending", "running")
+            else ("finished", "had finished before the cancel")
+        )
     await ctx.in_db(set_process_state, ctx.db, pid, final[0], final[1])
     detail = {"process": pid, "state": final[0], "note": final[1]}
     await ctx.in_db(record_event, ctx.db, token.name, "process.cancel", job, detail)

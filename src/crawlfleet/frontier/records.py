@@ -1,0 +1,138 @@
+"""The records the frontier takes and gives (requests out, leases in, the job's state)
+and the decoding of the job's hash fields, apart from the client that moves them
+(:mod:`crawlfleet.frontier.client`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from crawlfleet.frontier.control import Desired
+
+__all__ = [
+    "FINGERPRINT_BYTES",
+    "PRIORITY_LIMIT",
+    "CommitResult",
+    "JobState",
+    "LeaseResult",
+    "Leased",
+    "Outgoing",
+    "SeenConfig",
+    "counter_value",
+    "parse_throttle",
+    "split_entry",
+    "text",
+]
+
+#: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
+FINGERPRINT_BYTES = 16
+PRIORITY_LIMIT = 2**19
+
+
+@dataclass(frozen=True)
+class SeenConfig:
+    """How the job's seen-filter works: "exact", or "bloom" with its sizing."""
+
+    mode: str = "exact"
+    bloom_capacity: int = 1_000_000
+    bloom_error_rate: float = 1e-6
+    bloom_growth: float = 2.0
+    bloom_tightening: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A request on its way into the frontier. ``fp`` empty: bypass the seen-filter."""
+
+    fp: bytes
+    site: str
+    priority: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    rid: str
+    site: str
+    payload: bytes
+    #: when to send it: µs after the lease's ``now_us`` (None: at any time)
+    slot_us: int | None = None
+    #: how late after its slot it may still be sent (µs)
+    late_us: int = 0
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    queued: int
+    duplicates: int
+    acked: int
+    duplicate_indexes: list[int] = field(default_factory=list)  # 0-based
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    now_us: int  #: Redis's clock at the lease
+    entries: list[Leased]
+    offer: list[str]
+    queued: int = 0  #: requests still queued in the job after this lease
+    leased: int = 0  #: requests leased in the job (every node) after this lease
+    #: µs until the first rate-limited site skipped by this call is ready (-1: none)
+    ready_in_us: int = -1
+    #: the job's control command sequence (see :meth:`Frontier.control_seq`)
+    control_seq: int = 0
+    #: sites whose back-off ended (decayed) in this call
+    backoff_ended: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JobState:
+    now_ms: int
+    queued: int
+    leased: int
+    live_nodes: int
+    busy_others: int
+    #: the job's run-time rate limits (site pattern -> "H/Ws"), read with the state
+    limits: dict[str, str] = field(default_factory=dict)
+    #: the control commands addressed to this node (see crawlfleet.frontier.control)
+    control: Desired = field(default_factory=Desired)
+    #: requests ever leased in the job (0: it never had any work)
+    leased_total: int = 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing queued, nothing leased, no other node busy."""
+        return self.queued <= 0 and self.leased == 0 and self.busy_others == 0
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def counter_value(raw: Any) -> int:
+    """A counter of the job's hash as read (None, bytes or str): 0 when absent or not a
+    whole number (the scripts repair such a counter at its next change)."""
+    try:
+        return int(raw) if raw is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
+    """A job's throttle hash as read: {"backoff": site -> interval ms (as last raised,
+    before decay), "robots": site -> Crawl-delay ms (0: read, none)}. Robots probes
+    and unreadable fields are left out."""
+    out: dict[str, dict[str, int]] = {"backoff": {}, "robots": {}}
+    for key, value in raw.items():
+        kind, _, site = text(key).partition(":")
+        number = text(value).partition(":")[0]
+        if number.isdigit() and kind in ("b", "r"):
+            out["backoff" if kind == "b" else "robots"][site] = int(number)
+    return out
+
+
+def split_entry(entry: bytes) -> tuple[str, bytes]:
+    """(site, payload) of a stored ``<score>\\0<site>\\0<payload>`` entry."""
+    a = entry.index(b"\0")
+    b = entry.index(b"\0", a + 1)
+    return entry[a + 1 : b].decode(), entry[b + 1 :]
