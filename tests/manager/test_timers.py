@@ -45,6 +45,18 @@ def test_a_timer_is_checked_when_made(manager: Manager) -> None:
     off = manager.client.patch("/api/v1/timers/nightly", json={"enabled": False}, headers=op)
     assert off.json()["enabled"] is False and off.json()["next_fire_at"] is None
     assert manager.client.delete("/api/v1/timers/nightly", headers=op).status_code == 200
+    run = {
+        "spider": "s",
+        "project": "p",
+        "settings": {"CRAWLFLEET_REDIS_URL": "redis://:pw123@r:6379"},
+    }
+    made = manager.client.post(
+        "/api/v1/timers", json={**base, "action": "run", "run": run}, headers=op
+    )
+    assert made.status_code == 200 and "pw123" not in made.text
+    assert "pw123" not in manager.client.get("/api/v1/timers", headers=op).text
+    assert "pw123" not in manager.client.get("/api/v1/events", headers=op).text
+    manager.client.delete("/api/v1/timers/nightly", headers=op)
     assert manager.client.delete("/api/v1/timers/nightly", headers=op).status_code == 400
 
 

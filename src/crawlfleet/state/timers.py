@@ -15,6 +15,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.redis.connection import redact
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import Timer, TimerFire, utcnow
 
@@ -65,7 +66,7 @@ def _view(t: Timer) -> dict[str, Any]:
         "job": t.job,
         "action": t.action,
         "cron": t.cron,
-        "params": json.loads(t.params),
+        "params": json.loads(redact(t.params)),  # a URL's password never served
         "enabled": t.enabled,
         "created_by": t.created_by,
         "created_at": _iso(t.created_at),
