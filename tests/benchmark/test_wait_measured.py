@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from crawlfleet.benchmark.crawl import wait_measured
 
@@ -30,3 +31,16 @@ def test_wait_measured_leaves_a_process_that_outlives_the_timeout() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_process_seen_exited_is_left_for_wait_measured_to_reap() -> None:
+    from crawlfleet.benchmark.crawl import _exited
+
+    proc = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.1) + "raise SystemExit(4)"])
+    assert not _exited(proc.pid)
+    deadline = time.monotonic() + 30
+    while not _exited(proc.pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    codes, cpu = wait_measured([proc], 30)  # not reaped by the look: its code and CPU
+    assert codes == [4] and cpu >= 0.05

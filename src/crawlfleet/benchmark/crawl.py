@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client
@@ -82,6 +84,10 @@ class CrawlResult:
     #: CPU time (user + system) of the crawling processes, and per page in ms
     cpu_seconds: float = 0.0
     cpu_ms_per_page: float = 0.0
+    #: of which before the site saw its first request (starting the processes), and the
+    #: CPU per page after that (crawling and closing)
+    startup_cpu_seconds: float = 0.0
+    crawl_cpu_ms_per_page: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,6 +176,7 @@ def run_crawl(
             _renice(p.pid)
         if contender.startswith("crawlfleet"):
             asyncio.run(_control(redis_url, key_prefix, job, "running", wait_nodes=nodes))
+        startup = _cpu_at_first_request(procs, port, timeout)
         codes, cpu = wait_measured(procs, timeout)
         for p in procs:
             if p.poll() is None:
@@ -193,6 +200,8 @@ def run_crawl(
         max_rate_1s={h: int(f["max_rate_1s"]) for h, f in stats["hosts"].items()},
         cpu_seconds=round(cpu, 3),
         cpu_ms_per_page=round(1000 * cpu / max(requests, 1), 3),
+        startup_cpu_seconds=round(startup, 3),
+        crawl_cpu_ms_per_page=round(1000 * max(cpu - startup, 0.0) / max(requests, 1), 3),
     )
     if contender.startswith("crawlfleet"):
         node_stats = [json.loads(p.read_text()) for p in sorted(workdir.glob("stats*.json"))]
@@ -226,6 +235,30 @@ def wait_measured(
         if pending:
             time.sleep(0.02)
     return codes, cpu
+
+
+def _cpu_at_first_request(procs: list[subprocess.Popen[bytes]], port: int, timeout: float) -> float:
+    """CPU seconds the processes used until the site on *port* saw its first request
+    (polled every 20 ms; what they used until then is starting, not crawling)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not any(_exited(p.pid) for p in procs):
+        if int(fetch_stats(port, brief=True)["total_requests"]) > 0:
+            break
+        time.sleep(0.02)
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(p.pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def _exited(pid: int) -> bool:
+    """Whether child *pid* has exited, without reaping it (wait_measured does that)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def _renice(pid: int) -> None:
