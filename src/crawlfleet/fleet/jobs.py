@@ -47,7 +47,7 @@ async def job_figures(frontier: Frontier) -> dict[str, Any]:
     nodes = await frontier.live_nodes()
     client, keys = frontier.client, frontier.keys
     info = {
-        n: json.loads(v)
+        n: _published(v)
         for n, v in ((text(k), v) for k, v in (await client.hgetall(keys.nodeinfo)).items())
         if n in nodes
     }
@@ -63,6 +63,14 @@ async def job_figures(frontier: Frontier) -> dict[str, Any]:
         "runs": runs,
         "runs_total": runs_total(runs),
     }
+
+
+def _published(raw: bytes | str) -> Any:
+    """A node's published figures (a node's bad write shows as such, not as an error)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"status_error": "not JSON"}
 
 
 def runs_total(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
