@@ -92,9 +92,12 @@ def test_two_managers_fire_each_due_time_once(
 def test_due_times_that_passed_with_no_manager_are_missed_not_dropped(manager: Manager) -> None:
     op = manager.as_("operator")
     manager.beat("news", "n1")
-    timer = {"name": "hourly", "job": "news", "action": "resume", "cron": "0 * * * *"}
+    # hourly at half an hour from now: the newest due time that passed is ~30 min old,
+    # well past the grace in which a late due time is still fired
+    minute = (utcnow().minute + 30) % 60
+    timer = {"name": "hourly", "job": "news", "action": "resume", "cron": f"{minute} * * * *"}
     manager.client.post("/api/v1/timers", json=timer, headers=op).raise_for_status()
-    long_ago = utcnow().replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
+    long_ago = utcnow().replace(minute=minute, second=0, microsecond=0) - timedelta(hours=5)
     with manager.db.session() as s:  # as if every manager had been down for five hours
         s.execute(update(Timer).where(Timer.name == "hourly").values(next_fire_at=long_ago))
     manager.wait_for("recorded", lambda: len(fires(manager, "hourly")) >= 1, timeout=10)
