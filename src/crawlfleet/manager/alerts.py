@@ -21,8 +21,7 @@ from typing import Any
 
 import httpx
 
-from crawlfleet.fleet.jobs import list_jobs
-from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
+from crawlfleet.fleet.snapshot import JobSnapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.state.alerts import (
@@ -116,10 +115,8 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-async def _figures(ctx: ManagerContext, job: str) -> JobFigures:
-    keys = ctx.keys(job)
-    snap = await snapshot(ctx.redis, keys, ctx.limits)
-    counters = await Frontier(ctx.redis, keys).counters()
+async def _figures(ctx: ManagerContext, job: str, snap: JobSnapshot) -> JobFigures:
+    counters = await Frontier(ctx.redis, ctx.keys(job)).counters()
     done, now = counters.get("acked", 0), time.monotonic()
     last = ctx.progress.get(job)
     if last is None or last[0] != done or not (snap.queued or snap.leased):
@@ -130,13 +127,14 @@ async def _figures(ctx: ManagerContext, job: str) -> JobFigures:
     return JobFigures(snap, counters, stalled)
 
 
-async def evaluate(ctx: ManagerContext) -> None:
-    """One evaluation of every enabled rule (see the module docstring)."""
+async def evaluate(ctx: ManagerContext, snaps: dict[str, JobSnapshot]) -> None:
+    """One evaluation of every enabled rule on the jobs of *snaps* (see the module
+    docstring)."""
     rules = await ctx.in_db(rules_enabled, ctx.db)
     if not rules:
         return
-    jobs = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
-    figures = {job: await _figures(ctx, job) for job in jobs}
+    jobs = list(snaps)
+    figures = {job: await _figures(ctx, job, snap) for job, snap in snaps.items()}
     for rule in rules:
         compare = OPERATORS[rule["op"]]
         measure = METRICS[rule["metric"]][1]

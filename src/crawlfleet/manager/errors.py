@@ -4,6 +4,7 @@ that fits. Messages never carry a secret (URLs are redacted)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -47,6 +48,26 @@ def _one_line(text: str) -> str:
     return redact(" ".join(text.split()))
 
 
+#: Errors whose (redacted) message is the answer: class, status, code (None: the
+#: status's). A subclass's entry wins over its base's (UnknownJob over ConfigError).
+_SAID_AS_IS: tuple[tuple[type[Exception], int, str | None], ...] = (
+    (UnknownJob, 404, "unknown_job"),
+    (ConfigError, 400, None),
+    (CommandFailed, 409, "refused"),
+    (NotFound, 404, None),
+    (ScrapydError, 502, None),
+)
+
+
+def _said_as_is(
+    status: int, code: str | None
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handler(_: Request, exc: Exception) -> JSONResponse:
+        return error_response(status, _one_line(str(exc)), code)
+
+    return handler
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
@@ -60,25 +81,8 @@ def install_error_handlers(app: FastAPI) -> None:
             parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", ""))
         return error_response(422, "; ".join(parts) or "invalid request")
 
-    @app.exception_handler(UnknownJob)
-    async def unknown_job(_: Request, exc: UnknownJob) -> JSONResponse:
-        return error_response(404, _one_line(str(exc)), "unknown_job")
-
-    @app.exception_handler(ConfigError)
-    async def config_error(_: Request, exc: ConfigError) -> JSONResponse:
-        return error_response(400, _one_line(str(exc)))
-
-    @app.exception_handler(CommandFailed)
-    async def refused(_: Request, exc: CommandFailed) -> JSONResponse:
-        return error_response(409, _one_line(str(exc)), "refused")
-
-    @app.exception_handler(NotFound)
-    async def not_found(_: Request, exc: NotFound) -> JSONResponse:
-        return error_response(404, _one_line(str(exc)))
-
-    @app.exception_handler(ScrapydError)
-    async def scrapyd_error(_: Request, exc: ScrapydError) -> JSONResponse:
-        return error_response(502, _one_line(str(exc)))
+    for cls, status, code in _SAID_AS_IS:
+        app.add_exception_handler(cls, _said_as_is(status, code))
 
     @app.exception_handler(RedisError)
     async def redis_down(_: Request, exc: RedisError) -> JSONResponse:

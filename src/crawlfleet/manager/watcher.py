@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from crawlfleet.exceptions import CrawlfleetError
 from crawlfleet.fleet.control import send_command
-from crawlfleet.fleet.jobs import job_figures, list_jobs, runs_total
+from crawlfleet.fleet.jobs import list_jobs, runs_total
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
 from crawlfleet.manager.alerts import evaluate
 from crawlfleet.manager.context import ManagerContext
@@ -30,7 +30,14 @@ from crawlfleet.state.runs import close_run, open_run, open_run_start, touch_run
 from crawlfleet.state.scrapyd import list_processes, list_scrapyd, set_process_state
 from crawlfleet.state.timers import claim, due_timers, due_times, next_due, record_fire
 
-__all__ = ["observe_processes", "observe_runs", "observe_timers", "run_state", "watch"]
+__all__ = [
+    "fleet_snapshots",
+    "observe_processes",
+    "observe_runs",
+    "observe_timers",
+    "run_state",
+    "watch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +57,15 @@ def run_state(snap: JobSnapshot) -> str:
     return "lost" if snap.nodes else "stopped"
 
 
-async def observe_runs(ctx: ManagerContext) -> None:
-    """One look at every job (see the module docstring)."""
-    for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
-        snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
+async def fleet_snapshots(ctx: ManagerContext) -> dict[str, JobSnapshot]:
+    """Every job's snapshot now (at most JOBS_MAX jobs): read once per watch."""
+    jobs = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
+    return {job: await snapshot(ctx.redis, ctx.keys(job), ctx.limits) for job in jobs}
+
+
+async def observe_runs(ctx: ManagerContext, snaps: dict[str, JobSnapshot]) -> None:
+    """One look at every job of *snaps* (see the module docstring)."""
+    for job, snap in snaps.items():
         alive = len(snap.live_nodes)
         started = await ctx.in_db(open_run_start, ctx.db, job)
         if alive and started is None:
@@ -64,7 +76,7 @@ async def observe_runs(ctx: ManagerContext) -> None:
             await ctx.in_db(touch_run, ctx.db, job, nodes=alive)
         elif started is not None:
             since = started.replace(tzinfo=UTC).timestamp()
-            summaries = (await job_figures(ctx.frontier(job)))["runs"]
+            summaries = await ctx.frontier(job).summaries()
             mine = {
                 node: s for node, s in summaries.items() if float(s.get("finished", 0)) >= since
             }
@@ -178,10 +190,11 @@ async def watch(ctx: ManagerContext, interval: float) -> None:
     since = datetime.now(UTC)
     while True:
         try:
-            await observe_runs(ctx)
+            snaps = await fleet_snapshots(ctx)
+            await observe_runs(ctx, snaps)
             await observe_processes(ctx)
             await observe_timers(ctx)
-            await evaluate(ctx)
+            await evaluate(ctx, snaps)
             if trouble:
                 logger.info("watch: %s back after %.0f s", trouble, _age(since))
                 trouble = None

@@ -6,10 +6,8 @@ status, so of several managers exactly one makes it (and delivers it)."""
 from __future__ import annotations
 
 import operator
-import re
 import secrets
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.models import Alert, AlertRule, Delivery, utcnow
+from crawlfleet.state.models import Alert, AlertRule, Delivery, check_name, iso, utcnow
 
 __all__ = [
     "OPERATORS",
@@ -42,11 +40,6 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(timespec="seconds") + "Z"
 
 
 def shown_url(url: str) -> str:
@@ -68,7 +61,7 @@ def _rule_view(r: AlertRule) -> dict[str, Any]:
         "webhook": shown_url(r.webhook_url),
         "enabled": r.enabled,
         "created_by": r.created_by,
-        "created_at": _iso(r.created_at),
+        "created_at": iso(r.created_at),
     }
 
 
@@ -88,8 +81,7 @@ def create_rule(
 ) -> tuple[dict[str, Any], str]:
     """A new rule and its signing secret (made when not given; shown once).
     ConfigError naming what is wrong."""
-    if not _NAME.match(name):
-        raise ConfigError(f"alert name {name!r} is not valid: 1-64 letters, digits, . _ -")
+    check_name("alert", name)
     if metric not in metrics:
         raise ConfigError(f"unknown metric {metric!r}; one of {', '.join(metrics)}")
     if op not in OPERATORS:
@@ -221,7 +213,7 @@ def list_alerts(db: StateDB, *, limit: int = 100) -> list[dict[str, Any]]:
                     {
                         "event": d.event,
                         "attempt": d.attempt,
-                        "at": _iso(d.at),
+                        "at": iso(d.at),
                         "ok": d.ok,
                         "http_status": d.http_status,
                         "error": d.error,
@@ -233,9 +225,9 @@ def list_alerts(db: StateDB, *, limit: int = 100) -> list[dict[str, Any]]:
                 "rule": rules.get(a.rule_id, "?"),
                 "job": a.job,
                 "status": a.status,
-                "since": _iso(a.since),
-                "fired_at": _iso(a.fired_at),
-                "resolved_at": _iso(a.resolved_at),
+                "since": iso(a.since),
+                "fired_at": iso(a.fired_at),
+                "resolved_at": iso(a.resolved_at),
                 "value": a.value,
                 "deliveries": deliveries.get(a.id, []),
             }

@@ -3,6 +3,7 @@ migration in ``migrations/versions``. Times are naive UTC datetimes."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -17,6 +18,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from crawlfleet.exceptions import ConfigError
+
 __all__ = [
     "Alert",
     "AlertRule",
@@ -29,8 +32,26 @@ __all__ = [
     "Timer",
     "TimerFire",
     "Token",
+    "check_name",
+    "iso",
     "utcnow",
 ]
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_name(kind: str, name: str) -> str:
+    """*name* if it can name a *kind* (a Scrapyd, timer, alert rule): 1-64 letters,
+    digits, ``. _ -``; else ConfigError naming it."""
+    if not _NAME.match(name):
+        raise ConfigError(f"{kind} name {name!r} is not valid: 1-64 letters, digits, . _ -")
+    return name
+
+
+def iso(value: datetime | None) -> str | None:
+    """A state-DB time (naive UTC) as served: ISO 8601 to the second, with Z."""
+    return None if value is None else value.isoformat(timespec="seconds") + "Z"
 
 
 def utcnow() -> datetime:

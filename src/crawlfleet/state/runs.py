@@ -11,13 +11,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.models import Run, utcnow
+from crawlfleet.state.models import Run, iso, utcnow
 
 __all__ = ["close_run", "list_runs", "open_run", "open_run_start", "touch_run"]
-
-
-def _iso(value: Any) -> str | None:
-    return None if value is None else value.isoformat(timespec="seconds") + "Z"
 
 
 def open_run(db: StateDB, job: str, *, nodes: int, started_by: str = "observed") -> bool:
@@ -78,8 +74,8 @@ def list_runs(db: StateDB, job: str, *, limit: int = 50) -> list[dict[str, Any]]
             {
                 "id": r.id,
                 "state": r.state,
-                "started_at": _iso(r.started_at),
-                "finished_at": _iso(r.finished_at),
+                "started_at": iso(r.started_at),
+                "finished_at": iso(r.finished_at),
                 "started_by": r.started_by,
                 "nodes_max": r.nodes_max,
                 "figures": json.loads(r.figures),

@@ -3,9 +3,7 @@ started on them. Passwords are kept to call Scrapyd, never listed."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.models import Process, ScrapydNode, utcnow
+from crawlfleet.state.models import Process, ScrapydNode, check_name, iso, utcnow
 
 __all__ = [
     "ACTIVE",
@@ -31,7 +29,6 @@ __all__ = [
 
 #: Process states that may still change.
 ACTIVE = ("pending", "running")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -43,10 +40,6 @@ class ScrapydInfo:
 
     def public(self) -> dict[str, Any]:
         return {"name": self.name, "url": self.url, "auth": self.username is not None}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(timespec="seconds") + "Z"
 
 
 def scrapyd_url(url: str) -> tuple[str, str | None, str | None]:
@@ -76,8 +69,7 @@ def add_scrapyd(
 ) -> ScrapydInfo:
     """Register a Scrapyd; credentials in the URL are moved to username/password.
     ConfigError for a bad name or URL, or a name already registered."""
-    if not _NAME.match(name):
-        raise ConfigError(f"Scrapyd name {name!r} is not valid: 1-64 letters, digits, . _ -")
+    check_name("Scrapyd", name)
     clean, url_user, url_password = scrapyd_url(url)
     if url_user is not None:
         username, password = username or url_user, password or url_password
@@ -151,8 +143,8 @@ def _process(p: Process) -> dict[str, Any]:
         "scrapyd_job": p.scrapyd_job,
         "state": p.state,
         "started_by": p.started_by,
-        "started_at": _iso(p.started_at),
-        "finished_at": _iso(p.finished_at),
+        "started_at": iso(p.started_at),
+        "finished_at": iso(p.finished_at),
         "note": p.note,
     }
 

@@ -6,7 +6,6 @@ fire is recorded as missed, never dropped silently."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.redis.connection import redact
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.models import Timer, TimerFire, utcnow
+from crawlfleet.state.models import Timer, TimerFire, check_name, iso, utcnow
 
 __all__ = [
     "ACTIONS",
@@ -34,13 +33,8 @@ __all__ = [
 ]
 
 ACTIONS = ("run", "pause", "resume", "drain", "stop")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 #: Due times looked at most when a manager comes back after a long time.
 MAX_DUE_TIMES = 1000
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(timespec="seconds") + "Z"
 
 
 def next_due(cron: str, after: datetime) -> datetime:
@@ -69,8 +63,8 @@ def _view(t: Timer) -> dict[str, Any]:
         "params": json.loads(redact(t.params)),  # a URL's password never served
         "enabled": t.enabled,
         "created_by": t.created_by,
-        "created_at": _iso(t.created_at),
-        "next_fire_at": _iso(t.next_fire_at) if t.enabled else None,
+        "created_at": iso(t.created_at),
+        "next_fire_at": iso(t.next_fire_at) if t.enabled else None,
     }
 
 
@@ -79,8 +73,7 @@ def create_timer(
 ) -> dict[str, Any]:
     """A new enabled timer; ConfigError for a bad name, action or cron expression, or a
     name in use."""
-    if not _NAME.match(name):
-        raise ConfigError(f"timer name {name!r} is not valid: 1-64 letters, digits, . _ -")
+    check_name("timer", name)
     if action not in ACTIONS:
         raise ConfigError(f"timer action must be one of {', '.join(ACTIONS)}, got {action!r}")
     if not croniter.is_valid(cron):
@@ -184,8 +177,8 @@ def list_fires(db: StateDB, name: str, *, limit: int = 100) -> list[dict[str, An
         )
         return [
             {
-                "due_at": _iso(f.due_at),
-                "fired_at": _iso(f.fired_at),
+                "due_at": iso(f.due_at),
+                "fired_at": iso(f.fired_at),
                 "outcome": f.outcome,
                 "detail": f.detail,
             }

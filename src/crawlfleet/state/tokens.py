@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.models import Token, utcnow
+from crawlfleet.state.models import Token, iso, utcnow
 
 __all__ = [
     "ROLES",
@@ -45,9 +45,6 @@ class TokenInfo:
     revoked_at: datetime | None
 
     def as_dict(self) -> dict[str, str | None]:
-        def iso(t: datetime | None) -> str | None:
-            return None if t is None else t.isoformat(timespec="seconds") + "Z"
-
         return {
             "name": self.name,
             "role": self.role,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query
 
 from crawlfleet.fleet.control import Sent, await_acks, send_command
-from crawlfleet.fleet.jobs import job_figures, list_jobs, reset_job
+from crawlfleet.fleet.jobs import list_jobs, reset_job, runs_total
 from crawlfleet.fleet.limits import set_limits, unset_limits
 from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
@@ -38,14 +38,16 @@ def job_state(snap: JobSnapshot, runs: int) -> str:
 
 
 async def _view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, Any]:
+    # the snapshot has the nodes, leases and queues: only counters and summaries to add
     snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
-    figures = await job_figures(ctx.frontier(job))
+    frontier = ctx.frontier(job)
+    runs = await frontier.summaries()
     view = snap.to_json()
-    view["state"] = job_state(snap, len(figures["runs"]))
-    view["counters"] = figures["counters"]
-    view["runs_total"] = figures["runs_total"]
+    view["state"] = job_state(snap, len(runs))
+    view["counters"] = await frontier.counters()
+    view["runs_total"] = runs_total(runs)
     if full:
-        view["runs"] = figures["runs"]
+        view["runs"] = runs
     else:
         for detail in ("nodes", "top_sites", "backoff_ms", "robots_delay_ms"):
             view.pop(detail, None)
