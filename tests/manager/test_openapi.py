@@ -36,6 +36,8 @@ def test_the_api_keeps_its_spec(api: tuple[Any, dict[str, str]]) -> None:
     operations = [result.ok() for result in schema.get_all_operations()]  # type: ignore[union-attr]
     assert len(operations) >= 10
     for operation in operations:
+        if operation.path == "/api/v1/live":
+            continue  # a stream of up to an hour: tested in test_dashboard_api
 
         @given(case=operation.as_strategy())
         @settings(

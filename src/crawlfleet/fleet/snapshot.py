@@ -69,6 +69,8 @@ class JobSnapshot:
     #: the longest a site's queue takes at its rate limit (s), and that site
     polite_seconds: float = 0.0
     polite_site: str | None = None
+    #: site of top_sites -> its rate limit (requests/s), sites that have one
+    site_limits: dict[str, float] = field(default_factory=dict)
 
     @property
     def live_nodes(self) -> list[str]:
@@ -139,6 +141,7 @@ class JobSnapshot:
             "job_control": self.job_control,
             "backoff_ms": self.backoff,
             "robots_delay_ms": self.robots,
+            "site_limits_per_s": self.site_limits,
         }
 
 
@@ -230,9 +233,13 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     if wanted.concurrency:
         job_control["concurrency"] = str(wanted.concurrency)
     throttled = parse_throttle(throttle)
-    polite_seconds, polite_site = _polite_bound(
-        top, limits or RateLimits({}), run_time_limits, throttled
-    )
+    merged = _merged_limits(limits or RateLimits({}), run_time_limits)
+    polite_seconds, polite_site = _polite_bound(top, merged, throttled)
+    site_limits = {}
+    for site, _ in top:
+        limit = merged.limit(site)
+        if limit is not None:
+            site_limits[site] = round(limit.per_second, 3)
     return JobSnapshot(
         job=keys.job,
         now_ms=now,
@@ -250,17 +257,12 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         robots={site: ms for site, ms in throttled["robots"].items() if ms > 0},
         polite_seconds=polite_seconds,
         polite_site=polite_site,
+        site_limits=site_limits,
     )
 
 
-def _polite_bound(
-    top: list[tuple[str, int]],
-    limits: RateLimits,
-    run_time: dict[Any, Any],
-    throttled: dict[str, dict[str, int]],
-) -> tuple[float, str | None]:
-    """The longest any of the *top* site queues takes at its interval (its limit,
-    robots.txt delay or back-off, whichever is widest), and that site."""
+def _merged_limits(limits: RateLimits, run_time: dict[Any, Any]) -> RateLimits:
+    """The configured *limits* with the job's valid run-time ones over them."""
     valid: dict[str, str] = {}
     for pattern, spec in run_time.items():
         try:
@@ -268,7 +270,16 @@ def _polite_bound(
             valid[text(pattern)] = text(spec)
         except ConfigError:
             continue  # nodes ignore it too, saying so
-    merged = limits.merged(RateLimits.parse(valid, source="limits"))
+    return limits.merged(RateLimits.parse(valid, source="limits"))
+
+
+def _polite_bound(
+    top: list[tuple[str, int]],
+    merged: RateLimits,
+    throttled: dict[str, dict[str, int]],
+) -> tuple[float, str | None]:
+    """The longest any of the *top* site queues takes at its interval (its limit,
+    robots.txt delay or back-off, whichever is widest), and that site."""
     worst, worst_site = 0.0, None
     for site, queued in top:
         interval_s = max(

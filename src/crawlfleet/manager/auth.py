@@ -1,11 +1,16 @@
-"""Bearer-token authentication, one dependency per role: ``Depends(require("operator"))``.
+"""Who is calling, one dependency per role: ``Depends(require("operator"))``.
 
-Missing or unknown token: 401; a role below the one needed: 403. Either way the
-handler does not run, so nothing changes.
+A caller is a bearer token (``Authorization: Bearer TOKEN``: scripts, the CLI) or a
+dashboard session (the ``crawlfleet_session`` cookie, from signing in at ``/``). A
+change made through a session (any method but GET and HEAD) must carry the session's
+CSRF token in ``X-CSRF-Token`` and, if the browser sends an ``Origin``, come from the
+manager's own origin. Missing or unknown credentials: 401; a role below the one
+needed or a failed CSRF check: 403. Either way the handler does not run.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -13,9 +18,26 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from crawlfleet.manager.context import ManagerContext
+from crawlfleet.state.sessions import SessionInfo, session_of
 from crawlfleet.state.tokens import ROLES, TokenInfo, authenticate, role_allows
 
-__all__ = ["Admin", "Ctx", "Operator", "Viewer", "bearer", "context", "require"]
+__all__ = [
+    "CSRF_HEADER",
+    "SESSION_COOKIE",
+    "Admin",
+    "Ctx",
+    "Operator",
+    "Viewer",
+    "bearer",
+    "check_csrf",
+    "context",
+    "require",
+    "session_from",
+]
+
+SESSION_COOKIE = "crawlfleet_session"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = frozenset({"GET", "HEAD"})
 
 bearer = HTTPBearer(auto_error=False, description="a token from `crawlfleet manager token create`")
 
@@ -23,6 +45,29 @@ bearer = HTTPBearer(auto_error=False, description="a token from `crawlfleet mana
 def context(request: Request) -> ManagerContext:
     ctx: ManagerContext = request.app.state.ctx
     return ctx
+
+
+async def session_from(request: Request) -> SessionInfo | None:
+    """The live dashboard session of *request*'s cookie, or None."""
+    sid = request.cookies.get(SESSION_COOKIE)
+    if not sid:
+        return None
+    ctx = context(request)
+    return await ctx.in_db(session_of, ctx.db, sid)
+
+
+def check_csrf(request: Request, session: SessionInfo) -> None:
+    """403 unless a change through *session* carries its CSRF token and, where the
+    browser says where it comes from, comes from this manager's origin."""
+    if request.method in SAFE_METHODS:
+        return
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    if origin is not None and origin != own:
+        raise HTTPException(403, f"a change from another origin ({origin[:100]}) is refused")
+    sent = request.headers.get(CSRF_HEADER, "")
+    if not hmac.compare_digest(sent.encode(), session.csrf.encode()):
+        raise HTTPException(403, f"the {CSRF_HEADER} header is missing or wrong")
 
 
 def require(role: str) -> Callable[..., Awaitable[TokenInfo]]:
@@ -33,12 +78,20 @@ def require(role: str) -> Callable[..., Awaitable[TokenInfo]]:
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> TokenInfo:
-        if credentials is None or credentials.scheme.lower() != "bearer":
-            raise HTTPException(401, "an API token is needed: Authorization: Bearer TOKEN")
         ctx = context(request)
-        token = await ctx.in_db(authenticate, ctx.db, credentials.credentials)
-        if token is None:
-            raise HTTPException(401, "the API token is not valid (unknown or revoked)")
+        token: TokenInfo | None
+        if credentials is None and request.cookies.get(SESSION_COOKIE):
+            session = await session_from(request)
+            if session is None:
+                raise HTTPException(401, "the dashboard session has ended: sign in again")
+            check_csrf(request, session)
+            token = session.token
+        else:
+            if credentials is None or credentials.scheme.lower() != "bearer":
+                raise HTTPException(401, "an API token is needed: Authorization: Bearer TOKEN")
+            token = await ctx.in_db(authenticate, ctx.db, credentials.credentials)
+            if token is None:
+                raise HTTPException(401, "the API token is not valid (unknown or revoked)")
         if not role_allows(token.role, role):
             raise HTTPException(
                 403, f"token {token.name!r} ({token.role}) may not do this: {role} needed"

@@ -4,6 +4,7 @@ settings nodes share (key prefix, seen-filter, site keys, configured rate limits
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -23,6 +24,10 @@ from crawlfleet.state.db import StateDB
 
 __all__ = ["ManagerContext"]
 
+#: Points of throughput history kept for the dashboard's charts (one per watch: an
+#: hour at the default 5 s).
+HISTORY_POINTS = 720
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -38,12 +43,16 @@ class ManagerContext:
     limits: RateLimits
     #: seconds between two looks at every job (CRAWLFLEET_MANAGER_WATCH_SECONDS)
     watch_seconds: float
+    #: how long a dashboard sign-in lasts (CRAWLFLEET_MANAGER_SESSION_HOURS)
+    session_hours: float
     #: Scrapyd name -> monotonic time since which it has not answered the watch
     unreachable_since: dict[str, float] = field(default_factory=dict)
     #: job -> (requests done, monotonic time that figure was first seen): stall times
     progress: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: webhook deliveries under way (cancelled when the manager stops)
     deliveries: set[asyncio.Task[None]] = field(default_factory=set)
+    #: one point a watch, oldest first: {"at": Redis time (ms), "jobs": {job: pages/s}}
+    history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
 
     @classmethod
     def build(
@@ -58,6 +67,7 @@ class ManagerContext:
             frontier_config=FrontierConfig.from_settings(settings, "manager"),
             limits=configured_limits(settings),
             watch_seconds=get_float(settings, "CRAWLFLEET_MANAGER_WATCH_SECONDS", minimum=0.1),
+            session_hours=get_float(settings, "CRAWLFLEET_MANAGER_SESSION_HOURS", minimum=0.01),
         )
 
     def keys(self, job: str) -> JobKeys:

@@ -32,6 +32,7 @@ from crawlfleet.state.timers import claim, due_timers, due_times, next_due, reco
 
 __all__ = [
     "fleet_snapshots",
+    "note_history",
     "observe_processes",
     "observe_runs",
     "observe_timers",
@@ -61,6 +62,15 @@ async def fleet_snapshots(ctx: ManagerContext) -> dict[str, JobSnapshot]:
     """Every job's snapshot now (at most JOBS_MAX jobs): read once per watch."""
     jobs = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
     return {job: await snapshot(ctx.redis, ctx.keys(job), ctx.limits) for job in jobs}
+
+
+def note_history(ctx: ManagerContext, snaps: dict[str, JobSnapshot]) -> None:
+    """One point of throughput history: each job's pages/s now (0 with no live node)."""
+    if not snaps:
+        return
+    at = max(snap.now_ms for snap in snaps.values())
+    jobs = {job: round(snap.pages_per_second or 0.0, 2) for job, snap in snaps.items()}
+    ctx.history.append({"at": at, "jobs": jobs})
 
 
 async def observe_runs(ctx: ManagerContext, snaps: dict[str, JobSnapshot]) -> None:
@@ -191,6 +201,7 @@ async def watch(ctx: ManagerContext, interval: float) -> None:
     while True:
         try:
             snaps = await fleet_snapshots(ctx)
+            note_history(ctx, snaps)
             await observe_runs(ctx, snaps)
             await observe_processes(ctx)
             await observe_timers(ctx)

@@ -15,6 +15,9 @@ keys (all JSON numbers, ``None`` where nothing was measured yet):
 - ``cpu_percent`` (since the previous heartbeat; 100 = one core), ``rss_bytes``;
 - ``loop_lag_max_ms``, ``loop_lag_mean_ms``: lateness of a periodic event-loop timer
   over the window (how long the reactor was blocked);
+- ``latest_items``: the node's last ``CRAWLFLEET_TELEMETRY_LATEST_ITEMS`` items, newest
+  first, each cut to its first fields and characters (``PREVIEW_FIELDS``,
+  ``PREVIEW_CHARS``), for the dashboard's preview;
 - ``window_seconds``, ``updated`` (wall-clock time of the figures).
 """
 
@@ -29,20 +32,36 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
+from itemadapter import ItemAdapter
 from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.http import Response
 
 from crawlfleet.node.scheduler import status_providers
-from crawlfleet.settings.access import get_float
+from crawlfleet.settings.access import get_float, get_int
 
-__all__ = ["LoopLagProbe", "Telemetry", "Window"]
+__all__ = ["LoopLagProbe", "Telemetry", "Window", "preview"]
 
 logger = logging.getLogger(__name__)
 
 STATUS_PREFIX = "downloader/response_status_count/"
 #: Samples kept at most, whatever the window and heartbeat (memory bound).
 MAX_SAMPLES = 10_000
+#: An item's preview: its first fields, each value cut to so many characters.
+PREVIEW_FIELDS = 8
+PREVIEW_CHARS = 200
+
+
+def preview(item: Any) -> dict[str, Any]:
+    """*item* cut down for a look: at most PREVIEW_FIELDS fields, numbers, booleans and
+    None as they are, anything else as text of at most PREVIEW_CHARS characters."""
+    out: dict[str, Any] = {}
+    for name, value in list(ItemAdapter(item).items())[:PREVIEW_FIELDS]:
+        if value is None or isinstance(value, (bool, int, float)):
+            out[str(name)[:64]] = value
+        else:
+            out[str(name)[:64]] = str(value)[:PREVIEW_CHARS]
+    return out
 
 
 class Window:
@@ -132,6 +151,7 @@ class Telemetry:
         in_flight: Callable[[], int | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         process: psutil.Process | None = None,
+        latest_items: int = 3,
     ) -> None:
         if window_seconds <= 0:
             raise ValueError(f"window_seconds must be > 0, got {window_seconds}")
@@ -147,6 +167,7 @@ class Telemetry:
         self.process.cpu_percent(None)  # the first call only starts the measurement
         self.latency = Window(window_seconds)
         self.loop_lag = Window(window_seconds)
+        self._latest: deque[Any] = deque(maxlen=max(0, latest_items))
         # (time, pages, items) at each call of status(), oldest first
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=MAX_SAMPLES)
         self._samples.append((clock(), self._stat("response_received_count"), self._items()))
@@ -173,8 +194,11 @@ class Telemetry:
             ),
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
             in_flight=in_flight,
+            latest_items=get_int(settings, "CRAWLFLEET_TELEMETRY_LATEST_ITEMS", minimum=0),
         )
         crawler.signals.connect(ext.response_received, signal=signals.response_received)
+        if ext._latest.maxlen:
+            crawler.signals.connect(ext.item_scraped, signal=signals.item_scraped)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         status_providers(crawler).append(ext.status)
@@ -185,6 +209,9 @@ class Telemetry:
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)):
             self.latency.add(float(latency), self.clock())
+
+    def item_scraped(self, item: Any) -> None:
+        self._latest.append(item)  # kept as is: cut down only when published
 
     def spider_opened(self, spider: Spider) -> None:
         try:
@@ -241,6 +268,7 @@ class Telemetry:
             "rss_bytes": int(memory.rss),
             "loop_lag_max_ms": _ms(lag_max),
             "loop_lag_mean_ms": _ms(lag_mean),
+            "latest_items": [preview(item) for item in reversed(self._latest)],
             "updated": time.time(),
         }
 

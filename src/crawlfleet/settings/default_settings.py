@@ -19,6 +19,8 @@ CRAWLFLEET_DATA_DIR = ".crawlfleet"
 CRAWLFLEET_STATE_DB_URL = ""
 #: How often the manager looks at every job to open and close its runs (history).
 CRAWLFLEET_MANAGER_WATCH_SECONDS = 5.0
+#: How long a dashboard sign-in lasts (hours).
+CRAWLFLEET_MANAGER_SESSION_HOURS = 12.0
 #: Prefix of every Redis key crawlfleet writes (see crawlfleet.redis.keys).
 CRAWLFLEET_KEY_PREFIX = "cf"
 #: First and longest wait between reconnection attempts while Redis is unreachable.
@@ -37,6 +39,8 @@ CRAWLFLEET_JOB = ""
 CRAWLFLEET_TELEMETRY_WINDOW_SECONDS = 60.0
 #: Telemetry extension: interval of the timer that measures event-loop lag.
 CRAWLFLEET_TELEMETRY_LOOP_LAG_SECONDS = 0.5
+#: Items each node shows in its status for the dashboard's preview (0: none).
+CRAWLFLEET_TELEMETRY_LATEST_ITEMS = 3
 
 # --- Feedback (crawlfleet.node.feedback) ---------------------------------------------
 #: Adapt each node's concurrency (and so how much work it leases) to its own latency,

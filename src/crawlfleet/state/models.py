@@ -29,6 +29,7 @@ __all__ = [
     "Process",
     "Run",
     "ScrapydNode",
+    "Session",
     "Timer",
     "TimerFire",
     "Token",
@@ -255,3 +256,19 @@ class Delivery(Base):
     ok: Mapped[bool] = mapped_column(Boolean)
     http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str] = mapped_column(Text, default="")
+
+
+class Session(Base):
+    """A dashboard sign-in: a token typed at ``/`` gives a session cookie, of which only
+    the SHA-256 is kept. It ends at ``expires_at``, at sign-out, or when its token is
+    revoked. ``csrf`` must come back in a header with every change made through it."""
+
+    __tablename__ = "crawlfleet_sessions"
+    __table_args__ = (UniqueConstraint("session_hash", name="uq_crawlfleet_sessions_hash"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_hash: Mapped[str] = mapped_column(String(64))
+    token_id: Mapped[int] = mapped_column(Integer, index=True)
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    expires_at: Mapped[datetime] = mapped_column(DateTime, index=True)

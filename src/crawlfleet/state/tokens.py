@@ -24,9 +24,11 @@ __all__ = [
     "TokenInfo",
     "authenticate",
     "create_token",
+    "digest",
     "list_tokens",
     "revoke_token",
     "role_allows",
+    "token_info",
 ]
 
 ROLES = ("viewer", "operator", "admin")
@@ -59,11 +61,13 @@ def role_allows(role: str, needed: str) -> bool:
     return ROLES.index(role) >= ROLES.index(needed)
 
 
-def _digest(token: str) -> str:
+def digest(token: str) -> str:
+    """What the state DB keeps of a secret (a token, a session id): its SHA-256."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _info(row: Token) -> TokenInfo:
+def token_info(row: Token) -> TokenInfo:
+    """*row* as served (never its hash)."""
     return TokenInfo(row.name, row.role, row.created_at, row.last_used_at, row.revoked_at)
 
 
@@ -82,7 +86,7 @@ def create_token(db: StateDB, name: str, role: str) -> str:
         taken = s.scalar(select(Token.id).where(Token.name == name, Token.revoked_at.is_(None)))
         if taken is not None:
             raise ConfigError(f"an active token is already named {name!r} (revoke it first)")
-        s.add(Token(name=name, role=role, token_hash=_digest(token), created_at=utcnow()))
+        s.add(Token(name=name, role=role, token_hash=digest(token), created_at=utcnow()))
     return token
 
 
@@ -92,7 +96,7 @@ def list_tokens(db: StateDB, *, revoked: bool = False) -> list[TokenInfo]:
     if not revoked:
         query = query.where(Token.revoked_at.is_(None))
     with db.session() as s:
-        return [_info(row) for row in s.scalars(query)]
+        return [token_info(row) for row in s.scalars(query)]
 
 
 def revoke_token(db: StateDB, name: str) -> None:
@@ -111,11 +115,11 @@ def authenticate(db: StateDB, token: str) -> TokenInfo | None:
         return None
     with db.session() as s:
         row = s.scalar(
-            select(Token).where(Token.token_hash == _digest(token), Token.revoked_at.is_(None))
+            select(Token).where(Token.token_hash == digest(token), Token.revoked_at.is_(None))
         )
         if row is None:
             return None
         now = utcnow()
         if row.last_used_at is None or now - row.last_used_at >= TOUCH_EVERY:
             row.last_used_at = now
-        return _info(row)
+        return token_info(row)

@@ -19,7 +19,7 @@ from crawlfleet.manager.routes.models import ControlBody, LimitsBody, ResetBody,
 from crawlfleet.state.events import list_events, record_event
 from crawlfleet.state.runs import list_runs
 
-__all__ = ["router", "sent_json"]
+__all__ = ["job_view", "router", "sent_json"]
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -37,7 +37,9 @@ def job_state(snap: JobSnapshot, runs: int) -> str:
     return "finished" if runs else "idle"
 
 
-async def _view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, Any]:
+async def job_view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, Any]:
+    """What the API and the dashboard show of *job*: its snapshot, state, counters and
+    run totals; *full* adds its nodes, per-site figures and the runs of its nodes."""
     # the snapshot has the nodes, leases and queues: only counters and summaries to add
     snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
     frontier = ctx.frontier(job)
@@ -46,12 +48,45 @@ async def _view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, Any]:
     view["state"] = job_state(snap, len(runs))
     view["counters"] = await frontier.counters()
     view["runs_total"] = runs_total(runs)
+    view["live"] = live_figures(snap)
     if full:
         view["runs"] = runs
     else:
-        for detail in ("nodes", "top_sites", "backoff_ms", "robots_delay_ms"):
+        for detail in ("nodes", "top_sites", "backoff_ms", "robots_delay_ms", "site_limits_per_s"):
             view.pop(detail, None)
     return view
+
+
+def live_figures(snap: JobSnapshot) -> dict[str, float | int]:
+    """Sums over the job's live nodes: pages and items per second, pages, items and
+    errors of their runs so far."""
+    out: dict[str, float | int] = {
+        "pages_per_second": 0.0,
+        "items_per_second": 0.0,
+        "pages": 0,
+        "items": 0,
+        "errors": 0,
+    }
+    for info in snap.nodes.values():
+        if not info["alive"]:
+            continue
+        out["pages_per_second"] += _number(info.get("pages_per_min")) / 60.0
+        out["items_per_second"] += _number(info.get("items_per_min")) / 60.0
+        out["pages"] += int(_number(info.get("pages")))
+        out["items"] += int(_number(info.get("items")))
+        errors = info.get("errors")
+        if isinstance(errors, dict):
+            out["errors"] += int(sum(_number(v) for v in errors.values()))
+    out["pages_per_second"] = round(out["pages_per_second"], 2)
+    out["items_per_second"] = round(out["items_per_second"], 2)
+    return out
+
+
+def _number(value: Any) -> float:
+    """A figure a node published, 0 for what is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    return float(value)
 
 
 def sent_json(sent: list[Sent]) -> list[dict[str, Any]]:
@@ -76,7 +111,7 @@ async def jobs(
     _: Viewer,
 ) -> dict[str, Any]:
     names = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
-    return {"jobs": [await _view(ctx, name, full=False) for name in names]}
+    return {"jobs": [await job_view(ctx, name, full=False) for name in names]}
 
 
 @router.get("/{job}", summary="one job: queues, leases, nodes, rate, ETA, per-site figures")
@@ -86,7 +121,7 @@ async def job(
     _: Viewer,
 ) -> dict[str, Any]:
     await ctx.known_frontier(job)
-    return await _view(ctx, job, full=True)
+    return await job_view(ctx, job, full=True)
 
 
 @router.post("/{job}/seeds", summary="queue seed URLs (or JSON seed entries)")

@@ -16,6 +16,7 @@ __all__ = [
     "RunBody",
     "ScrapydBody",
     "SeedsBody",
+    "SignInBody",
     "TimerBody",
     "TimerPatch",
 ]
@@ -119,3 +120,8 @@ class AlertRuleBody(_Body):
     webhook: str = Field(min_length=1, max_length=1000)
     #: the HMAC-SHA256 signing secret (default: made, and shown once)
     secret: str | None = Field(default=None, min_length=16, max_length=200)
+
+
+class SignInBody(_Body):
+    #: a token from `crawlfleet manager token create`
+    token: str = Field(min_length=1, max_length=200)

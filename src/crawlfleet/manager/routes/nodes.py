@@ -11,22 +11,28 @@ from crawlfleet.fleet.control import await_acks, send_command, valid_node_id
 from crawlfleet.fleet.jobs import list_jobs
 from crawlfleet.fleet.snapshot import JOBS_MAX, snapshot
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
+from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.jobs import sent_json
 from crawlfleet.manager.routes.models import NodeControlBody
 from crawlfleet.state.events import record_event
 
-__all__ = ["router"]
+__all__ = ["node_rows", "router"]
 
 router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
 
 
-@router.get("", summary="every node of every job: alive or not, and its live figures")
-async def nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
+async def node_rows(ctx: ManagerContext) -> list[dict[str, Any]]:
+    """Every node of every job (at most JOBS_MAX jobs), by job then node id."""
     out = []
     for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
         snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
         out += [{"job": job, "node": node, **info} for node, info in sorted(snap.nodes.items())]
-    return {"nodes": out}
+    return out
+
+
+@router.get("", summary="every node of every job: alive or not, and its live figures")
+async def nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
+    return {"nodes": await node_rows(ctx)}
 
 
 @router.post("/{node}/control", summary="pause, resume, drain, stop or size one node")

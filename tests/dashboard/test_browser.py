@@ -1,0 +1,185 @@
+"""An operator at the dashboard, in headless chromium, while two real nodes crawl the
+bundled test site: sign in, watch progress move without a reload, pause the job and see
+both nodes pause (the site gets nothing meanwhile), resume, lower a site's limit and see
+that site's rate follow, sign out. A viewer sees no control and the API refuses it."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from crawlfleet.node.launcher import start_node
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.server import TestSite
+from tests.dashboard.conftest import ROOT, Browser, LiveManager, screenshot, sign_in, wait_until
+
+SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
+
+
+def put_limits(manager: LiveManager, job: str, limits: dict[str, str]) -> None:
+    r = httpx.put(
+        f"{manager.url}/api/v1/jobs/{job}/limits",
+        json={"limits": limits},
+        headers={"Authorization": f"Bearer {manager.tokens['operator']}"},
+    )
+    r.raise_for_status()
+
+
+def host_requests(site: TestSite, host: str) -> int:
+    return int(site.stats(brief=True)["hosts"][host]["requests"])
+
+
+def figure(page: Any, name: str) -> str:
+    return str(page.locator(f"[data-figure={name}]").first.inner_text())
+
+
+@pytest.mark.slow
+def test_an_operator_watches_pauses_and_limits_a_live_crawl(
+    live_manager: LiveManager, browser: Browser, tmp_path: Path
+) -> None:
+    job = "dash"
+    model = SiteModel(pages=900, hosts=2, problems=False)
+    with TestSite(model, latency_seconds=0.05) as site:
+        put_limits(live_manager, job, {"*": "10/1s"})  # about 20 pages/s over two hosts
+        settings = {
+            "CRAWLFLEET_KEY_PREFIX": live_manager.prefix,
+            "CRAWLFLEET_DATA_DIR": str(tmp_path / "data"),
+            "CONCURRENT_REQUESTS": 4,
+            "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
+            "CRAWLFLEET_TELEMETRY_WINDOW_SECONDS": 2,
+            "LOG_LEVEL": "INFO",
+        }
+        procs = [
+            start_node(
+                SPIDER,
+                job=job,
+                redis_url=live_manager.redis_url,
+                log=tmp_path / f"node{i}.log",
+                spider_args={"start_urls": ",".join(site.seed_urls)},
+                settings=settings,
+                cwd=ROOT,
+            )
+            for i in range(2)
+        ]
+        try:
+            page = browser.page()
+            page.goto(live_manager.url + "/")
+            page.wait_for_selector("#login")
+            page.fill("#token", "cft_wrong")
+            page.click("#login button[type=submit]")
+            wait_until("refused", lambda: "not valid" in page.inner_text("#login-error"))
+            sign_in(page, live_manager, "operator")
+            page.evaluate("window.__notReloaded = true")
+
+            # the overview: the job with both nodes, its figures moving by themselves
+            row = page.locator("tbody tr", has=page.locator(f"a[href='#/job/{job}']"))
+            row.wait_for()
+            page.wait_for_selector("[data-figure=nodes_alive]")
+            wait_until("two nodes alive", lambda: figure(page, "nodes_alive") == "2")
+            first = figure(page, "pages")
+            wait_until("pages move", lambda: figure(page, "pages") != first)
+            wait_until("chart drawn", lambda: page.locator("svg.chart path.line").count() == 1)
+            screenshot(page, "dashboard-overview.png", tmp_path)
+
+            # the job page: progress, sites with their limits, nodes
+            row.locator("a").click()
+            page.wait_for_selector("#job-progress [data-figure=done]")
+            before = figure(page, "done")
+            wait_until("progress moves", lambda: figure(page, "done") != before)
+            sites = page.locator("section", has=page.locator("h2", has_text="Sites"))
+            wait_until("sites listed", lambda: "127.0.0.2" in sites.inner_text())
+            assert "10" in sites.inner_text()
+            wait_until("items shown", lambda: page.locator("#latest-items .item").count() > 0)
+            screenshot(page, "dashboard-job.png", tmp_path)
+
+            # pause, confirmed in the page's dialog: both nodes acknowledge and pause
+            page.click("[data-command=pause]")
+            page.wait_for_selector("dialog#confirm[open]")
+            assert "2 live node(s)" in page.inner_text("#confirm-text")
+            page.click("#confirm-ok")
+            page.wait_for_selector("#toast >> text=acknowledged by 2 of 2 node(s)")
+            wait_until(
+                "both nodes paused",
+                lambda: page.locator("span.badge.paused").count() >= 3,  # job + 2 nodes
+            )
+            assert page.inner_text("#job-state") == "paused"
+            time.sleep(1.0)  # requests in flight at the pause end within this
+            fetched = site.stats(brief=True)["content_fetched"]
+            time.sleep(1.5)
+            assert site.stats(brief=True)["content_fetched"] == fetched
+
+            page.click("[data-command=resume]")
+            page.click("#confirm-ok")
+            wait_until("running again", lambda: page.inner_text("#job-state") == "running")
+
+            # a site's limit lowered in the editor: the site's rate follows at once
+            page.fill("#limits-form input[name=pattern]", "127.0.0.2")
+            page.fill("#limits-form input[name=rate]", "2/1s")
+            page.click("#limits-form button[type=submit]")
+            page.wait_for_selector("#toast >> text=Limit of 127.0.0.2 set to 2/1s")
+            wait_until(
+                "limit shown",
+                lambda: re.search(r"127\.0\.0\.2\s+\d+\s+2\b", sites.inner_text()) is not None,
+            )
+            time.sleep(1.0)
+            start = host_requests(site, "127.0.0.2"), host_requests(site, "127.0.0.1")
+            time.sleep(4.0)
+            slow = host_requests(site, "127.0.0.2") - start[0]
+            fast = host_requests(site, "127.0.0.1") - start[1]
+            assert slow <= 2 * 4 + 2, slow  # 2/s now
+            assert fast >= 20, fast  # the other site keeps its 10/s
+            assert page.evaluate("window.__notReloaded") is True  # all of it without a reload
+
+            # sign out: the form again, and the old session is gone for the API too
+            page.click("#sign-out")
+            page.wait_for_selector("#login")
+            page.reload()
+            page.wait_for_selector("#login")
+            status = page.evaluate("fetch('/api/v1/jobs').then(r => r.status)")
+            assert status == 401
+        finally:
+            for p in procs:
+                p.kill()
+            for p in procs:
+                p.wait(30)
+    assert browser.outside == []
+
+
+def test_a_viewer_sees_no_control_and_cannot_change_anything(
+    live_manager: LiveManager, browser: Browser
+) -> None:
+    job = "viewed"
+    live_manager.beat(
+        job,
+        "node-v",
+        {"state": "running", "pages_per_min": 120, "pages": 5, "host": "h", "concurrency": 4},
+    )
+    page = browser.page(width=390, height=844)  # a phone
+    sign_in(page, live_manager, "viewer")
+    page.goto(f"{live_manager.url}/#/job/{job}")
+    page.wait_for_selector("#job-progress [data-figure=done]")
+    page.wait_for_selector("text=node-v")
+    assert page.locator("[data-command]").count() == 0
+    assert page.locator("[data-node-command]").count() == 0
+    assert page.locator("#limits-form, #seeds-form").count() == 0
+    # a forged change from the page, CSRF token and all, is refused for the role
+    status = page.evaluate(
+        """async (job) => {
+            const me = await (await fetch('/session')).json();
+            const r = await fetch(`/api/v1/jobs/${job}/control`, {method: 'POST',
+                headers: {'Content-Type': 'application/json', 'X-CSRF-Token': me.csrf},
+                body: JSON.stringify({command: 'pause'})});
+            return r.status;
+        }""",
+        job,
+    )
+    assert status == 403
+    page.goto(f"{live_manager.url}/#/nodes")
+    page.wait_for_selector("text=node-v")
+    assert page.locator("[data-node-command]").count() == 0
+    assert browser.outside == []
