@@ -28,6 +28,36 @@ bootstrap() {
     fi
 }
 
+# The dashboard's browser tests drive Debian's chromium (never a downloaded browser).
+# Installed here when missing and apt-get may be used (root, or sudo without a
+# password); otherwise those tests are skipped, saying why. CRAWLFLEET_NO_APT=1: never.
+ensure_chromium() {
+    if [ -x /usr/bin/chromium ] || [ -n "${CRAWLFLEET_CHROMIUM:-}" ] || [ "${CRAWLFLEET_NO_APT:-}" = 1 ]; then
+        return
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "no apt-get here: the dashboard's browser tests will be skipped (no chromium)" >&2
+        return
+    fi
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if sudo -n true 2>/dev/null; then
+            sudo="sudo -n"
+        else
+            echo "chromium is missing and apt-get needs root: the dashboard's browser tests will be skipped (apt-get install chromium)" >&2
+            return
+        fi
+    fi
+    echo "installing Debian's chromium for the dashboard's browser tests (CRAWLFLEET_NO_APT=1 skips this)" >&2
+    local install=($sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+    if ! "${install[@]}" >/dev/null 2>&1; then
+        $sudo apt-get update -q >/dev/null 2>&1 || true
+        if ! "${install[@]}" >/dev/null 2>&1; then
+            echo "could not install chromium with apt-get: the dashboard's browser tests will be skipped" >&2
+        fi
+    fi
+}
+
 case "${1:-}" in
     demo)
         shift
@@ -37,6 +67,7 @@ case "${1:-}" in
     test)
         shift
         bootstrap
+        ensure_chromium
         set +e
         "$VENV/bin/python" -m pytest "$@"
         status=$?

@@ -17,6 +17,7 @@ from crawlfleet.node.launcher import start_node
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.dashboard.conftest import ROOT, Browser, LiveManager, screenshot, sign_in, wait_until
+from tests.dashboard.hostile import PAYLOADS, HostileSite
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 
@@ -182,4 +183,57 @@ def test_a_viewer_sees_no_control_and_cannot_change_anything(
     page.goto(f"{live_manager.url}/#/nodes")
     page.wait_for_selector("text=node-v")
     assert page.locator("[data-node-command]").count() == 0
+    assert browser.outside == []
+
+
+@pytest.mark.slow
+def test_what_comes_from_crawled_pages_is_shown_as_text_and_runs_nothing(
+    live_manager: LiveManager, browser: Browser, tmp_path: Path
+) -> None:
+    job = "<b>xss<i>\"&'"  # a job name is text too
+    with HostileSite() as site:
+        node = start_node(
+            "tests.dashboard.hostile:HostileSpider",
+            job=job,
+            redis_url=live_manager.redis_url,
+            log=tmp_path / "node.log",
+            spider_args={"start_urls": site.url},
+            settings={
+                "CRAWLFLEET_KEY_PREFIX": live_manager.prefix,
+                "CRAWLFLEET_DATA_DIR": str(tmp_path / "data"),
+                "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
+                "DOWNLOAD_TIMEOUT": 120,
+                "ROBOTSTXT_OBEY": False,
+                "CRAWLFLEET_ITEM_STAGES": "key",  # no cleaning: the payloads stay whole
+            },
+            cwd=ROOT,
+        )
+        try:
+            page = browser.page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            sign_in(page, live_manager, "operator")
+            page.get_by_text(job, exact=True).click()  # the overview's link, as text
+            page.wait_for_selector("#latest-items .item")
+            wait_until(
+                "both pages' items",
+                lambda: page.locator("#latest-items .item").count() >= 2,
+                timeout=30,
+            )
+            shown = page.inner_text("#latest-items")
+            for field in ("title", "note", "link"):
+                assert PAYLOADS[field] in shown, (field, shown)
+            assert "svg" in shown and "onload" in shown  # the URL with its payload, as text
+            assert page.inner_text("#job-name") == job
+            assert page.evaluate("window.__xss") is None
+            assert dialogs == []
+            # nothing of the payloads became an element: no image, SVG, inline frame, or
+            # script but the dashboard's own; the javascript: value is no link
+            assert page.locator("img, iframe, object, embed, b, i").count() == 0
+            assert page.locator("#view svg").count() == page.locator("svg.chart").count()
+            assert page.locator("script").count() == 1
+            assert page.locator("a[href^=javascript]").count() == 0
+        finally:
+            node.kill()
+            node.wait(30)
     assert browser.outside == []
