@@ -5,7 +5,6 @@ that site's rate follow, sign out. A viewer sees no control and the API refuses 
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,19 @@ def put_limits(manager: LiveManager, job: str, limits: dict[str, str]) -> None:
 
 def host_requests(site: TestSite, host: str) -> int:
     return int(site.stats(brief=True)["hosts"][host]["requests"])
+
+
+def site_row(page: Any, site: str) -> dict[str, str]:
+    """The job page's sites table: *site*'s row, column title -> text ({} if absent)."""
+    table = page.locator("section", has=page.locator("h2", has_text="Sites")).locator("table")
+    if table.count() == 0:
+        return {}
+    titles = table.locator("thead th").all_inner_texts()
+    for row in table.locator("tbody tr").all():
+        cells = row.locator("td").all_inner_texts()
+        if cells and cells[0] == site:
+            return dict(zip(titles, cells, strict=True))
+    return {}
 
 
 def figure(page: Any, name: str) -> str:
@@ -92,9 +104,9 @@ def test_an_operator_watches_pauses_and_limits_a_live_crawl(
             page.wait_for_selector("#job-progress [data-figure=done]")
             before = figure(page, "done")
             wait_until("progress moves", lambda: figure(page, "done") != before)
-            sites = page.locator("section", has=page.locator("h2", has_text="Sites"))
-            wait_until("sites listed", lambda: "127.0.0.2" in sites.inner_text())
-            assert "10" in sites.inner_text()
+            wait_until("sites listed", lambda: site_row(page, "127.0.0.2") != {})
+            assert site_row(page, "127.0.0.2")["limit /s"] == "10"
+            wait_until("site rates", lambda: float(site_row(page, "127.0.0.1")["rate /s"]) > 3)
             wait_until("items shown", lambda: page.locator("#latest-items .item").count() > 0)
             screenshot(page, "dashboard-job.png", tmp_path)
 
@@ -123,10 +135,7 @@ def test_an_operator_watches_pauses_and_limits_a_live_crawl(
             page.fill("#limits-form input[name=rate]", "2/1s")
             page.click("#limits-form button[type=submit]")
             page.wait_for_selector("#toast >> text=Limit of 127.0.0.2 set to 2/1s")
-            wait_until(
-                "limit shown",
-                lambda: re.search(r"127\.0\.0\.2\s+\d+\s+2\b", sites.inner_text()) is not None,
-            )
+            wait_until("limit shown", lambda: site_row(page, "127.0.0.2").get("limit /s") == "2")
             time.sleep(1.0)
             start = host_requests(site, "127.0.0.2"), host_requests(site, "127.0.0.1")
             time.sleep(4.0)
@@ -134,6 +143,8 @@ def test_an_operator_watches_pauses_and_limits_a_live_crawl(
             fast = host_requests(site, "127.0.0.1") - start[1]
             assert slow <= 2 * 4 + 2, slow  # 2/s now
             assert fast >= 20, fast  # the other site keeps its 10/s
+            # the dashboard's rate of the site follows (a 2-s telemetry window)
+            wait_until("rate follows", lambda: float(site_row(page, "127.0.0.2")["rate /s"]) <= 3)
             assert page.evaluate("window.__notReloaded") is True  # all of it without a reload
 
             # sign out: the form again, and the old session is gone for the API too

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from crawlfleet.fleet.snapshot import JobSnapshot
+from crawlfleet.manager.routes.jobs import live_figures, site_figures
 from crawlfleet.manager.web import ASSETS
 from crawlfleet.state.sessions import session_of, start_session
 from crawlfleet.state.tokens import revoke_token
@@ -222,3 +224,33 @@ def test_the_dashboard_is_not_in_the_api_spec_but_the_session_is(
 ) -> None:
     paths = manager.client.get("/openapi.json").json()["paths"]
     assert (path in paths) == (path == "/session")
+
+
+def test_site_figures_add_up_the_live_nodes() -> None:
+    def node(alive: bool, sites: Any) -> dict[str, Any]:
+        return {"alive": alive, "sites": sites, "pages_per_min": 60, "errors": {"a": 1, "b": 2}}
+
+    snap = JobSnapshot(
+        job="j",
+        now_ms=0,
+        queued=0,
+        leased=0,
+        overdue_leases=0,
+        oldest_deadline_ms=None,
+        sites=0,
+        top_sites=[],
+        sites_scanned=0,
+        malformed=0,
+        nodes={
+            "n1": node(True, {"a": {"leased": 2, "done_per_min": 60}, "b": {"leased": 1}}),
+            "n2": node(True, {"a": {"leased": 3, "done_per_min": 30}, "c": "junk"}),
+            "n3": node(False, {"a": {"leased": 100, "done_per_min": 600}}),  # dead: not live
+            "n4": node(True, "not a dict"),
+        },
+    )
+    assert site_figures(snap) == {
+        "a": {"leased": 5, "per_second": 1.5},
+        "b": {"leased": 1, "per_second": 0.0},
+    }
+    assert live_figures(snap)["pages_per_second"] == 3.0  # n1, n2, n4
+    assert live_figures(snap)["errors"] == 9

@@ -36,9 +36,13 @@ Outbound = tuple[Request, bytes, bytes]
 
 class Ledger:
     """The requests of one node; *slot_due* is called when a slotted request's time
-    comes (the engine should ask for it)."""
+    comes (the engine should ask for it), *on_done* with the site of each request that
+    finished (to acknowledge)."""
 
-    def __init__(self, slot_due: Callable[[], None]) -> None:
+    def __init__(
+        self, slot_due: Callable[[], None], on_done: Callable[[str], None] = lambda site: None
+    ) -> None:
+        self.on_done = on_done
         self.out: list[Outbound] = []
         self.sent: set[bytes] = set()
         self.buffer: deque[tuple[Request, str]] = deque()
@@ -126,7 +130,9 @@ class Ledger:
                 self.release.append((rid, self.held.pop(rid, "")))
                 unstored += 1
                 continue
-            self.held.pop(rid, None)
+            site = self.held.pop(rid, None)
+            if site is not None:
+                self.on_done(site)
             self.acks.append(rid)
         return unstored
 

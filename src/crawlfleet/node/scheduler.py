@@ -46,12 +46,14 @@ from crawlfleet.node.engine import EngineHooks, engine_hooks
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.reports import SiteReports
+from crawlfleet.node.siterates import SiteRates
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
 from crawlfleet.redis.connection import shared_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 
 __all__ = ["ROBOTS_PROBE_MS", "NodeHandle", "Scheduler", "new_node_id", "status_providers"]
@@ -134,6 +136,7 @@ class Scheduler(BaseScheduler):
         node_id: str | None = None,
         concurrency: int = 16,
         frontier: FrontierBackend | None = None,
+        site_window_seconds: float = 60.0,
     ) -> None:
         if frontier is None:
             if client is None:
@@ -156,7 +159,8 @@ class Scheduler(BaseScheduler):
         self.engine = EngineHooks()
         #: callables whose dicts are merged into the node status of each heartbeat
         self.status_providers: list[Callable[[], dict[str, Any]]] = []
-        self.ledger = Ledger(self._slot_due)
+        self.site_rates = SiteRates(site_window_seconds)
+        self.ledger = Ledger(self._slot_due, self.site_rates.done)
         self.lifecycle = Lifecycle(config, self.engine, self.node_id)
         self.sync = SyncLoop(
             frontier=frontier,
@@ -194,6 +198,9 @@ class Scheduler(BaseScheduler):
             fingerprint=crawler.request_fingerprinter.fingerprint,
             stats=crawler.stats,
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
+            site_window_seconds=get_float(
+                settings, "CRAWLFLEET_TELEMETRY_WINDOW_SECONDS", minimum=1
+            ),
         )
         scheduler.bind_engine(engine_hooks(crawler), status_providers(crawler))
         crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
@@ -337,6 +344,7 @@ class Scheduler(BaseScheduler):
             "pages": self.stats.get("response_received_count"),
             "items": self.stats.get("item_scraped_count"),
             "done": self.stats.get("crawlfleet/frontier/acked"),
+            "sites": self.site_rates.figures(ledger.held.values()),
         }
         for provider in self.status_providers:
             try:

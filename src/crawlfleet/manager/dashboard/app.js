@@ -462,13 +462,19 @@ function jobPage(job) {
         card("errors", num(data.live.errors), "errors"),
         card("set aside", num(data.malformed_set_aside), "malformed"));
       fill(chartBox, chart(series.get(job) || [], "pages/s", chartBox.clientWidth - 32));
-      fill(sites, table(data.top_sites, [
+      const queued = new Map(data.top_sites.map((s) => [s.site, s.queued]));
+      const siteNames = [...new Set([...queued.keys(), ...Object.keys(data.site_live)])];
+      const siteRows = siteNames.map((site) => ({ site, queued: queued.get(site) || 0, ...(data.site_live[site] || { leased: 0, per_second: 0 }) }));
+      siteRows.sort((a, b) => b.queued + b.leased - (a.queued + a.leased) || (a.site < b.site ? -1 : 1));
+      fill(sites, table(siteRows, [
         ["site", (s) => s.site],
         ["queued", (s) => num(s.queued), "num"],
+        ["leased", (s) => num(s.leased), "num"],
+        ["rate /s", (s) => num(s.per_second, 1), "num"],
         ["limit /s", (s) => num(data.site_limits_per_s[s.site], 2), "num"],
-        ["back-off ms", (s) => num(data.backoff_ms[s.site]), "num"],
-        ["crawl-delay ms", (s) => num(data.robots_delay_ms[s.site]), "num"],
-      ], "No site queued."));
+        ["back-off ms", (s) => num(data.backoff_ms[s.site]), "num hide-narrow"],
+        ["crawl-delay ms", (s) => num(data.robots_delay_ms[s.site]), "num hide-narrow"],
+      ], "No site queued or crawled."));
       const nodeRows = Object.entries(data.nodes).map(([node, info]) => ({ node, ...info }));
       fill(nodes, nodeTable(nodeRows, false));
       const latest = nodeRows.flatMap((n) => (Array.isArray(n.latest_items) ? n.latest_items : []));

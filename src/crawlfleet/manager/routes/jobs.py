@@ -19,7 +19,7 @@ from crawlfleet.manager.routes.models import ControlBody, LimitsBody, ResetBody,
 from crawlfleet.state.events import list_events, record_event
 from crawlfleet.state.runs import list_runs
 
-__all__ = ["job_view", "router", "sent_json"]
+__all__ = ["job_view", "live_figures", "router", "sent_json", "site_figures"]
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -51,6 +51,7 @@ async def job_view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, An
     view["live"] = live_figures(snap)
     if full:
         view["runs"] = runs
+        view["site_live"] = site_figures(snap)
     else:
         for detail in ("nodes", "top_sites", "backoff_ms", "robots_delay_ms", "site_limits_per_s"):
             view.pop(detail, None)
@@ -79,6 +80,25 @@ def live_figures(snap: JobSnapshot) -> dict[str, float | int]:
             out["errors"] += int(sum(_number(v) for v in errors.values()))
     out["pages_per_second"] = round(out["pages_per_second"], 2)
     out["items_per_second"] = round(out["items_per_second"], 2)
+    return out
+
+
+def site_figures(snap: JobSnapshot) -> dict[str, dict[str, float | int]]:
+    """Per site, summed over the job's live nodes (each publishes its busiest sites):
+    leases held and requests done per second over the nodes' telemetry window."""
+    out: dict[str, dict[str, float | int]] = {}
+    for info in snap.nodes.values():
+        sites = info.get("sites") if info["alive"] else None
+        if not isinstance(sites, dict):
+            continue
+        for site, figures in sites.items():
+            if not isinstance(figures, dict):
+                continue
+            mine = out.setdefault(str(site), {"leased": 0, "per_second": 0.0})
+            mine["leased"] += int(_number(figures.get("leased")))
+            mine["per_second"] += _number(figures.get("done_per_min")) / 60.0
+    for mine in out.values():
+        mine["per_second"] = round(mine["per_second"], 2)
     return out
 
 
