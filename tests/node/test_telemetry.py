@@ -17,7 +17,7 @@ from scrapy.utils.test import get_crawler
 
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.node.scheduler import status_providers
-from crawlfleet.node.telemetry import Telemetry, Window
+from crawlfleet.node.telemetry import PREVIEW_CHARS, PREVIEW_FIELDS, Telemetry, Window, preview
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
@@ -176,3 +176,30 @@ def test_a_crawling_node_publishes_its_figures(
         if wait_all([proc], 20) == [None]:
             proc.kill()
             proc.wait()
+
+
+def test_an_item_preview_is_cut_down_and_leaves_bookkeeping_out() -> None:
+    item = {
+        "_type": "product",
+        "_key": "abc",
+        "_encoding": "utf-8",
+        "title": "t" * 500,
+        "price": 9.5,
+        "tags": ["a", "b"],
+        "ok": True,
+        "none": None,
+        **{f"f{i}": i for i in range(10)},
+    }
+    shown = preview(item)
+    assert list(shown)[:7] == ["_type", "title", "price", "tags", "ok", "none", "f0"]
+    assert len(shown) == PREVIEW_FIELDS and "_key" not in shown
+    assert shown["title"] == "t" * PREVIEW_CHARS and shown["price"] == 9.5
+    assert shown["tags"] == "['a', 'b']" and shown["ok"] is True and shown["none"] is None
+
+
+def test_the_status_shows_the_latest_items_newest_first() -> None:
+    ext = Telemetry(None, latest_items=2)
+    for n in range(3):
+        ext.item_scraped({"n": n})
+    assert ext.status()["latest_items"] == [{"n": 2}, {"n": 1}]
+    assert Telemetry(None, latest_items=0).status()["latest_items"] == []

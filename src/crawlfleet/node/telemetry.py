@@ -53,10 +53,14 @@ PREVIEW_CHARS = 200
 
 
 def preview(item: Any) -> dict[str, Any]:
-    """*item* cut down for a look: at most PREVIEW_FIELDS fields, numbers, booleans and
-    None as they are, anything else as text of at most PREVIEW_CHARS characters."""
+    """*item* cut down for a look: at most PREVIEW_FIELDS fields (bookkeeping fields
+    such as ``_key`` left out, ``_type`` kept), numbers, booleans and None as they are,
+    anything else as text of at most PREVIEW_CHARS characters."""
     out: dict[str, Any] = {}
-    for name, value in list(ItemAdapter(item).items())[:PREVIEW_FIELDS]:
+    fields = [
+        (k, v) for k, v in ItemAdapter(item).items() if k == "_type" or not str(k).startswith("_")
+    ]
+    for name, value in fields[:PREVIEW_FIELDS]:
         if value is None or isinstance(value, (bool, int, float)):
             out[str(name)[:64]] = value
         else:

@@ -352,6 +352,7 @@ function jobPage(job) {
   const limits = h("div", {});
   const runs = h("div", {});
   const events = h("div", {});
+  const processes = h("div", {});
   let live = 0;
   if (can("operator")) {
     for (const [command, label, what] of CONTROLS) {
@@ -380,7 +381,8 @@ function jobPage(job) {
   if (can("operator")) sections.push(h("h2", {}, "Queue seeds"), seedsForm());
   sections.push(h("div", { class: "two" },
     h("section", {}, h("h2", {}, "Runs"), runs),
-    h("section", {}, h("h2", {}, "Changes"), events)));
+    h("section", {}, h("h2", {}, "Changes"), events)),
+  h("h2", {}, "Processes started through Scrapyd"), processes);
   fill(view, ...sections);
   connect({ job });
 
@@ -424,11 +426,17 @@ function jobPage(job) {
 
   async function slow() {
     const enc = encodeURIComponent(job);
-    const [l, r, ev] = await Promise.all([
+    const [l, r, ev, pr] = await Promise.all([
       api("GET", `/api/v1/jobs/${enc}/limits`).catch(() => null),
       api("GET", `/api/v1/jobs/${enc}/runs?limit=10`).catch(() => null),
       api("GET", `/api/v1/jobs/${enc}/events?limit=10`).catch(() => null),
+      api("GET", `/api/v1/jobs/${enc}/processes`).catch(() => null),
     ]);
+    if (pr) fill(processes, table(pr.processes.slice(0, 20), [
+      ["id", (x) => x.id, "num"], ["Scrapyd", (x) => x.scrapyd], ["spider", (x) => `${x.project} / ${x.spider}`],
+      ["state", (x) => badge(x.state)], ["by", (x) => x.started_by], ["started", (x) => x.started_at],
+      ["finished", (x) => x.finished_at || ""], ["note", (x) => x.note || ""],
+    ], "None (POST /api/v1/jobs/JOB/run starts nodes on registered Scrapyd servers)."));
     if (l) showLimits(l.limits);
     if (r) fill(runs, table(r.runs, [
       ["started", (x) => x.started_at], ["finished", (x) => x.finished_at || "running"], ["state", (x) => badge(x.state)],
