@@ -82,12 +82,21 @@ def _drop_controls(text: str) -> str:
     return _CONTROLS_RE.sub("", text)
 
 
+def _is_plain(text: str) -> bool:
+    """Printable ASCII without markup or entities: no whitespace but spaces, already NFC."""
+    return text.isascii() and text.isprintable() and "<" not in text and "&" not in text
+
+
 def clean_text(text: str, *, multiline: bool = False) -> str:
     """Return *text* cleaned as described in the module docstring.
 
     *multiline* keeps line breaks (one blank line at most between paragraphs); otherwise
     all whitespace runs become a single space. The result has no surrounding whitespace.
     """
+    if _is_plain(text):
+        # nothing to strip, unescape, normalise or drop: only spaces to fold (the same
+        # result as below, which costs several regex passes per string)
+        return " ".join(text.split())
     if _URL_RE.match(text):
         return _drop_controls(text).strip()
     if "<" in text:

@@ -133,6 +133,8 @@ class EncodingPipeline:
 
     def fix_text(self, text: str) -> str:
         """One string, as this stage stores it."""
+        if text.isascii() and "\x00" not in text:
+            return text  # valid UTF-8 already; no mojibake and no Chinese script in ASCII
         fixed = to_valid_utf8(text)
         if self.fix_mojibake and not fixed.isascii():
             fixed = fix_mojibake(fixed)

@@ -243,7 +243,9 @@ function sizeBars(root) {
 
 function eta(job) {
   if (job.state === "finished") return "done";
-  if (job.eta_seconds === null || job.eta_seconds === undefined) return "–";
+  if (job.eta_seconds === null || job.eta_seconds === undefined) {
+    return job.eta_limited_by && job.eta_limited_by !== "unknown" ? `– (${job.eta_limited_by})` : "–";
+  }
   return duration(job.eta_seconds) + (job.eta_limited_by ? ` (${job.eta_limited_by})` : "");
 }
 
