@@ -39,6 +39,7 @@ STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
 TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 FEEDBACK = "crawlfleet.node.feedback.Feedback"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
+FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {
@@ -113,6 +114,8 @@ class Addon:
         self._component(settings, "EXTENSIONS", FEEDBACK, 920)
         # above RetryMiddleware (550): it sees a 429 before the retry
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SITE_THROTTLE, 560)
+        # below RetryMiddleware: it sees what spent its retries (off: NotConfigured)
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", FAILURES, 540)
         stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)
         for stage in stages:
             self._component(settings, "ITEM_PIPELINES", *ITEM_STAGES[stage])

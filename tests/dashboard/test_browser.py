@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from crawlfleet.node.launcher import start_node
+from crawlfleet.state.errors import Failure, record_failures
+from crawlfleet.state.models import utcnow
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.dashboard.conftest import ROOT, Browser, LiveManager, screenshot, sign_in, wait_until
@@ -219,6 +221,21 @@ def test_what_comes_from_crawled_pages_is_shown_as_text_and_runs_nothing(
             },
             cwd=ROOT,
         )
+        record_failures(  # a registered failure carries payloads too
+            live_manager.db,
+            [
+                Failure(
+                    job,
+                    "ab" * 20,
+                    site.url + "x?<script>",
+                    "127.0.0.1",
+                    "parse",
+                    PAYLOADS["title"],
+                    "<node>",
+                    utcnow(),
+                )
+            ],
+        )
         try:
             page = browser.page()
             dialogs: list[str] = []
@@ -236,6 +253,8 @@ def test_what_comes_from_crawled_pages_is_shown_as_text_and_runs_nothing(
                 assert PAYLOADS[field] in shown, (field, shown)
             assert "svg" in shown and "onload" in shown  # the URL with its payload, as text
             assert page.inner_text("#job-name") == job
+            page.wait_for_selector("#job-errors table")
+            assert PAYLOADS["title"] in page.inner_text("#job-errors")
             assert page.evaluate("window.__xss") is None
             assert dialogs == []
             # nothing of the payloads became an element: no image, SVG, inline frame, or
@@ -247,4 +266,32 @@ def test_what_comes_from_crawled_pages_is_shown_as_text_and_runs_nothing(
         finally:
             node.kill()
             node.wait(30)
+    assert browser.outside == []
+
+
+def test_timers_scrapyd_and_alerts_pages(live_manager: LiveManager, browser: Browser) -> None:
+    op = {"Authorization": f"Bearer {live_manager.tokens['operator']}"}
+    r = httpx.post(
+        f"{live_manager.url}/api/v1/timers",
+        json={"name": "nightly", "job": "dash", "action": "pause", "cron": "0 3 * * *"},
+        headers=op,
+    )
+    assert r.status_code == 200, r.text
+    page = browser.page()
+    sign_in(page, live_manager, "operator")
+    page.click("#nav a[href='#/timers']")
+    row = page.locator("tbody tr", has=page.locator("td", has_text="nightly"))
+    row.wait_for()
+    assert "0 3 * * *" in row.inner_text() and "yes" in row.inner_text()
+    page.click("[data-timer=nightly]")  # disable, as an operator
+    page.wait_for_selector("#toast >> text=Timer nightly disabled")
+    wait_until("shown disabled", lambda: "no" in row.locator("td").all_inner_texts())
+    timers = httpx.get(f"{live_manager.url}/api/v1/timers", headers=op).json()["timers"]
+    assert [t["enabled"] for t in timers if t["name"] == "nightly"] == [False]
+    page.click("#nav a[href='#/scrapyd']")
+    page.wait_for_selector("text=No Scrapyd registered")
+    page.click("#nav a[href='#/alerts']")
+    page.wait_for_selector("text=No alert.")
+    page.click("#nav a[href='#/nodes']")
+    page.wait_for_selector("h1:has-text('Nodes')")
     assert browser.outside == []

@@ -38,6 +38,7 @@ COMMANDS = (
     "status",
     "health",
     "items",
+    "errors",
     "manager",
     "deploy",
     "site",

@@ -18,15 +18,15 @@ import logging
 from rich.console import Console
 from rich.table import Table
 from scrapy.settings import Settings
-from sqlalchemy.exc import SQLAlchemyError
 
 from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,
     command_settings,
+    open_state_db,
     resolved_url,
 )
-from crawlfleet.exceptions import CommandFailed, ConfigError
+from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings.config import RedisConfig
 from crawlfleet.state.db import StateDB, state_db_url
 from crawlfleet.state.tokens import ROLES, create_token, list_tokens, revoke_token
@@ -71,21 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_settings_option(p)
 
 
-def _open_db(url: str) -> StateDB:
-    """The state DB at *url*, migrated; CommandFailed (one line) if it does not answer."""
-    db = StateDB.open(url)
-    try:
-        db.upgrade()
-    except SQLAlchemyError as exc:
-        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
-        db.close()
-        raise CommandFailed(f"state DB {db.shown} unusable: {reason}") from None
-    return db
-
-
 def run(args: argparse.Namespace) -> int:
     settings = command_settings(args)
-    db = _open_db(state_db_url(settings))
+    db = open_state_db(state_db_url(settings))
     if args.action == "serve":
         return _serve(args, settings, db)
     console = Console()

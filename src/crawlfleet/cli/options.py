@@ -12,7 +12,7 @@ import difflib
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError
@@ -22,12 +22,15 @@ from scrapy.settings import BaseSettings, Settings
 from scrapy.utils.conf import closest_scrapy_cfg, init_env
 from scrapy.utils.project import get_project_settings
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import SeenConfig
 from crawlfleet.redis.connection import make_client, redact, resolve_url
 from crawlfleet.redis.keys import JobKeys
+
+if TYPE_CHECKING:
+    from crawlfleet.state.db import StateDB
 from crawlfleet.settings.config import (
     FrontierConfig,
     RedisConfig,
@@ -243,6 +246,23 @@ def run_on_frontier(
             await client.aclose()
 
     return asyncio.run(main())
+
+
+def open_state_db(url: str) -> StateDB:
+    """The state DB at *url*, migrated; CommandFailed (one line) if it does not answer.
+    (SQLAlchemy is imported here: a node's command never needs it.)"""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from crawlfleet.state.db import StateDB
+
+    db = StateDB.open(url)
+    try:
+        db.upgrade()
+    except SQLAlchemyError as exc:
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        db.close()
+        raise CommandFailed(f"state DB {db.shown} unusable: {reason}") from None
+    return db
 
 
 def redis_problem(exc: BaseException) -> str:

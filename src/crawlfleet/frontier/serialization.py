@@ -18,7 +18,7 @@ from scrapy.utils.misc import load_object
 
 from crawlfleet.exceptions import MalformedEntry, SerializationError
 
-__all__ = ["VERSION", "RequestCodec"]
+__all__ = ["VERSION", "RequestCodec", "payload_priority", "with_meta"]
 
 VERSION = b"\x01"
 #: Private methods that Scrapy's generic spiders (CrawlSpider, SitemapSpider) use as
@@ -106,14 +106,7 @@ class RequestCodec:
 
     def decode(self, data: bytes) -> Request:
         """A request from *data*; raises MalformedEntry for anything that is not one."""
-        if not data[:1] == VERSION:
-            raise MalformedEntry(f"unknown format version {data[:1]!r}")
-        try:
-            d = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several unrelated types
-            raise MalformedEntry(f"undecodable payload: {exc}") from None
-        if not isinstance(d, dict) or not isinstance(d.get("url"), str):
-            raise MalformedEntry("payload is not a request (no url)")
+        d = _unpack(data)
         cls = self._request_class(d.pop("_class", None))
         kwargs = {k: v for k, v in d.items() if k in cls.attributes}
         for name in ("callback", "errback"):
@@ -154,6 +147,36 @@ class RequestCodec:
                 raise MalformedEntry(f"{path!r} is not a Request class")
             self._classes[path] = cls
         return cls
+
+
+def _unpack(payload: bytes) -> dict[str, Any]:
+    if payload[:1] != VERSION:
+        raise MalformedEntry(f"unknown format version {payload[:1]!r}")
+    try:
+        d = msgpack.unpackb(payload[1:], raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise MalformedEntry(f"undecodable payload: {exc}") from None
+    if not isinstance(d, dict) or not isinstance(d.get("url"), str):
+        raise MalformedEntry("payload is not a request (no url)")
+    return d
+
+
+def with_meta(payload: bytes, **meta: Any) -> bytes:
+    """*payload* with *meta* added to its request's meta (and ``dont_filter`` set: it
+    is sent again on purpose), without a spider to decode its callbacks; MalformedEntry
+    for what is not a request's payload."""
+    d = _unpack(payload)
+    old = d.get("meta")
+    d["meta"] = {**(old if isinstance(old, dict) else {}), **meta}
+    d["dont_filter"] = True
+    packed: bytes = msgpack.packb(d, use_bin_type=True, datetime=False)
+    return VERSION + packed
+
+
+def payload_priority(payload: bytes) -> int:
+    """The priority of the request in *payload* (0 when it has none)."""
+    value = _unpack(payload).get("priority", 0)
+    return value if isinstance(value, int) else 0
 
 
 def _first_unpackable(value: Any, path: str = "") -> str | None:

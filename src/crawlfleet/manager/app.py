@@ -25,7 +25,17 @@ import crawlfleet
 from crawlfleet.manager import metrics
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.errors import install_error_handlers
-from crawlfleet.manager.routes import alerts, events, jobs, live, nodes, scrapyd, session, timers
+from crawlfleet.manager.routes import (
+    alerts,
+    errors,
+    events,
+    jobs,
+    live,
+    nodes,
+    scrapyd,
+    session,
+    timers,
+)
 from crawlfleet.manager.watcher import watch
 from crawlfleet.manager.web import install_dashboard
 from crawlfleet.redis.connection import make_client
@@ -79,7 +89,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (jobs, nodes, events, live, scrapyd, timers, alerts, metrics, session):
+    for module in (jobs, errors, nodes, events, live, scrapyd, timers, alerts, metrics, session):
         app.include_router(module.router)
     install_dashboard(app)
 

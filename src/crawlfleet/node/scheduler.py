@@ -110,6 +110,8 @@ class NodeHandle(Protocol):
 
     def site_of(self, request: Request) -> str: ...
 
+    def encode(self, request: Request) -> bytes: ...
+
     def report_slow(
         self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
     ) -> None: ...
@@ -275,7 +277,7 @@ class Scheduler(BaseScheduler):
                     # the batch on its way), so it is a duplicate without asking Redis
                     self.sync.count_duplicate(request)
                     return False
-            payload = self.sync.leaser.codec.encode(request)
+            payload = self.encode(request)
         except SerializationError as exc:
             logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
             self.stats.inc("crawlfleet/scheduler/unserializable")
@@ -355,6 +357,10 @@ class Scheduler(BaseScheduler):
         return status
 
     # -- NodeHandle: what middlewares and extensions use --------------------------------
+    def encode(self, request: Request) -> bytes:
+        """*request* as the frontier stores it; SerializationError if it cannot go."""
+        return self.sync.leaser.codec.encode(request)
+
     @property
     def in_progress(self) -> int:
         """Requests handed to the engine and not finished yet."""

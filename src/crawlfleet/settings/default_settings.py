@@ -148,6 +148,12 @@ CRAWLFLEET_FINISH_GRACE_SECONDS = 0.3
 #: While waiting for work, polling Redis backs off up to this interval.
 CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
 
+# --- The error registry (see docs/errors.md) --------------------------------------------
+#: Record every request that fails for good (error status, download exception, spider
+#: or pipeline exception, dropped item) in the state DB (CRAWLFLEET_STATE_DB_URL), for
+#: `crawlfleet errors` and re-crawls. The state DB is opened on the first failure.
+CRAWLFLEET_ERRORS = True
+
 # --- Seeding ------------------------------------------------------------------------
 #: Redis list read for seeds, compatible with scrapy-redis: plain URLs or JSON objects
 #: {"url": ..., "meta": ..., "priority": ...}. "%(spider)s" is replaced by the spider

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -24,6 +25,7 @@ __all__ = [
     "Alert",
     "AlertRule",
     "Base",
+    "CrawlError",
     "Delivery",
     "Event",
     "Process",
@@ -272,3 +274,42 @@ class Session(Base):
     csrf: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime)
     expires_at: Mapped[datetime] = mapped_column(DateTime, index=True)
+
+
+class CrawlError(Base):
+    """A request that failed for good on a node (its retries spent): one row per job and
+    request fingerprint, counted again each time it fails. ``state``: ``open``,
+    ``queued`` (put back into the frontier by a re-crawl) or ``resolved`` (a re-crawl
+    succeeded). ``payload`` is the request as the frontier stores it, so that a
+    re-crawl sends the very same request (callback, meta, headers)."""
+
+    __tablename__ = "crawlfleet_errors"
+    __table_args__ = (
+        UniqueConstraint("job", "fingerprint", name="uq_crawlfleet_errors_job_fp"),
+        Index("ix_crawlfleet_errors_job_state", "job", "state", "reason"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job: Mapped[str] = mapped_column(String(200))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(Text)
+    site: Mapped[str] = mapped_column(String(255))
+    #: the campaign unit the request belongs to, if any
+    unit: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    #: http, exception, parse, item, invalid, ban
+    reason: Mapped[str] = mapped_column(String(16))
+    #: one line: "HTTP 503", "TimeoutError: ...", "ValueError: ..."
+    detail: Mapped[str] = mapped_column(String(500))
+    http_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: failures seen (each after the node's own retries)
+    failures: Mapped[int] = mapped_column(Integer)
+    #: download attempts of the last failure (retries included)
+    attempts: Mapped[int] = mapped_column(Integer)
+    recrawls: Mapped[int] = mapped_column(Integer)
+    first_seen: Mapped[datetime] = mapped_column(DateTime)
+    last_seen: Mapped[datetime] = mapped_column(DateTime)
+    node: Mapped[str] = mapped_column(String(100))
+    stack: Mapped[str | None] = mapped_column(Text, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    payload: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)

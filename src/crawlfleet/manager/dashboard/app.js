@@ -355,6 +355,15 @@ function jobPage(job) {
   const runs = h("div", {});
   const events = h("div", {});
   const processes = h("div", {});
+  const errors = h("div", { id: "job-errors" });
+  const errorButtons = h("div", { class: "buttons" });
+  if (can("operator")) {
+    errorButtons.append(h("button", { type: "button", "data-command": "recrawl", onclick: async () => {
+      if (!(await ask(`Re-crawl every open failure of job ${job}? Each goes back into the frontier as the request that failed.`))) return;
+      const result = await act("Re-crawl", "POST", `/api/v1/jobs/${encodeURIComponent(job)}/errors/recrawl`, {});
+      if (result) { toast(`Re-crawl: ${result.queued} request(s) queued again`); slow(); }
+    } }, "Re-crawl open failures…"));
+  }
   let live = 0;
   if (can("operator")) {
     for (const [command, label, what] of CONTROLS) {
@@ -379,7 +388,8 @@ function jobPage(job) {
       h("section", {}, h("h2", {}, "Sites"), sites),
       h("section", {}, h("h2", {}, "Rate limits"), limits, limitsForm())),
     h("h2", {}, "Nodes"), nodes,
-    h("h2", {}, "Latest items"), items];
+    h("h2", {}, "Latest items"), items,
+    h("h2", {}, "Failures (error registry)"), errors, errorButtons];
   if (can("operator")) sections.push(h("h2", {}, "Queue seeds"), seedsForm());
   sections.push(h("div", { class: "two" },
     h("section", {}, h("h2", {}, "Runs"), runs),
@@ -428,12 +438,24 @@ function jobPage(job) {
 
   async function slow() {
     const enc = encodeURIComponent(job);
-    const [l, r, ev, pr] = await Promise.all([
+    const [l, r, ev, pr, st, er] = await Promise.all([
       api("GET", `/api/v1/jobs/${enc}/limits`).catch(() => null),
       api("GET", `/api/v1/jobs/${enc}/runs?limit=10`).catch(() => null),
       api("GET", `/api/v1/jobs/${enc}/events?limit=10`).catch(() => null),
       api("GET", `/api/v1/jobs/${enc}/processes`).catch(() => null),
+      api("GET", `/api/v1/jobs/${enc}/errors/stats`).catch(() => null),
+      api("GET", `/api/v1/jobs/${enc}/errors?limit=20`).catch(() => null),
     ]);
+    if (st && er) {
+      const reasons = Object.entries(st.open_by_reason).map(([r, n]) => `${r} ${n}`).join(", ");
+      fill(errors,
+        h("div", { class: "progress-line", "data-figure": "errors-summary" },
+          `${num(st.by_state.open)} open${reasons ? ` (${reasons})` : ""}, ${num(st.by_state.queued)} queued again, ${num(st.by_state.resolved)} resolved`),
+        table(er.errors, [
+          ["reason", (e) => badge(e.reason)], ["failures", (e) => num(e.failures), "num"], ["detail", (e) => e.detail],
+          ["URL", (e) => link(e.url), "wrap"], ["last seen", (e) => e.last_seen, "hide-narrow"],
+        ], "No open failure."));
+    }
     if (pr) fill(processes, table(pr.processes.slice(0, 20), [
       ["id", (x) => x.id, "num"], ["Scrapyd", (x) => x.scrapyd], ["spider", (x) => `${x.project} / ${x.spider}`],
       ["state", (x) => badge(x.state)], ["by", (x) => x.started_by], ["started", (x) => x.started_at],
@@ -536,15 +558,16 @@ function nodesPage() {
 }
 
 function listPage(title, loaders) {
-  // A page of tables loaded from the API, refreshed every few seconds.
+  // A page of tables loaded from the API, refreshed every few seconds; a loader is
+  // [heading, path, key of the rows, columns, text when empty, rows => rows shown].
   const boxes = loaders.map(() => h("div", {}));
   fill(view, h("h1", {}, title), loaders.map(([heading], i) => [h("h2", {}, heading), boxes[i]]));
   connect({});
   async function load() {
-    await Promise.all(loaders.map(async ([, path, key, columns, empty], i) => {
+    await Promise.all(loaders.map(async ([, path, key, columns, empty, pick], i) => {
       try {
         const data = await api("GET", path);
-        fill(boxes[i], table(data[key], columns, empty));
+        fill(boxes[i], table(pick ? pick(data[key]) : data[key], columns, empty));
       } catch (err) {
         fill(boxes[i], h("div", { class: "error-text" }, err.message));
       }
@@ -559,14 +582,47 @@ function scrapydPage() {
     ["name", (s) => s.name], ["URL", (s) => s.url], ["reachable", (s) => badge(s.reachable ? "ok" : "failed")],
     ["running", (s) => num(s.running), "num"], ["pending", (s) => num(s.pending), "num"],
     ["CPU %", (s) => num(s.cpu_percent), "num"], ["error", (s) => s.error || ""],
-  ], "No Scrapyd registered (POST /api/v1/scrapyd, see docs/manager.md)."]]);
+  ], "No Scrapyd registered (POST /api/v1/scrapyd, see docs/manager.md)."],
+  ["Deployments and Scrapyd changes", "/api/v1/events?limit=500", "events", [
+    ["at", (e) => e.at], ["who", (e) => e.actor], ["what", (e) => e.action], ["job", (e) => e.job || ""],
+    ["detail", (e) => text(e.detail)],
+  ], "No deployment yet (crawlfleet deploy --manager URL).",
+  (events) => events.filter((e) => /^(deploy|scrapyd\.|job\.run|process\.)/.test(e.action)).slice(0, 30)]]);
 }
 
 function timersPage() {
-  return listPage("Timers", [["Timers", "/api/v1/timers", "timers", [
-    ["name", (t) => t.name], ["job", (t) => t.job], ["cron", (t) => t.cron], ["action", (t) => t.action],
-    ["enabled", (t) => (t.enabled ? "yes" : "no")], ["next (UTC)", (t) => t.next_fire_at],
-  ], "No timer."]]);
+  const columns = [
+    ["name", (t) => t.name], ["job", (t) => t.job], ["cron (UTC)", (t) => t.cron], ["action", (t) => t.action],
+    ["enabled", (t) => (t.enabled ? "yes" : "no")], ["next due (UTC)", (t) => t.next_fire_at || ""],
+  ];
+  if (can("operator")) {
+    columns.push(["", (t) => h("button", { type: "button", class: "small", "data-timer": t.name, onclick: async () => {
+      const result = await act("Timer", "PATCH", `/api/v1/timers/${encodeURIComponent(t.name)}`, { enabled: !t.enabled });
+      if (result) { toast(`Timer ${t.name} ${result.enabled ? "enabled" : "disabled"}`); if (page && page.tick) page.tick(); }
+    } }, t.enabled ? "disable" : "enable")]);
+  }
+  const list = h("div", {});
+  const fires = h("div", {});
+  fill(view, h("h1", {}, "Timers"), list, h("h2", {}, "Latest due times"), fires);
+  connect({});
+  async function load() {
+    try {
+      const timers = (await api("GET", "/api/v1/timers")).timers;
+      fill(list, table(timers, columns, "No timer (POST /api/v1/timers, see docs/manager.md)."));
+      const each = await Promise.all(timers.slice(0, 20).map((t) =>
+        api("GET", `/api/v1/timers/${encodeURIComponent(t.name)}/fires?limit=5`).catch(() => ({ name: t.name, fires: [] }))));
+      const rows = each.flatMap((f) => f.fires.map((x) => ({ timer: f.name, ...x })));
+      rows.sort((a, b) => (a.due_at < b.due_at ? 1 : -1));
+      fill(fires, table(rows.slice(0, 50), [
+        ["timer", (x) => x.timer], ["due (UTC)", (x) => x.due_at], ["outcome", (x) => badge(x.outcome)],
+        ["fired at", (x) => x.fired_at || ""], ["detail", (x) => x.detail || ""],
+      ], "No due time has come yet."));
+    } catch (err) {
+      fill(list, h("div", { class: "error-text" }, err.message));
+    }
+  }
+  load();
+  return { tick: load };
 }
 
 function alertsPage() {

@@ -10,8 +10,10 @@ __all__ = [
     "AlertRuleBody",
     "CancelBody",
     "ControlBody",
+    "ErrorReason",
     "LimitsBody",
     "NodeControlBody",
+    "RecrawlBody",
     "ResetBody",
     "RunBody",
     "ScrapydBody",
@@ -125,3 +127,13 @@ class AlertRuleBody(_Body):
 class SignInBody(_Body):
     #: a token from `crawlfleet manager token create`
     token: str = Field(min_length=1, max_length=200)
+
+
+#: crawlfleet.state.errors.REASONS
+ErrorReason = Literal["http", "exception", "parse", "item", "invalid", "ban"]
+
+
+class RecrawlBody(_Body):
+    #: only failures of this reason (default: every open one)
+    reason: ErrorReason | None = None
+    limit: int = Field(default=10_000, ge=1, le=100_000)

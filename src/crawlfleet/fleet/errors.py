@@ -1,0 +1,74 @@
+"""Re-crawling a job's registered errors: what ``crawlfleet errors recrawl`` and the
+manager's ``POST /api/v1/jobs/{job}/errors/recrawl`` do.
+
+Open errors (of one reason, or all) go back into the job's frontier as the very request
+that failed (its stored payload: callback, meta, headers), past the seen-filter, with
+``crawlfleet_error`` in its meta so that the node that fetches it successfully marks the
+error resolved; a failure again reopens it. They are marked ``queued`` first: an error
+is never queued twice by two re-crawls at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from scrapy import Request
+
+from crawlfleet.exceptions import MalformedEntry
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import Outgoing
+from crawlfleet.frontier.serialization import RequestCodec, payload_priority, with_meta
+from crawlfleet.state.db import StateDB
+from crawlfleet.state.errors import take_for_recrawl
+
+__all__ = ["ERROR_META", "RecrawlResult", "recrawl_errors"]
+
+#: Request meta key that carries the registry id of the error a request re-crawls.
+ERROR_META = "crawlfleet_error"
+BATCH = 500
+
+
+@dataclass
+class RecrawlResult:
+    queued: int = 0
+    #: ids of errors whose stored request could not be read back (queued by URL)
+    by_url: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"queued": self.queued, "queued_by_url": len(self.by_url)}
+
+
+def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Outgoing, bool]:
+    """The request that re-crawls error *eid*, and whether its stored payload served."""
+    if payload is not None:
+        try:
+            return Outgoing(
+                b"", site, payload_priority(payload), with_meta(payload, **{ERROR_META: eid})
+            ), True
+        except MalformedEntry:
+            pass
+    request = Request(url, meta={ERROR_META: eid}, dont_filter=True)
+    return Outgoing(b"", site, 0, RequestCodec(None).encode(request)), False
+
+
+async def recrawl_errors(
+    frontier: Frontier, db: StateDB, *, reason: str | None = None, limit: int = 10_000
+) -> RecrawlResult:
+    """Queue the job's open errors (of *reason*) again (see the module docstring)."""
+    rows = await asyncio.to_thread(
+        take_for_recrawl, db, frontier.keys.job, reason=reason, limit=limit
+    )
+    result = RecrawlResult()
+    if rows:
+        await frontier.register_job()
+    for i in range(0, len(rows), BATCH):
+        out = []
+        for eid, url, _status, payload, site in rows[i : i + BATCH]:
+            request, stored = _outgoing(eid, url, payload, site)
+            out.append(request)
+            if not stored:
+                result.by_url.append(eid)
+        committed = await frontier.commit("recrawl", out)
+        result.queued += committed.queued
+    return result

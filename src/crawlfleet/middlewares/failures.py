@@ -1,0 +1,179 @@
+"""The error registry's eyes on a node: ``FailureRegistry`` (a downloader middleware
+that also listens to the spider's and pipelines' signals, enabled by the add-on with
+``CRAWLFLEET_ERRORS``) records each request that fails for good into the state DB
+(:mod:`crawlfleet.state.errors`), through a writer thread:
+
+- ``http``: its final response has an error status (400 and above) that the spider does
+  not handle (``handle_httpstatus_list``/``_all``, ``HTTPERROR_ALLOWED_CODES``,
+  ``HTTPERROR_ALLOW_ALL``);
+- ``exception``: its download raised (timeouts, refused or dropped connections...; not
+  ``IgnoreRequest``: offsite and robots.txt refusals are on purpose);
+- ``parse``: the spider's callback raised (with the stack);
+- ``item``: an item pipeline raised on one of its items (with the stack);
+- ``invalid``: a pipeline dropped one of its items (``DropItem``: validation).
+
+It sits below Scrapy's RetryMiddleware (550): what it sees has spent its retries. A
+request re-crawled from the registry (``crawlfleet_error`` in its meta) that is answered
+without an error status resolves its error; failing again reopens it. Requests for
+robots.txt are not recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http import Response
+from twisted.python.failure import Failure as TwistedFailure
+
+from crawlfleet.exceptions import SerializationError
+from crawlfleet.fleet.errors import ERROR_META
+from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.state.db import state_db_url
+from crawlfleet.state.errors import Failure
+from crawlfleet.state.models import utcnow
+from crawlfleet.state.writer import RegistryWriter
+
+__all__ = ["STACK_CHARS", "FailureRegistry"]
+
+logger = logging.getLogger(__name__)
+
+#: A stack is kept to its last so many characters.
+STACK_CHARS = 20_000
+
+
+class FailureRegistry:
+    """See the module docstring."""
+
+    def __init__(self, crawler: Crawler, writer: RegistryWriter) -> None:
+        self.crawler = crawler
+        self.writer = writer
+        settings = crawler.settings
+        self.allowed = {int(c) for c in settings.getlist("HTTPERROR_ALLOWED_CODES")}
+        self.allow_all = settings.getbool("HTTPERROR_ALLOW_ALL")
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FailureRegistry:
+        if not crawler.settings.getbool("CRAWLFLEET_ERRORS"):
+            raise NotConfigured("CRAWLFLEET_ERRORS is off")
+        ext = cls(crawler, RegistryWriter(state_db_url(crawler.settings)))
+        crawler.signals.connect(ext.spider_error, signal=signals.spider_error)
+        crawler.signals.connect(ext.item_error, signal=signals.item_error)
+        crawler.signals.connect(ext.item_dropped, signal=signals.item_dropped)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    # -- downloads -------------------------------------------------------------------
+    def process_response(self, request: Request, response: Response, spider: Spider) -> Any:
+        if response.status >= 400 and not self._handled(request, response, spider):
+            self._record(request, "http", f"HTTP {response.status}", status=response.status)
+        elif ERROR_META in request.meta:
+            self._resolved(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception, spider: Spider) -> None:
+        if not isinstance(exception, IgnoreRequest):  # offsite, robots.txt: on purpose
+            self._record(request, "exception", _one_line(exception))
+
+    # -- the spider and the pipelines -------------------------------------------------
+    def spider_error(self, failure: TwistedFailure, response: Response, spider: Spider) -> None:
+        request = getattr(response, "request", None)
+        if request is not None:
+            self._record(
+                request, "parse", _one_line(failure.value or Exception()), stack=_stack(failure)
+            )
+
+    def item_error(
+        self, item: Any, response: Response | None, spider: Spider, failure: TwistedFailure
+    ) -> None:
+        request = getattr(response, "request", None)
+        if request is not None:
+            self._record(
+                request, "item", _one_line(failure.value or Exception()), stack=_stack(failure)
+            )
+
+    def item_dropped(
+        self, item: Any, response: Response | None, exception: Exception, spider: Spider
+    ) -> None:
+        request = getattr(response, "request", None)
+        if request is not None:
+            self._record(request, "invalid", _one_line(exception))
+
+    def spider_closed(self, spider: Spider) -> None:
+        self.writer.close()
+
+    # -- helpers -------------------------------------------------------------------
+    def _handled(self, request: Request, response: Response, spider: Spider) -> bool:
+        meta = request.meta
+        if self.allow_all or meta.get("handle_httpstatus_all"):
+            return True
+        codes = meta.get("handle_httpstatus_list")
+        if codes is None:
+            codes = getattr(spider, "handle_httpstatus_list", ()) or ()
+        return response.status in codes or response.status in self.allowed
+
+    def _scheduler(self) -> Scheduler | None:
+        scheduler = getattr(self.crawler, "crawlfleet_scheduler", None)
+        return scheduler if isinstance(scheduler, Scheduler) else None
+
+    def _resolved(self, request: Request) -> None:
+        scheduler = self._scheduler()
+        eid = request.meta.get(ERROR_META)
+        if scheduler is not None and isinstance(eid, int):
+            self.writer.resolved(scheduler.config.job, eid)
+
+    def _record(
+        self,
+        request: Request,
+        reason: str,
+        detail: str,
+        *,
+        status: int | None = None,
+        stack: str | None = None,
+    ) -> None:
+        scheduler = self._scheduler()
+        if scheduler is None or _is_robots(request):
+            return
+        try:
+            payload: bytes | None = scheduler.encode(request)
+        except SerializationError:
+            payload = None
+        fingerprinter = self.crawler.request_fingerprinter
+        self.writer.failure(
+            Failure(
+                job=scheduler.config.job,
+                fingerprint=fingerprinter.fingerprint(request).hex(),
+                url=request.url,
+                site=scheduler.site_of(request),
+                reason=reason,
+                detail=detail,
+                node=scheduler.node_id,
+                at=utcnow(),
+                attempts=int(request.meta.get("retry_times", 0)) + 1,
+                http_status=status,
+                unit=_unit(request),
+                stack=stack,
+                payload=payload,
+            )
+        )
+
+
+def _unit(request: Request) -> str | None:
+    unit = request.meta.get("crawlfleet_unit")
+    return str(unit)[:200] if unit is not None else None
+
+
+def _is_robots(request: Request) -> bool:
+    return bool(request.meta.get("dont_obey_robotstxt")) and request.url.endswith("/robots.txt")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _stack(failure: TwistedFailure) -> str:
+    return str(failure.getTraceback())[-STACK_CHARS:]

@@ -1,0 +1,143 @@
+"""The error registry end to end: a real node crawls a loopback site where pages fail;
+every request that failed for good is in the state DB with its reason (an error status
+after retries, a callback's exception with its stack), ``crawlfleet errors`` lists,
+counts and exports them, and a re-crawl sends them again: the one that now succeeds is
+resolved, the one that fails again is open with one more failure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crawlfleet.node.launcher import start_node
+from crawlfleet.state.db import StateDB
+from crawlfleet.state.errors import error_stats, list_errors
+from tests.node.failing_site import FailingSite
+
+ROOT = Path(__file__).resolve().parents[2]
+SPIDER = "tests.node.failing_site:FailingSpider"
+JOB = "failing"
+
+
+def errors_cli(
+    *args: str, db: str, env: dict[str, str], redis_url: str
+) -> subprocess.CompletedProcess[str]:
+    extra = ["--redis-url", redis_url] if args[0] == "recrawl" else []
+    return subprocess.run(
+        [
+            *(sys.executable, "-m", "crawlfleet.cli.main", "errors", *args, "--db", db),
+            *extra,
+            *("-s", f"CRAWLFLEET_KEY_PREFIX={env['CRAWLFLEET_KEY_PREFIX']}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def crawl(
+    site: FailingSite, redis_url: str, node_env: dict[str, str], tmp_path: Path, db: str, n: int
+) -> None:
+    node = start_node(
+        SPIDER,
+        job=JOB,
+        redis_url=redis_url,
+        log=tmp_path / f"node{n}.log",
+        spider_args={"start_urls": site.url},
+        settings={
+            **node_env,
+            "CRAWLFLEET_STATE_DB_URL": db,
+            "RETRY_TIMES": 1,
+            "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
+            "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+            "ROBOTSTXT_OBEY": False,
+        },
+        cwd=ROOT,
+    )
+    assert node.wait(90) == 0, (tmp_path / f"node{n}.log").read_text()[-3000:]
+
+
+@pytest.mark.slow
+def test_failures_are_registered_listed_and_recrawled(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    with FailingSite() as site:
+        crawl(site, redis_server_url, node_env, tmp_path, db_url, 1)
+        db = StateDB.open(db_url)
+        try:
+            found = {e["url"].rsplit("/", 1)[1]: e for e in list_errors(db, JOB)}
+            assert set(found) == {"flaky", "missing", "boom"}
+            assert (found["flaky"]["reason"], found["flaky"]["detail"]) == ("http", "HTTP 503")
+            assert found["flaky"]["attempts"] == 2 and site.hits["/flaky"] == 2  # retried once
+            assert (found["missing"]["http_status"], found["missing"]["attempts"]) == (404, 1)
+            assert found["boom"]["reason"] == "parse"
+            assert found["boom"]["detail"] == "ValueError: cannot parse this page"
+            assert all(e["failures"] == 1 and e["state"] == "open" for e in found.values())
+            stack = list_errors(db, JOB, reason="parse", stack=True)[0]["stack"]
+            assert "ValueError: cannot parse this page" in stack and "failing_site.py" in stack
+
+            listed = errors_cli("list", JOB, db=db_url, env=node_env, redis_url=redis_server_url)
+            assert listed.returncode == 0, listed.stderr
+            lines = listed.stdout.splitlines()
+            assert len(lines) == 3 and all(
+                line.split("\t")[3].startswith(site.url) for line in lines
+            )
+            stats = errors_cli("stats", JOB, db=db_url, env=node_env, redis_url=redis_server_url)
+            assert "3 failed request(s)" in stats.stdout and "open, http" in stats.stdout
+
+            # the site mends /flaky; re-crawl the HTTP failures only
+            site.flaky_fixed.set()
+            again = errors_cli(
+                "recrawl",
+                JOB,
+                "--reason",
+                "http",
+                db=db_url,
+                env=node_env,
+                redis_url=redis_server_url,
+            )
+            assert again.returncode == 0, again.stderr
+            assert "2 failed request(s) queued again" in again.stderr
+            assert error_stats(db, JOB)["by_state"] == {"open": 1, "queued": 2, "resolved": 0}
+            crawl(site, redis_server_url, node_env, tmp_path, db_url, 2)
+            found = {e["url"].rsplit("/", 1)[1]: e for e in list_errors(db, JOB, state=None)}
+            assert found["flaky"]["state"] == "resolved" and found["flaky"]["recrawls"] == 1
+            assert (found["missing"]["state"], found["missing"]["failures"]) == ("open", 2)
+            assert (found["boom"]["state"], found["boom"]["recrawls"]) == ("open", 0)
+            assert site.hits["/ok"] == 1  # only what was re-crawled was fetched again
+
+            out = tmp_path / "errors.jsonl"
+            exported = errors_cli(
+                "export",
+                JOB,
+                "--state",
+                "all",
+                "-o",
+                str(out),
+                db=db_url,
+                env=node_env,
+                redis_url=redis_server_url,
+            )
+            assert exported.returncode == 0, exported.stderr
+            rows = [json.loads(line) for line in out.read_text().splitlines()]
+            assert len(rows) == 3 and {r["job"] for r in rows} == {JOB}
+            assert next(r for r in rows if r["reason"] == "parse")["stack"]
+        finally:
+            db.close()
+
+
+def test_errors_commands_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    env = {"CRAWLFLEET_KEY_PREFIX": "cfterr"}
+    bad = errors_cli("list", "job", db="nonsense://", env=env, redis_url="")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    empty = errors_cli("list", "job", db=f"sqlite:///{tmp_path / 's.db'}", env=env, redis_url="")
+    assert empty.returncode == 0 and empty.stdout == "" and "no open failure" in empty.stderr
+    wrong = errors_cli("list", "job", "--reason", "nope", db="sqlite://", env=env, redis_url="")
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
