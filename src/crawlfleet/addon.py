@@ -40,6 +40,7 @@ TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 FEEDBACK = "crawlfleet.node.feedback.Feedback"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
+BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {
@@ -114,6 +115,9 @@ class Addon:
         self._component(settings, "EXTENSIONS", FEEDBACK, 920)
         # above RetryMiddleware (550): it sees a 429 before the retry
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SITE_THROTTLE, 560)
+        # before Scrapy's DefaultHeadersMiddleware (400) and UserAgentMiddleware (500),
+        # whose defaults then leave its headers alone (off unless CRAWLFLEET_USER_AGENTS)
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", BROWSER_HEADERS, 390)
         # below RetryMiddleware: it sees what spent its retries (off: NotConfigured)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", FAILURES, 540)
         stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)

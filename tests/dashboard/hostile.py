@@ -9,13 +9,13 @@ latest items, while the browser looks.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import scrapy
 from scrapy.http import HtmlResponse, Response
+
+from tests.loopback import LoopbackSite
 
 __all__ = ["PAYLOADS", "HostileSite", "HostileSpider"]
 
@@ -43,44 +43,19 @@ def _page(title: str, note: str, links: list[str]) -> bytes:
     ).encode()
 
 
-class HostileSite:
-    """The site on 127.0.0.1 in a thread: ``with HostileSite() as site: site.url``."""
+class HostileSite(LoopbackSite):
+    """The site: ``with HostileSite() as site: site.url``."""
 
     def __init__(self) -> None:
-        closing = self.closing = threading.Event()
+        super().__init__(self._page)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path == "/hold":
-                    closing.wait(HOLD_SECONDS)
-                    body = _page("held", "held", [])
-                elif self.path == "/":
-                    body = _page(PAYLOADS["title"], PAYLOADS["note"], [PAYLOADS["path"], "/hold"])
-                else:
-                    body = _page(PAYLOADS["title"], PAYLOADS["note"], [])
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a held request cut at close
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> HostileSite:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.closing.set()
-        self.server.shutdown()
-        self.server.server_close()
+    def _page(self, path: str) -> tuple[int, bytes]:
+        if path == "/hold":
+            self.closing.wait(HOLD_SECONDS)
+            return 200, _page("held", "held", [])
+        if path == "/":
+            return 200, _page(PAYLOADS["title"], PAYLOADS["note"], [PAYLOADS["path"], "/hold"])
+        return 200, _page(PAYLOADS["title"], PAYLOADS["note"], [])
 
 
 class HostileSpider(scrapy.Spider):

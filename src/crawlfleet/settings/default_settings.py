@@ -148,6 +148,13 @@ CRAWLFLEET_FINISH_GRACE_SECONDS = 0.3
 #: While waiting for work, polling Redis backs off up to this interval.
 CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
 
+# --- Anti-blocking (see docs/antiban.md) ------------------------------------------
+#: Browser identities for requests: "" (off: Scrapy's USER_AGENT), "browser" (real
+#: browsers' headers from browserforge's generator) or a file with one User-Agent a line.
+CRAWLFLEET_USER_AGENTS = ""
+#: "site": one identity per site on a node; "request": a new one for every request.
+CRAWLFLEET_USER_AGENT_STICKY = "site"
+
 # --- The error registry (see docs/errors.md) --------------------------------------------
 #: Record every request that fails for good (error status, download exception, spider
 #: or pipeline exception, dropped item) in the state DB (CRAWLFLEET_STATE_DB_URL), for
