@@ -15,7 +15,8 @@ import pytest
 
 from crawlfleet.node.launcher import start_node
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.errors import error_stats, list_errors
+from crawlfleet.state.errors import Failure, error_stats, list_errors, record_failures
+from crawlfleet.state.models import utcnow
 from tests.node.failing_site import FailingSite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,3 +142,33 @@ def test_errors_commands_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
     assert empty.returncode == 0 and empty.stdout == "" and "no open failure" in empty.stderr
     wrong = errors_cli("list", "job", "--reason", "nope", db="sqlite://", env=env, redis_url="")
     assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
+
+
+def test_a_recrawl_with_redis_unreachable_leaves_failures_open(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    db = StateDB.open(db_url)
+    db.upgrade()
+    try:
+        record_failures(
+            db,
+            [
+                Failure(
+                    JOB,
+                    "ab" * 20,
+                    "http://127.0.0.1:9/x",
+                    "127.0.0.1",
+                    "http",
+                    "HTTP 500",
+                    "n",
+                    utcnow(),
+                )
+            ],
+        )
+        env = {"CRAWLFLEET_KEY_PREFIX": "cfterr"}
+        r = errors_cli("recrawl", JOB, db=db_url, env=env, redis_url="redis://:pw@127.0.0.1:1/0")
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "unreachable" in r.stderr and ":pw@" not in r.stderr
+        (row,) = list_errors(db, JOB)
+        assert (row["state"], row["recrawls"]) == ("open", 0)
+    finally:
+        db.close()

@@ -16,6 +16,7 @@ from crawlfleet.state.errors import (
     error_stats,
     list_errors,
     record_failures,
+    reopen_errors,
     resolve_errors,
     take_for_recrawl,
 )
@@ -54,6 +55,8 @@ def test_a_failure_is_one_row_counted_again_and_reopened(state_db: StateDB) -> N
         (rows["1"]["id"], "http://127.0.0.1:9/p/1", b"\x01payload")
     ]
     assert take_for_recrawl(state_db, "j", reason="parse") == []  # queued once only
+    assert reopen_errors(state_db, "j", [taken[0][0]]) == 1  # could not be queued: open
+    assert take_for_recrawl(state_db, "j", reason="parse")[0][0] == taken[0][0]
     assert error_stats(state_db, "j")["by_state"] == {"open": 1, "queued": 1, "resolved": 0}
     assert resolve_errors(state_db, "j", [rows["1"]["id"]]) == 1
     assert resolve_errors(state_db, "other", [rows["2"]["id"]]) == 0  # another job's id

@@ -20,7 +20,7 @@ from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.serialization import RequestCodec, payload_priority, with_meta
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.errors import take_for_recrawl
+from crawlfleet.state.errors import reopen_errors, take_for_recrawl
 
 __all__ = ["ERROR_META", "RecrawlResult", "recrawl_errors"]
 
@@ -55,20 +55,28 @@ def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Out
 async def recrawl_errors(
     frontier: Frontier, db: StateDB, *, reason: str | None = None, limit: int = 10_000
 ) -> RecrawlResult:
-    """Queue the job's open errors (of *reason*) again (see the module docstring)."""
-    rows = await asyncio.to_thread(
-        take_for_recrawl, db, frontier.keys.job, reason=reason, limit=limit
-    )
+    """Queue the job's open errors (of *reason*) again (see the module docstring). Redis
+    is asked first; errors that could not be queued (Redis failing midway) are open
+    again, and the Redis error is raised."""
+    job = frontier.keys.job
+    await frontier.client.ping()  # before any error is marked queued
+    rows = await asyncio.to_thread(take_for_recrawl, db, job, reason=reason, limit=limit)
     result = RecrawlResult()
-    if rows:
-        await frontier.register_job()
-    for i in range(0, len(rows), BATCH):
-        out = []
-        for eid, url, _status, payload, site in rows[i : i + BATCH]:
-            request, stored = _outgoing(eid, url, payload, site)
-            out.append(request)
-            if not stored:
-                result.by_url.append(eid)
-        committed = await frontier.commit("recrawl", out)
-        result.queued += committed.queued
+    done = 0
+    try:
+        if rows:
+            await frontier.register_job()
+        for i in range(0, len(rows), BATCH):
+            out = []
+            for eid, url, _status, payload, site in rows[i : i + BATCH]:
+                request, stored = _outgoing(eid, url, payload, site)
+                out.append(request)
+                if not stored:
+                    result.by_url.append(eid)
+            committed = await frontier.commit("recrawl", out)
+            result.queued += committed.queued
+            done = i + len(out)
+    finally:
+        if done < len(rows):
+            await asyncio.to_thread(reopen_errors, db, job, [r[0] for r in rows[done:]])
     return result

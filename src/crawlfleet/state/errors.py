@@ -28,6 +28,7 @@ __all__ = [
     "error_stats",
     "list_errors",
     "record_failures",
+    "reopen_errors",
     "resolve_errors",
     "take_for_recrawl",
 ]
@@ -223,3 +224,18 @@ def take_for_recrawl(
             row.state = "queued"
             row.recrawls += 1
         return [(r.id, r.url, r.http_status, r.payload, r.site) for r in rows]
+
+
+def reopen_errors(db: StateDB, job: str, ids: Sequence[int]) -> int:
+    """Undo :func:`take_for_recrawl` for *ids* (they could not be queued): open again,
+    one re-crawl less."""
+    if not ids:
+        return 0
+    with db.session() as s:
+        result = s.execute(
+            update(CrawlError)
+            .where(CrawlError.job == job, CrawlError.id.in_(list(ids)))
+            .where(CrawlError.state == "queued")
+            .values(state="open", recrawls=CrawlError.recrawls - 1)
+        )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
