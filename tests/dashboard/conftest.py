@@ -11,6 +11,7 @@ and fails the test (no asset, font or beacon leaves 127.0.0.1).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -100,19 +101,15 @@ def in_thread(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         raise errors[0]
 
 
-@pytest.fixture(scope="module")
-def live_manager(
-    redis_server_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LiveManager]:
-    """``crawlfleet manager`` under a real uvicorn on 127.0.0.1, a SQLite state DB, a
-    key prefix of its own, and a token of each role."""
-    prefix = f"cftdash{os.getpid()}{tmp_path_factory.mktemp('m').name[-4:]}"
-    db = StateDB.open(f"sqlite:///{tmp_path_factory.mktemp('state') / 'state.sqlite3'}")
+@contextlib.contextmanager
+def running_manager(redis_url: str, folder: Path) -> Iterator[LiveManager]:
+    """``crawlfleet manager`` under a real uvicorn on 127.0.0.1, a SQLite state DB in
+    *folder*, a key prefix of its own (its keys deleted after), a token of each role."""
+    prefix = f"cftdash{os.getpid()}{folder.name[-6:]}"
+    db = StateDB.open(f"sqlite:///{folder / 'state.sqlite3'}")
     db.upgrade()
     tokens = {role: create_token(db, f"{role}-1", role) for role in ("viewer", "operator")}
-    app = create_app(
-        manager_settings(prefix, CRAWLFLEET_MANAGER_WATCH_SECONDS=0.5), redis_server_url, db
-    )
+    app = create_app(manager_settings(prefix, CRAWLFLEET_MANAGER_WATCH_SECONDS=0.5), redis_url, db)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -124,20 +121,32 @@ def live_manager(
         assert thread.is_alive() and time.monotonic() < deadline, "the manager did not start"
         time.sleep(0.05)
     try:
-        yield LiveManager(f"http://127.0.0.1:{port}", redis_server_url, prefix, db, tokens)
+        yield LiveManager(f"http://127.0.0.1:{port}", redis_url, prefix, db, tokens)
     finally:
         server.should_exit = True
         thread.join(15)
         sock.close()
 
         async def clean() -> None:
-            client = make_client(redis_server_url)
-            keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
-            if keys:
-                await client.delete(*keys)
-            await client.aclose()
+            client = make_client(redis_url, socket_connect_timeout=2)
+            try:
+                keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
+                if keys:
+                    await client.delete(*keys)
+            finally:
+                await client.aclose()
 
-        in_thread(clean)
+        with contextlib.suppress(Exception):  # a test may have stopped its Redis
+            in_thread(clean)
+
+
+@pytest.fixture(scope="module")
+def live_manager(
+    redis_server_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveManager]:
+    """The manager of :func:`running_manager` on the tests' Redis, for a module."""
+    with running_manager(redis_server_url, tmp_path_factory.mktemp("manager")) as manager:
+        yield manager
 
 
 @dataclass
@@ -150,14 +159,16 @@ class Browser:
     outside: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
 
-    def page(self, width: int = 1280, height: int = 860) -> Any:
-        """A new page in a fresh context (no cookies), every request checked."""
+    def page(self, width: int = 1280, height: int = 860, base: str | None = None) -> Any:
+        """A new page in a fresh context (no cookies), every request checked: only the
+        module's manager (or the one at *base*) may be asked."""
         context = self.browser.new_context(viewport={"width": width, "height": height})
+        allowed = (base or self.base) + "/"
 
         def route(route: Any) -> None:
             url = route.request.url
             self.requests.append(url)
-            if url.startswith(self.base + "/") or url.startswith("data:"):
+            if url.startswith(allowed) or url.startswith("data:"):
                 route.continue_()
             else:
                 self.outside.append(url)

@@ -17,8 +17,17 @@ from crawlfleet.state.errors import Failure, record_failures
 from crawlfleet.state.models import utcnow
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.dashboard.conftest import ROOT, Browser, LiveManager, screenshot, sign_in, wait_until
+from tests.dashboard.conftest import (
+    ROOT,
+    Browser,
+    LiveManager,
+    running_manager,
+    screenshot,
+    sign_in,
+    wait_until,
+)
 from tests.dashboard.hostile import PAYLOADS, HostileSite
+from tests.pipelines.redisproc import RedisProcess
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 
@@ -295,3 +304,27 @@ def test_timers_scrapyd_and_alerts_pages(live_manager: LiveManager, browser: Bro
     page.click("#nav a[href='#/nodes']")
     page.wait_for_selector("h1:has-text('Nodes')")
     assert browser.outside == []
+
+
+def test_redis_stopping_under_the_dashboard_is_said_once_and_it_comes_back(
+    browser: Browser, tmp_path: Path
+) -> None:
+    redis_proc = RedisProcess(tmp_path / "redis")
+    redis_proc.start()
+    try:
+        with running_manager(redis_proc.url, tmp_path) as manager:
+            manager.beat("steady", "node-s", {"state": "running", "pages_per_min": 60})
+            page = browser.page(base=manager.url)
+            sign_in(page, manager, "viewer")
+            page.wait_for_selector("a[href='#/job/steady']")
+            assert page.locator("#banner").is_hidden()
+            redis_proc.kill()
+            page.wait_for_selector("#banner:not([hidden])", timeout=20_000)
+            assert "Redis did not answer" in page.inner_text("#banner")
+            time.sleep(2.5)
+            assert page.locator("#toast div").count() == 0  # one line, not a toast a second
+            assert page.locator("a[href='#/job/steady']").count() == 1  # the last figures stay
+            redis_proc.start()
+            page.wait_for_selector("#banner", state="hidden", timeout=20_000)
+    finally:
+        redis_proc.kill()

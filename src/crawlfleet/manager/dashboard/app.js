@@ -54,6 +54,13 @@ function toast(message, bad = false) {
   setTimeout(() => el.remove(), bad ? 8000 : 4000);
 }
 
+function banner(message) {
+  // One line over the page while something is wrong (not a toast a second).
+  const el = document.getElementById("banner");
+  if ((el.textContent || "") !== message) fill(el, message);
+  el.hidden = !message;
+}
+
 function ask(question) {
   // The page's own confirmation dialog; resolves true when confirmed.
   return new Promise((resolve) => {
@@ -141,8 +148,8 @@ function connect(params) {
     source.addEventListener(name, (e) => {
       let data;
       try { data = JSON.parse(e.data); } catch { return; }
-      if (name === "fleet") noteFleet(data);
-      if (name === "error") toast(data.message, true);
+      if (name === "fleet") { noteFleet(data); banner(""); }
+      if (name === "error") banner(`${data.message}: the figures shown are the last ones received.`);
       if (name === "end" && data.reason !== "max_seconds") { source.close(); checkSession(); return; }
       if (page && page.update) page.update(name, data);
     });
