@@ -1,7 +1,7 @@
 """A small HTTP site on 127.0.0.1 for tests that need pages of their own: a function
-maps each GET path to (status, HTML body); the site runs in a thread.
+maps each GET (path, request headers) to (status, HTML body); the site runs in a thread.
 
-    with LoopbackSite(lambda path: (200, b"<html>...</html>")) as site:
+    with LoopbackSite(lambda path, headers: (200, b"<html>...</html>")) as site:
         site.url  # http://127.0.0.1:PORT/
 
 ``site.closing`` is set when the site closes (a handler that holds a request waits on
@@ -20,7 +20,7 @@ __all__ = ["LoopbackSite"]
 
 
 class LoopbackSite:
-    def __init__(self, page: Callable[[str], tuple[int, bytes]]) -> None:
+    def __init__(self, page: Callable[[str, dict[str, str]], tuple[int, bytes]]) -> None:
         self.closing = threading.Event()
         self.hits: dict[str, int] = {}
         self.headers: list[tuple[str, dict[str, str]]] = []
@@ -29,8 +29,9 @@ class LoopbackSite:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 site.hits[self.path] = site.hits.get(self.path, 0) + 1
-                site.headers.append((self.path, dict(self.headers.items())))
-                status, body = page(self.path)
+                headers = dict(self.headers.items())
+                site.headers.append((self.path, headers))
+                status, body = page(self.path, headers)
                 self.send_response(status)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))

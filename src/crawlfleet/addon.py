@@ -41,6 +41,7 @@ FEEDBACK = "crawlfleet.node.feedback.Feedback"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
+BAN_DETECTOR = "crawlfleet.middlewares.bans.BanDetector"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {
@@ -118,6 +119,8 @@ class Addon:
         # before Scrapy's DefaultHeadersMiddleware (400) and UserAgentMiddleware (500),
         # whose defaults then leave its headers alone (off unless CRAWLFLEET_USER_AGENTS)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BROWSER_HEADERS, 390)
+        # between the throttle and RetryMiddleware: a ban goes back to the frontier
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", BAN_DETECTOR, 555)
         # below RetryMiddleware: it sees what spent its retries (off: NotConfigured)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", FAILURES, 540)
         stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)

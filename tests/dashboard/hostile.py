@@ -49,7 +49,7 @@ class HostileSite(LoopbackSite):
     def __init__(self) -> None:
         super().__init__(self._page)
 
-    def _page(self, path: str) -> tuple[int, bytes]:
+    def _page(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
         if path == "/hold":
             self.closing.wait(HOLD_SECONDS)
             return 200, _page("held", "held", [])

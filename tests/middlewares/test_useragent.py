@@ -89,7 +89,7 @@ def test_a_user_agent_file(tmp_path: Path) -> None:
 def test_a_node_browses_a_site_as_one_browser(
     redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
-    def page(path: str) -> tuple[int, bytes]:
+    def page(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
         links = "".join(f'<a href="/p{i}">p</a>' for i in range(8)) if path == "/" else ""
         return 200, f"<html><body>{links}</body></html>".encode()
 

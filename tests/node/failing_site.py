@@ -25,7 +25,7 @@ class FailingSite(LoopbackSite):
         self.flaky_fixed = threading.Event()
         super().__init__(self._page)
 
-    def _page(self, path: str) -> tuple[int, bytes]:
+    def _page(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
         status = 200
         if path == "/missing":
             status = 404

@@ -162,12 +162,14 @@ def _unpack(payload: bytes) -> dict[str, Any]:
 
 
 def with_meta(payload: bytes, **meta: Any) -> bytes:
-    """*payload* with *meta* added to its request's meta (and ``dont_filter`` set: it
-    is sent again on purpose), without a spider to decode its callbacks; MalformedEntry
-    for what is not a request's payload."""
+    """*payload* with *meta* added to its request's meta (and ``dont_filter`` set, and
+    no ``is_start_request``, which would send it through the seen-filter: it is sent
+    again on purpose), without a spider to decode its callbacks; MalformedEntry for what
+    is not a request's payload."""
     d = _unpack(payload)
     old = d.get("meta")
     d["meta"] = {**(old if isinstance(old, dict) else {}), **meta}
+    d["meta"].pop("is_start_request", None)
     d["dont_filter"] = True
     packed: bytes = msgpack.packb(d, use_bin_type=True, datetime=False)
     return VERSION + packed

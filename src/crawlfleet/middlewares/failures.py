@@ -10,7 +10,9 @@ that also listens to the spider's and pipelines' signals, enabled by the add-on 
   ``IgnoreRequest``: offsite and robots.txt refusals are on purpose);
 - ``parse``: the spider's callback raised (with the stack);
 - ``item``: an item pipeline raised on one of its items (with the stack);
-- ``invalid``: a pipeline dropped one of its items (``DropItem``: validation).
+- ``invalid``: a pipeline dropped one of its items (``DropItem``: validation);
+- ``ban``: the site kept refusing the crawler (recorded by
+  :class:`~crawlfleet.middlewares.bans.BanDetector` through :meth:`FailureRegistry.record`).
 
 It sits below Scrapy's RetryMiddleware (550): what it sees has spent its retries. A
 request re-crawled from the registry (``crawlfleet_error`` in its meta) that is answered
@@ -60,6 +62,7 @@ class FailureRegistry:
         if not crawler.settings.getbool("CRAWLFLEET_ERRORS"):
             raise NotConfigured("CRAWLFLEET_ERRORS is off")
         ext = cls(crawler, RegistryWriter(state_db_url(crawler.settings)))
+        crawler.crawlfleet_failures = ext  # type: ignore[attr-defined]  # for BanDetector
         crawler.signals.connect(ext.spider_error, signal=signals.spider_error)
         crawler.signals.connect(ext.item_error, signal=signals.item_error)
         crawler.signals.connect(ext.item_dropped, signal=signals.item_dropped)
@@ -69,20 +72,20 @@ class FailureRegistry:
     # -- downloads -------------------------------------------------------------------
     def process_response(self, request: Request, response: Response, spider: Spider) -> Any:
         if response.status >= 400 and not self._handled(request, response, spider):
-            self._record(request, "http", f"HTTP {response.status}", status=response.status)
+            self.record(request, "http", f"HTTP {response.status}", status=response.status)
         elif ERROR_META in request.meta:
             self._resolved(request)
         return response
 
     def process_exception(self, request: Request, exception: Exception, spider: Spider) -> None:
         if not isinstance(exception, IgnoreRequest):  # offsite, robots.txt: on purpose
-            self._record(request, "exception", _one_line(exception))
+            self.record(request, "exception", _one_line(exception))
 
     # -- the spider and the pipelines -------------------------------------------------
     def spider_error(self, failure: TwistedFailure, response: Response, spider: Spider) -> None:
         request = getattr(response, "request", None)
         if request is not None:
-            self._record(
+            self.record(
                 request, "parse", _one_line(failure.value or Exception()), stack=_stack(failure)
             )
 
@@ -91,7 +94,7 @@ class FailureRegistry:
     ) -> None:
         request = getattr(response, "request", None)
         if request is not None:
-            self._record(
+            self.record(
                 request, "item", _one_line(failure.value or Exception()), stack=_stack(failure)
             )
 
@@ -100,7 +103,7 @@ class FailureRegistry:
     ) -> None:
         request = getattr(response, "request", None)
         if request is not None:
-            self._record(request, "invalid", _one_line(exception))
+            self.record(request, "invalid", _one_line(exception))
 
     def spider_closed(self, spider: Spider) -> None:
         self.writer.close()
@@ -125,7 +128,7 @@ class FailureRegistry:
         if scheduler is not None and isinstance(eid, int):
             self.writer.resolved(scheduler.config.job, eid)
 
-    def _record(
+    def record(
         self,
         request: Request,
         reason: str,
@@ -134,6 +137,7 @@ class FailureRegistry:
         status: int | None = None,
         stack: str | None = None,
     ) -> None:
+        """Record that *request* failed for good, for *reason* (see the module docstring)."""
         scheduler = self._scheduler()
         if scheduler is None or _is_robots(request):
             return

@@ -34,7 +34,14 @@ from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["BrowserHeaders", "Identity", "browser_identities", "file_identities"]
+__all__ = [
+    "IDENTITY_META",
+    "NEW_IDENTITY_META",
+    "BrowserHeaders",
+    "Identity",
+    "browser_identities",
+    "file_identities",
+]
 
 #: Sites whose identity a node remembers at most (least recently used forgotten).
 STICKY_SITES = 10_000
@@ -42,6 +49,11 @@ STICKY_SITES = 10_000
 POOL_SIZE = 200
 
 Identity = dict[str, str]
+#: Request meta: the names of the headers the request's identity set.
+IDENTITY_META = "crawlfleet_identity_headers"
+#: Request meta: the site refused the last identity (a ban): take a new one for the
+#: site, other than the one it refused.
+NEW_IDENTITY_META = "crawlfleet_new_identity"
 
 _ACCEPT_HTML = {
     "chrome": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,"
@@ -154,7 +166,17 @@ class BrowserHeaders:
         )
 
     def identity(self, request: Request) -> Identity:
-        """The identity *request* goes out with (the site's, when sticky)."""
+        """The identity *request* goes out with (the site's, when sticky); a new one,
+        other than the refused one, when it asks for one (a ban)."""
+        refused = request.headers.get("User-Agent")
+        if request.meta.pop(NEW_IDENTITY_META, False):
+            for name in request.meta.pop(IDENTITY_META, ()):
+                request.headers.pop(name, None)
+            others = [i for i in self.identities if i.get("User-Agent", "").encode() != refused]
+            fresh = self.choose(others or self.identities)
+            if self.sticky == "site":
+                self._by_site[self.site_of(request)] = fresh
+            return fresh
         if self.sticky == "request":
             return self.choose(self.identities)
         site = self.site_of(request)
@@ -176,6 +198,7 @@ class BrowserHeaders:
                 value = _fetch_site(request)
             request.headers.setdefault(name, value)
         request.meta["crawlfleet_user_agent"] = identity.get("User-Agent", "")
+        request.meta[IDENTITY_META] = list(identity)
         return None
 
 

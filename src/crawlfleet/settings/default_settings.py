@@ -155,6 +155,15 @@ CRAWLFLEET_USER_AGENTS = ""
 #: "site": one identity per site on a node; "request": a new one for every request.
 CRAWLFLEET_USER_AGENT_STICKY = "site"
 
+#: Statuses that mean the site refuses the crawler (429 and 503 back off instead).
+CRAWLFLEET_BAN_STATUSES = [403]
+#: A redirect to a URL matching one of these (regular expressions) is a ban.
+CRAWLFLEET_BAN_URL_PATTERNS = [r"captcha", r"/challenge", r"/login", r"/signin", r"/blocked"]
+#: A body matching one of these (regular expressions, first 64 KiB) is a ban.
+CRAWLFLEET_BAN_BODY_PATTERNS: list[str] = []
+#: Times a banned request is tried again (by any node, under a new identity).
+CRAWLFLEET_BAN_RETRIES = 2
+
 # --- The error registry (see docs/errors.md) --------------------------------------------
 #: Record every request that fails for good (error status, download exception, spider
 #: or pipeline exception, dropped item) in the state DB (CRAWLFLEET_STATE_DB_URL), for

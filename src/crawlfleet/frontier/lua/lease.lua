@@ -29,7 +29,10 @@
 --         that gets it reads robots.txt first and reports it; see throttle.lua)
 -- ARGV[8] horizon (µs): slots are granted at most this far ahead of now
 -- ARGV[9] late share: a slot spaced by a robots.txt delay or a back-off may be sent up
---         to this share of its interval late
+--         to this share of its interval late, and at least ADAPTIVE_LATE_MIN_US late
+--         (else a round trip to Redis longer than that share would make every such
+--         slot too late on arrival: given back and leased again until the back-off
+--         decays)
 -- ARGV[10] most slots granted per rate-limited site (the node's free download
 --          capacity: a node never takes more slots than it can send on time)
 -- ARGV[11 ..] the offer: quadruples of site name, its configured interval (µs) between
@@ -60,6 +63,7 @@ local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local half_life, probe_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
 local horizon, late_share = tonumber(ARGV[8]), tonumber(ARGV[9])
+local ADAPTIVE_LATE_MIN_US = 50000
 local max_slots = tonumber(ARGV[10])
 local deadline = now_ms + lease_ms
 local out, got = {}, 0
@@ -96,7 +100,9 @@ for i = 11, #ARGV - 3, 4 do
   local probing = probe_ms > 0 and not robots
   local delay_ms, known_ms = string.match(robots or '0', '^(%d+):?(%d*)')
   local interval = math.max(configured, tonumber(delay_ms or '0') * 1000, backoff(site) * 1000)
-  if interval > configured then late = math.max(late, math.floor(interval * late_share)) end
+  if interval > configured then
+    late = math.max(late, math.floor(interval * late_share), ADAPTIVE_LATE_MIN_US)
+  end
   local take = math.min(per_site, want - got)
   local first = now  -- the first slot
   if probing then

@@ -1,0 +1,140 @@
+"""Ban detection: the ``BanDetector`` downloader middleware (enabled by the add-on) marks
+a response *banned* when the site refuses the crawler rather than the page:
+
+- its status is in ``CRAWLFLEET_BAN_STATUSES`` (403 by default; 429 and 503 are the
+  site's back-off signals, handled by the throttle and Scrapy's retries);
+- it was redirected to a URL that matches one of ``CRAWLFLEET_BAN_URL_PATTERNS`` (a
+  captcha, a login or a challenge page);
+- its body (its first ``BODY_BYTES``) matches one of ``CRAWLFLEET_BAN_BODY_PATTERNS``
+  (regular expressions; none by default: a spec names its site's).
+
+A ban backs the site off for every node (as a 429 does: the cluster slows down on that
+site), is counted (``crawlfleet/bans/...`` stats), and the request goes back to the
+frontier to be tried again, by any node, under a new browser identity for that site
+(``CRAWLFLEET_USER_AGENTS``), up to ``CRAWLFLEET_BAN_RETRIES`` times; then it is
+recorded in the error registry with the reason ``ban`` and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.crawler import Crawler
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.middlewares.useragent import NEW_IDENTITY_META
+from crawlfleet.node.scheduler import Scheduler
+
+__all__ = ["BAN_META", "BODY_BYTES", "BanDetector", "Banned"]
+
+logger = logging.getLogger(__name__)
+
+#: How much of a body the body patterns read.
+BODY_BYTES = 65_536
+#: Request meta: how many times the request was banned already.
+BAN_META = "crawlfleet_bans"
+
+
+class Banned(IgnoreRequest):
+    """A request the site kept refusing (its ban retries spent)."""
+
+
+def _patterns(name: str, values: list[str]) -> list[re.Pattern[str]]:
+    out = []
+    for value in values:
+        try:
+            out.append(re.compile(value, re.IGNORECASE))
+        except re.error as exc:
+            raise ConfigError(f"{name}: {value!r} is not a regular expression ({exc})") from None
+    return out
+
+
+class BanDetector:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        crawler: Crawler | None,
+        *,
+        statuses: set[int],
+        url_patterns: list[re.Pattern[str]],
+        body_patterns: list[re.Pattern[str]],
+        retries: int,
+    ) -> None:
+        self.crawler = crawler
+        self.statuses = statuses
+        self.url_patterns = url_patterns
+        self.body_patterns = body_patterns
+        self.retries = retries
+        self.stats = crawler.stats if crawler is not None else None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BanDetector:
+        s = crawler.settings
+        retries = s.getint("CRAWLFLEET_BAN_RETRIES")
+        if retries < 0:
+            raise ConfigError(f"CRAWLFLEET_BAN_RETRIES must be >= 0, got {retries}")
+        return cls(
+            crawler,
+            statuses={int(c) for c in s.getlist("CRAWLFLEET_BAN_STATUSES")},
+            url_patterns=_patterns(
+                "CRAWLFLEET_BAN_URL_PATTERNS", s.getlist("CRAWLFLEET_BAN_URL_PATTERNS")
+            ),
+            body_patterns=_patterns(
+                "CRAWLFLEET_BAN_BODY_PATTERNS", s.getlist("CRAWLFLEET_BAN_BODY_PATTERNS")
+            ),
+            retries=retries,
+        )
+
+    def why_banned(self, request: Request, response: Response) -> str | None:
+        """Why *response* says the site refused the crawler, or None."""
+        if response.status in self.statuses:
+            return f"HTTP {response.status}"
+        redirected = request.meta.get("redirect_urls")
+        if redirected and response.url != redirected[0]:
+            for pattern in self.url_patterns:
+                if pattern.search(response.url):
+                    return f"redirected to {response.url[:200]}"
+        if self.body_patterns and response.body:
+            head = response.body[:BODY_BYTES].decode("utf-8", errors="replace")
+            for pattern in self.body_patterns:
+                if pattern.search(head):
+                    return f"page matches {pattern.pattern!r}"
+        return None
+
+    def process_response(self, request: Request, response: Response, spider: Spider) -> Any:
+        why = self.why_banned(request, response)
+        if why is None:
+            return response
+        scheduler = self._scheduler()
+        site = scheduler.site_of(request) if scheduler is not None else ""
+        if scheduler is not None:
+            scheduler.report_slow(site, f"it banned the crawler ({why})")
+        self._inc("crawlfleet/bans/count")
+        bans = int(request.meta.get(BAN_META, 0)) + 1
+        if bans <= self.retries:
+            self._inc("crawlfleet/bans/retried")
+            logger.info("Banned on %s (%s): trying %s again, new identity", site, why, request.url)
+            retry = request.replace(dont_filter=True)
+            retry.meta[BAN_META] = bans
+            retry.meta[NEW_IDENTITY_META] = True
+            retry.meta.pop("is_start_request", None)  # start requests pass the filter once
+            return retry
+        self._inc("crawlfleet/bans/gave_up")
+        failures = getattr(self.crawler, "crawlfleet_failures", None)
+        if failures is not None:
+            failures.record(request, "ban", why, status=response.status)
+        raise Banned(f"{request.url}: banned {bans} time(s), last: {why}")
+
+    def _scheduler(self) -> Scheduler | None:
+        scheduler = getattr(self.crawler, "crawlfleet_scheduler", None)
+        return scheduler if isinstance(scheduler, Scheduler) else None
+
+    def _inc(self, key: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key)
