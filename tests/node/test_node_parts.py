@@ -292,3 +292,38 @@ def test_drain_and_stop_close_the_node(state: str) -> None:
         await scheduler.stop(engine.closed[0])
 
     run(body)
+
+
+class DistantFrontier(MemoryFrontier):
+    """The in-memory frontier behind a 30-ms round trip, as a Redis far away."""
+
+    async def lease(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.03)
+        return await super().lease(*args, **kwargs)
+
+
+def test_a_lease_slower_than_its_slots_late_allowance_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        s = settings_with_defaults({**FAST, "CRAWLFLEET_RATE_LIMITS": {"a.test": "20/1s"}})
+        scheduler = Scheduler(
+            config=FrontierConfig.from_settings(s, "job"),
+            redis_config=RedisConfig.from_settings(s),
+            fingerprint=RequestFingerprinter().fingerprint,
+            frontier=DistantFrontier("job", store),
+        )
+        scheduler.bind_engine(engine.hooks(), [])
+        await scheduler.start(Spider("job"))
+        for i in range(5):
+            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        await until(lambda: "more than its slots may be late" in caplog.text, 5.0)
+        await scheduler.stop("finished")
+
+    with caplog.at_level("WARNING", logger="crawlfleet.node.leasing"):
+        run(body)
+    said = [r for r in caplog.records if "more than its slots may be late" in r.getMessage()]
+    assert len(said) == 1 and "a.test" in said[0].getMessage()
+    assert "CRAWLFLEET_RATE_LIMIT_MARGIN" in said[0].getMessage()

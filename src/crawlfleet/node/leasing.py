@@ -70,6 +70,8 @@ class Leaser:
         #: the current wait after empty leases (0: the last lease found work)
         self.idle_delay = 0.0
         self._await_capacity = False
+        #: sites whose slots were found too late on arrival (said once each)
+        self._warned_late: set[str] = set()
 
     def low(self) -> bool:
         """The leased requests the node holds are at most half its prefetch."""
@@ -171,6 +173,17 @@ class Leaser:
                 # may be sent
                 at = received + entry.slot_us / 1_000_000
                 late = entry.late_us / 1_000_000 - (received - asked)
+                if late < 0 and entry.site not in self._warned_late:
+                    self._warned_late.add(entry.site)
+                    logger.warning(
+                        "A lease of %s took %.1f ms, more than its slots may be late "
+                        "(%.1f ms): its requests miss their slots and go back. Raise "
+                        "CRAWLFLEET_RATE_LIMIT_MARGIN (the late allowance is 30%% of it "
+                        "of the limit's window) or bring Redis closer",
+                        entry.site,
+                        (received - asked) * 1000,
+                        entry.late_us / 1000,
+                    )
                 ledger.add_slotted(at, late, request, entry.rid)
         self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
         self.engine.wake()
