@@ -48,6 +48,9 @@ SCRAPY_DEFAULTS = {
     "TELNETCONSOLE_ENABLED": False,
     # Scrapy >= 2.19: an HTTP server on every node that runs the Python code it is sent
     "REMOTE_CONTROL_ENABLED": False,
+    # a crawler that keeps a site's cookies is one visitor the site can follow and ban;
+    # a project that needs them sets COOKIES_ENABLED = True
+    "COOKIES_ENABLED": False,
     "DOWNLOAD_MAXSIZE": 64 * 2**20,
     "DOWNLOAD_WARNSIZE": 16 * 2**20,
 }

@@ -100,3 +100,16 @@ def test_redis_url_is_checked_and_env_wins(monkeypatch: pytest.MonkeyPatch) -> N
         settings_with_defaults({"CRAWLFLEET_REDIS_URL": "redis://cmdline:6379"})
     )
     assert config.url == "redis://cmdline:6379"
+
+
+def test_the_addon_turns_cookies_off_unless_the_project_keeps_them() -> None:
+    settings = Settings()
+    Addon().update_settings(settings)
+    assert settings.getbool("COOKIES_ENABLED") is False
+    kept = Settings()
+    kept.set("COOKIES_ENABLED", True, priority="project")
+    Addon().update_settings(kept)
+    assert kept.getbool("COOKIES_ENABLED") is True
+    # the identity and ban middlewares are enabled: off until configured, on by default
+    assert "crawlfleet.middlewares.useragent.BrowserHeaders" in settings["DOWNLOADER_MIDDLEWARES"]
+    assert settings["DOWNLOADER_MIDDLEWARES"]["crawlfleet.middlewares.bans.BanDetector"] == 555
