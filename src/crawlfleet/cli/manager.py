@@ -32,7 +32,7 @@ from crawlfleet.state.db import StateDB, state_db_url
 from crawlfleet.state.tokens import ROLES, create_token, list_tokens, revoke_token
 
 NAME = "manager"
-HELP = "the manager service (HTTP API over the fleet) and its API tokens"
+HELP = "the manager service (HTTP API and web dashboard over the fleet) and its API tokens"
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def _port(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    serve = sub.add_parser("serve", help="run the manager's HTTP API")
+    serve = sub.add_parser("serve", help="run the manager: its HTTP API, and the dashboard at /")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument(
         "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
@@ -125,7 +125,12 @@ def _serve(args: argparse.Namespace, settings: Settings, db: StateDB) -> int:
             "clear over HTTP; put TLS in front)",
             args.host,
         )
-    logger.info("manager on http://%s:%d (state DB %s)", args.host, args.port, db.shown)
+    logger.info(
+        "manager on http://%s:%d/ (dashboard there, API under /api/v1; state DB %s)",
+        args.host,
+        args.port,
+        db.shown,
+    )
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
     except SystemExit as exc:  # uvicorn exits 1 when it cannot bind
