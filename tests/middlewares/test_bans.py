@@ -141,3 +141,18 @@ def test_a_node_gets_past_a_site_that_bans_its_first_browser(
         assert row["detail"] == "HTTP 403" and row["http_status"] == 403
     finally:
         db.close()
+
+
+def test_a_redirect_ban_retries_the_page_first_asked_and_robots_txt_is_left_alone() -> None:
+    d = detector()
+    redirected = Request(
+        "http://a.test/login?next=/p",
+        meta={"redirect_urls": ["http://a.test/p"], "redirect_times": 1, "k": "v"},
+    )
+    r = HtmlResponse("http://a.test/login?next=/p", body=b"", request=redirected)
+    retry = d.process_response(redirected, r, SPIDER)
+    assert retry.url == "http://a.test/p" and retry.meta["k"] == "v"
+    assert "redirect_urls" not in retry.meta and "redirect_times" not in retry.meta
+    robots = Request("http://a.test/robots.txt", meta={"dont_obey_robotstxt": True})
+    answer = HtmlResponse("http://a.test/robots.txt", status=403, body=b"", request=robots)
+    assert d.process_response(robots, answer, SPIDER) is answer

@@ -327,3 +327,24 @@ def test_a_lease_slower_than_its_slots_late_allowance_is_said_once(
     said = [r for r in caplog.records if "more than its slots may be late" in r.getMessage()]
     assert len(said) == 1 and "a.test" in said[0].getMessage()
     assert "CRAWLFLEET_RATE_LIMIT_MARGIN" in said[0].getMessage()
+
+
+def test_a_retried_start_request_is_queued_again_not_dropped_as_seen() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        start = Request("http://a.test/", meta={"is_start_request": True})
+        assert scheduler.enqueue_request(start)
+        (taken,) = await take(scheduler, engine, 1)
+        # what Scrapy's RetryMiddleware makes of a start request that timed out
+        retry = taken.replace(dont_filter=True)
+        retry.meta["retry_times"] = 1
+        assert scheduler.enqueue_request(retry)
+        engine.inprogress.discard(taken)
+        (again,) = await take(scheduler, engine, 1)
+        assert again.url == "http://a.test/" and again.meta["retry_times"] == 1
+        await scheduler.stop("finished")
+
+    run(body)

@@ -19,14 +19,28 @@ from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.serialization import RequestCodec, payload_priority, with_meta
+from crawlfleet.middlewares.failures import ERROR_META
+from crawlfleet.middlewares.useragent import IDENTITY_META
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import reopen_errors, take_for_recrawl
 
-__all__ = ["ERROR_META", "RecrawlResult", "recrawl_errors"]
+__all__ = ["ERROR_META", "FRESH_META", "RecrawlResult", "recrawl_errors"]
 
-#: Request meta key that carries the registry id of the error a request re-crawls.
-ERROR_META = "crawlfleet_error"
 BATCH = 500
+#: What a failed request's meta says of its last life, left out when it is sent again:
+#: a re-crawl starts with its retries, ban tries, redirects and browser identity afresh.
+FRESH_META = (
+    "retry_times",
+    "crawlfleet_bans",
+    "redirect_urls",
+    "redirect_times",
+    "redirect_ttl",
+    "redirect_reasons",
+    "download_slot",
+    "download_latency",
+    "depth",
+    "crawlfleet_user_agent",
+)
 
 
 @dataclass
@@ -43,9 +57,10 @@ def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Out
     """The request that re-crawls error *eid*, and whether its stored payload served."""
     if payload is not None:
         try:
-            return Outgoing(
-                b"", site, payload_priority(payload), with_meta(payload, **{ERROR_META: eid})
-            ), True
+            again = with_meta(
+                payload, {ERROR_META: eid}, drop=FRESH_META, drop_headers_named_by=IDENTITY_META
+            )
+            return Outgoing(b"", site, payload_priority(payload), again), True
         except MalformedEntry:
             pass
     request = Request(url, meta={ERROR_META: eid}, dont_filter=True)

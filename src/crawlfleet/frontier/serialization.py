@@ -161,15 +161,33 @@ def _unpack(payload: bytes) -> dict[str, Any]:
     return d
 
 
-def with_meta(payload: bytes, **meta: Any) -> bytes:
-    """*payload* with *meta* added to its request's meta (and ``dont_filter`` set, and
-    no ``is_start_request``, which would send it through the seen-filter: it is sent
-    again on purpose), without a spider to decode its callbacks; MalformedEntry for what
-    is not a request's payload."""
+def with_meta(
+    payload: bytes,
+    meta: dict[str, Any],
+    *,
+    drop: tuple[str, ...] = (),
+    drop_headers_named_by: str | None = None,
+) -> bytes:
+    """*payload*, to be sent again on purpose, without a spider to decode its callbacks:
+    *meta* added to its request's meta, the *drop* keys and ``is_start_request`` (which
+    would send it through the seen-filter) left out, with the headers listed in its meta
+    under *drop_headers_named_by* (and that key), and ``dont_filter`` set.
+    MalformedEntry for what is not a request's payload."""
     d = _unpack(payload)
     old = d.get("meta")
-    d["meta"] = {**(old if isinstance(old, dict) else {}), **meta}
-    d["meta"].pop("is_start_request", None)
+    merged = {**(old if isinstance(old, dict) else {}), **meta}
+    for key in (*drop, "is_start_request"):
+        merged.pop(key, None)
+    named = merged.pop(drop_headers_named_by, None) if drop_headers_named_by else None
+    headers = d.get("headers")
+    if isinstance(named, list) and isinstance(headers, dict):
+        gone = {str(n).lower() for n in named}
+        d["headers"] = {
+            k: v
+            for k, v in headers.items()
+            if (k.decode("latin-1") if isinstance(k, bytes) else str(k)).lower() not in gone
+        }
+    d["meta"] = merged
     d["dont_filter"] = True
     packed: bytes = msgpack.packb(d, use_bin_type=True, datetime=False)
     return VERSION + packed

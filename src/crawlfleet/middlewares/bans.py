@@ -27,8 +27,8 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.middlewares.common import first_request, is_robots, node_of
 from crawlfleet.middlewares.useragent import NEW_IDENTITY_META
-from crawlfleet.node.scheduler import Scheduler
 
 __all__ = ["BAN_META", "BODY_BYTES", "BanDetector", "Banned"]
 
@@ -38,6 +38,20 @@ logger = logging.getLogger(__name__)
 BODY_BYTES = 65_536
 #: Request meta: how many times the request was banned already.
 BAN_META = "crawlfleet_bans"
+
+
+#: Request meta of a redirect chain, left out when the first request is asked again.
+REDIRECT_META = ("redirect_urls", "redirect_times", "redirect_ttl", "redirect_reasons")
+
+
+def _as_first_asked(request: Request) -> Request:
+    """*request* as first asked, before the redirects that led to a ban."""
+    if not request.meta.get("redirect_urls"):
+        return request
+    first = first_request(request)
+    for key in REDIRECT_META:
+        first.meta.pop(key, None)
+    return first
 
 
 class Banned(IgnoreRequest):
@@ -108,10 +122,14 @@ class BanDetector:
         return None
 
     def process_response(self, request: Request, response: Response, spider: Spider) -> Any:
+        if is_robots(request):
+            return response  # robots.txt's own answer is RobotsTxtMiddleware's business
         why = self.why_banned(request, response)
         if why is None:
             return response
-        scheduler = self._scheduler()
+        # a redirect to a captcha page: what was refused is the page first asked for
+        request = _as_first_asked(request)
+        scheduler = node_of(self.crawler)
         site = scheduler.site_of(request) if scheduler is not None else ""
         if scheduler is not None:
             scheduler.report_slow(site, f"it banned the crawler ({why})")
@@ -130,10 +148,6 @@ class BanDetector:
         if failures is not None:
             failures.record(request, "ban", why, status=response.status)
         raise Banned(f"{request.url}: banned {bans} time(s), last: {why}")
-
-    def _scheduler(self) -> Scheduler | None:
-        scheduler = getattr(self.crawler, "crawlfleet_scheduler", None)
-        return scheduler if isinstance(scheduler, Scheduler) else None
 
     def _inc(self, key: str) -> None:
         if self.stats is not None:

@@ -32,14 +32,15 @@ from scrapy.http import Response
 from twisted.python.failure import Failure as TwistedFailure
 
 from crawlfleet.exceptions import SerializationError
-from crawlfleet.fleet.errors import ERROR_META
-from crawlfleet.node.scheduler import Scheduler
-from crawlfleet.state.db import state_db_url
-from crawlfleet.state.errors import Failure
-from crawlfleet.state.models import utcnow
+from crawlfleet.middlewares.common import is_robots, node_of
+from crawlfleet.state.records import Failure, utcnow
+from crawlfleet.state.url import check_state_db_url, state_db_url
 from crawlfleet.state.writer import RegistryWriter
 
-__all__ = ["STACK_CHARS", "FailureRegistry"]
+__all__ = ["ERROR_META", "STACK_CHARS", "FailureRegistry"]
+
+#: Request meta key that carries the registry id of the error a request re-crawls.
+ERROR_META = "crawlfleet_error"
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class FailureRegistry:
     def from_crawler(cls, crawler: Crawler) -> FailureRegistry:
         if not crawler.settings.getbool("CRAWLFLEET_ERRORS"):
             raise NotConfigured("CRAWLFLEET_ERRORS is off")
-        ext = cls(crawler, RegistryWriter(state_db_url(crawler.settings)))
+        url = check_state_db_url(state_db_url(crawler.settings))  # ConfigError: one line
+        ext = cls(crawler, RegistryWriter(url))
         crawler.crawlfleet_failures = ext  # type: ignore[attr-defined]  # for BanDetector
         crawler.signals.connect(ext.spider_error, signal=signals.spider_error)
         crawler.signals.connect(ext.item_error, signal=signals.item_error)
@@ -118,12 +120,8 @@ class FailureRegistry:
             codes = getattr(spider, "handle_httpstatus_list", ()) or ()
         return response.status in codes or response.status in self.allowed
 
-    def _scheduler(self) -> Scheduler | None:
-        scheduler = getattr(self.crawler, "crawlfleet_scheduler", None)
-        return scheduler if isinstance(scheduler, Scheduler) else None
-
     def _resolved(self, request: Request) -> None:
-        scheduler = self._scheduler()
+        scheduler = node_of(self.crawler)
         eid = request.meta.get(ERROR_META)
         if scheduler is not None and isinstance(eid, int):
             self.writer.resolved(scheduler.config.job, eid)
@@ -138,8 +136,8 @@ class FailureRegistry:
         stack: str | None = None,
     ) -> None:
         """Record that *request* failed for good, for *reason* (see the module docstring)."""
-        scheduler = self._scheduler()
-        if scheduler is None or _is_robots(request):
+        scheduler = node_of(self.crawler)
+        if scheduler is None or is_robots(request):
             return
         try:
             payload: bytes | None = scheduler.encode(request)
@@ -168,10 +166,6 @@ class FailureRegistry:
 def _unit(request: Request) -> str | None:
     unit = request.meta.get("crawlfleet_unit")
     return str(unit)[:200] if unit is not None else None
-
-
-def _is_robots(request: Request) -> bool:
-    return bool(request.meta.get("dont_obey_robotstxt")) and request.url.endswith("/robots.txt")
 
 
 def _one_line(exc: BaseException) -> str:

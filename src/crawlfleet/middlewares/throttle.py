@@ -41,9 +41,9 @@ from protego import Protego
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.http import Response
-from scrapy.utils.httpobj import urlparse_cached
 
 from crawlfleet.frontier.limits import DEFAULT_MARGIN
+from crawlfleet.middlewares.common import first_request, is_robots, node_of
 from crawlfleet.node.scheduler import ROBOTS_PROBE_MS, NodeHandle, Scheduler
 from crawlfleet.settings.config import BackoffConfig, rate_limit_margin
 
@@ -132,8 +132,7 @@ class SiteThrottle:
         )
 
     def _scheduler(self) -> Scheduler | None:
-        scheduler = getattr(self.crawler, "crawlfleet_scheduler", None)
-        return scheduler if isinstance(scheduler, Scheduler) else None
+        return node_of(self.crawler)
 
     def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
@@ -162,21 +161,11 @@ class SiteThrottle:
             scheduler.report_robots(self._robots_site(scheduler, request), 0)
 
     def _is_robots(self, request: Request) -> bool:
-        """A robots.txt request of Scrapy's RobotsTxtMiddleware (also once redirected,
-        e.g. from http to https or to another host)."""
-        if not (self.obey_robots and request.meta.get("dont_obey_robotstxt")):
-            return False
-        return urlparse_cached(self._first_request(request)).path == "/robots.txt"
-
-    @staticmethod
-    def _first_request(request: Request) -> Request:
-        """*request* as first sent, before any redirect."""
-        redirects = request.meta.get("redirect_urls")
-        return request.replace(url=redirects[0]) if redirects else request
+        return self.obey_robots and is_robots(request)
 
     def _robots_site(self, scheduler: NodeHandle, request: Request) -> str:
         """The site whose robots.txt *request* fetched: the one first asked."""
-        return scheduler.sites.site(self._first_request(request))
+        return scheduler.sites.site(first_request(request))
 
     def _robots(self, scheduler: NodeHandle, request: Request, response: Response) -> None:
         """Report the Crawl-delay (0 when none, or robots.txt is missing or unreadable:

@@ -266,7 +266,13 @@ class Scheduler(BaseScheduler):
         return not self.lifecycle.finished
 
     def enqueue_request(self, request: Request) -> bool:
-        once = self.config.start_requests_once and request.meta.get("is_start_request")
+        # a start request passes the seen-filter once (every node runs start()); its
+        # retry (Scrapy's RetryMiddleware keeps the meta) must not be taken for a repeat
+        once = (
+            self.config.start_requests_once
+            and request.meta.get("is_start_request")
+            and not request.meta.get("retry_times")
+        )
         try:
             if request.dont_filter and not once:
                 fp = b""

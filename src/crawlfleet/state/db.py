@@ -1,4 +1,5 @@
-"""Opening the state DB and bringing its schema up to date.
+"""Opening the state DB and bringing its schema up to date (Alembic is imported when a
+migration is looked at, not with this module).
 
 ``CRAWLFLEET_STATE_DB_URL`` (the setting, or the environment variable, which wins) is a
 SQLAlchemy URL: ``sqlite:///path``, ``postgresql+psycopg://...``,
@@ -13,41 +14,31 @@ import fcntl
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from scrapy.settings import BaseSettings
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.state.url import ENV_VAR, state_db_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = ["ENV_VAR", "MIGRATIONS", "StateDB", "state_db_url"]
 
-ENV_VAR = "CRAWLFLEET_STATE_DB_URL"
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "crawlfleet_alembic_version"
 logger = logging.getLogger(__name__)
-# Alembic says at INFO which dialect it uses, at every start: the upgrade is said below
-logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
+# Alembic says at INFO which dialect and plugins it uses, at every start: the upgrade
+# is said below
+logging.getLogger("alembic").setLevel(logging.WARNING)
 
 #: Lock taken while migrating, so that managers starting together migrate once.
 _LOCK_NAME = "crawlfleet_state_migrate"
 _LOCK_SECONDS = 60
-
-
-def state_db_url(settings: BaseSettings) -> str:
-    """The state DB URL of *settings* (CRAWLFLEET_STATE_DB_URL, which the environment
-    variable sets: see crawlfleet.settings.config.apply_defaults), else SQLite under
-    CRAWLFLEET_DATA_DIR."""
-    url = str(settings.get("CRAWLFLEET_STATE_DB_URL") or "")
-    if url:
-        return url
-    return f"sqlite:///{Path(str(settings.get('CRAWLFLEET_DATA_DIR'))) / 'state.sqlite3'}"
 
 
 class StateDB:
@@ -101,6 +92,8 @@ class StateDB:
     @staticmethod
     def head() -> str:
         """The newest schema revision this crawlfleet ships."""
+        from alembic.script import ScriptDirectory
+
         head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
         assert head is not None
         return head
@@ -109,6 +102,8 @@ class StateDB:
         """Bring the schema to the newest revision (nothing to do when it is there),
         under a lock so that managers starting together migrate once. Returns the
         revision."""
+        from alembic import command
+
         head = self.head()
         with self.engine.connect() as conn, self._migration_lock(conn):
             before = _revision(conn)
@@ -161,11 +156,15 @@ class StateDB:
 
 
 def _revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
 
 
 def _alembic_config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     return config

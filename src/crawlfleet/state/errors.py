@@ -9,17 +9,19 @@ successfully resolves it (:func:`resolve_errors`). Reads: :func:`list_errors`,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import CrawlError, iso, utcnow
+from crawlfleet.state.records import REASONS, STATES, Failure
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "REASONS",
@@ -33,30 +35,6 @@ __all__ = [
     "take_for_recrawl",
 ]
 
-#: Why a request failed: an HTTP error status, a download exception, an exception in
-#: the spider's callback, in an item pipeline, an item refused (dropped), a ban.
-REASONS = ("http", "exception", "parse", "item", "invalid", "ban")
-STATES = ("open", "queued", "resolved")
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One failure as a node saw it (``at``: naive UTC)."""
-
-    job: str
-    fingerprint: str
-    url: str
-    site: str
-    reason: str
-    detail: str
-    node: str
-    at: datetime
-    attempts: int = 1
-    http_status: int | None = None
-    unit: str | None = None
-    stack: str | None = None
-    payload: bytes | None = None
-
 
 def _check(reason: str | None, state: str | None) -> None:
     if reason is not None and reason not in REASONS:
@@ -67,17 +45,33 @@ def _check(reason: str | None, state: str | None) -> None:
 
 def record_failures(db: StateDB, failures: Iterable[Failure]) -> int:
     """Add *failures* (a new row, or one more failure of a known request: its figures
-    and reason follow the newest, and it is open again); returns how many rows."""
+    and reason follow the newest, and it is open again); returns how many were kept."""
     done = 0
     for failure in failures:
-        for _ in range(3):  # a row another node inserts meanwhile: update it instead
+        for _ in range(5):  # a row another node inserts meanwhile: update it instead
             try:
                 _record(db, failure)
+                done += 1
                 break
             except IntegrityError:
                 continue
-        done += 1
+            except OperationalError as exc:
+                if not _conflict(exc):
+                    raise
+        else:
+            logger.warning("Error registry: %s could not be recorded (conflicts)", failure.url)
     return done
+
+
+def _conflict(exc: OperationalError) -> bool:
+    """A deadlock or serialization failure between nodes writing at once (MariaDB's
+    gap locks on the unique key, PostgreSQL's 40P01): worth trying again."""
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if code in ("40001", "40P01"):
+        return True
+    args: tuple[object, ...] = tuple(getattr(orig, "args", ()))
+    return bool(args) and args[0] in (1205, 1213)  # lock wait timeout, deadlock
 
 
 def _record(db: StateDB, f: Failure) -> None:

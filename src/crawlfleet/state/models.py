@@ -4,7 +4,7 @@ migration in ``migrations/versions``. Times are naive UTC datetimes."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import (
     Boolean,
@@ -17,9 +17,11 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.state.records import utcnow
 
 __all__ = [
     "Alert",
@@ -55,11 +57,6 @@ def check_name(kind: str, name: str) -> str:
 def iso(value: datetime | None) -> str | None:
     """A state-DB time (naive UTC) as served: ISO 8601 to the second, with Z."""
     return None if value is None else value.isoformat(timespec="seconds") + "Z"
-
-
-def utcnow() -> datetime:
-    """Now, as the state DB stores it: UTC without a zone."""
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):
@@ -276,6 +273,12 @@ class Session(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime, index=True)
 
 
+#: The error registry's large columns: up to 16 MiB on MariaDB too (MEDIUMTEXT and
+#: MEDIUMBLOB; its TEXT and BLOB hold 64 KiB), TEXT and BYTEA on PostgreSQL.
+BIG_TEXT = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+BIG_BINARY = LargeBinary().with_variant(mysql.MEDIUMBLOB(), "mysql", "mariadb")
+
+
 class CrawlError(Base):
     """A request that failed for good on a node (its retries spent): one row per job and
     request fingerprint, counted again each time it fails. ``state``: ``open``,
@@ -309,7 +312,7 @@ class CrawlError(Base):
     first_seen: Mapped[datetime] = mapped_column(DateTime)
     last_seen: Mapped[datetime] = mapped_column(DateTime)
     node: Mapped[str] = mapped_column(String(100))
-    stack: Mapped[str | None] = mapped_column(Text, nullable=True)
+    stack: Mapped[str | None] = mapped_column(BIG_TEXT, nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
-    payload: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    payload: Mapped[bytes | None] = mapped_column(BIG_BINARY, nullable=True)

@@ -3,9 +3,12 @@ queue on the event loop's thread and are written by a thread of their own, in ba
 so that the crawl never waits for the state DB.
 
 The state DB is opened (and its schema brought up to date) on the first write, not at
-start: a crawl with no failure never touches it. When the state DB does not answer,
-the writer says so once, keeps what it holds (up to ``max_pending``, then counts what
-it drops) and tries again, then says when it is back.
+start: a crawl with no failure never touches it (nor imports SQLAlchemy). Records are
+written one at a time, in order (a request resolved, then failing again, ends open).
+When the state DB does not answer, the writer says so once, keeps what it holds (up to
+``max_pending``, then counts what it drops), tries again, and says when it is back; a
+record the state DB refuses (too large, say) is dropped with a warning, not retried. At
+stop it writes what it can and says how many records it could not.
 """
 
 from __future__ import annotations
@@ -16,10 +19,7 @@ import threading
 import time
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from crawlfleet.state.db import StateDB
-from crawlfleet.state.errors import Failure, record_failures, resolve_errors
+from crawlfleet.state.records import Failure
 
 __all__ = ["RegistryWriter"]
 
@@ -81,44 +81,69 @@ class RegistryWriter:
 
     # -- the writer thread ---------------------------------------------------------
     def _run(self) -> None:
+        # SQLAlchemy and the state DB are imported here, in the writer's thread, on the
+        # first record: a node that never fails a request never loads them
+        from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+
+        from crawlfleet.state.db import StateDB
+
         db: StateDB | None = None
         held: list[tuple[str, Any]] = []
         down_since: float | None = None
         while True:
             stopping = self._stop.is_set()
             held += self._drain()
-            if held:
-                try:
-                    if db is None:
-                        db = StateDB.open(self.url)
-                        db.upgrade()
-                    self._write(db, held)
-                    held = []
-                    if down_since is not None:
-                        logger.info(
-                            "Error registry: state DB %s back after %.0f s",
-                            db.shown,
-                            time.monotonic() - down_since,
-                        )
-                        down_since = None
-                except SQLAlchemyError as exc:
-                    if down_since is None:
-                        down_since = time.monotonic()
+            try:
+                if held and db is None:
+                    opened = StateDB.open(self.url)
+                    try:
+                        opened.upgrade()
+                    except BaseException:
+                        opened.close()
+                        raise
+                    db = opened
+                while held and db is not None:
+                    try:
+                        self._write(db, held[0])
+                    except (OperationalError, InterfaceError):
+                        raise  # the state DB does not answer: keep it, try again
+                    except SQLAlchemyError as exc:  # this record cannot be stored
                         logger.warning(
-                            "Error registry: the state DB does not answer (%s); %d record(s) wait",
+                            "Error registry: a record of %s could not be stored (%s): dropped",
+                            _url_of(held[0]),
                             type(exc).__name__,
-                            len(held),
                         )
-                    if stopping:
-                        break
+                    held.pop(0)
+                    self.written += 1
+                if down_since is not None and not held:
+                    logger.info(
+                        "Error registry: state DB back after %.0f s",
+                        time.monotonic() - down_since,
+                    )
+                    down_since = None
+            except SQLAlchemyError as exc:
+                if down_since is None:
+                    down_since = time.monotonic()
+                    logger.warning(
+                        "Error registry: the state DB does not answer (%s); %d record(s) wait",
+                        type(exc).__name__,
+                        len(held),
+                    )
+                if not stopping:
                     self._stop.wait(RETRY_SECONDS)
                     continue
-                except Exception:
-                    logger.exception("Error registry: %d record(s) could not be written", len(held))
-                    held = []
+            except Exception:
+                logger.exception("Error registry: %d record(s) could not be written", len(held))
+                held = []
             if stopping and self._queue.empty():
                 break
             self._stop.wait(FLUSH_SECONDS)
+        if held:
+            logger.warning(
+                "Error registry: %d record(s) not written: the state DB did not answer "
+                "before the node stopped",
+                len(held),
+            )
         if db is not None:
             db.close()
 
@@ -130,22 +155,18 @@ class RegistryWriter:
             except queue.Empty:
                 return out
 
-    def _write(self, db: StateDB, entries: list[tuple[str, Any]]) -> None:
-        # in order: a request resolved, then failing again, ends open
-        i = 0
-        while i < len(entries):
-            kind = entries[i][0]
-            j = i
-            while j < len(entries) and entries[j][0] == kind:
-                j += 1
-            chunk = [e[1] for e in entries[i:j]]
-            if kind == "failure":
-                record_failures(db, chunk)
-            else:
-                by_job: dict[str, list[int]] = {}
-                for job, eid in chunk:
-                    by_job.setdefault(job, []).append(eid)
-                for job, ids in by_job.items():
-                    resolve_errors(db, job, ids)
-            self.written += j - i
-            i = j
+    @staticmethod
+    def _write(db: Any, entry: tuple[str, Any]) -> None:
+        from crawlfleet.state.errors import record_failures, resolve_errors
+
+        kind, value = entry
+        if kind == "failure":
+            record_failures(db, [value])
+        else:
+            job, eid = value
+            resolve_errors(db, job, [eid])
+
+
+def _url_of(entry: tuple[str, Any]) -> str:
+    kind, value = entry
+    return str(value.url) if kind == "failure" else f"error {value[1]}"

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+
+# as written in this revision (up to 16 MiB on MariaDB too)
+BIG_TEXT = sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+BIG_BINARY = sa.LargeBinary().with_variant(mysql.MEDIUMBLOB(), "mysql", "mariadb")
 
 
 def upgrade() -> None:
@@ -34,10 +39,10 @@ def upgrade() -> None:
         sa.Column("first_seen", sa.DateTime, nullable=False),
         sa.Column("last_seen", sa.DateTime, nullable=False),
         sa.Column("node", sa.String(100), nullable=False),
-        sa.Column("stack", sa.Text, nullable=True),
+        sa.Column("stack", BIG_TEXT, nullable=True),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("resolved_at", sa.DateTime, nullable=True),
-        sa.Column("payload", sa.LargeBinary, nullable=True),
+        sa.Column("payload", BIG_BINARY, nullable=True),
         sa.UniqueConstraint("job", "fingerprint", name="uq_crawlfleet_errors_job_fp"),
     )
     op.create_index(

@@ -1,0 +1,32 @@
+"""What crawlfleet's middlewares share: the node a crawler runs (its scheduler), and
+telling Scrapy's robots.txt requests apart."""
+
+from __future__ import annotations
+
+from scrapy import Request
+from scrapy.crawler import Crawler
+from scrapy.utils.httpobj import urlparse_cached
+
+from crawlfleet.node.scheduler import Scheduler
+
+__all__ = ["first_request", "is_robots", "node_of"]
+
+
+def node_of(crawler: Crawler | None) -> Scheduler | None:
+    """The crawlfleet scheduler of *crawler* (None before it opens, or without one)."""
+    scheduler = getattr(crawler, "crawlfleet_scheduler", None)
+    return scheduler if isinstance(scheduler, Scheduler) else None
+
+
+def first_request(request: Request) -> Request:
+    """*request* as first sent, before any redirect."""
+    redirects = request.meta.get("redirect_urls")
+    return request.replace(url=redirects[0]) if redirects else request
+
+
+def is_robots(request: Request) -> bool:
+    """A robots.txt request of Scrapy's RobotsTxtMiddleware (also once redirected, e.g.
+    from http to https or to another host)."""
+    if not request.meta.get("dont_obey_robotstxt"):
+        return False
+    return urlparse_cached(first_request(request)).path == "/robots.txt"
