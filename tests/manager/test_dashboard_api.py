@@ -254,3 +254,29 @@ def test_site_figures_add_up_the_live_nodes() -> None:
     }
     assert live_figures(snap)["pages_per_second"] == 3.0  # n1, n2, n4
     assert live_figures(snap)["errors"] == 9
+
+
+def test_behind_a_tls_proxy_the_cookie_is_secure_and_the_origin_host_counts(
+    manager: Manager,
+) -> None:
+    browser = Browser(manager.client)
+    r = browser.post(
+        "/session",
+        json={"token": manager.tokens["operator"]},
+        headers={"X-Forwarded-Proto": "https"},
+    )
+    assert "Secure" in r.headers["set-cookie"]
+    csrf = r.json()["csrf"]
+    body = {"seeds": ["http://127.0.0.1:9/tls"]}
+    ok = browser.post(
+        "/api/v1/jobs/tls/seeds",
+        json=body,
+        headers={"X-CSRF-Token": csrf, "Origin": "https://127.0.0.1"},
+    )
+    assert ok.status_code == 200  # the browser's https, the manager's http: one host
+    other = browser.post(
+        "/api/v1/jobs/tls/seeds",
+        json=body,
+        headers={"X-CSRF-Token": csrf, "Origin": "https://127.0.0.1.evil.example"},
+    )
+    assert other.status_code == 403

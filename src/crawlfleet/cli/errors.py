@@ -49,10 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--reason", choices=REASONS, help="only failures of this reason")
     for p in (listing, export):
         p.add_argument("--state", choices=(*STATES, "all"), default="open", help="default: open")
-    listing.add_argument("--limit", type=int, default=100, help="at most N lines (100)")
+    listing.add_argument("--limit", type=_positive, default=100, help="at most N lines (100)")
     export.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
-    recrawl.add_argument("--limit", type=int, default=10_000, help="at most N (10000)")
+    recrawl.add_argument("--limit", type=_positive, default=10_000, help="at most N (10000)")
     add_redis_options(recrawl)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +96,7 @@ def _state(args: argparse.Namespace) -> str | None:
 
 
 def _list(db: Any, job: str, args: argparse.Namespace) -> int:
-    rows = list_errors(db, job, reason=args.reason, state=_state(args), limit=max(1, args.limit))
+    rows = list_errors(db, job, reason=args.reason, state=_state(args), limit=args.limit)
     for e in rows:
         print(f"{e['reason']}\t{e['failures']}\t{e['detail']}\t{e['url']}")
     if not rows:
@@ -120,6 +130,7 @@ def _export(db: Any, job: str, args: argparse.Namespace) -> int:
                 limit=PAGE,
                 offset=offset,
                 stack=True,
+                by_id=True,
             )
             for e in rows:
                 out.write(json.dumps({"job": job, **e}, ensure_ascii=False) + "\n")

@@ -250,7 +250,8 @@ def run_on_frontier(
 
 def open_state_db(url: str) -> StateDB:
     """The state DB at *url*, migrated; CommandFailed (one line) if it does not answer.
-    (SQLAlchemy is imported here: a node's command never needs it.)"""
+    (SQLAlchemy is imported here, not with this module: a node loads it only when it
+    first writes to the error registry.)"""
     from sqlalchemy.exc import SQLAlchemyError
 
     from crawlfleet.state.db import StateDB

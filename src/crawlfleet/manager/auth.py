@@ -4,8 +4,9 @@ A caller is a bearer token (``Authorization: Bearer TOKEN``: scripts, the CLI) o
 dashboard session (the ``crawlfleet_session`` cookie, from signing in at ``/``). A
 change made through a session (any method but GET and HEAD) must carry the session's
 CSRF token in ``X-CSRF-Token`` and, if the browser sends an ``Origin``, come from the
-manager's own origin. Missing or unknown credentials: 401; a role below the one
-needed or a failed CSRF check: 403. Either way the handler does not run.
+manager's own host (the scheme is not compared: a TLS proxy in front changes it).
+Missing or unknown credentials: 401; a role below the one needed or a failed CSRF
+check: 403. Either way the handler does not run.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def check_csrf(request: Request, session: SessionInfo) -> None:
     if request.method in SAFE_METHODS:
         return
     origin = request.headers.get("origin")
-    own = f"{request.url.scheme}://{request.url.netloc}"
-    if origin is not None and origin != own:
+    # the host only: behind a TLS proxy the manager sees http for the browser's https
+    if origin is not None and origin.partition("://")[2] != request.url.netloc:
         raise HTTPException(403, f"a change from another origin ({origin[:100]}) is refused")
     sent = request.headers.get(CSRF_HEADER, "")
     if not hmac.compare_digest(sent.encode(), session.csrf.encode()):

@@ -177,9 +177,10 @@ class Leaser:
                     self._warned_late.add(entry.site)
                     logger.warning(
                         "A lease of %s took %.1f ms, more than its slots may be late "
-                        "(%.1f ms): its requests miss their slots and go back. Raise "
-                        "CRAWLFLEET_RATE_LIMIT_MARGIN (the late allowance is 30%% of it "
-                        "of the limit's window) or bring Redis closer",
+                        "(%.1f ms): its requests miss their slots and go back. For a "
+                        "configured limit, raise CRAWLFLEET_RATE_LIMIT_MARGIN (slots may "
+                        "be late by 30%% of the margin's share of the window); else bring "
+                        "Redis closer",
                         entry.site,
                         (received - asked) * 1000,
                         entry.late_us / 1000,

@@ -158,16 +158,21 @@ def list_errors(
     limit: int = 100,
     offset: int = 0,
     stack: bool = False,
+    by_id: bool = False,
 ) -> list[dict[str, Any]]:
     """*job*'s errors, the latest failure first (of one *reason*, in one *state*: None
-    for all)."""
+    for all); *by_id*: in the order they were first recorded, stable for paging while
+    nodes write."""
     _check(reason, state)
     query = select(CrawlError).where(CrawlError.job == job)
     if reason is not None:
         query = query.where(CrawlError.reason == reason)
     if state is not None:
         query = query.where(CrawlError.state == state)
-    query = query.order_by(CrawlError.last_seen.desc(), CrawlError.id.desc())
+    if by_id:
+        query = query.order_by(CrawlError.id)
+    else:
+        query = query.order_by(CrawlError.last_seen.desc(), CrawlError.id.desc())
     with db.session() as s:
         return [_view(e, stack=stack) for e in s.scalars(query.offset(offset).limit(limit))]
 

@@ -30,6 +30,7 @@
 -- ARGV[8] horizon (µs): slots are granted at most this far ahead of now
 -- ARGV[9] late share: a slot spaced by a robots.txt delay or a back-off may be sent up
 --         to this share of its interval late, and at least ADAPTIVE_LATE_MIN_US late
+--         (at most half its interval)
 --         (else a round trip to Redis longer than that share would make every such
 --         slot too late on arrival: given back and leased again until the back-off
 --         decays)
@@ -101,7 +102,8 @@ for i = 11, #ARGV - 3, 4 do
   local delay_ms, known_ms = string.match(robots or '0', '^(%d+):?(%d*)')
   local interval = math.max(configured, tonumber(delay_ms or '0') * 1000, backoff(site) * 1000)
   if interval > configured then
-    late = math.max(late, math.floor(interval * late_share), ADAPTIVE_LATE_MIN_US)
+    late = math.max(late, math.floor(interval * late_share),
+                    math.min(ADAPTIVE_LATE_MIN_US, math.floor(interval / 2)))
   end
   local take = math.min(per_site, want - got)
   local first = now  -- the first slot

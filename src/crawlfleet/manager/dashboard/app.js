@@ -141,15 +141,24 @@ function connect(params) {
   if (source) source.close();
   const query = new URLSearchParams(params).toString();
   source = new EventSource(`/api/v1/live${query ? `?${query}` : ""}`);
+  const mine = source;
   const dot = document.getElementById("live-dot");
   source.addEventListener("open", () => dot && dot.classList.add("on"));
-  source.addEventListener("error", () => dot && dot.classList.remove("on"));
-  for (const name of ["fleet", "job", "nodes", "error", "end"]) {
+  source.addEventListener("error", () => {
+    if (dot) dot.classList.remove("on");
+    // the browser gives up on a stream answered with an error (a proxy's 502 while the
+    // manager restarts, a 401): say so, and start over (sign-in checked) a little later
+    if (mine.readyState === EventSource.CLOSED && source === mine) {
+      banner("Live updates stopped: the manager does not answer; trying again…");
+      setTimeout(() => { if (source === mine) checkSession(); }, 3000);
+    }
+  });
+  for (const name of ["fleet", "job", "nodes", "unavailable", "end"]) {
     source.addEventListener(name, (e) => {
       let data;
       try { data = JSON.parse(e.data); } catch { return; }
       if (name === "fleet") { noteFleet(data); banner(""); }
-      if (name === "error") banner(`${data.message}: the figures shown are the last ones received.`);
+      if (name === "unavailable") banner(`${data.message}: the figures shown are the last ones received.`);
       if (name === "end" && data.reason !== "max_seconds") { source.close(); checkSession(); return; }
       if (page && page.update) page.update(name, data);
     });
@@ -175,17 +184,16 @@ function addPoint(job, at, rate) {
 }
 
 function fleetSeries() {
-  // Sum of every job's rate at each time a point exists (nearest earlier point per job).
-  const times = new Set();
-  for (const points of series.values()) for (const [t] of points) times.add(t);
-  const sorted = [...times].sort((a, b) => a - b).slice(-SERIES_MAX);
-  return sorted.map((t) => {
+  // The sum of every job's rate at each time any job has a point (each job at its
+  // latest point not after that time; 0 once a job has had none for 15 s): one pass
+  // over the sorted times with a cursor per job.
+  const times = [...new Set([...series.values()].flatMap((p) => p.map(([t]) => t)))].sort((a, b) => a - b);
+  const jobs = [...series.values()].map((points) => ({ points, at: -1 }));
+  return times.slice(-SERIES_MAX).map((t) => {
     let sum = 0;
-    for (const points of series.values()) {
-      let v = 0;
-      for (let i = points.length - 1; i >= 0; i--) if (points[i][0] <= t) { v = points[i][1]; break; }
-      if (points.length && t - points[points.length - 1][0] > 15000 && t > points[points.length - 1][0]) v = 0;
-      sum += v;
+    for (const job of jobs) {
+      while (job.at + 1 < job.points.length && job.points[job.at + 1][0] <= t) job.at += 1;
+      if (job.at >= 0 && t - job.points[job.at][0] <= 15000) sum += job.points[job.at][1];
     }
     return [t, sum];
   });
@@ -258,6 +266,7 @@ function eta(job) {
 
 // -- sign-in ---------------------------------------------------------------------------
 function signedOut(message) {
+  if (me === null && document.getElementById("login")) return; // already there: keep what is typed
   me = null;
   if (source) { source.close(); source = null; }
   page = null;
@@ -286,11 +295,24 @@ function signedOut(message) {
 }
 
 async function checkSession() {
+  let response;
   try {
-    me = await api("GET", "/session");
-    start();
+    response = await fetch("/session", { credentials: "same-origin" });
   } catch {
+    // the manager does not answer (restarting?): say so, and look again soon
+    banner("The manager does not answer; trying again…");
+    setTimeout(checkSession, 3000);
+    return;
+  }
+  if (response.ok) {
+    me = await response.json();
+    banner("");
+    start();
+  } else if (response.status === 401) {
     signedOut("");
+  } else {
+    banner(`The manager answered ${response.status}; trying again…`);
+    setTimeout(checkSession, 3000);
   }
 }
 
@@ -653,7 +675,11 @@ function route() {
   const hash = location.hash || "#/";
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.getAttribute("href") === hash);
   const job = hash.match(/^#\/job\/(.+)$/);
-  if (job) page = jobPage(decodeURIComponent(job[1]));
+  let name = null;
+  if (job) {
+    try { name = decodeURIComponent(job[1]); } catch { name = null; }
+  }
+  if (name !== null) page = jobPage(name);
   else if (hash === "#/nodes") page = nodesPage();
   else if (hash === "#/scrapyd") page = scrapydPage();
   else if (hash === "#/timers") page = timersPage();

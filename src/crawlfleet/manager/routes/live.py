@@ -6,7 +6,8 @@ Each round sends ``fleet`` (every job's view, as ``GET /api/v1/jobs`` gives it);
 ``history``: the manager's throughput points of the last hour. A stream ends after
 ``max_seconds`` (the browser's EventSource reconnects by itself) or as soon as its
 token or session is no longer valid (checked every ``RECHECK_SECONDS``), with an
-``end`` event. Redis not answering gives an ``error`` event, and the stream goes on.
+``end`` event. Redis not answering gives an ``unavailable`` event (not ``error``: that
+name is the browser's own for a broken connection), and the stream goes on.
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ async def live(
                     yield chunk
                 first = False
             except RedisError as exc:
-                yield event("error", {"message": f"Redis did not answer ({type(exc).__name__})"})
+                yield event(
+                    "unavailable", {"message": f"Redis did not answer ({type(exc).__name__})"}
+                )
             await asyncio.sleep(ROUND_SECONDS)
         yield event("end", {"reason": "max_seconds"})
 

@@ -38,7 +38,9 @@ async def sign_in(
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        # over HTTPS, or behind a TLS proxy that says so
+        secure=request.url.scheme == "https"
+        or request.headers.get("x-forwarded-proto", "").lower() == "https",
     )
     await ctx.in_db(record_event, ctx.db, info.token.name, "session.start", None, {})
     return _who(info)
