@@ -280,3 +280,12 @@ def test_behind_a_tls_proxy_the_cookie_is_secure_and_the_origin_host_counts(
         headers={"X-CSRF-Token": csrf, "Origin": "https://127.0.0.1.evil.example"},
     )
     assert other.status_code == 403
+
+
+def test_assets_are_revalidated_by_their_etag(manager: Manager) -> None:
+    first = manager.client.get("/assets/core.js")
+    etag = first.headers["etag"]
+    assert first.headers["cache-control"] == "no-cache" and first.text
+    again = manager.client.get("/assets/core.js", headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    assert manager.client.get("/assets/dom.js").headers["etag"] != etag

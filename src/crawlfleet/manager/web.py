@@ -1,15 +1,16 @@
-"""The dashboard's files: ``/`` (the page) and ``/assets/NAME`` (its script, style and
+"""The dashboard's files: ``/`` (the page) and ``/assets/NAME`` (its scripts, style and
 icon), all from the package (no build step, nothing from outside), and the security
 headers every answer of the manager carries.
 
-The page is one static shell; the script signs in through ``/session`` and draws
-everything from the API, putting what comes from crawled pages into the page as text
-only. The Content-Security-Policy allows scripts, styles and connections from the
+The page is one static shell; its scripts (ES modules) sign in through ``/session``
+and draw everything from the API, putting what comes from crawled pages into the page
+as text only. The Content-Security-Policy allows scripts, styles and connections from the
 manager alone, and no inline script or style.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from importlib import resources
 
@@ -42,11 +43,13 @@ SECURITY_HEADERS = {
 #: The dashboard's assets: name -> media type (nothing else is served from the folder).
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
+    "core.js": "text/javascript; charset=utf-8",
+    "dom.js": "text/javascript; charset=utf-8",
+    "pages.js": "text/javascript; charset=utf-8",
+    "lists.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "icon.svg": "image/svg+xml",
 }
-#: Assets are fetched with ``?v=<version>``: a new release is a new URL.
-ASSET_MAX_AGE = 86_400
 
 
 def _read(name: str) -> bytes:
@@ -57,6 +60,9 @@ def install_dashboard(app: FastAPI) -> None:
     """Serve the dashboard at ``/`` and add the security headers to every answer."""
     page = _read("index.html").replace(b"{{version}}", crawlfleet.__version__.encode())
     assets = {name: _read(name) for name in ASSETS}
+    # the scripts import each other by plain names: a browser asks again each time
+    # (no-cache) and gets 304 while its copy is the manager's (ETag of the content)
+    etags = {name: f'"{hashlib.sha256(body).hexdigest()[:32]}"' for name, body in assets.items()}
     router = APIRouter(include_in_schema=False)
 
     @router.get("/")
@@ -66,14 +72,13 @@ def install_dashboard(app: FastAPI) -> None:
         )
 
     @router.get("/assets/{name}")
-    async def asset(name: str) -> Response:
+    async def asset(name: str, request: Request) -> Response:
         if name not in assets:
             raise HTTPException(404, f"no asset {name[:100]!r}")
-        return Response(
-            assets[name],
-            media_type=ASSETS[name],
-            headers={"Cache-Control": f"public, max-age={ASSET_MAX_AGE}"},
-        )
+        headers = {"Cache-Control": "no-cache", "ETag": etags[name]}
+        if request.headers.get("if-none-match") == etags[name]:
+            return Response(status_code=304, headers=headers)
+        return Response(assets[name], media_type=ASSETS[name], headers=headers)
 
     app.include_router(router)
     app.add_middleware(GZipMiddleware, minimum_size=1000)
