@@ -15,6 +15,7 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.middlewares.useragent import (
     BrowserHeaders,
     browser_identities,
+    consistent,
     family,
     file_identities,
 )
@@ -125,3 +126,12 @@ def test_a_node_browses_a_site_as_one_browser(
         assert {h["sec-fetch-site"] for path, h in pages if path.startswith("/p")} == {
             "same-origin"
         }
+
+
+def test_an_identity_whose_hints_name_another_version_is_not_consistent() -> None:
+    old_ua = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/107.0.0.0 Safari/537.36"
+    hints = '"Chromium";v="147", "Not.A/Brand";v="8"'
+    assert not consistent({"User-Agent": old_ua, "sec-ch-ua": hints})
+    assert consistent({"User-Agent": old_ua.replace("107", "147"), "sec-ch-ua": hints})
+    assert consistent({"User-Agent": "Mozilla/5.0 (X11; rv:140.0) Gecko/20100101 Firefox/140.0"})
+    assert all(consistent(i) for i in browser_identities(300))

@@ -40,6 +40,7 @@ __all__ = [
     "BrowserHeaders",
     "Identity",
     "browser_identities",
+    "consistent",
     "file_identities",
 ]
 
@@ -90,8 +91,20 @@ def _repaired(headers: dict[str, str]) -> Identity:
     return out
 
 
+def consistent(identity: Identity) -> bool:
+    """Whether *identity*'s client hints (``sec-ch-ua``) name its User-Agent's Chromium
+    version (the generator now and then pairs an old User-Agent with new hints)."""
+    low = {k.lower(): v for k, v in identity.items()}
+    hints = low.get("sec-ch-ua")
+    if hints is None:
+        return True
+    major = re.search(r"(?:Chrome|Chromium)/(\d+)", low.get("user-agent", ""))
+    return major is not None and f'v="{major.group(1)}"' in hints
+
+
 def browser_identities(count: int = POOL_SIZE) -> list[Identity]:
-    """*count* identities from browserforge's header generator (desktop browsers)."""
+    """*count* identities from browserforge's header generator (desktop browsers), each
+    consistent (see :func:`consistent`)."""
     try:
         from browserforge.headers import HeaderGenerator
     except ImportError:  # pragma: no cover - a dependency of crawlfleet
@@ -99,7 +112,16 @@ def browser_identities(count: int = POOL_SIZE) -> list[Identity]:
             "CRAWLFLEET_USER_AGENTS=browser needs browserforge: pip install 'browserforge[all]'"
         ) from None
     generator = HeaderGenerator(device="desktop")
-    return [_repaired(dict(generator.generate())) for _ in range(count)]
+    out: list[Identity] = []
+    for _ in range(count * 5):  # bounded: an inconsistent one is drawn again
+        identity = _repaired(dict(generator.generate()))
+        if consistent(identity):
+            out.append(identity)
+            if len(out) == count:
+                break
+    if not out:
+        raise ConfigError("browserforge gave no consistent browser identity")
+    return out
 
 
 def file_identities(path: str) -> list[Identity]:
