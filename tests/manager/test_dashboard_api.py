@@ -4,6 +4,7 @@ and its assets with their security headers, and the live event stream."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import re
@@ -15,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from crawlfleet.fleet.snapshot import JobSnapshot
 from crawlfleet.manager.routes.jobs import live_figures, site_figures
+from crawlfleet.manager.routes.live import SHARED_SECONDS, shared
 from crawlfleet.manager.web import ASSETS
 from crawlfleet.state.sessions import session_of, start_session
 from crawlfleet.state.tokens import revoke_token
@@ -289,3 +291,21 @@ def test_assets_are_revalidated_by_their_etag(manager: Manager) -> None:
     again = manager.client.get("/assets/core.js", headers={"If-None-Match": etag})
     assert again.status_code == 304 and again.content == b""
     assert manager.client.get("/assets/dom.js").headers["etag"] != etag
+
+
+def test_streams_share_one_rounds_figures(manager: Manager) -> None:
+    ctx = manager.app.state.ctx
+    made: list[int] = []
+
+    async def make() -> int:
+        made.append(1)
+        return len(made)
+
+    async def go() -> list[int]:
+        first = await shared(ctx, "test", make)
+        second = await shared(ctx, "test", make)  # another tab, same round
+        await asyncio.sleep(SHARED_SECONDS + 0.05)
+        third = await shared(ctx, "test", make)  # the next round
+        return [first, second, third]
+
+    assert asyncio.run(go()) == [1, 1, 2]

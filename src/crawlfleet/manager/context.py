@@ -51,6 +51,9 @@ class ManagerContext:
     progress: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: webhook deliveries under way (cancelled when the manager stops)
     deliveries: set[asyncio.Task[None]] = field(default_factory=set)
+    #: figures of the live streams' last round, shared by every open stream: key ->
+    #: (monotonic time made, value) (crawlfleet.manager.routes.live.shared)
+    live_cache: dict[str, tuple[float, object]] = field(default_factory=dict)
     #: one point a watch, oldest first: {"at": Redis time (ms), "jobs": {job: pages/s}}
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
 
