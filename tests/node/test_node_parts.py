@@ -348,3 +348,31 @@ def test_a_retried_start_request_is_queued_again_not_dropped_as_seen() -> None:
         await scheduler.stop("finished")
 
     run(body)
+
+
+def test_an_item_a_store_gave_up_is_not_a_failure_but_a_dropped_one_is(tmp_path: Any) -> None:
+    from scrapy.exceptions import DropItem
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.test import get_crawler
+
+    from crawlfleet.exceptions import ItemNotDurable
+    from crawlfleet.middlewares.failures import FailureRegistry
+    from crawlfleet.state.writer import RegistryWriter
+
+    async def body() -> None:
+        scheduler = node({}, Engine())
+        await scheduler.start(Spider("job"))
+        crawler = get_crawler(Spider)
+        crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+        writer = RegistryWriter(f"sqlite:///{tmp_path / 'state.sqlite3'}")
+        registry = FailureRegistry(crawler, writer)
+        request = Request("http://a.test/p")
+        response = HtmlResponse(request.url, body=b"<html></html>", request=request)
+        registry.item_dropped({}, response, ItemNotDurable("store down"), Spider("job"))
+        assert writer._thread is None  # nothing to write: the writer never started
+        registry.item_dropped({}, response, DropItem("price missing"), Spider("job"))
+        writer.close()
+        assert writer.written == 1
+        await scheduler.stop("finished")
+
+    run(body)

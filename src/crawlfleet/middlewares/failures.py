@@ -10,7 +10,8 @@ that also listens to the spider's and pipelines' signals, enabled by the add-on 
   ``IgnoreRequest``: offsite and robots.txt refusals are on purpose);
 - ``parse``: the spider's callback raised (with the stack);
 - ``item``: an item pipeline raised on one of its items (with the stack);
-- ``invalid``: a pipeline dropped one of its items (``DropItem``: validation);
+- ``invalid``: a pipeline dropped one of its items (``DropItem``: validation; not
+  ``ItemNotDurable``, a store giving an item up: its page is queued again instead);
 - ``ban``: the site kept refusing the crawler (recorded by
   :class:`~crawlfleet.middlewares.bans.BanDetector` through :meth:`FailureRegistry.record`).
 
@@ -31,7 +32,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from twisted.python.failure import Failure as TwistedFailure
 
-from crawlfleet.exceptions import SerializationError
+from crawlfleet.exceptions import ItemNotDurable, SerializationError
 from crawlfleet.middlewares.common import is_robots, node_of
 from crawlfleet.state.records import Failure, utcnow
 from crawlfleet.state.url import check_state_db_url, state_db_url
@@ -103,6 +104,8 @@ class FailureRegistry:
     def item_dropped(
         self, item: Any, response: Response | None, exception: Exception, spider: Spider
     ) -> None:
+        if isinstance(exception, ItemNotDurable):
+            return  # a store gave the item up: its page goes back to its queue, not failed
         request = getattr(response, "request", None)
         if request is not None:
             self.record(request, "invalid", _one_line(exception))
