@@ -33,6 +33,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.middlewares.common import node_of
 
 __all__ = [
     "IDENTITY_META",
@@ -178,7 +179,7 @@ class BrowserHeaders:
         identities = browser_identities() if source == "browser" else file_identities(source)
 
         def site_of(request: Request) -> str:
-            scheduler = getattr(crawler, "crawlfleet_scheduler", None)
+            scheduler = node_of(crawler)
             return scheduler.site_of(request) if scheduler is not None else _host(request)
 
         return cls(

@@ -112,18 +112,26 @@ def _record(db: StateDB, f: Failure) -> None:
             )
 
 
-def resolve_errors(db: StateDB, job: str, ids: Sequence[int]) -> int:
-    """Mark the re-crawled errors *ids* of *job* resolved (their request succeeded)."""
+def _update_ids(
+    db: StateDB, job: str, ids: Sequence[int], only: Any, values: dict[str, Any]
+) -> int:
+    """Set *values* on *job*'s errors *ids* that match *only*; how many changed."""
     if not ids:
         return 0
     with db.session() as s:
         result = s.execute(
             update(CrawlError)
-            .where(CrawlError.job == job, CrawlError.id.in_(list(ids)))
-            .where(CrawlError.state != "resolved")
-            .values(state="resolved", resolved_at=utcnow())
+            .where(CrawlError.job == job, CrawlError.id.in_(list(ids)), only)
+            .values(**values)
         )
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def resolve_errors(db: StateDB, job: str, ids: Sequence[int]) -> int:
+    """Mark the re-crawled errors *ids* of *job* resolved (their request succeeded)."""
+    return _update_ids(
+        db, job, ids, CrawlError.state != "resolved", {"state": "resolved", "resolved_at": utcnow()}
+    )
 
 
 def _view(e: CrawlError, *, stack: bool = False) -> dict[str, Any]:
@@ -228,13 +236,10 @@ def take_for_recrawl(
 def reopen_errors(db: StateDB, job: str, ids: Sequence[int]) -> int:
     """Undo :func:`take_for_recrawl` for *ids* (they could not be queued): open again,
     one re-crawl less."""
-    if not ids:
-        return 0
-    with db.session() as s:
-        result = s.execute(
-            update(CrawlError)
-            .where(CrawlError.job == job, CrawlError.id.in_(list(ids)))
-            .where(CrawlError.state == "queued")
-            .values(state="open", recrawls=CrawlError.recrawls - 1)
-        )
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    return _update_ids(
+        db,
+        job,
+        ids,
+        CrawlError.state == "queued",
+        {"state": "open", "recrawls": CrawlError.recrawls - 1},
+    )
