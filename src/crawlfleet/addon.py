@@ -42,6 +42,8 @@ SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
 BAN_DETECTOR = "crawlfleet.middlewares.bans.BanDetector"
+RETRY = "crawlfleet.middlewares.retry.FrontierRetry"
+SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {
@@ -122,7 +124,12 @@ class Addon:
         # before Scrapy's DefaultHeadersMiddleware (400) and UserAgentMiddleware (500),
         # whose defaults then leave its headers alone (off unless CRAWLFLEET_USER_AGENTS)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BROWSER_HEADERS, 390)
-        # between the throttle and RetryMiddleware: a ban goes back to the frontier
+        # in the place of Scrapy's RetryMiddleware (unless the project placed either):
+        # a retry waits in the frontier, not in the node
+        if SCRAPY_RETRY not in settings["DOWNLOADER_MIDDLEWARES"]:
+            settings["DOWNLOADER_MIDDLEWARES"][SCRAPY_RETRY] = None
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", RETRY, 550)
+        # between the throttle and the retries: a ban goes back to the frontier
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BAN_DETECTOR, 555)
         # below RetryMiddleware: it sees what spent its retries (off: NotConfigured)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", FAILURES, 540)

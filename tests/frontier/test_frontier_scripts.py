@@ -181,6 +181,32 @@ def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[...
     run(body)
 
 
+def test_a_delayed_request_waits_then_any_node_takes_it(run: Callable[..., Any]) -> None:
+    async def body(f: Frontier) -> None:
+        retry = Outgoing(b"", "a", 0, b"retry", delay_ms=300)
+        r = await f.commit("n1", [out("u1"), retry])
+        assert r.queued == 2  # both are in the job, one of them waiting
+        c = await f.counters()
+        assert (c["queued"], c["leased"], c["waiting"], c["enqueued"]) == (1, 1, 1, 2)
+        assert await lease_all(f, "n2") == ["u1"]  # the retry is not leasable yet
+        st = await f.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=60000)
+        assert st.leased == 2 and not st.empty  # the job is not over
+        # the node that queued it dies: the wait is nobody's lease, nothing is reaped early
+        await f.heartbeat("n1", ttl_ms=50, status="{}", busy=False, lease_ms=60000)
+        await asyncio.sleep(0.1)
+        assert await f.reclaim_expired() == 0 and f.came_due == 0
+        assert await lease_all(f, "n3") == []
+        await asyncio.sleep(0.25)
+        # its time has come: reclaiming queues it (not counted as a reclaimed lease), even
+        # in the grace after a silence of the fleet (the job's start is one)
+        assert await f.reclaim_expired(grace_ms=60_000) == 0 and f.came_due == 1
+        assert await lease_all(f, "n3") == ["retry"]
+        c = await f.counters()
+        assert (c["waiting"], c.get("requeued", 0), c["queued"], c["leased"]) == (0, 0, 0, 2)
+
+    run(body)
+
+
 def test_a_dead_nodes_leases_come_back_at_once(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out(f"u{i}") for i in range(4)])

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,13 @@ def errors_cli(
 
 
 def crawl(
-    site: FailingSite, redis_url: str, node_env: dict[str, str], tmp_path: Path, db: str, n: int
+    site: FailingSite,
+    redis_url: str,
+    node_env: dict[str, str],
+    tmp_path: Path,
+    db: str,
+    n: int,
+    **settings: Any,
 ) -> None:
     node = start_node(
         SPIDER,
@@ -58,6 +65,7 @@ def crawl(
             "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
             "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
             "ROBOTSTXT_OBEY": False,
+            **settings,
         },
         cwd=ROOT,
     )
@@ -172,3 +180,35 @@ def test_a_recrawl_with_redis_unreachable_leaves_failures_open(tmp_path: Path) -
         assert (row["state"], row["recrawls"]) == ("open", 0)
     finally:
         db.close()
+
+
+@pytest.mark.slow
+def test_a_retry_waits_in_the_frontier_and_its_wait_doubles(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    with FailingSite() as site:
+        crawl(
+            site,
+            redis_server_url,
+            node_env,
+            tmp_path,
+            db_url,
+            1,
+            RETRY_TIMES=2,
+            CRAWLFLEET_RETRY_BACKOFF=0.5,
+            CRAWLFLEET_BACKOFF_STATUSES=[],  # the site's own back-off would space them too
+        )
+        times = site.times["/flaky"]
+        assert len(times) == 3  # the first attempt and two retries
+        first, second = times[1] - times[0], times[2] - times[1]
+        assert 0.4 <= first < 2.0 and 0.8 <= second < 3.0, (first, second)
+        log = (tmp_path / "node1.log").read_text()
+        assert "'crawlfleet/scheduler/delayed': 2" in log
+        assert "'crawlfleet/frontier/retries_due': 2" in log
+        db = StateDB.open(db_url)
+        try:
+            flaky = next(e for e in list_errors(db, JOB) if e["url"].endswith("/flaky"))
+            assert flaky["attempts"] == 3
+        finally:
+            db.close()

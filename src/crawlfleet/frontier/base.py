@@ -23,6 +23,9 @@ class FrontierBackend(Protocol):
 
     #: round trips made so far (for the node's statistics)
     round_trips: int
+    #: waiting requests (retries backing off) this client queued once their time had
+    #: come, in :meth:`reclaim_expired` (for the node's statistics)
+    came_due: int
 
     async def register_job(self) -> None:
         """Make the job known (listed by ``crawlfleet job list``)."""
@@ -35,7 +38,10 @@ class FrontierBackend(Protocol):
         bad: Sequence[str] = (),
     ) -> CommitResult:
         """Queue *requests* (dropping what the seen-filter knows), acknowledge the leases
-        *acks* of *node* (done: removed for good) and set the entries *bad* aside."""
+        *acks* of *node* (done: removed for good) and set the entries *bad* aside. A
+        request with a ``delay_ms`` waits that long first (a lease of
+        :data:`~crawlfleet.frontier.records.WAITING`, counted "waiting"), then
+        :meth:`reclaim_expired` queues it."""
         ...
 
     async def offer(self, size: int) -> list[str]:
@@ -88,7 +94,8 @@ class FrontierBackend(Protocol):
 
     async def reclaim_expired(self, limit: int = 1000, *, grace_ms: int = 0) -> int:
         """Return expired leases (and those of nodes silent for *grace_ms*) to their
-        queues; how many."""
+        queues; how many. Waiting requests whose time has come are queued too (counted in
+        :attr:`came_due`, not in the result)."""
         ...
 
     async def read_seeds(self, key: str, n: int) -> list[bytes]:

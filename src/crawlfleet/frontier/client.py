@@ -19,6 +19,7 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     PRIORITY_LIMIT,
+    WAITING,
     CommitResult,
     JobState,
     Leased,
@@ -52,6 +53,7 @@ class Frontier:
         self._bloom_layers: int | None = None
         #: Redis round trips made through this object (for stats and the benchmark).
         self.round_trips = 0
+        self.came_due = 0
 
     # -- seen-filter keys ----------------------------------------------------------------
     async def _seen_keys(self) -> tuple[list[str], list[Any]]:
@@ -107,7 +109,7 @@ class Frontier:
         for r in requests:
             qi = qindex.setdefault(r.site, len(qindex) + 1)
             prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
-            tail += [r.fp, qi, r.site, prio, r.payload]
+            tail += [r.fp, qi, r.site, prio, r.payload, max(0, int(r.delay_ms))]
         queue_keys = [k.queue(site) for site in qindex]
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
@@ -119,6 +121,7 @@ class Frontier:
                 len(acks),
                 len(bad),
                 len(requests),
+                WAITING,
                 *seen_args,
                 *acks,
                 *bad,
@@ -309,11 +312,11 @@ class Frontier:
     async def _requeue(self, mode: str, node: str, held: Iterable[tuple[str, str]]) -> int:
         k = self.keys
         qindex: dict[str, int] = {}
-        args: list[Any] = [mode, node]
+        args: list[Any] = [mode, node, WAITING]
         for rid, site in held:
             qi = qindex.setdefault(site, len(qindex) + 1) if site else 0
             args += [rid, qi]
-        if len(args) == 2:
+        if len(args) == 3:
             return 0
         keys = [
             k.sites,
@@ -326,7 +329,9 @@ class Frontier:
             *(k.queue(s) for s in qindex),
         ]
         self.round_trips += 1
-        return int(await self.scripts("requeue", keys, args))
+        back, waited = await self.scripts("requeue", keys, args)
+        self.came_due += int(waited)
+        return int(back) - int(waited)
 
     async def reclaim_expired(self, limit: int = 1000, *, grace_ms: int = 0) -> int:
         """Return leases past their deadline, and every lease of a node that missed its
@@ -335,7 +340,9 @@ class Frontier:
         k = self.keys
         self.round_trips += 1
         flat = await self.scripts(
-            "expired", [k.leases, k.req, k.nodes, k.owner, k.reaped, k.counters], [limit, grace_ms]
+            "expired",
+            [k.leases, k.req, k.nodes, k.owner, k.reaped, k.counters],
+            [limit, grace_ms, WAITING],
         )
         pairs = [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
         return await self._requeue("expired", "", pairs)

@@ -20,7 +20,14 @@ from typing import Any
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.control import control_fields, desired, encode_command
-from crawlfleet.frontier.records import CommitResult, JobState, Leased, LeaseResult, Outgoing
+from crawlfleet.frontier.records import (
+    WAITING,
+    CommitResult,
+    JobState,
+    Leased,
+    LeaseResult,
+    Outgoing,
+)
 
 __all__ = ["MemoryFrontier"]
 
@@ -78,6 +85,7 @@ class MemoryFrontier:
         shared = store if store is not None else {}
         self._job: _Job = shared.setdefault(job, _Job())
         self.round_trips = 0
+        self.came_due = 0
 
     # -- helpers -----------------------------------------------------------------------
     def _count(self, name: str, n: int) -> None:
@@ -125,7 +133,7 @@ class MemoryFrontier:
                 j.leases.pop(rid, None)
                 j.owner.pop(rid, None)
                 set_aside += 1
-        queued, dup_idx = 0, []
+        queued, waiting, dup_idx = 0, 0, []
         for i, r in enumerate(requests):
             if r.fp and r.fp in j.seen:
                 dup_idx.append(i)
@@ -136,15 +144,22 @@ class MemoryFrontier:
             rid = str(j.seq)
             entry = _Entry((-r.priority, j.seq), r.site, r.payload)
             j.entries[rid] = entry
-            self._enqueue(rid, entry)
-            queued += 1
+            if r.delay_ms > 0:  # waits as a lease of WAITING (see commit.lua)
+                j.leases[rid] = _now_us() // 1000 + r.delay_ms
+                j.owner[rid] = WAITING
+                waiting += 1
+            else:
+                self._enqueue(rid, entry)
+                queued += 1
         self._count("queued", queued)
-        self._count("enqueued", queued)
+        self._count("enqueued", queued + waiting)
+        self._count("leased", waiting)
+        self._count("waiting", waiting)
         self._count("duplicates", len(dup_idx))
         self._count("leased", -(acked + set_aside))
         self._count("acked", acked)
         self._count("bad", set_aside)
-        return CommitResult(queued, len(dup_idx), acked, dup_idx)
+        return CommitResult(queued + waiting, len(dup_idx), acked, dup_idx)
 
     async def offer(self, size: int) -> list[str]:
         self.round_trips += 1
@@ -272,10 +287,15 @@ class MemoryFrontier:
         self.round_trips += 1
         j = self._job
         now = _now_us() // 1000
-        if now - j.resumed_at < grace_ms:
-            return 0
-        picked = [rid for rid, deadline in j.leases.items() if deadline < now][:limit]
-        dead = {node for node, until in j.nodes.items() if until < now and node not in j.reaped}
+        in_grace = now - j.resumed_at < grace_ms  # only waiting requests come due
+        picked = [
+            rid
+            for rid, deadline in j.leases.items()
+            if deadline < now and (not in_grace or j.owner.get(rid) == WAITING)
+        ][:limit]
+        dead = set()
+        if not in_grace:
+            dead = {n for n, until in j.nodes.items() if until < now and n not in j.reaped}
         if dead:
             picked += [rid for rid, owner in j.owner.items() if owner in dead and rid not in picked]
             picked = picked[: 2 * limit]
@@ -285,6 +305,8 @@ class MemoryFrontier:
             if rid not in j.leases:
                 return False
             holder = j.owner.get(rid)
+            if holder == WAITING:
+                return j.leases[rid] < now_ms
             return j.leases[rid] < now_ms or holder is None or j.nodes.get(holder, 0) < now_ms
 
         return self._requeue(picked, gone)
@@ -292,22 +314,26 @@ class MemoryFrontier:
     def _requeue(self, rids: Iterable[str], ok: Any) -> int:
         j = self._job
         now = _now_us() // 1000
-        back = 0
+        back = due = 0
         for rid in rids:
             if rid not in j.leases or not ok(rid, now):
                 continue
             j.leases.pop(rid, None)
-            j.owner.pop(rid, None)
+            waited = j.owner.pop(rid, None) == WAITING
+            if waited:
+                self._count("waiting", -1)
             entry = j.entries.get(rid)
             if entry is None:
                 self._count("leased", -1)
                 continue
             self._enqueue(rid, entry)
             back += 1
+            due += waited
+        self.came_due += due
         self._count("leased", -back)
         self._count("queued", back)
-        self._count("requeued", back)
-        return back
+        self._count("requeued", back - due)
+        return back - due
 
     # -- nodes and control -------------------------------------------------------------------
     async def heartbeat(

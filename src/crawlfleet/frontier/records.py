@@ -11,8 +11,10 @@ from typing import Any
 from crawlfleet.frontier.control import Desired
 
 __all__ = [
+    "DELAY_META",
     "FINGERPRINT_BYTES",
     "PRIORITY_LIMIT",
+    "WAITING",
     "CommitResult",
     "JobState",
     "LeaseResult",
@@ -25,6 +27,14 @@ __all__ = [
     "text",
 ]
 
+#: The holder of a request waiting for its not-before time (a retry backing off): it is
+#: leased to no node, and returned to its queue by whoever reclaims expired leases once
+#: its time has come. No node id starts with "~".
+WAITING = "~retry"
+#: Request meta: seconds the request waits before it is queued for its site (a retry's
+#: back-off, set by :class:`~crawlfleet.middlewares.retry.FrontierRetry`; any code may set
+#: it). The scheduler takes it out of the meta: it is not kept with the request.
+DELAY_META = "crawlfleet_delay"
 #: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
 FINGERPRINT_BYTES = 16
 PRIORITY_LIMIT = 2**19
@@ -43,12 +53,15 @@ class SeenConfig:
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """A request on its way into the frontier. ``fp`` empty: bypass the seen-filter."""
+    """A request on its way into the frontier. ``fp`` empty: bypass the seen-filter.
+    ``delay_ms`` > 0: it waits that long (on Redis's clock) before it is queued for its
+    site (a retry's back-off); until then it is held as a lease of :data:`WAITING`."""
 
     fp: bytes
     site: str
     priority: int
     payload: bytes
+    delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,15 @@ a response *banned* when the site refuses the crawler rather than the page:
 A ban backs the site off for every node (as a 429 does: the cluster slows down on that
 site), is counted (``crawlfleet/bans/...`` stats), and the request goes back to the
 frontier to be tried again, by any node, under a new browser identity for that site
-(``CRAWLFLEET_USER_AGENTS``), up to ``CRAWLFLEET_BAN_RETRIES`` times; then it is
+(``CRAWLFLEET_USER_AGENTS``), after a wait that grows as a retry's does
+(``CRAWLFLEET_RETRY_BACKOFF``), up to ``CRAWLFLEET_BAN_RETRIES`` times; then it is
 recorded in the error registry with the reason ``ban`` and dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import re
 from typing import Any
 
@@ -27,7 +29,9 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.records import DELAY_META
 from crawlfleet.middlewares.common import first_request, is_robots, node_of
+from crawlfleet.middlewares.retry import backoff_seconds, check_backoff
 from crawlfleet.middlewares.useragent import NEW_IDENTITY_META
 
 __all__ = ["BAN_META", "BODY_BYTES", "BanDetector", "Banned"]
@@ -79,8 +83,11 @@ class BanDetector:
         url_patterns: list[re.Pattern[str]],
         body_patterns: list[re.Pattern[str]],
         retries: int,
+        backoff: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self.crawler = crawler
+        self.backoff = backoff  # CRAWLFLEET_RETRY_BACKOFF, _MAX
+        self.random = random.Random()
         self.statuses = statuses
         self.url_patterns = url_patterns
         self.body_patterns = body_patterns
@@ -93,6 +100,11 @@ class BanDetector:
         retries = s.getint("CRAWLFLEET_BAN_RETRIES")
         if retries < 0:
             raise ConfigError(f"CRAWLFLEET_BAN_RETRIES must be >= 0, got {retries}")
+        backoff = (
+            s.getfloat("CRAWLFLEET_RETRY_BACKOFF"),
+            s.getfloat("CRAWLFLEET_RETRY_BACKOFF_MAX"),
+        )
+        check_backoff(*backoff)
         return cls(
             crawler,
             statuses={int(c) for c in s.getlist("CRAWLFLEET_BAN_STATUSES")},
@@ -103,6 +115,7 @@ class BanDetector:
                 "CRAWLFLEET_BAN_BODY_PATTERNS", s.getlist("CRAWLFLEET_BAN_BODY_PATTERNS")
             ),
             retries=retries,
+            backoff=backoff,
         )
 
     def why_banned(self, request: Request, response: Response) -> str | None:
@@ -121,7 +134,9 @@ class BanDetector:
                     return f"page matches {pattern.pattern!r}"
         return None
 
-    def process_response(self, request: Request, response: Response, spider: Spider) -> Any:
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Any:
         if is_robots(request):
             return response  # robots.txt's own answer is RobotsTxtMiddleware's business
         why = self.why_banned(request, response)
@@ -141,6 +156,9 @@ class BanDetector:
             retry = request.replace(dont_filter=True)
             retry.meta[BAN_META] = bans
             retry.meta[NEW_IDENTITY_META] = True
+            wait = backoff_seconds(bans, *self.backoff, jitter=self.random.uniform(-1, 1))
+            if wait > 0:
+                retry.meta[DELAY_META] = wait
             retry.meta.pop("is_start_request", None)  # start requests pass the filter once
             return retry
         self._inc("crawlfleet/bans/gave_up")

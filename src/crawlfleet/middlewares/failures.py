@@ -73,14 +73,18 @@ class FailureRegistry:
         return ext
 
     # -- downloads -------------------------------------------------------------------
-    def process_response(self, request: Request, response: Response, spider: Spider) -> Any:
-        if response.status >= 400 and not self._handled(request, response, spider):
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Any:
+        if response.status >= 400 and not self._handled(request, response):
             self.record(request, "http", f"HTTP {response.status}", status=response.status)
         elif ERROR_META in request.meta:
             self._resolved(request)
         return response
 
-    def process_exception(self, request: Request, exception: Exception, spider: Spider) -> None:
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> None:
         if not isinstance(exception, IgnoreRequest):  # offsite, robots.txt: on purpose
             self.record(request, "exception", _one_line(exception))
 
@@ -114,13 +118,13 @@ class FailureRegistry:
         self.writer.close()
 
     # -- helpers -------------------------------------------------------------------
-    def _handled(self, request: Request, response: Response, spider: Spider) -> bool:
+    def _handled(self, request: Request, response: Response) -> bool:
         meta = request.meta
         if self.allow_all or meta.get("handle_httpstatus_all"):
             return True
         codes = meta.get("handle_httpstatus_list")
         if codes is None:
-            codes = getattr(spider, "handle_httpstatus_list", ()) or ()
+            codes = getattr(self.crawler.spider, "handle_httpstatus_list", ()) or ()
         return response.status in codes or response.status in self.allowed
 
     def _resolved(self, request: Request) -> None:

@@ -212,7 +212,7 @@ class BrowserHeaders:
             self._by_site.move_to_end(site)
         return found
 
-    def process_request(self, request: Request, spider: Spider) -> Any:
+    def process_request(self, request: Request, spider: Spider | None = None) -> Any:
         if request.meta.get("dont_obey_robotstxt") and request.url.endswith("/robots.txt"):
             return None  # robots.txt is asked for under the crawl's own name
         identity = self.identity(request)

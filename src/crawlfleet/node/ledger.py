@@ -30,8 +30,9 @@ __all__ = ["LOCAL_SEEN_MAX", "Ledger", "Outbound"]
 #: (about 100 bytes each; the set starts over when full).
 LOCAL_SEEN_MAX = 200_000
 
-#: A new request on its way to the frontier: (request, fingerprint, payload).
-Outbound = tuple[Request, bytes, bytes]
+#: A new request on its way to the frontier: (request, fingerprint, payload, delay in
+#: ms before it may be queued: a retry's back-off, 0: none).
+Outbound = tuple[Request, bytes, bytes, int]
 
 
 class Ledger:
@@ -60,8 +61,8 @@ class Ledger:
         it, or will with the batch on its way)."""
         return fp in self.sent
 
-    def add_out(self, request: Request, fp: bytes, payload: bytes) -> None:
-        self.out.append((request, fp, payload))
+    def add_out(self, request: Request, fp: bytes, payload: bytes, delay_ms: int = 0) -> None:
+        self.out.append((request, fp, payload, delay_ms))
         if fp:
             if len(self.sent) >= LOCAL_SEEN_MAX:
                 self.sent.clear()

@@ -40,7 +40,7 @@ from crawlfleet import __version__
 from crawlfleet.exceptions import ConfigError, ItemNotDurable, SerializationError
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import FINGERPRINT_BYTES, SeenConfig
+from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES, SeenConfig
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.engine import EngineHooks, engine_hooks
 from crawlfleet.node.ledger import Ledger
@@ -87,6 +87,15 @@ def robots_probe_ms(settings: BaseSettings) -> int:
     if settings.getbool("ROBOTSTXT_OBEY") and middlewares.get(ROBOTS_MIDDLEWARE) is not None:
         return ROBOTS_PROBE_MS
     return 0
+
+
+def _delay_ms(value: Any) -> int:
+    """A request's ``DELAY_META`` (seconds) in whole ms; 0 for none or a bad value."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0
+    return int(seconds * 1000) if 0 < seconds < 1e9 else 0
 
 
 def new_node_id() -> str:
@@ -283,12 +292,15 @@ class Scheduler(BaseScheduler):
                     # the batch on its way), so it is a duplicate without asking Redis
                     self.sync.count_duplicate(request)
                     return False
+            delay_ms = _delay_ms(request.meta.pop(DELAY_META, 0))
             payload = self.encode(request)
         except SerializationError as exc:
             logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
             self.stats.inc("crawlfleet/scheduler/unserializable")
             return False
-        self.ledger.add_out(request, fp, payload)
+        self.ledger.add_out(request, fp, payload, delay_ms)
+        if delay_ms:
+            self.stats.inc("crawlfleet/scheduler/delayed")
         self.stats.inc("crawlfleet/scheduler/enqueued")
         if len(self.ledger.out) >= self.config.flush_batch:
             self.sync.kick()

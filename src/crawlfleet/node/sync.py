@@ -64,6 +64,9 @@ OUTAGE_LOG_SECONDS = 60.0
 FLUSHES_PER_ROUND = 2
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
+#: A node that queued a retry with a delay reclaims it this long after its time (its
+#: clock and Redis's differ by a round trip).
+WAITING_REACH_SECONDS = 0.01
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -307,11 +310,16 @@ class SyncLoop:
             back = await self.frontier.reclaim_expired(
                 grace_ms=int(self.config.node_timeout_seconds * 1000)
             )
+            due, self.frontier.came_due = self.frontier.came_due, 0
             if back:
                 logger.info(
                     "Returned %d leases (expired, or held by a dead node) to their queues", back
                 )
                 self.stats.inc("crawlfleet/frontier/reclaimed", back)
+            if due:
+                self.stats.inc("crawlfleet/frontier/retries_due", due)
+            if back or due:
+                self.leaser.work_arrived()
         if self.steering.state != "running":
             if self.steering.state == "draining" and self.locally_idle():
                 self.lifecycle.close_once("drained")
@@ -360,14 +368,18 @@ class SyncLoop:
         send_acks = len(batch) == len(ledger.out)
         acks = list(ledger.acks) if send_acks else []
         bad = list(ledger.bad)
-        for request, _fp, _payload in batch:
+        for request, _fp, _payload, _delay in batch:
             if self.sites.needs_resolving(request):
                 await self.sites.resolve(self.sites.host(request))
         outgoing = [
-            Outgoing(fp, self.sites.site(request), request.priority, payload)
-            for request, fp, payload in batch
+            Outgoing(fp, self.sites.site(request), request.priority, payload, delay)
+            for request, fp, payload, delay in batch
         ]
         result = await self.frontier.commit(self.node_id, outgoing, acks, bad)
+        delays = [delay for *_rest, delay in batch if delay > 0]
+        if delays:  # reclaim them (with any other due lease) once the first one is due
+            due = time.monotonic() + min(delays) / 1000 + WAITING_REACH_SECONDS
+            self._next_reclaim = min(self._next_reclaim, due)
         self._last_flush = time.monotonic()
         del ledger.out[: len(batch)]
         if send_acks:
@@ -396,7 +408,7 @@ class SyncLoop:
 
     def _seed_outbound(self, raw: bytes) -> Outbound:
         request = request_from_seed(self.spider, raw)
-        return request, self.fingerprint(request), self.leaser.codec.encode(request)
+        return request, self.fingerprint(request), self.leaser.codec.encode(request), 0
 
     async def _queue_now(self, outgoing: list[Outbound]) -> None:
         self.ledger.out.extend(outgoing)

@@ -148,6 +148,14 @@ CRAWLFLEET_FINISH_GRACE_SECONDS = 0.3
 #: While waiting for work, polling Redis backs off up to this interval.
 CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
 
+# --- Retries (see docs/antiban.md) ------------------------------------------------
+#: A retry (RETRY_TIMES, RETRY_HTTP_CODES...) or a banned request waits this long in
+#: the frontier before any node may take it (seconds, +-20 %), doubling with each
+#: attempt; a longer Retry-After is honoured. 0: retried without waiting.
+CRAWLFLEET_RETRY_BACKOFF = 1.0
+#: The longest such wait (seconds).
+CRAWLFLEET_RETRY_BACKOFF_MAX = 300.0
+
 # --- Anti-blocking (see docs/antiban.md) ------------------------------------------
 #: Browser identities for requests: "" (off: Scrapy's USER_AGENT), "browser" (real
 #: browsers' headers from browserforge's generator) or a file with one User-Agent a line.

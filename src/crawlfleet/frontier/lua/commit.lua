@@ -13,24 +13,29 @@
 --
 -- ARGV[1] node id     ARGV[2] S     ARGV[3] P (seen parameters)
 -- ARGV[4] A (acks)    ARGV[5] B (malformed)     ARGV[6] R (requests)
+-- ARGV[7] the holder of waiting requests (records.WAITING)
 -- then P seen parameters, A rids to acknowledge, B rids to set aside,
--- then R groups of 5: fingerprint ("" = bypass the seen-filter), queue index
--- (1-based among the queue keys), site, priority, payload.
+-- then R groups of 6: fingerprint ("" = bypass the seen-filter), queue index
+-- (1-based among the queue keys), site, priority, payload, delay (ms; 0: none).
+-- A request with a delay waits before it is queued (a retry's back-off): it is held
+-- as a lease of the waiting holder until now + delay, so that whoever reclaims
+-- expired leases (expired.lua, requeue.lua) queues it once its time has come; it
+-- counts as leased and as "waiting".
 --
--- Returns {queued, duplicates, acked, {1-based indexes of duplicate requests},
+-- Returns {queued (waiting included), duplicates, acked, {1-based indexes of duplicate requests},
 --          new bloom layers}
 -- An ack is applied only if the lease is still this node's (a reclaimed lease is
 -- left to its new holder or queue).
 
-local node = ARGV[1]
+local node, waiting_holder = ARGV[1], ARGV[7]
 local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
                       tonumber(ARGV[5]), tonumber(ARGV[6])
 local seen_keys, seen_args = {}, {}
 for i = 1, S do seen_keys[i] = KEYS[6 + i] end
-for i = 1, P do seen_args[i] = ARGV[6 + i] end
+for i = 1, P do seen_args[i] = ARGV[7 + i] end
 seen_init(seen_keys, seen_args)
 local qbase = 6 + S
-local pos = 7 + P
+local pos = 8 + P
 
 local acked = 0
 for i = 1, A do
@@ -56,7 +61,8 @@ for i = 1, B do
   end
 end
 
-local queued, dups, dup_idx = 0, 0, {}
+local queued, waiting, dups, dup_idx = 0, 0, 0, {}
+local now_ms = nil
 local seq = tonumber(redis.call('HGET', KEYS[5], 'seq') or '0')
 if not seq then
   -- unreadable (a hand edit, a bug): go on from Redis's clock in µs, far above any
@@ -68,7 +74,8 @@ end
 for i = 1, R do
   local fp, qi, site, prio, payload = ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2],
                                       tonumber(ARGV[pos + 3]), ARGV[pos + 4]
-  pos = pos + 5
+  local delay = tonumber(ARGV[pos + 5]) or 0
+  pos = pos + 6
   if fp ~= '' and seen_add(fp) == 0 then
     dups = dups + 1
     dup_idx[#dup_idx + 1] = i
@@ -77,9 +84,19 @@ for i = 1, R do
     local rid = string.format('%.0f', seq)
     local score = -prio * 4294967296 + (seq % 4294967296)
     redis.call('HSET', KEYS[2], rid, string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
-    redis.call('ZADD', KEYS[qbase + qi], score, rid)
-    redis.call('ZADD', KEYS[1], 'NX', 0, site)
-    queued = queued + 1
+    if delay > 0 then
+      if not now_ms then
+        local t = redis.call('TIME')
+        now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      redis.call('ZADD', KEYS[3], now_ms + delay, rid)
+      redis.call('HSET', KEYS[4], rid, waiting_holder)
+      waiting = waiting + 1
+    else
+      redis.call('ZADD', KEYS[qbase + qi], score, rid)
+      redis.call('ZADD', KEYS[1], 'NX', 0, site)
+      queued = queued + 1
+    end
   end
 end
 seen_finish()
@@ -89,8 +106,13 @@ if queued > 0 then
   count(KEYS[5], 'queued', queued)
   count(KEYS[5], 'enqueued', queued)
 end
+if waiting > 0 then
+  count(KEYS[5], 'leased', waiting)
+  count(KEYS[5], 'waiting', waiting)
+  count(KEYS[5], 'enqueued', waiting)
+end
 if dups > 0 then count(KEYS[5], 'duplicates', dups) end
 if acked + bad > 0 then count(KEYS[5], 'leased', -(acked + bad)) end
 if acked > 0 then count(KEYS[5], 'acked', acked) end
 if bad > 0 then count(KEYS[5], 'bad', bad) end
-return {queued, dups, acked, dup_idx, seen_new_layers()}
+return {queued + waiting, dups, acked, dup_idx, seen_new_layers()}

@@ -13,8 +13,10 @@
 --                         silence (heartbeat.lua)
 -- ARGV[1] most leases to return
 -- ARGV[2] grace (ms): for this long after the fleet was silent (Redis was down or
---         hung: no node could heartbeat), nothing is returned, so that live nodes
---         renew their leases before anyone counts them dead
+--         hung: no node could heartbeat), no node's lease is returned, so that live
+--         nodes renew their leases before anyone counts them dead
+-- ARGV[3] the holder of waiting requests (records.WAITING; see commit.lua): its
+--         requests are listed once their time has come, grace or not
 -- Returns {rid, site, rid, site, ...}; site is "" for an entry whose request is gone
 -- or malformed (requeue.lua sets a malformed one aside).
 -- The caller passes these to requeue.lua (mode "expired") with the sites' queue keys;
@@ -26,7 +28,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
 local resumed = tonumber(redis.call('HGET', KEYS[6], 'resumed_at') or '0') or 0
-if now - resumed < tonumber(ARGV[2]) then return {} end
+local in_grace = now - resumed < tonumber(ARGV[2])
+local waiting_holder = ARGV[3]
 local picked, out = {}, {}
 
 local function add(rid)
@@ -38,8 +41,9 @@ local function add(rid)
 end
 
 for _, rid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)) do
-  add(rid)
+  if not in_grace or redis.call('HGET', KEYS[4], rid) == waiting_holder then add(rid) end
 end
+if in_grace then return out end
 
 local dead = {}
 local found = false

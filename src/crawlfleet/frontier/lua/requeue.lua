@@ -15,29 +15,34 @@
 -- ARGV[1] mode: "expired" (only leases past their deadline, or held by a node that
 --         counts as dead) or "owner" (only leases held by ARGV[2])
 -- ARGV[2] node id (mode "owner")
--- ARGV[3 ..] pairs: rid, queue index (1-based among KEYS[8 ..]; 0 = request gone or
+-- ARGV[3] the holder of waiting requests (records.WAITING; see commit.lua): one of
+--         its requests is queued only once its time has come (counter "waiting")
+-- ARGV[4 ..] pairs: rid, queue index (1-based among KEYS[8 ..]; 0 = request gone or
 --            malformed)
--- Returns the number of requests returned to a queue. A malformed entry is moved to
--- the bad list (counter "bad"), never requeued.
+-- Returns {requests returned to a queue, of which waiting ones whose time had come}.
+-- A malformed entry is moved to the bad list (counter "bad"), never requeued.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local mode, node = ARGV[1], ARGV[2]
-local back, dropped = 0, 0
-for i = 3, #ARGV, 2 do
+local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
+local back, dropped, waited = 0, 0, 0
+for i = 4, #ARGV, 2 do
   local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
   local deadline = redis.call('ZSCORE', KEYS[3], rid)
   local ok = false
   if deadline then
-    if mode == 'expired' then
+    local holder = redis.call('HGET', KEYS[4], rid)
+    if holder == waiting_holder then
+      ok = tonumber(deadline) < now
+      if ok then waited = waited + 1 end
+    elseif mode == 'expired' then
       ok = tonumber(deadline) < now
       if not ok then
-        local holder = redis.call('HGET', KEYS[4], rid)
         local alive_until = holder and redis.call('ZSCORE', KEYS[6], holder)
         ok = not alive_until or tonumber(alive_until) < now
       end
     else
-      ok = redis.call('HGET', KEYS[4], rid) == node
+      ok = holder == node
     end
   end
   if ok then
@@ -60,8 +65,9 @@ for i = 3, #ARGV, 2 do
   end
 end
 if back + dropped > 0 then count(KEYS[5], 'leased', -(back + dropped)) end
+if waited > 0 then count(KEYS[5], 'waiting', -waited) end
 if back > 0 then
   count(KEYS[5], 'queued', back)
-  count(KEYS[5], 'requeued', back)
+  if back > waited then count(KEYS[5], 'requeued', back - waited) end
 end
-return back
+return {back, waited}
