@@ -3,6 +3,8 @@
 Binds only ``127.0.0.1`` .. ``127.0.0.{hosts}``. Once serving, it prints the port on
 stdout, writes it to ``--port-file`` (atomically) if given, and logs the seed URLs.
 SIGINT and SIGTERM stop it cleanly (exit status 0); the port file is then removed.
+``--archive-*`` add the date x category archive (:mod:`crawlfleet.testsite.archive`),
+``--ban-*`` and ``--flaky*`` make the site hostile (:mod:`crawlfleet.testsite.hostile`).
 Also runnable as ``python -m crawlfleet.cli.site`` (what
 :func:`crawlfleet.testsite.process.start_site_process` uses).
 """
@@ -12,12 +14,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
 
+from crawlfleet.testsite.archive import DEFAULT_ARCHIVE_START, category_names
+from crawlfleet.testsite.hostile import FLAKY_KINDS, Hostile, flaky_kinds
 from crawlfleet.testsite.model import MAX_HOSTS, SiteModel
 from crawlfleet.testsite.server import SiteServer
 
@@ -55,6 +60,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no error, redirect, slow, odd-file or legacy-encoding pages",
     )
+    archive = parser.add_argument_group("archive (date x category units on 127.0.0.1)")
+    archive.add_argument(
+        "--archive-dates",
+        metavar="N",
+        type=int,
+        default=0,
+        help="consecutive days (default: 0, no archive)",
+    )
+    archive.add_argument(
+        "--archive-categories",
+        metavar="N",
+        type=int,
+        default=0,
+        help="categories c00, c01, ... (default: 0)",
+    )
+    archive.add_argument(
+        "--archive-start",
+        metavar="DATE",
+        default=DEFAULT_ARCHIVE_START.isoformat(),
+        help=f"first day, YYYY-MM-DD (default: {DEFAULT_ARCHIVE_START.isoformat()})",
+    )
+    hostile = parser.add_argument_group("hostile mode (all off by default)")
+    hostile.add_argument(
+        "--ban-rate",
+        metavar="N",
+        type=int,
+        default=0,
+        help="ban a client sending more than N requests within 1 s (default: 0, never)",
+    )
+    hostile.add_argument(
+        "--ban-seconds",
+        metavar="S",
+        type=float,
+        default=10.0,
+        help="how long a ban lasts (default: 10)",
+    )
+    hostile.add_argument(
+        "--ban-by",
+        metavar="{ip,ua}",
+        default="ip",
+        help="a client is its peer IP address or its User-Agent (default: ip)",
+    )
+    hostile.add_argument(
+        "--flaky",
+        metavar="SHARE",
+        type=float,
+        default=0.0,
+        help="share of URLs that fail at first, 0..1 (default: 0)",
+    )
+    hostile.add_argument(
+        "--flaky-attempts",
+        metavar="K",
+        type=int,
+        default=1,
+        help="requests a flaky URL fails before it is served (default: 1)",
+    )
+    hostile.add_argument(
+        "--flaky-kinds",
+        metavar="KINDS",
+        default=",".join(FLAKY_KINDS),
+        help=f"comma-separated failure kinds (default: {','.join(FLAKY_KINDS)})",
+    )
     parser.add_argument("--port", type=int, default=0, help="port (default: 0, a free one)")
     parser.add_argument("--port-file", type=Path, help="write the bound port to this file")
 
@@ -70,12 +137,24 @@ def run(args: argparse.Namespace) -> int:
             links_per_page=args.links_per_page,
             problems=not args.no_problems,
             articles=args.articles,
+            archive_dates=args.archive_dates,
+            archive_categories=category_names(args.archive_categories),
+            archive_start=_iso_date(args.archive_start),
+        )
+        hostile = Hostile(
+            ban_rate=args.ban_rate,
+            ban_seconds=args.ban_seconds,
+            ban_by=args.ban_by,
+            flaky=args.flaky,
+            flaky_attempts=args.flaky_attempts,
+            flaky_kinds=flaky_kinds(args.flaky_kinds),
         )
         server = SiteServer(
             model,
             port=args.port,
             latency_seconds=args.latency,
             timeout_seconds=args.timeout_seconds,
+            hostile=hostile,
         )
     except ValueError as exc:
         logger.error("invalid option: %s", exc)
@@ -108,6 +187,31 @@ async def _serve(server: SiteServer, port_file: Path | None) -> None:
         )
         for url in server.seed_urls:
             logger.info("seed URL %s", url)
+        archive = model.archive
+        if archive:
+            logger.info(
+                "archive: %d units (%d dates from %s, %d categories), %d URLs",
+                archive.unit_count(),
+                len(archive.dates),
+                archive.dates[0],
+                len(archive.categories),
+                archive.url_count(),
+            )
+        hostile = server.hostile
+        if hostile.ban_rate:
+            logger.info(
+                "hostile: more than %d requests/s from one %s bans it for %g s",
+                hostile.ban_rate,
+                hostile.ban_by,
+                hostile.ban_seconds,
+            )
+        if hostile.flaky:
+            logger.info(
+                "hostile: %d flaky URLs fail %d time(s) (%s)",
+                len(hostile.flaky_locs(model)),
+                hostile.flaky_attempts,
+                ",".join(hostile.flaky_kinds),
+            )
         print(port, flush=True)
         await stop.wait()
         logger.info("test site stopping")
@@ -118,6 +222,13 @@ async def _serve(server: SiteServer, port_file: Path | None) -> None:
         if port_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 port_file.unlink()
+
+
+def _iso_date(value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"archive_start must be a date YYYY-MM-DD, got {value!r}") from None
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -2,6 +2,8 @@
 tests and the benchmarks.
 
 - :mod:`.model`: what the site contains (:class:`SiteModel`), the ground truth;
+- :mod:`.archive`: its optional date x category archive;
+- :mod:`.hostile`: hostile mode (:class:`Hostile`: bans, flaky URLs, captchas);
 - :mod:`.server`: serving it (:class:`SiteServer`, :class:`TestSite` for tests);
 - :mod:`.process`: serving it from a child process (benchmarks);
 - :mod:`.spider`: a vanilla Scrapy spider that crawls it completely.
@@ -15,6 +17,7 @@ from typing import Any
 __all__ = [
     "Article",
     "EncodingCase",
+    "Hostile",
     "Link",
     "Product",
     "SiteModel",
@@ -31,6 +34,7 @@ __all__ = [
 _HOMES = {
     **dict.fromkeys(("Article", "EncodingCase", "Link", "Product", "SiteModel"), "model"),
     **dict.fromkeys(("SiteServer", "TestSite"), "server"),
+    "Hostile": "hostile",
     **dict.fromkeys(
         ("fetch_stats", "reset_stats", "start_site_process", "stop_site_process"), "process"
     ),

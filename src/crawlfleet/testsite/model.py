@@ -14,18 +14,23 @@ Layout (``H`` hosts, host ``i`` is ``127.0.0.{i+1}``, all on one port):
   ``?page=1``, so every content page is reachable from the roots whatever the links;
 - with ``problems``: links to ``/status/404``, ``/status/500``, ``/slow``, redirects
   ``/r/<n>`` (302 to page ``n``), a JSON feed and a PNG on every root, and a few product
-  pages served in legacy encodings (:attr:`SiteModel.encoded_pages`).
+  pages served in legacy encodings (:attr:`SiteModel.encoded_pages`);
+- with ``archive_dates`` and ``archive_categories``: a date x category archive on host 0
+  under ``/archive/``, linked from nowhere else (:mod:`crawlfleet.testsite.archive`;
+  not part of :meth:`SiteModel.content_locs`).
 """
 
 from __future__ import annotations
 
 import codecs
+import datetime as dt
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from crawlfleet.testsite import text
+from crawlfleet.testsite.archive import DEFAULT_ARCHIVE_START, Archive, Unit
 
 __all__ = [
     "CATALOG_PAGE_SIZE",
@@ -169,6 +174,7 @@ class _Layout:
     extra_links: dict[int, list[Link]]
     problem_locs: dict[str, tuple[Loc, ...]]
     cache: dict[tuple[str, int], object] = field(default_factory=dict)
+    archive: Archive | None = None
 
 
 @dataclass(frozen=True)
@@ -178,8 +184,10 @@ class SiteModel:
     ``articles`` (``None``: a tenth of the pages) of the non-root pages are articles, the
     rest products. ``links_per_page`` random links per page, within and across hosts,
     spelled in varying forms, with one exact duplicate and one ``#fragment`` duplicate.
-    The constructor raises :class:`ValueError` naming the first bad argument; afterwards
-    ``articles`` is always an ``int``.
+    ``archive_dates`` days from ``archive_start`` times ``archive_categories`` make the
+    archive (:attr:`archive`; empty by default). The constructor raises
+    :class:`ValueError` naming the first bad argument; afterwards ``articles`` is always
+    an ``int`` and ``archive_categories`` a tuple.
     """
 
     pages: int = 200
@@ -188,6 +196,9 @@ class SiteModel:
     links_per_page: int = 6
     problems: bool = True
     articles: int | None = None
+    archive_dates: int = 0
+    archive_categories: tuple[str, ...] = ()
+    archive_start: dt.date = DEFAULT_ARCHIVE_START
     _layout: _Layout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -201,7 +212,13 @@ class SiteModel:
         if self.articles is None:
             object.__setattr__(self, "articles", min(self.pages // 10, non_roots))
         _check_int("articles", self.articles, 0, non_roots)
+        if isinstance(self.archive_categories, list):
+            object.__setattr__(self, "archive_categories", tuple(self.archive_categories))
+        archive = Archive(
+            self.seed, self.archive_dates, self.archive_categories, self.archive_start
+        )
         object.__setattr__(self, "_layout", self._plan())
+        self._layout.archive = archive
 
     # -- addressing -----------------------------------------------------------------
 
@@ -441,6 +458,30 @@ class SiteModel:
             assert target is not None
             result[self.loc_url(loc, port)] = self.url(target, port)
         return result
+
+    # -- archive --------------------------------------------------------------------
+
+    @property
+    def archive(self) -> Archive:
+        """The date x category archive (falsy when not configured)."""
+        assert self._layout.archive is not None
+        return self._layout.archive
+
+    def archive_units(self) -> list[Unit]:
+        """Every unit ``(ISO date, category)``, by date, then category."""
+        return self.archive.units()
+
+    def archive_unit_url(self, unit: Unit, port: int) -> str:
+        """The first listing page of ``unit``: where a crawl of the unit starts."""
+        return self.loc_url((0, self.archive.listing_path(unit)), port)
+
+    def archive_listing_urls(self, unit: Unit, port: int) -> list[str]:
+        """Every listing page of ``unit``, in order (one for an empty unit)."""
+        return [self.loc_url((0, path), port) for path in self.archive.listing_paths(unit)]
+
+    def archive_doc_urls(self, unit: Unit, port: int) -> list[str]:
+        """Every document of ``unit``, in order (none for an empty unit)."""
+        return [self.loc_url((0, path), port) for path in self.archive.doc_paths(unit)]
 
     # -- internals ------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from crawlfleet.testsite.archive import category_names
+from crawlfleet.testsite.hostile import Hostile
 from crawlfleet.testsite.model import SiteModel, host_address
 
 __all__ = [
@@ -40,8 +42,9 @@ def site_command(
     timeout_seconds: float = 30.0,
     port_file: Path | None = None,
     python: str | None = None,
+    hostile: Hostile | None = None,
 ) -> list[str]:
-    """The argv that serves ``model`` with these options."""
+    """The argv that serves ``model`` (its archive too) with these options."""
     argv = [
         python or sys.executable,
         "-m",
@@ -57,6 +60,26 @@ def site_command(
     ]
     if not model.problems:
         argv.append("--no-problems")
+    archive = model.archive
+    if archive:
+        if archive.categories != category_names(len(archive.categories)):
+            raise ValueError(
+                "archive_categories must be c00, c01, ... to be served by the site command"
+            )
+        argv += [
+            f"--archive-dates={len(archive.dates)}",
+            f"--archive-categories={len(archive.categories)}",
+            f"--archive-start={model.archive_start.isoformat()}",
+        ]
+    if hostile is not None and hostile != Hostile():
+        argv += [
+            f"--ban-rate={hostile.ban_rate}",
+            f"--ban-seconds={hostile.ban_seconds!r}",
+            f"--ban-by={hostile.ban_by}",
+            f"--flaky={hostile.flaky!r}",
+            f"--flaky-attempts={hostile.flaky_attempts}",
+            f"--flaky-kinds={','.join(hostile.flaky_kinds)}",
+        ]
     if port_file is not None:
         argv.append(f"--port-file={port_file}")
     return argv
@@ -70,10 +93,12 @@ def start_site_process(
     timeout_seconds: float = 30.0,
     startup_timeout: float = 60.0,
     python: str | None = None,
+    hostile: Hostile | None = None,
     stdout: _File = subprocess.DEVNULL,
     stderr: _File = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """Start the site for ``model`` (default: ``SiteModel()``) in a child process.
+    """Start the site for ``model`` (default: ``SiteModel()``) in a child process,
+    hostile as ``hostile`` says (default: not at all).
 
     Returns ``(process, port)`` once the site accepts connections. Raises
     :class:`RuntimeError` if the process exits first and :class:`TimeoutError` (after
@@ -90,6 +115,7 @@ def start_site_process(
         timeout_seconds=timeout_seconds,
         port_file=port_file,
         python=python,
+        hostile=hostile,
     )
     proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr)
     try:

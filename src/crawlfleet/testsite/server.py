@@ -6,11 +6,18 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
 - the model's pages, catalogues and files; ``/r/<n>`` (302 to page ``n``),
   ``/status/<code>`` (that status), ``/slow`` (200 after ``timeout_seconds``),
   anything else 404; ``latency_seconds`` is added to all of these;
+- with an archive in the model, its listing pages and documents on host 0 (see
+  :mod:`crawlfleet.testsite.archive`);
 - ``/robots.txt`` (allow all, with ``Crawl-delay: robots_crawl_delay`` when set;
   counted apart, no latency);
 - with ``ban_above_rate`` N > 0, a request arriving when its host has already
   answered N requests in the last second gets ``429 Too Many Requests`` instead (counted
   in ``banned``, not as a fetch), like a site that defends itself;
+- with ``hostile`` (:class:`~crawlfleet.testsite.hostile.Hostile`, off by default): bans
+  (403 "Access denied"), flaky URLs that fail their first attempts (503, 429, 500, a
+  captcha redirect, a dropped connection) and ``/captcha``; checked before
+  ``ban_above_rate`` and never for ``/robots.txt`` or the control endpoints. Hostile
+  answers are no fetches: they are counted in ``hostile`` only;
 - ``GET /_stats`` (``?brief=1`` leaves out ``requests``) and ``POST /_reset``, never
   counted. ``/_stats`` returns (URLs are ``http://127.0.0.X:PORT/path``)::
 
@@ -21,12 +28,25 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
      "fetched_twice": [{"url": str, "count": int}, ...],   # content URLs only
      "never_fetched": [str, ...],                           # expected, not requested
      "problem_requests": {url: int},     # /status/*, /slow, /r/*, odd files
-     "unknown_requests": {url: int},     # neither content nor problem (404s)
+     "unknown_requests": {url: int},     # neither content, problem nor archive (404s)
      "robots_requests": {"127.0.0.1": int, ...},
      "banned": {"127.0.0.1": int, ...},  # 429 answers (ban_above_rate)
      "clients": {label: {"requests": int, "banned": int, "first": float, "last": float,
                          "max_rate_1s": {"127.0.0.1": int, ...}}},
-     "requests": {url: int}}             # every counted URL
+     "archive": {"units": int, "expected_urls": int,   # listing pages + documents
+                 "total_requests": int, "fetched": int, # requests, distinct URLs
+                 "fetched_twice": [{"url": str, "count": int}, ...],
+                 "requests": {url: int}},               # archive URLs only; not if brief
+     "hostile": {"ban_by": "ip" | "ua",
+                 "bans": {client: int},          # bans imposed, by IP or User-Agent
+                 "denied": {client: int},        # 403 answers, by client
+                 "banned_requests": int,         # 403 answers, all clients
+                 "banned_now": [client, ...],    # clients banned at this moment
+                 "flaky_urls": int,              # how many URLs are flaky
+                 "flaky_served": {"503": int, "429": int, "captcha": int, "drop": int,
+                                  "500": int},   # failures served, by kind
+                 "captcha_requests": int},       # /captcha pages served
+     "requests": {url: int}}             # every counted URL (archive ones too)
 
 ``clients`` counts requests by the label a crawler sends in the ``X-Crawlfleet-Client``
 header (tests and the benchmark give each node, or each group of nodes, its own label);
@@ -51,6 +71,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from crawlfleet.testsite.hostile import Hostile, HostileGuard
 from crawlfleet.testsite.model import Loc, SiteModel, host_address
 from crawlfleet.testsite.render import Resource, render_site
 from crawlfleet.testsite.stats import RequestLog
@@ -97,7 +118,8 @@ class SiteServer:
     the same event loop, and all other methods in that loop's thread.
 
     ``port`` 0 picks a free port. ``latency_seconds`` delays every counted response;
-    ``/slow`` answers after ``timeout_seconds`` (or at :meth:`stop`).
+    ``/slow`` answers after ``timeout_seconds`` (or at :meth:`stop`). ``hostile``
+    (default: nothing hostile) makes the site push back.
     """
 
     def __init__(
@@ -109,7 +131,10 @@ class SiteServer:
         timeout_seconds: float = 30.0,
         ban_above_rate: int = 0,
         robots_crawl_delay: float = 0.0,
+        hostile: Hostile | None = None,
     ) -> None:
+        if hostile is not None and not isinstance(hostile, Hostile):
+            raise ValueError(f"hostile must be a Hostile, got {hostile!r}")
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, got {port}")
         if latency_seconds < 0:
@@ -123,6 +148,8 @@ class SiteServer:
         self.model = model
         self.latency_seconds = latency_seconds
         self.ban_above_rate = ban_above_rate
+        self.hostile = hostile if hostile is not None else Hostile()
+        self._guard: HostileGuard | None = None
         self._robots = _ROBOTS + (
             f"Crawl-delay: {robots_crawl_delay:g}\n".encode() if robots_crawl_delay else b""
         )
@@ -148,6 +175,10 @@ class SiteServer:
     def url(self, n: int) -> str:
         return self.model.url(n, self.port)
 
+    def flaky_urls(self) -> dict[str, str]:
+        """URL -> kind of failure of every flaky URL (see :meth:`Hostile.flaky_locs`)."""
+        return self.hostile.flaky_urls(self.model, self.port)
+
     async def start(self) -> int:
         """Bind, render and start serving; returns the port."""
         socks = bind_loopback(self.model.hosts, self._requested_port)
@@ -157,6 +188,7 @@ class SiteServer:
             for (host, path), resource in render_site(self.model, port).items():
                 by_host[host][path] = resource
             self._log = RequestLog(self.model, port)
+            self._guard = HostileGuard(self.hostile, self.hostile.flaky_locs(self.model))
             self._closing = asyncio.Event()
             for host, sock in enumerate(socks):
                 server = web.Server(
@@ -185,21 +217,26 @@ class SiteServer:
     def stats(self, *, brief: bool = False) -> dict[str, Any]:
         """The request counters (see the module docstring); ``brief`` drops
         ``requests``."""
-        if self._log is None:
+        if self._log is None or self._guard is None:
             raise RuntimeError("the site is not started")
         snapshot = self._log.snapshot()
+        snapshot["hostile"] = self._guard.snapshot()
         if brief:
             del snapshot["requests"]
+            del snapshot["archive"]["requests"]
         return snapshot
 
     def reset(self) -> None:
-        """Clear all counters."""
+        """Clear all counters, bans and flaky attempts."""
         if self._log is not None:
             self._log.reset()
+        if self._guard is not None:
+            self._guard.reset()
 
     def _handler(self, host: int, resources: dict[str, Resource]) -> _Handler:
-        log = self._log
-        assert log is not None
+        log, guard = self._log, self._guard
+        assert log is not None and guard is not None
+        hostile = self.hostile.enabled
 
         async def handle(request: web.BaseRequest) -> web.StreamResponse:
             path = request.raw_path
@@ -210,6 +247,10 @@ class SiteServer:
             if path == "/robots.txt":
                 log.record_robots(host)
                 return web.Response(body=self._robots, content_type="text/plain")
+            if hostile:
+                answer = guard.screen(request, (host, path))
+                if answer is not None:
+                    return answer
             if self.ban_above_rate and self._too_fast(host):
                 log.record_banned(host, request.headers.get(CLIENT_HEADER))
                 return web.Response(status=429, text="too many requests\n")
@@ -258,7 +299,13 @@ class SiteServer:
         return None
 
     async def _dynamic(self, loc: Loc) -> web.StreamResponse:
-        path = loc[1]
+        host, path = loc
+        page = self.model.archive.resolve(path) if host == 0 else None
+        if page is not None:
+            return web.Response(
+                body=self.model.archive.render(page),
+                headers={"Content-Type": "text/html; charset=utf-8"},
+            )
         if path == "/slow":
             assert self._closing is not None
             with contextlib.suppress(TimeoutError):
@@ -294,6 +341,7 @@ class TestSite:
         timeout_seconds: float = 30.0,
         ban_above_rate: int = 0,
         robots_crawl_delay: float = 0.0,
+        hostile: Hostile | None = None,
     ) -> None:
         self.model = model if model is not None else SiteModel()
         self.server = SiteServer(
@@ -303,6 +351,7 @@ class TestSite:
             timeout_seconds=timeout_seconds,
             ban_above_rate=ban_above_rate,
             robots_crawl_delay=robots_crawl_delay,
+            hostile=hostile,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -322,6 +371,10 @@ class TestSite:
 
     def expected_urls(self) -> frozenset[str]:
         return self.model.expected_urls(self.port)
+
+    def flaky_urls(self) -> dict[str, str]:
+        """URL -> kind of failure of every flaky URL (empty unless ``hostile.flaky``)."""
+        return self.server.flaky_urls()
 
     def start(self) -> None:
         """Start the thread and serve; returns once the site accepts connections."""

@@ -154,10 +154,13 @@ class RequestLog:
         """The counters as a JSON-ready dict (shape documented in the server module)."""
         url = self._model.loc_url
         port = self._port
+        archive = self._model.archive
         requests: dict[str, int] = {}
         problems: dict[str, int] = {}
         unknown: dict[str, int] = {}
+        archived: dict[str, int] = {}
         twice: list[dict[str, Any]] = []
+        archive_twice: list[dict[str, Any]] = []
         content_requests = 0
         for loc, n in sorted(self._counts.items()):
             u = url(loc, port)
@@ -168,6 +171,10 @@ class RequestLog:
                     twice.append({"url": u, "count": n})
             elif is_problem_path(loc[1]):
                 problems[u] = n
+            elif loc[0] == 0 and archive.resolve(loc[1]) is not None:
+                archived[u] = n
+                if n > 1:
+                    archive_twice.append({"url": u, "count": n})
             else:
                 unknown[u] = n
         never = sorted(url(loc, port) for loc in self._content if loc not in self._counts)
@@ -195,5 +202,13 @@ class RequestLog:
             "robots_requests": {host_address(h): n for h, n in enumerate(self._robots)},
             "banned": {host_address(h): n for h, n in enumerate(self._banned)},
             "clients": {label: c.snapshot() for label, c in sorted(self._clients.items())},
+            "archive": {
+                "units": archive.unit_count(),
+                "expected_urls": archive.url_count(),
+                "total_requests": sum(archived.values()),
+                "fetched": len(archived),
+                "fetched_twice": archive_twice,
+                "requests": archived,
+            },
             "requests": requests,
         }
