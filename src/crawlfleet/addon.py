@@ -38,6 +38,8 @@ SCHEDULER = "crawlfleet.node.scheduler.Scheduler"
 STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
 TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 FEEDBACK = "crawlfleet.node.feedback.Feedback"
+CAMPAIGN_FEEDER = "crawlfleet.node.campaign.CampaignFeeder"
+UNIT_META_MW = "crawlfleet.node.campaign.UnitMeta"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
@@ -119,6 +121,9 @@ class Addon:
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
         self._component(settings, "EXTENSIONS", TELEMETRY, 910)
         self._component(settings, "EXTENSIONS", FEEDBACK, 920)
+        # off (NotConfigured) unless CRAWLFLEET_CAMPAIGN
+        self._component(settings, "EXTENSIONS", CAMPAIGN_FEEDER, 930)
+        self._component(settings, "SPIDER_MIDDLEWARES", UNIT_META_MW, 950)
         # above RetryMiddleware (550): it sees a 429 before the retry
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SITE_THROTTLE, 560)
         # before Scrapy's DefaultHeadersMiddleware (400) and UserAgentMiddleware (500),

@@ -39,6 +39,7 @@ COMMANDS = (
     "health",
     "items",
     "errors",
+    "campaign",
     "manager",
     "deploy",
     "site",

@@ -68,14 +68,21 @@ def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Out
 
 
 async def recrawl_errors(
-    frontier: Frontier, db: StateDB, *, reason: str | None = None, limit: int = 10_000
+    frontier: Frontier,
+    db: StateDB,
+    *,
+    reason: str | None = None,
+    limit: int = 10_000,
+    max_recrawls: int | None = None,
 ) -> RecrawlResult:
     """Queue the job's open errors (of *reason*) again (see the module docstring). Redis
     is asked first; errors that could not be queued (Redis failing midway) are open
     again, and the Redis error is raised."""
     job = frontier.keys.job
     await frontier.client.ping()  # before any error is marked queued
-    rows = await asyncio.to_thread(take_for_recrawl, db, job, reason=reason, limit=limit)
+    rows = await asyncio.to_thread(
+        take_for_recrawl, db, job, reason=reason, limit=limit, max_recrawls=max_recrawls
+    )
     result = RecrawlResult()
     done = 0
     try:

@@ -38,10 +38,14 @@ from crawlfleet.state.records import Failure, utcnow
 from crawlfleet.state.url import check_state_db_url, state_db_url
 from crawlfleet.state.writer import RegistryWriter
 
-__all__ = ["ERROR_META", "STACK_CHARS", "FailureRegistry"]
+__all__ = ["ERROR_META", "STACK_CHARS", "UNIT_ID_META", "UNIT_META", "FailureRegistry"]
 
 #: Request meta key that carries the registry id of the error a request re-crawls.
 ERROR_META = "crawlfleet_error"
+#: Request meta: the campaign unit a request belongs to (its label), and on a unit's
+#: first request the unit's id (see crawlfleet.node.campaign).
+UNIT_META = "crawlfleet_unit"
+UNIT_ID_META = "crawlfleet_unit_id"
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +82,12 @@ class FailureRegistry:
     ) -> Any:
         if response.status >= 400 and not self._handled(request, response):
             self.record(request, "http", f"HTTP {response.status}", status=response.status)
-        elif ERROR_META in request.meta:
+            return response
+        if ERROR_META in request.meta:
             self._resolved(request)
+        unit_id = request.meta.get(UNIT_ID_META)
+        if isinstance(unit_id, int):
+            self.writer.unit_finished(unit_id, ok=True)
         return response
 
     def process_exception(
@@ -150,6 +158,9 @@ class FailureRegistry:
             payload: bytes | None = scheduler.encode(request)
         except SerializationError:
             payload = None
+        unit_id = request.meta.get(UNIT_ID_META)
+        if isinstance(unit_id, int):  # a campaign unit's first page: the unit failed
+            self.writer.unit_finished(unit_id, ok=False, error=f"{reason}: {detail}")
         fingerprinter = self.crawler.request_fingerprinter
         self.writer.failure(
             Failure(
@@ -171,7 +182,7 @@ class FailureRegistry:
 
 
 def _unit(request: Request) -> str | None:
-    unit = request.meta.get("crawlfleet_unit")
+    unit = request.meta.get(UNIT_META)
     return str(unit)[:200] if unit is not None else None
 
 

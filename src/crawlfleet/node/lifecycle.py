@@ -39,7 +39,8 @@ class Lifecycle:
 
     def update(self, state: JobState, idle: bool, seeds_waiting: bool, now: float) -> None:
         """Take in the job's *state* as a heartbeat read it (*idle*: this node holds
-        nothing; *seeds_waiting*: its seed list is not empty; *now*: monotonic)."""
+        nothing; *seeds_waiting*: more work is on its way: its seed list is not empty, or
+        a campaign holds the job open; *now*: monotonic)."""
         empty = idle and state.empty and not seeds_waiting
         if empty and state.leased_total == 0:
             # a job that never had work is not finished: nodes started before the

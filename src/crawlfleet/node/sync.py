@@ -143,6 +143,10 @@ class SyncLoop:
         self._control_seq = -1  # the job's newest command known (-1: not read yet)
         self._next_control_check = 0.0
         self._logged_dup = False
+        #: requests handed in by feed(), committed by the loop in order
+        self._feeds: list[tuple[list[tuple[Request, Outgoing]], asyncio.Future[int]]] = []
+        #: reasons the job must not count as finished for this node (see hold())
+        self.holds: set[str] = set()
 
     # -- start and stop --------------------------------------------------------------
     async def open(self, spider: Spider | None) -> None:
@@ -327,6 +331,8 @@ class SyncLoop:
             seq = await self.leaser.lease()
             if seq is not None:
                 self._note_control_seq(seq)
+        if self._feeds:
+            await self._commit_feeds()
         if self.seeds is not None and now >= self.seeds.next_at:
             await self.seeds.pull(self._seed_outbound, self._queue_now, self.leaser.idle_delay)
         if self.reports:
@@ -394,6 +400,37 @@ class SyncLoop:
             self.count_duplicate(request)
             self.engine.dropped(request)
 
+    def feed(self, requests: list[Request]) -> asyncio.Future[int]:
+        """Queue *requests* in the frontier from outside the engine (a campaign's units):
+        encoded now (SerializationError raised here), committed by the loop, in order,
+        retried while Redis fails; the future gives how many were new (not seen)."""
+        pairs = []
+        for request in requests:
+            payload = self.leaser.codec.encode(request)
+            fp = b"" if request.dont_filter else self.fingerprint(request)
+            pairs.append((request, Outgoing(fp, "", request.priority, payload)))
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._feeds.append((pairs, done))
+        self.kick()
+        return done
+
+    async def _commit_feeds(self) -> None:
+        while self._feeds:
+            pairs, done = self._feeds[0]
+            outgoing = []
+            for request, out in pairs:
+                if self.sites.needs_resolving(request):
+                    await self.sites.resolve(self.sites.host(request))
+                outgoing.append(
+                    Outgoing(out.fp, self.sites.site(request), out.priority, out.payload)
+                )
+            result = await self.frontier.commit(self.node_id, outgoing)
+            self._feeds.pop(0)
+            if result.queued:
+                self.leaser.work_arrived()
+            if not done.done():
+                done.set_result(result.queued)
+
     def count_duplicate(self, request: Request) -> None:
         """*request* was a duplicate (known here, or to the shared seen-filter)."""
         self.stats.inc("crawlfleet/scheduler/duplicates")
@@ -441,8 +478,8 @@ class SyncLoop:
         self._was_idle = idle
         if state.queued > 0 and not self.ledger.ready:
             self.leaser.now()
-        seeds_waiting = self.seeds is not None and self.seeds.waiting
-        self.lifecycle.update(state, idle, seeds_waiting, now)
+        waiting = bool(self.holds or self._feeds) or (self.seeds is not None and self.seeds.waiting)
+        self.lifecycle.update(state, idle, waiting, now)
 
     def _note_control_seq(self, seq: int) -> None:
         """The job's command sequence as just read: a new command is read (with a

@@ -178,6 +178,11 @@ CRAWLFLEET_BAN_RETRIES = 2
 #: `crawlfleet errors` and re-crawls. The state DB is opened on the first failure.
 CRAWLFLEET_ERRORS = True
 
+# --- Campaigns (see docs/campaigns.md) --------------------------------------------------
+#: The campaign (created with `crawlfleet campaign create`) whose task units this node
+#: feeds to its job; "" (default): none.
+CRAWLFLEET_CAMPAIGN = ""
+
 # --- Seeding ------------------------------------------------------------------------
 #: Redis list read for seeds, compatible with scrapy-redis: plain URLs or JSON objects
 #: {"url": ..., "meta": ..., "priority": ...}. "%(spider)s" is replaced by the spider

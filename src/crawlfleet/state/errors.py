@@ -216,14 +216,22 @@ def error_stats(db: StateDB, job: str) -> dict[str, Any]:
 
 
 def take_for_recrawl(
-    db: StateDB, job: str, *, reason: str | None = None, limit: int = 10_000
+    db: StateDB,
+    job: str,
+    *,
+    reason: str | None = None,
+    limit: int = 10_000,
+    max_recrawls: int | None = None,
 ) -> list[tuple[int, str, int | None, bytes | None, str]]:
-    """Open errors of *job* (of one *reason*), marked ``queued`` with one more re-crawl:
-    ``(id, url, http_status, payload, site)`` each, oldest failure first."""
+    """Open errors of *job* (of one *reason*; re-crawled fewer than *max_recrawls*
+    times), marked ``queued`` with one more re-crawl: ``(id, url, http_status, payload,
+    site)`` each, oldest failure first."""
     _check(reason, None)
     query = select(CrawlError).where(CrawlError.job == job, CrawlError.state == "open")
     if reason is not None:
         query = query.where(CrawlError.reason == reason)
+    if max_recrawls is not None:
+        query = query.where(CrawlError.recrawls < max_recrawls)
     query = query.order_by(CrawlError.last_seen, CrawlError.id).limit(limit)
     with db.session() as s:
         rows = list(s.scalars(query.with_for_update()))

@@ -27,6 +27,8 @@ __all__ = [
     "Alert",
     "AlertRule",
     "Base",
+    "Campaign",
+    "CampaignUnit",
     "CrawlError",
     "Delivery",
     "Event",
@@ -316,3 +318,62 @@ class CrawlError(Base):
     state: Mapped[str] = mapped_column(String(16))
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     payload: Mapped[bytes | None] = mapped_column(BIG_BINARY, nullable=True)
+
+
+class Campaign(Base):
+    """A campaign: a job crawled over a parameter space of task units (see
+    :mod:`crawlfleet.campaigns.space`), fed to the job's frontier by its nodes as they
+    need work. ``next_unit`` (the cursor) is the index of the next unit never handed
+    out; ``state``:
+    ``running``, ``paused``, ``stopping`` (nothing more is fed; what is queued is
+    finished), ``stopped``, ``finished``."""
+
+    __tablename__ = "crawlfleet_campaigns"
+    __table_args__ = (UniqueConstraint("name", name="uq_crawlfleet_campaigns_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    job: Mapped[str] = mapped_column(String(200))
+    #: what the nodes run (a spider name or a spec file), as told at creation
+    spider: Mapped[str] = mapped_column(String(500))
+    #: the start URL template of a unit ("" when the spider's unit_requests makes them)
+    template: Mapped[str] = mapped_column(Text)
+    #: the parameter space (JSON, ParamSpace.as_dict)
+    params: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    next_unit: Mapped[int] = mapped_column(Integer, default=0)
+    total: Mapped[int] = mapped_column(Integer)
+    #: most times a unit is fed (its first time and its re-crawls)
+    max_attempts: Mapped[int] = mapped_column(Integer)
+    #: units fed and not finished at most, for the whole fleet
+    units_ahead: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime)
+    updated_at: Mapped[datetime] = mapped_column(DateTime)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class CampaignUnit(Base):
+    """A unit handed out: ``leased`` (a node is feeding it, until ``lease_until``),
+    ``fed`` (its start requests are in the frontier), ``done`` (its first page was
+    crawled), ``failed`` (its first page failed for good), ``pending`` (to feed again:
+    a re-crawl). A unit's row exists from the moment the cursor passes it."""
+
+    __tablename__ = "crawlfleet_campaign_units"
+    __table_args__ = (
+        UniqueConstraint("campaign_id", "idx", name="uq_crawlfleet_units_campaign_idx"),
+        Index("ix_crawlfleet_units_campaign_state", "campaign_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(Integer)
+    idx: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    node: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    fed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    #: why it failed (one line)
+    error: Mapped[str | None] = mapped_column(String(500), nullable=True)

@@ -49,6 +49,10 @@ class RegistryWriter:
     def resolved(self, job: str, error_id: int) -> None:
         self._put(("resolved", (job, error_id)))
 
+    def unit_finished(self, unit_id: int, *, ok: bool, error: str | None = None) -> None:
+        """A campaign unit's first request was crawled (*ok*) or failed for good."""
+        self._put(("unit", (unit_id, ok, error)))
+
     def _put(self, entry: tuple[str, Any]) -> None:
         if self._queue.qsize() >= self.max_pending:
             self.dropped += 1
@@ -162,6 +166,11 @@ class RegistryWriter:
         kind, value = entry
         if kind == "failure":
             record_failures(db, [value])
+        elif kind == "unit":
+            from crawlfleet.state.campaigns import finish_unit
+
+            unit_id, ok, error = value
+            finish_unit(db, unit_id, ok=ok, error=error)
         else:
             job, eid = value
             resolve_errors(db, job, [eid])
@@ -169,4 +178,6 @@ class RegistryWriter:
 
 def _url_of(entry: tuple[str, Any]) -> str:
     kind, value = entry
+    if kind == "unit":
+        return f"campaign unit {value[0]}"
     return str(value.url) if kind == "failure" else f"error {value[1]}"

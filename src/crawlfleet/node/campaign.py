@@ -1,0 +1,266 @@
+"""A node's part in a campaign (``CRAWLFLEET_CAMPAIGN = "name"``, see
+:mod:`crawlfleet.state.campaigns`):
+
+- ``CampaignFeeder`` (an extension) claims task units from the state DB as the fleet
+  needs work, queues each unit's start requests in the job's frontier (from the
+  campaign's URL template, or the spider's ``unit_requests(unit)`` hook), and marks them
+  fed. While the campaign is active it keeps the job open (a job between two units is not
+  finished); once every unit was handed out and the frontier is empty it runs the
+  re-crawl phase (failed links of the registry, then failed units, while attempts are
+  left) and ends the campaign. It pauses and resumes with the campaign.
+- ``UnitMeta`` (a spider middleware) gives every request a unit's pages lead to the
+  unit's label (``crawlfleet_unit``), so that its failures are filed under the unit.
+
+The first request of a unit carries the unit's id (``crawlfleet_unit_id``): the error
+registry's middleware reports it done when it is crawled, failed when it fails for good.
+All state-DB calls run in a thread; the node's reactor never waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
+
+from crawlfleet.campaigns.space import Unit
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.middlewares.common import node_of
+from crawlfleet.middlewares.failures import UNIT_ID_META, UNIT_META
+from crawlfleet.state.url import check_state_db_url, state_db_url
+
+__all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks at the campaign.
+ROUND_SECONDS = 1.0
+#: Units claimed at most per round.
+UNITS_PER_ROUND = 5
+#: A unit leased and not fed within this long goes to another node.
+LEASE_SECONDS = 120.0
+#: While the state DB does not answer, the node says so this often.
+OUTAGE_LOG_SECONDS = 60.0
+HOLD = "campaign"
+
+
+class CampaignFeeder:
+    """See the module docstring."""
+
+    def __init__(self, crawler: Crawler, name: str, db_url: str) -> None:
+        self.crawler = crawler
+        self.name = name
+        self.db_url = db_url
+        self.db: Any = None
+        self.task: asyncio.Task[None] | None = None
+        self.fed = 0
+        self._down_since: float | None = None
+        self._said_down = 0.0
+        self._last_state = ""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> CampaignFeeder:
+        settings = crawler.settings
+        name = str(settings.get("CRAWLFLEET_CAMPAIGN") or "").strip()
+        if not name:
+            raise NotConfigured("CRAWLFLEET_CAMPAIGN is not set")
+        if not settings.getbool("CRAWLFLEET_ERRORS"):
+            raise ConfigError(
+                "CRAWLFLEET_CAMPAIGN needs CRAWLFLEET_ERRORS: units report through the "
+                "error registry"
+            )
+        ext = cls(crawler, name, check_state_db_url(state_db_url(settings)))
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def spider_opened(self, spider: Spider) -> None:
+        scheduler = node_of(self.crawler)
+        if scheduler is None:
+            logger.error("CRAWLFLEET_CAMPAIGN needs the crawlfleet scheduler: no campaign fed")
+            return
+        scheduler.sync.holds.add(HOLD)
+        self.task = asyncio.ensure_future(self._run(scheduler))
+
+    async def spider_closed(self, spider: Spider) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.db is not None:
+            self.db.close()
+        if self.fed:
+            logger.info("Campaign %r: this node fed %d unit(s)", self.name, self.fed)
+
+    # -- the loop -----------------------------------------------------------------------
+    async def _run(self, scheduler: Any) -> None:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if self.db is None:
+                    self.db = await asyncio.to_thread(_open, self.db_url)
+                await self._round(scheduler)
+                if self._down_since is not None:
+                    logger.info(
+                        "Campaign %r: state DB back after %.0f s",
+                        self.name,
+                        loop.time() - self._down_since,
+                    )
+                    self._down_since = None
+            except ConfigError as exc:  # the campaign is unknown: nothing to feed, ever
+                logger.error("Campaign: %s", exc)
+                scheduler.sync.holds.discard(HOLD)
+                scheduler.lifecycle.close_once("campaign unknown")
+                return
+            except SQLAlchemyError as exc:
+                now = loop.time()
+                if self._down_since is None:
+                    self._down_since = now
+                if now - self._said_down >= OUTAGE_LOG_SECONDS:
+                    self._said_down = now
+                    logger.warning(
+                        "Campaign %r: the state DB does not answer (%s); units wait",
+                        self.name,
+                        type(exc).__name__,
+                    )
+            except Exception:
+                logger.exception("Campaign %r: a round failed; trying again", self.name)
+            await asyncio.sleep(ROUND_SECONDS)
+
+    async def _round(self, scheduler: Any) -> None:
+        from crawlfleet.state.campaigns import ACTIVE, claim_units, mark_fed
+
+        sync = scheduler.sync
+        info, units = await asyncio.to_thread(
+            claim_units,
+            self.db,
+            self.name,
+            scheduler.node_id,
+            most=UNITS_PER_ROUND,
+            lease_seconds=LEASE_SECONDS,
+        )
+        state = info["state"]
+        self._note_state(state)
+        if info["job"] != scheduler.config.job:
+            raise ConfigError(
+                f"campaign {self.name!r} crawls job {info['job']!r}, this node job "
+                f"{scheduler.config.job!r}"
+            )
+        if state not in ACTIVE:
+            sync.holds.discard(HOLD)  # the job finishes once its frontier is empty
+            return
+        sync.holds.add(HOLD)
+        if units:
+            requests: list[Request] = []
+            for uid, unit, again in units:
+                requests += self._requests(uid, unit, info["template"], again)
+            await sync.feed(requests)
+            fed = await asyncio.to_thread(
+                mark_fed, self.db, scheduler.node_id, [u[0] for u in units]
+            )
+            self.fed += fed
+            scheduler.stats.inc("crawlfleet/campaign/units_fed", fed)
+            return
+        if state in ("running", "stopping") and await self._frontier_empty(sync):
+            await self._wrap_up(scheduler, state, info)
+
+    async def _frontier_empty(self, sync: Any) -> bool:
+        counters = await sync.frontier.counters()
+        return bool(counters.get("queued", 0) <= 0 and counters.get("leased", 0) <= 0)
+
+    async def _wrap_up(self, scheduler: Any, state: str, info: dict[str, Any]) -> None:
+        from crawlfleet.fleet.errors import recrawl_errors
+        from crawlfleet.state.campaigns import wrap_up
+
+        if state == "running" and info["exhausted"]:
+            links = await recrawl_errors(
+                scheduler.sync.frontier, self.db, max_recrawls=info["max_attempts"] - 1
+            )
+            if links.queued:
+                logger.info(
+                    "Campaign %r: re-crawl round: %d failed link(s) queued again",
+                    self.name,
+                    links.queued,
+                )
+                scheduler.sync.leaser.work_arrived()
+                return
+        outcome = await asyncio.to_thread(wrap_up, self.db, self.name)
+        if outcome == "recrawl":
+            logger.info("Campaign %r: re-crawl round: failed units are fed again", self.name)
+        self._note_state(outcome)
+
+    def _note_state(self, state: str) -> None:
+        if state != self._last_state and state in ("paused", "stopping", "stopped", "finished"):
+            logger.info("Campaign %r is %s", self.name, state)
+        if state in ("running", "paused", "stopping", "stopped", "finished"):
+            self._last_state = state
+
+    def _requests(self, uid: int, unit: Unit, template: str, again: bool) -> list[Request]:
+        spider = self.crawler.spider
+        hook = getattr(spider, "unit_requests", None)
+        if callable(hook):
+            requests = list(hook(unit))
+        elif template:
+            requests = [Request(unit.url(template))]
+        else:
+            raise ConfigError(
+                f"campaign {self.name!r} has no URL template and the spider no unit_requests()"
+            )
+        label = f"{self.name}:{unit.label}"[:200]
+        out = []
+        for request in requests:
+            if again:  # a re-crawl: its pages were seen the first time
+                request = request.replace(dont_filter=True)
+            request.meta.setdefault(UNIT_META, label)
+            out.append(request)
+        if out:
+            out[0].meta[UNIT_ID_META] = uid
+        return out
+
+
+def _open(url: str) -> Any:
+    from crawlfleet.state.db import StateDB
+
+    db = StateDB.open(url)
+    try:
+        db.upgrade()
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+class UnitMeta:
+    """A spider middleware: requests from a unit's pages belong to the unit."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> UnitMeta:
+        if not str(crawler.settings.get("CRAWLFLEET_CAMPAIGN") or "").strip():
+            raise NotConfigured("CRAWLFLEET_CAMPAIGN is not set")
+        return cls()
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
+    ) -> AsyncIterator[Any]:
+        unit = response.meta.get(UNIT_META) if response.request is not None else None
+        async for obj in result:
+            if unit is not None and isinstance(obj, Request):
+                obj.meta.setdefault(UNIT_META, unit)
+            yield obj
+
+    def process_spider_output(
+        self, response: Response, result: Iterable[Any], spider: Spider | None = None
+    ) -> Iterable[Any]:
+        unit = response.meta.get(UNIT_META) if response.request is not None else None
+        for obj in result:
+            if unit is not None and isinstance(obj, Request):
+                obj.meta.setdefault(UNIT_META, unit)
+            yield obj
