@@ -27,6 +27,7 @@ from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.errors import install_error_handlers
 from crawlfleet.manager.routes import (
     alerts,
+    campaigns,
     errors,
     events,
     jobs,
@@ -89,7 +90,19 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
     )
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (jobs, errors, nodes, events, live, scrapyd, timers, alerts, metrics, session):
+    for module in (
+        jobs,
+        errors,
+        campaigns,
+        nodes,
+        events,
+        live,
+        scrapyd,
+        timers,
+        alerts,
+        metrics,
+        session,
+    ):
         app.include_router(module.router)
     install_dashboard(app)
 

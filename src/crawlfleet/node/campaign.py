@@ -43,8 +43,6 @@ logger = logging.getLogger(__name__)
 ROUND_SECONDS = 1.0
 #: Units claimed at most per round.
 UNITS_PER_ROUND = 5
-#: A unit leased and not fed within this long goes to another node.
-LEASE_SECONDS = 120.0
 #: While the state DB does not answer, the node says so this often.
 OUTAGE_LOG_SECONDS = 60.0
 HOLD = "campaign"
@@ -60,6 +58,8 @@ class CampaignFeeder:
         self.db: Any = None
         self.task: asyncio.Task[None] | None = None
         self.fed = 0
+        #: a unit leased and not fed within this long goes to another node
+        self.lease_seconds = crawler.settings.getfloat("CRAWLFLEET_LEASE_SECONDS")
         self._down_since: float | None = None
         self._said_down = 0.0
         self._last_state = ""
@@ -145,7 +145,7 @@ class CampaignFeeder:
             self.name,
             scheduler.node_id,
             most=UNITS_PER_ROUND,
-            lease_seconds=LEASE_SECONDS,
+            lease_seconds=self.lease_seconds,
         )
         state = info["state"]
         self._note_state(state)
@@ -200,6 +200,8 @@ class CampaignFeeder:
     def _note_state(self, state: str) -> None:
         if state != self._last_state and state in ("paused", "stopping", "stopped", "finished"):
             logger.info("Campaign %r is %s", self.name, state)
+        elif state == "running" and self._last_state == "paused":
+            logger.info("Campaign %r is running again", self.name)
         if state in ("running", "paused", "stopping", "stopped", "finished"):
             self._last_state = state
 

@@ -8,9 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "AlertRuleBody",
+    "CampaignBody",
     "CancelBody",
     "ControlBody",
     "ErrorReason",
+    "ExtendBody",
     "LimitsBody",
     "NodeControlBody",
     "RecrawlBody",
@@ -137,3 +139,25 @@ class RecrawlBody(_Body):
     #: only failures of this reason (default: every open one)
     reason: ErrorReason | None = None
     limit: int = Field(default=10_000, ge=1, le=100_000)
+
+
+class CampaignBody(_Body):
+    """A new campaign, as ``crawlfleet campaign create`` takes it."""
+
+    name: str = Field(min_length=1, max_length=64)
+    job: str = Field(min_length=1, max_length=200)
+    #: start URL template: {date} ({date:%Y/%m/%d}), {category}, {keyword}
+    url: str = Field(default="", max_length=2000)
+    spider: str = Field(default="", max_length=500)
+    date_from: str | None = Field(default=None, alias="from")
+    date_to: str | None = Field(default=None, alias="to")
+    step: Literal["day", "week", "month"] = "day"
+    categories: list[str] = Field(default_factory=list, max_length=100_000)
+    keywords: list[str] = Field(default_factory=list, max_length=100_000)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    units_ahead: int = Field(default=20, ge=1, le=100_000)
+
+
+class ExtendBody(_Body):
+    #: the new last date
+    to: str = Field(min_length=10, max_length=10)
