@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             print(_line(c.extend_campaign(db, args.name, args.date_to)))
             return 0
         status = c.campaign_status(db, args.name)  # unknown: one line before Redis
+        c.check_command(args.name, status["state"], args.action)
         if args.action in ("pause", "resume"):
             _steer_job(args, status["job"], args.action, settings)
         done = c.set_campaign_state(db, args.name, args.action)

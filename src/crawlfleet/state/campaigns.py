@@ -41,6 +41,7 @@ __all__ = [
     "STATES",
     "UNIT_STATES",
     "campaign_status",
+    "check_command",
     "claim_units",
     "create_campaign",
     "extend_campaign",
@@ -155,17 +156,22 @@ TRANSITIONS = {
 }
 
 
+def check_command(name: str, state: str, command: str) -> None:
+    """ConfigError unless *command* (pause, resume, stop) applies to a campaign in
+    *state* (a command that is done already applies: it changes nothing)."""
+    allowed, target = TRANSITIONS[command]
+    if state != target and state not in allowed:
+        raise ConfigError(f"campaign {name!r} is {state}: cannot {command} it")
+
+
 def set_campaign_state(db: StateDB, name: str, command: str) -> dict[str, Any]:
     """Apply *command* (pause, resume, stop); ConfigError when it does not apply."""
-    allowed, target = TRANSITIONS[command]
+    target = TRANSITIONS[command][1]
 
     def run() -> dict[str, Any]:
         with db.session() as s:
             row = _lock(s, name)
-            if row.state == target:
-                return _describe(s, row)
-            if row.state not in allowed:
-                raise ConfigError(f"campaign {name!r} is {row.state}: cannot {command} it")
+            check_command(name, row.state, command)
             row.state = target
             return _describe(s, row)
 

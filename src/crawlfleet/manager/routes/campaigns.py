@@ -85,6 +85,7 @@ async def steer(
     name: str, command: Literal["pause", "resume", "stop"], ctx: Ctx, token: Operator
 ) -> dict[str, Any]:
     current = await ctx.in_db(c.campaign_status, ctx.db, name)  # unknown: 400, one line
+    c.check_command(name, current["state"], command)
     if command in ("pause", "resume"):
         kind, value = command_value(command)
         await ctx.frontier(current["job"]).send_control(ALL_NODES, kind, value)
