@@ -45,6 +45,7 @@ FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
 BAN_DETECTOR = "crawlfleet.middlewares.bans.BanDetector"
 RETRY = "crawlfleet.middlewares.retry.FrontierRetry"
+PROXIES = "crawlfleet.middlewares.proxies.ProxyRotation"
 SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
@@ -134,6 +135,9 @@ class Addon:
         if SCRAPY_RETRY not in settings["DOWNLOADER_MIDDLEWARES"]:
             settings["DOWNLOADER_MIDDLEWARES"][SCRAPY_RETRY] = None
         self._component(settings, "DOWNLOADER_MIDDLEWARES", RETRY, 550)
+        # before Scrapy's HttpProxyMiddleware (750), which turns the proxy's credentials
+        # into its header (off unless CRAWLFLEET_PROXY_ENABLED)
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", PROXIES, 740)
         # between the throttle and the retries: a ban goes back to the frontier
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BAN_DETECTOR, 555)
         # below RetryMiddleware: it sees what spent its retries (off: NotConfigured)

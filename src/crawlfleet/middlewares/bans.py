@@ -11,7 +11,8 @@ a response *banned* when the site refuses the crawler rather than the page:
 A ban backs the site off for every node (as a 429 does: the cluster slows down on that
 site), is counted (``crawlfleet/bans/...`` stats), and the request goes back to the
 frontier to be tried again, by any node, under a new browser identity for that site
-(``CRAWLFLEET_USER_AGENTS``), after a wait that grows as a retry's does
+(``CRAWLFLEET_USER_AGENTS``) and through another proxy (``CRAWLFLEET_PROXY_ENABLED``:
+the banned one is kept away from the site), after a wait that grows as a retry's does
 (``CRAWLFLEET_RETRY_BACKOFF``), up to ``CRAWLFLEET_BAN_RETRIES`` times; then it is
 recorded in the error registry with the reason ``ban`` and dropped.
 """
@@ -149,6 +150,9 @@ class BanDetector:
         if scheduler is not None:
             scheduler.report_slow(site, f"it banned the crawler ({why})")
         self._inc("crawlfleet/bans/count")
+        proxies = getattr(self.crawler, "crawlfleet_proxies", None)
+        if proxies is not None:  # that proxy is kept away from this site for a while
+            proxies.banned(request)
         bans = int(request.meta.get(BAN_META, 0)) + 1
         if bans <= self.retries:
             self._inc("crawlfleet/bans/retried")

@@ -1,6 +1,7 @@
 """Loading Lua scripts: one file per atomic operation, kept beside the code that calls
 it (``crawlfleet/frontier/lua/`` for the job's frontier, ``crawlfleet/pipelines/lua/``
-for the item stream); a name is looked up in those folders in that order.
+for the item stream, ``crawlfleet/fleet/lua/`` for what the fleet shares across jobs: the
+proxy pool); a name is looked up in those folders in that order.
 
 A script whose header says ``-- uses: seen`` is built twice, once with each seen-filter
 library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked up as
@@ -28,7 +29,7 @@ SEEN_MODES = ("exact", "bloom")
 
 
 #: Packages whose ``lua/`` folder holds scripts, searched in this order.
-SCRIPT_PACKAGES = ("crawlfleet.frontier", "crawlfleet.pipelines")
+SCRIPT_PACKAGES = ("crawlfleet.frontier", "crawlfleet.pipelines", "crawlfleet.fleet")
 
 
 def _read(name: str) -> str:

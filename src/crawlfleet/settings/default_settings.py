@@ -163,6 +163,24 @@ CRAWLFLEET_USER_AGENTS = ""
 #: "site": one identity per site on a node; "request": a new one for every request.
 CRAWLFLEET_USER_AGENT_STICKY = "site"
 
+#: Send requests through the fleet's shared proxy pool (docs/antiban.md).
+CRAWLFLEET_PROXY_ENABLED = False
+#: Proxy URLs (a list or "a,b"), "@file" (one a line), and/or "provider+http://..." (an
+#: endpoint listing proxies, asked again when the pool runs low).
+CRAWLFLEET_PROXIES: list[str] = []
+#: A proxy leaves the pool after this many uses (0: no limit).
+CRAWLFLEET_PROXY_MAX_USES = 0
+#: ... or after this many failures in a row (refused, dropped, timed out, 407/502/504).
+CRAWLFLEET_PROXY_MAX_FAILURES = 3
+#: After a failure a proxy rests this long (seconds).
+CRAWLFLEET_PROXY_COOLDOWN_SECONDS = 30.0
+#: A site that banned a proxy gets other proxies for this long (seconds).
+CRAWLFLEET_PROXY_BAN_SECONDS = 600.0
+#: With fewer proxies than this in the pool, the provider is asked for more.
+CRAWLFLEET_PROXY_MIN_POOL = 5
+#: With no proxy for a site, its request waits this long in the frontier (seconds).
+CRAWLFLEET_PROXY_WAIT_SECONDS = 10.0
+
 #: Statuses that mean the site refuses the crawler (429 and 503 back off instead).
 CRAWLFLEET_BAN_STATUSES = [403]
 #: A redirect to a URL matching one of these (regular expressions) is a ban.

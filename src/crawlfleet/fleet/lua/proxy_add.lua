@@ -1,0 +1,19 @@
+-- proxy_add: proxies into the fleet's pool; one that left it (used up, failed, removed)
+-- is not taken back.
+--
+-- KEYS[1] all    hash  proxy id -> proxy URL
+-- KEYS[2] live   zset  proxy id -> uses
+-- KEYS[3] gone   hash  proxy id -> why it left the pool
+-- ARGV pairs: proxy id, proxy URL
+-- Returns {proxies added, proxies in the pool}.
+
+local added = 0
+for i = 1, #ARGV, 2 do
+  local id, url = ARGV[i], ARGV[i + 1]
+  if redis.call('HEXISTS', KEYS[3], id) == 0 and redis.call('ZSCORE', KEYS[2], id) == false then
+    redis.call('HSET', KEYS[1], id, url)
+    redis.call('ZADD', KEYS[2], 0, id)
+    added = added + 1
+  end
+end
+return {added, redis.call('ZCARD', KEYS[2])}

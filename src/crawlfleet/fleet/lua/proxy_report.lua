@@ -1,0 +1,42 @@
+-- proxy_report: what became of a request sent through a proxy.
+--
+-- KEYS[1] live   zset  proxy id -> uses (see proxy_pick.lua)
+-- KEYS[2] cool   zset  proxy id -> end of its cool-down (ms)
+-- KEYS[3] bans   zset  "<site>|<proxy id>" -> end of the ban (ms)
+-- KEYS[4] gone   hash  proxy id -> why it left the pool
+-- KEYS[5] stats  hash  "<id>:ok", "<id>:fail", "<id>:ban", "<id>:streak" (failures in a
+--                      row), "<site>|<id>:ban" -> counts
+--
+-- ARGV[1] proxy id   ARGV[2] outcome: "ok" (the site answered), "fail" (the proxy did
+-- not carry the request: refused, dropped, timed out, a gateway error), "ban" (the site
+-- refused the crawler through this proxy)   ARGV[3] site
+-- ARGV[4] cool-down (ms) after a failure   ARGV[5] failures in a row that evict a proxy
+-- ARGV[6] how long (ms) a site's ban keeps the proxy away from that site
+-- Returns "ok", "cooling", "evicted", "banned" or "gone" (it had left the pool already).
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id, outcome, site = ARGV[1], ARGV[2], ARGV[3]
+local cool_ms, max_fail, ban_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if outcome == 'ok' then
+  redis.call('HINCRBY', KEYS[5], id .. ':ok', 1)
+  redis.call('HSET', KEYS[5], id .. ':streak', 0)
+  return 'ok'
+end
+if outcome == 'ban' then
+  redis.call('HINCRBY', KEYS[5], id .. ':ban', 1)
+  redis.call('HINCRBY', KEYS[5], site .. '|' .. id .. ':ban', 1)
+  redis.call('ZADD', KEYS[3], now + ban_ms, site .. '|' .. id)
+  return 'banned'
+end
+redis.call('HINCRBY', KEYS[5], id .. ':fail', 1)
+local streak = redis.call('HINCRBY', KEYS[5], id .. ':streak', 1)
+if redis.call('HEXISTS', KEYS[4], id) == 1 then return 'gone' end
+if streak >= max_fail then
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HSET', KEYS[4], id, 'failed')
+  return 'evicted'
+end
+redis.call('ZADD', KEYS[2], now + cool_ms, id)
+return 'cooling'

@@ -1,0 +1,230 @@
+"""The fleet's proxy pool, shared by every node and job through Redis (keys
+``<prefix>:{proxies}:*``, one hash slot): each proxy's uses, failures and bans, a
+cool-down after a failure, eviction after failures in a row, a per-site ban that keeps a
+proxy away from the site that banned it (and only from that one), and retirement after
+a set number of uses. A proxy that left the pool is never taken back by a refill.
+
+Sources (``CRAWLFLEET_PROXIES``): a list of proxy URLs, a file (``@path`` or an existing
+path: one URL a line, ``#`` comments), or a provider's HTTP endpoint
+(``provider+http://...``: its body lists proxy URLs, one a line or as a JSON list),
+fetched again, by one node at a time, whenever the pool runs low. Credentials in proxy
+URLs are kept in Redis to be used, and never logged or shown (:func:`shown`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.redis.connection import redact
+from crawlfleet.redis.scripts import script_source
+
+__all__ = ["PickedProxy", "ProxyPool", "ProxySources", "parse_sources", "proxy_id", "shown"]
+
+logger = logging.getLogger(__name__)
+
+#: Proxies looked at per pick (the least used first).
+SCAN = 200
+#: A provider is asked at most once per this long, fleet-wide.
+REFILL_EVERY_MS = 10_000
+#: The largest provider answer read.
+PROVIDER_MAX_BYTES = 4 * 2**20
+
+
+def proxy_id(url: str) -> str:
+    """A short stable id of *url* (credentials included: the same host with other
+    credentials is another proxy)."""
+    return hashlib.sha1(url.encode()).hexdigest()[:12]
+
+
+def shown(url: str) -> str:
+    """*url* as it may be logged or shown: its password hidden."""
+    return redact(url)
+
+
+def check_proxy_url(url: str, where: str) -> str:
+    """*url* if it names an HTTP(S) proxy (scheme, host, port), else ConfigError (the
+    URL redacted)."""
+    url = url.strip()
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"{where}: {shown(url)!r} is not a proxy URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        raise ConfigError(
+            f"{where}: {shown(url)!r} is not a proxy URL like http://user:pass@host:8080"
+        )
+    return url
+
+
+@dataclass(frozen=True)
+class ProxySources:
+    """Proxy URLs given directly (a list or a file), and/or a provider endpoint."""
+
+    urls: tuple[str, ...] = ()
+    provider: str = ""
+
+
+def _lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def parse_sources(value: Any) -> ProxySources:
+    """``CRAWLFLEET_PROXIES`` (a list, a comma-separated string, ``@file``, a file path,
+    ``provider+http://...``); ConfigError naming what is wrong."""
+    items: list[str] = []
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, Iterable):
+        items = [str(v).strip() for v in value if str(v).strip()]
+    urls: list[str] = []
+    provider = ""
+    for item in items:
+        if item.startswith("provider+"):
+            provider = check_proxy_url(item.removeprefix("provider+"), "CRAWLFLEET_PROXIES")
+            continue
+        path = Path(item.removeprefix("@"))
+        if item.startswith("@") or ("://" not in item and path.is_file()):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(
+                    f"CRAWLFLEET_PROXIES: cannot read {path}: {exc.strerror}"
+                ) from None
+            urls += [check_proxy_url(u, f"CRAWLFLEET_PROXIES ({path})") for u in _lines(text)]
+            continue
+        urls.append(check_proxy_url(item, "CRAWLFLEET_PROXIES"))
+    if not urls and not provider:
+        raise ConfigError(
+            "CRAWLFLEET_PROXY_ENABLED is on but CRAWLFLEET_PROXIES names no proxy (a list "
+            "of proxy URLs, @file, or provider+http://...)"
+        )
+    return ProxySources(tuple(dict.fromkeys(urls)), provider)
+
+
+def parse_provider_answer(body: bytes) -> list[str]:
+    """The proxy URLs of a provider's answer (a JSON list, or one URL a line); the bad
+    ones are skipped with a warning (redacted)."""
+    text = body[:PROVIDER_MAX_BYTES].decode("utf-8", errors="replace").strip()
+    raw: list[Any]
+    if text.startswith("["):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError:
+            raw = []
+    else:
+        raw = _lines(text)
+    out = []
+    for item in raw:
+        try:
+            out.append(check_proxy_url(str(item), "proxy provider"))
+        except ConfigError as exc:
+            logger.warning("%s: skipped", exc)
+    return out
+
+
+@dataclass(frozen=True)
+class PickedProxy:
+    id: str
+    url: str
+    uses: int
+    #: proxies left in the pool (after this pick)
+    left: int
+
+
+class ProxyPool:
+    """The fleet's proxy pool on *client* (see the module docstring)."""
+
+    def __init__(self, client: Redis, prefix: str) -> None:
+        self.client = client
+        base = f"{prefix}:{{proxies}}"
+        self.all, self.live, self.cool = f"{base}:all", f"{base}:live", f"{base}:cool"
+        self.bans, self.gone, self.stats = f"{base}:bans", f"{base}:gone", f"{base}:stats"
+        self.refill_lock = f"{base}:refill"
+        self._pick = client.register_script(script_source("proxy_pick"))
+        self._report = client.register_script(script_source("proxy_report"))
+        self._add = client.register_script(script_source("proxy_add"))
+
+    async def add(self, urls: Sequence[str]) -> tuple[int, int]:
+        """Add *urls* (those that never left the pool): (added, pool size)."""
+        if not urls:
+            return 0, int(await self.client.zcard(self.live))
+        args: list[str] = []
+        for url in urls:
+            args += [proxy_id(url), url]
+        added, size = await self._add(keys=[self.all, self.live, self.gone], args=args)
+        return int(added), int(size)
+
+    async def pick(self, site: str, *, max_uses: int) -> PickedProxy | None:
+        """The least used proxy that may serve *site* now (its use counted), or None."""
+        pid, url, uses, left = await self._pick(
+            keys=[self.all, self.live, self.cool, self.bans, self.gone],
+            args=[site, max_uses, SCAN],
+        )
+        if not pid:
+            return None
+        return PickedProxy(_text(pid), _text(url), int(uses), int(left))
+
+    async def report(
+        self,
+        pid: str,
+        outcome: str,
+        site: str,
+        *,
+        cool_ms: int,
+        max_failures: int,
+        ban_ms: int,
+    ) -> str:
+        """Record *outcome* ("ok", "fail", "ban") of a request through proxy *pid*."""
+        result = await self._report(
+            keys=[self.live, self.cool, self.bans, self.gone, self.stats],
+            args=[pid, outcome, site, cool_ms, max_failures, ban_ms],
+        )
+        return _text(result)
+
+    async def size(self) -> int:
+        return int(await self.client.zcard(self.live))
+
+    async def may_refill(self) -> bool:
+        """Whether this node is the one to ask the provider now (one node per
+        ``REFILL_EVERY_MS`` fleet-wide)."""
+        return bool(await self.client.set(self.refill_lock, b"1", nx=True, px=REFILL_EVERY_MS))
+
+    async def status(self) -> list[dict[str, Any]]:
+        """Every proxy known to the pool: its URL (redacted), state, uses, ok, failures,
+        bans, for ``crawlfleet proxies`` and the manager."""
+        urls = {_text(k): _text(v) for k, v in (await self.client.hgetall(self.all)).items()}
+        scored: list[Any] = list(await self.client.zrange(self.live, 0, -1, withscores=True))
+        live = {_text(pair[0]): int(pair[1]) for pair in scored}
+        cool = {_text(k) for k in await self.client.zrange(self.cool, 0, -1)}
+        gone = {_text(k): _text(v) for k, v in (await self.client.hgetall(self.gone)).items()}
+        stats = {_text(k): int(v) for k, v in (await self.client.hgetall(self.stats)).items()}
+        out = []
+        for pid, url in sorted(urls.items(), key=lambda kv: shown(kv[1])):
+            state = "cooling" if pid in cool else "live" if pid in live else gone.get(pid, "?")
+            out.append(
+                {
+                    "id": pid,
+                    "proxy": shown(url),
+                    "state": state,
+                    "uses": live.get(pid),
+                    "ok": stats.get(f"{pid}:ok", 0),
+                    "failures": stats.get(f"{pid}:fail", 0),
+                    "bans": stats.get(f"{pid}:ban", 0),
+                }
+            )
+        return out
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

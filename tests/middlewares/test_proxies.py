@@ -1,0 +1,152 @@
+"""The fleet's proxy pool (on a real Redis) and proxy rotation in a real node crawling
+through real forwarding proxies on loopback: least used first, retirement after its
+uses, cool-down and eviction after failures, a site's ban keeps a proxy away from that
+site only, a proxy that left never comes back, a provider refills the pool, the site is
+never reached directly, and credentials are never shown."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.fleet.proxies import ProxyPool, parse_provider_answer, parse_sources
+from crawlfleet.node.launcher import start_node
+from crawlfleet.redis.connection import make_client
+from crawlfleet.testsite import SiteModel, TestSite
+from crawlfleet.testsite.proxy import ProxyFarm
+from tests.loopback import LoopbackSite
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[2]
+P = [f"http://user:s3cr3t@127.0.0.1:{8000 + i}" for i in range(4)]
+
+
+def on_pool(redis_url: str, prefix: str, fn: Callable[[ProxyPool], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = make_client(redis_url)
+        try:
+            return await fn(ProxyPool(client, prefix))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+REPORT = {"cool_ms": 300, "max_failures": 2, "ban_ms": 60_000}
+
+
+def test_the_pool_rotates_retires_cools_evicts_and_bans_per_site(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    async def body(pool: ProxyPool) -> None:
+        assert await pool.add(P[:3]) == (3, 3)
+        assert await pool.add(P[:3]) == (0, 3)  # known already
+        picks = [await pool.pick("a.test", max_uses=2) for _ in range(6)]
+        assert all(p is not None for p in picks)
+        used = [p.url for p in picks if p is not None]
+        assert sorted(used) == sorted(P[:3] * 2)  # least used first: each once, then again
+        assert await pool.pick("a.test", max_uses=2) is None  # all retired after 2 uses
+        assert await pool.add(P[:3]) == (0, 0)  # a proxy that left never comes back
+
+        await pool.add([P[3]])
+        pid = (await pool.pick("a.test", max_uses=0)).id  # type: ignore[union-attr]
+        assert await pool.report(pid, "fail", "a.test", **REPORT) == "cooling"
+        assert await pool.pick("a.test", max_uses=0) is None  # resting
+        await asyncio.sleep(0.4)
+        assert (await pool.pick("b.test", max_uses=0)) is not None  # rested
+        assert await pool.report(pid, "ok", "a.test", **REPORT) == "ok"  # the streak ends
+        assert await pool.report(pid, "fail", "a.test", **REPORT) == "cooling"
+        await asyncio.sleep(0.4)
+        assert await pool.report(pid, "ban", "a.test", **REPORT) == "banned"
+        assert await pool.pick("a.test", max_uses=0) is None  # a.test banned it
+        assert (await pool.pick("b.test", max_uses=0)) is not None  # b.test did not
+        assert await pool.report(pid, "fail", "b.test", **REPORT) == "evicted"  # 2 in a row
+        assert await pool.pick("b.test", max_uses=0) is None
+        status = {s["proxy"]: s for s in await pool.status()}
+        assert all("s3cr3t" not in name for name in status)
+        last = status["http://user:***@127.0.0.1:8003"]
+        assert (last["state"], last["failures"], last["bans"], last["ok"]) == ("failed", 3, 1, 1)
+        assert {s["state"] for s in status.values()} == {"used", "failed"}
+
+    on_pool(redis_server_url, key_prefix, body)
+
+
+def test_sources(tmp_path: Path) -> None:
+    listed = tmp_path / "proxies.txt"
+    listed.write_text(f"# ours\n{P[0]}\n\n{P[1]}\n")
+    sources = parse_sources([f"@{listed}", P[2], "provider+http://127.0.0.1:9/list"])
+    assert sources.urls == (P[0], P[1], P[2]) and sources.provider == "http://127.0.0.1:9/list"
+    assert parse_sources(f"{P[0]},{P[0]}").urls == (P[0],)
+    for bad, message in (
+        ([], "names no proxy"),
+        (["ftp://127.0.0.1:21"], "is not a proxy URL"),
+        (["http://user:s3cr3t@127.0.0.1"], "http://user:\\*\\*\\*@127.0.0.1"),
+        (["@/no/such/file"], "cannot read"),
+    ):
+        with pytest.raises(ConfigError, match=message) as caught:
+            parse_sources(bad)
+        assert "s3cr3t" not in str(caught.value)
+    assert parse_provider_answer(f'["{P[0]}", "nope"]'.encode()) == [P[0]]
+    assert parse_provider_answer(f"{P[1]}\n{P[2]}\n".encode()) == [P[1], P[2]]
+
+
+@pytest.mark.slow
+def test_a_node_crawls_only_through_the_pool(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    model = SiteModel(pages=60, hosts=1, problems=False)
+    listed = ProxyFarm(
+        [
+            {"username": "u", "password": "s3cr3t"},
+            {"mode": "refuse"},
+            {"fail_after": 3, "then": "502"},
+        ]
+    )
+    spare = ProxyFarm([{}, {}])
+    with TestSite(model) as site, listed, spare:
+        provider = LoopbackSite(lambda path, headers: (200, "\n".join(spare.urls).encode()))
+        with provider:
+            log = tmp_path / "node.log"
+            node = start_node(
+                "crawlfleet.testsite.spider:TestSiteSpider",
+                job="proxied",
+                redis_url=redis_server_url,
+                log=log,
+                spider_args={"start_urls": site.seed_urls[0]},
+                settings={
+                    **node_env,
+                    "CRAWLFLEET_PROXY_ENABLED": True,
+                    "CRAWLFLEET_PROXIES": ",".join([*listed.urls, f"provider+{provider.url}list"]),
+                    "CRAWLFLEET_PROXY_MAX_USES": 30,
+                    "CRAWLFLEET_PROXY_MAX_FAILURES": 2,
+                    "CRAWLFLEET_PROXY_COOLDOWN_SECONDS": 0.2,
+                    "CRAWLFLEET_PROXY_MIN_POOL": 2,
+                    "CRAWLFLEET_RETRY_BACKOFF": 0.1,
+                    "RETRY_TIMES": 5,
+                    "ROBOTSTXT_OBEY": False,
+                    "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+                },
+                cwd=ROOT,
+            )
+            assert node.wait(120) == 0, log.read_text()[-3000:]
+        text = log.read_text()
+        stats = site.stats()
+        assert not stats["never_fetched"] and not stats["fetched_twice"]
+        a, b = listed.stats(), spare.stats()
+        forwarded = sum(s["forwarded"] for s in [*a, *b])
+        assert forwarded == stats["total_requests"]  # nothing reached the site directly
+        assert 0 < a[0]["forwarded"] <= 30  # at most its uses
+        assert a[1]["forwarded"] == 0 and a[2]["forwarded"] == 3  # evicted
+        assert all(s["forwarded"] > 0 for s in b)  # the provider's refill
+        assert "s3cr3t" not in text
+        pool = on_pool(redis_server_url, node_env["CRAWLFLEET_KEY_PREFIX"], ProxyPool.status)
+        states = {s["proxy"].split(":")[-1]: s["state"] for s in pool}
+        ports = [u.rsplit(":", 1)[1] for u in [*listed.urls, *spare.urls]]
+        assert [states[p] for p in ports] == ["live", "failed", "failed", "live", "live"], pool
+        assert "'crawlfleet/proxies/evicted': 2" in text
+        assert "crawlfleet/proxies/refills" in text
