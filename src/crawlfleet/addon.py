@@ -39,6 +39,7 @@ STATS_FILE = "crawlfleet.node.statsfile.StatsFile"
 TELEMETRY = "crawlfleet.node.telemetry.Telemetry"
 FEEDBACK = "crawlfleet.node.feedback.Feedback"
 CAMPAIGN_FEEDER = "crawlfleet.node.campaign.CampaignFeeder"
+RECRAWL_PHASE = "crawlfleet.node.recrawl.RecrawlPhase"
 UNIT_META_MW = "crawlfleet.node.campaign.UnitMeta"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
@@ -124,6 +125,7 @@ class Addon:
         self._component(settings, "EXTENSIONS", FEEDBACK, 920)
         # off (NotConfigured) unless CRAWLFLEET_CAMPAIGN
         self._component(settings, "EXTENSIONS", CAMPAIGN_FEEDER, 930)
+        self._component(settings, "EXTENSIONS", RECRAWL_PHASE, 940)  # off: ROUNDS 0
         self._component(settings, "SPIDER_MIDDLEWARES", UNIT_META_MW, 950)
         # above RetryMiddleware (550): it sees a 429 before the retry
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SITE_THROTTLE, 560)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +214,34 @@ def test_a_retry_waits_in_the_frontier_and_its_wait_doubles(
             assert flaky["attempts"] == 3
         finally:
             db.close()
+
+
+@pytest.mark.slow
+def test_the_recrawl_phase_crawls_failures_again_before_the_job_ends(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    with FailingSite() as site:
+
+        def mend() -> None:  # /flaky works once its retry has failed too
+            while len(site.times.get("/flaky", [])) < 2:
+                time.sleep(0.05)
+            site.flaky_fixed.set()
+
+        threading.Thread(target=mend, daemon=True).start()
+        crawl(site, redis_server_url, node_env, tmp_path, db_url, 1, CRAWLFLEET_RECRAWL_ROUNDS=1)
+        db = StateDB.open(db_url)
+        try:
+            found = {e["url"].rsplit("/", 1)[1]: e for e in list_errors(db, JOB, state=None)}
+            # /flaky failed (503 twice), was crawled again at the end and is resolved
+            assert (found["flaky"]["state"], found["flaky"]["recrawls"]) == ("resolved", 1)
+            # /missing failed again in its one round: open, counted twice, not again
+            assert (found["missing"]["state"], found["missing"]["failures"]) == ("open", 2)
+            assert found["missing"]["recrawls"] == 1
+            # /boom (the spider's own error) is not a reason to re-crawl by default
+            assert (found["boom"]["state"], found["boom"]["recrawls"]) == ("open", 0)
+        finally:
+            db.close()
+        log = (tmp_path / "node1.log").read_text()
+        assert "Re-crawl phase: 2 failed request(s) queued again" in log
+        assert "Re-crawl phase: nothing left to re-crawl" in log

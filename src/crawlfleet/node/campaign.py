@@ -33,6 +33,7 @@ from crawlfleet.campaigns.space import Unit
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.middlewares.common import node_of
 from crawlfleet.middlewares.failures import UNIT_ID_META, UNIT_META
+from crawlfleet.node.recrawl import Settled, open_db
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
 __all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
@@ -63,6 +64,7 @@ class CampaignFeeder:
         self._down_since: float | None = None
         self._said_down = 0.0
         self._last_state = ""
+        self._settled = Settled()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CampaignFeeder:
@@ -106,7 +108,7 @@ class CampaignFeeder:
         while True:
             try:
                 if self.db is None:
-                    self.db = await asyncio.to_thread(_open, self.db_url)
+                    self.db = await asyncio.to_thread(open_db, self.db_url)
                 await self._round(scheduler)
                 if self._down_since is not None:
                     logger.info(
@@ -169,12 +171,8 @@ class CampaignFeeder:
             self.fed += fed
             scheduler.stats.inc("crawlfleet/campaign/units_fed", fed)
             return
-        if state in ("running", "stopping") and await self._frontier_empty(sync):
+        if state in ("running", "stopping") and await self._settled.check(sync.frontier):
             await self._wrap_up(scheduler, state, info)
-
-    async def _frontier_empty(self, sync: Any) -> bool:
-        counters = await sync.frontier.counters()
-        return bool(counters.get("queued", 0) <= 0 and counters.get("leased", 0) <= 0)
 
     async def _wrap_up(self, scheduler: Any, state: str, info: dict[str, Any]) -> None:
         from crawlfleet.fleet.errors import recrawl_errors
@@ -226,18 +224,6 @@ class CampaignFeeder:
         if out:
             out[0].meta[UNIT_ID_META] = uid
         return out
-
-
-def _open(url: str) -> Any:
-    from crawlfleet.state.db import StateDB
-
-    db = StateDB.open(url)
-    try:
-        db.upgrade()
-    except BaseException:
-        db.close()
-        raise
-    return db
 
 
 class UnitMeta:

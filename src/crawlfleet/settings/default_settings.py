@@ -195,6 +195,10 @@ CRAWLFLEET_BAN_RETRIES = 2
 #: or pipeline exception, dropped item) in the state DB (CRAWLFLEET_STATE_DB_URL), for
 #: `crawlfleet errors` and re-crawls. The state DB is opened on the first failure.
 CRAWLFLEET_ERRORS = True
+#: Once a job's main work is done, its open failures (of these reasons) are crawled
+#: again, each at most this many times, before the job finishes (0: no re-crawl phase).
+CRAWLFLEET_RECRAWL_ROUNDS = 0
+CRAWLFLEET_RECRAWL_REASONS = ["http", "exception", "ban"]
 
 # --- Campaigns (see docs/campaigns.md) --------------------------------------------------
 #: The campaign (created with `crawlfleet campaign create`) whose task units this node
