@@ -70,6 +70,8 @@ COMMANDS = [
     ["health"],
     ["control", "pause", "books"],
     ["control", "concurrency", "4", "books"],
+    ["proxies", "status"],
+    ["proxies", "add", "http://127.0.0.1:3128"],
     ["crawl", SPIDER, "--job", "books"],
     ["demo"],
     ["bench"],

@@ -150,3 +150,42 @@ def test_a_node_crawls_only_through_the_pool(
         assert [states[p] for p in ports] == ["live", "failed", "failed", "live", "live"], pool
         assert "'crawlfleet/proxies/evicted': 2" in text
         assert "crawlfleet/proxies/refills" in text
+
+
+def test_the_proxies_command(redis_server_url: str, key_prefix: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "crawlfleet.cli.main",
+                "proxies",
+                *args,
+                "--redis-url",
+                redis_server_url,
+                "-s",
+                f"CRAWLFLEET_KEY_PREFIX={key_prefix}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+        )
+
+    listed = tmp_path / "p.txt"
+    listed.write_text(f"{P[0]}\n{P[1]}\n")
+    added = run("add", f"@{listed}", P[2])
+    assert added.returncode == 0 and "3 proxy(ies) added; 3 in the pool" in added.stdout
+    assert "1 proxy(ies) removed" in run("remove", P[1]).stdout
+    status = run("status")
+    lines = [line.split("\t") for line in status.stdout.splitlines()]
+    assert sorted(line[1] for line in lines) == ["live", "live", "removed"]
+    assert "s3cr3t" not in status.stdout + status.stderr
+    again = run("add", P[1])
+    assert "0 proxy(ies) added; 2 in the pool" in again.stdout  # removed for good
+    bad = run("add", "ftp://user:s3cr3t@127.0.0.1:21")
+    assert bad.returncode == 2 and "s3cr3t" not in bad.stderr and "not a proxy URL" in bad.stderr

@@ -73,7 +73,7 @@ def test_nodes_claiming_at_once_never_share_a_unit(state_db: StateDB) -> None:
             for _ in range(20):
                 _, got = claim_units(state_db, "c1", name, most=2, lease_seconds=60)
                 seen.extend(u.index for _, u, _ in got)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=node, args=(f"n{i}",)) for i in range(3)]
@@ -90,7 +90,7 @@ def test_recrawl_round_then_the_end(state_db: StateDB) -> None:
     _, got = claim_units(state_db, "c1", "n1", most=10, lease_seconds=60)
     mark_fed(state_db, "n1", [uid for uid, *_ in got])
     finish_unit(state_db, got[1][0], ok=False, error="http: HTTP 503")
-    info, none = claim_units(state_db, "c1", "n1", most=10, lease_seconds=60)
+    _info, none = claim_units(state_db, "c1", "n1", most=10, lease_seconds=60)
     assert not none
     status = campaign_status(state_db, "c1")
     assert status["units"]["failed"] == 1 and status["failed"][0]["error"] == "http: HTTP 503"

@@ -40,6 +40,7 @@ COMMANDS = (
     "items",
     "errors",
     "campaign",
+    "proxies",
     "manager",
     "deploy",
     "site",

@@ -226,22 +226,38 @@ def run_on_frontier(
     default ``command_settings(args)``). With *must_exist*, a job this Redis has never
     seen raises UnknownJob (listing the known ones)."""
     settings = command_settings(args) if settings is None else settings
-    redis_config = RedisConfig.from_settings(settings)
     config = FrontierConfig.from_settings(settings, validate_job_name(job))
-    url = resolved_url(args, redis_config)
     logger.debug("job: %s", config.job)
+
+    async def on_job(client: Redis, prefix: str) -> T:
+        if must_exist:
+            await require_job(client, prefix, job)
+        frontier = Frontier(
+            client,
+            JobKeys.of(prefix, config.job),
+            SeenConfig(config.seen_mode, config.bloom_capacity, config.bloom_error_rate),
+        )
+        return await action(frontier)
+
+    return run_on_redis(args, on_job, settings=settings)
+
+
+def run_on_redis(
+    args: argparse.Namespace,
+    action: Callable[[Redis, str], Awaitable[T]],
+    *,
+    settings: Settings | None = None,
+) -> T:
+    """Run *action(client, key prefix)* on the command's Redis (*settings*, by default
+    ``command_settings(args)``)."""
+    settings = command_settings(args) if settings is None else settings
+    redis_config = RedisConfig.from_settings(settings)
+    url = resolved_url(args, redis_config)
 
     async def main() -> T:
         client = cli_client(url)
         try:
-            if must_exist:
-                await require_job(client, redis_config.key_prefix, job)
-            frontier = Frontier(
-                client,
-                JobKeys.of(redis_config.key_prefix, config.job),
-                SeenConfig(config.seen_mode, config.bloom_capacity, config.bloom_error_rate),
-            )
-            return await action(frontier)
+            return await action(client, redis_config.key_prefix)
         finally:
             await client.aclose()
 

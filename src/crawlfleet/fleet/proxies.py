@@ -192,6 +192,20 @@ class ProxyPool:
         )
         return _text(result)
 
+    async def remove(self, which: Sequence[str]) -> int:
+        """Take proxies out of the pool for good (by id or URL); how many were in it."""
+        ids = [w if "://" not in w else proxy_id(w) for w in which]
+        removed = 0
+        for pid in ids:
+            if await self.client.hexists(self.all, pid):
+                async with self.client.pipeline(transaction=True) as pipe:
+                    pipe.zrem(self.live, pid)
+                    pipe.zrem(self.cool, pid)
+                    pipe.hset(self.gone, pid, "removed")
+                    await pipe.execute()
+                removed += 1
+        return removed
+
     async def size(self) -> int:
         return int(await self.client.zcard(self.live))
 
