@@ -189,3 +189,58 @@ def test_the_proxies_command(redis_server_url: str, key_prefix: str, tmp_path: P
     assert "0 proxy(ies) added; 2 in the pool" in again.stdout  # removed for good
     bad = run("add", "ftp://user:s3cr3t@127.0.0.1:21")
     assert bad.returncode == 2 and "s3cr3t" not in bad.stderr and "not a proxy URL" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_site_that_bans_a_proxy_gets_the_others(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    import http.client
+
+    from crawlfleet.testsite.hostile import Hostile
+
+    model = SiteModel(pages=40, hosts=1, problems=False)
+    farm = ProxyFarm([{}, {}, {}])
+    with TestSite(model, hostile=Hostile(ban_rate=20, ban_seconds=120, ban_by="ip")) as site, farm:
+        banned = farm.stats()[0]["source_address"]
+        port = int(farm.urls[0].rsplit(":", 1)[1])
+        for _ in range(22):  # the site bans the first proxy's address before the crawl
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", f"http://127.0.0.1:{site.port}/robots.txt?x")
+            conn.getresponse().read()
+            conn.close()
+        assert site.stats()["hostile"]["bans"].get(banned) == 1
+        before = farm.stats()[0]["forwarded"]
+        log = tmp_path / "node.log"
+        node = start_node(
+            "crawlfleet.testsite.spider:TestSiteSpider",
+            job="banned",
+            redis_url=redis_server_url,
+            log=log,
+            spider_args={"start_urls": site.seed_urls[0]},
+            settings={
+                **node_env,
+                "CRAWLFLEET_PROXY_ENABLED": True,
+                "CRAWLFLEET_PROXIES": ",".join(farm.urls),
+                "CRAWLFLEET_RATE_LIMITS": '{"127.0.0.1": "10/1s"}',  # each proxy ~5/s < 20
+                "CRAWLFLEET_RETRY_BACKOFF": 0.1,
+                "CRAWLFLEET_BACKOFF_STATUSES": "429",
+                "ROBOTSTXT_OBEY": False,
+                "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+            },
+            cwd=ROOT,
+        )
+        assert node.wait(120) == 0, log.read_text()[-3000:]
+        stats = site.stats()
+        assert not stats["never_fetched"], stats["never_fetched"]
+        through_banned = farm.stats()[0]["forwarded"] - before
+        # the first ban keeps the proxy away from the site: only requests already on
+        # their way went through it, each refused and sent again through another
+        assert through_banned <= 8, through_banned
+        assert stats["hostile"]["denied"].get(banned, 0) >= through_banned
+        assert all(s["forwarded"] > 10 for s in farm.stats()[1:])
+        pool = on_pool(redis_server_url, node_env["CRAWLFLEET_KEY_PREFIX"], ProxyPool.status)
+        first = next(p for p in pool if p["proxy"].endswith(f":{port}"))
+        assert first["state"] == "live" and first["bans"] >= 1  # banned there, not failed
+        text = log.read_text()
+        assert "'crawlfleet/bans/gave_up'" not in text
