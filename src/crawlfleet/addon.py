@@ -47,6 +47,7 @@ BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
 BAN_DETECTOR = "crawlfleet.middlewares.bans.BanDetector"
 RETRY = "crawlfleet.middlewares.retry.FrontierRetry"
 PROXIES = "crawlfleet.middlewares.proxies.ProxyRotation"
+SESSIONS = "crawlfleet.middlewares.sessions.Sessions"
 SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
@@ -129,6 +130,10 @@ class Addon:
         self._component(settings, "SPIDER_MIDDLEWARES", UNIT_META_MW, 950)
         # above RetryMiddleware (550): it sees a 429 before the retry
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SITE_THROTTLE, 560)
+        # before the identities (390): a session keeps one (off unless CRAWLFLEET_SESSIONS)
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", SESSIONS, 380)
+        if settings.getbool("CRAWLFLEET_SESSIONS"):
+            settings.set("COOKIES_ENABLED", True, priority="addon")  # a session's jar
         # before Scrapy's DefaultHeadersMiddleware (400) and UserAgentMiddleware (500),
         # whose defaults then leave its headers alone (off unless CRAWLFLEET_USER_AGENTS)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BROWSER_HEADERS, 390)

@@ -81,7 +81,8 @@ def test_templates() -> None:
     for bad, message in (
         ("http://x/{category}", "which the campaign has not"),
         ("http://x/{colour}", "unknown field"),
-        ("ftp://x/{date}", "must start with http"),
+        ("ftp://x/{date}?q={keyword}", "must start with http"),
+        ("http://x/{date}", r"must use \{keyword\}"),
         ("http://x/{date", "url template"),
     ):
         with pytest.raises(ValueError, match=message):

@@ -23,5 +23,5 @@ def test_the_pool_through_the_api(manager: Manager) -> None:
     r = manager.client.get("/api/v1/proxies", headers=manager.as_("viewer"))
     assert r.status_code == 200 and "s3cr3t" not in r.text
     shown = {p["proxy"]: p["state"] for p in r.json()["proxies"]}
-    assert shown == {"http://u:***@127.0.0.1:3128": "live", "http://127.0.0.2:3128": "live"}
+    assert shown == {"http://***@127.0.0.1:3128": "live", "http://127.0.0.2:3128": "live"}
     assert manager.client.get("/api/v1/proxies").status_code == 401

@@ -55,22 +55,33 @@ def test_the_pool_rotates_retires_cools_evicts_and_bans_per_site(
 
         await pool.add([P[3]])
         pid = (await pool.pick("a.test", max_uses=0)).id  # type: ignore[union-attr]
-        assert await pool.report(pid, "fail", "a.test", **REPORT) == "cooling"
-        assert await pool.pick("a.test", max_uses=0) is None  # resting
+        # the proxy itself failed (refused): it rests, for every site
+        assert await pool.report(pid, "dead", "a.test", **REPORT) == "cooling"
+        assert await pool.pick("b.test", max_uses=0) is None  # resting
         await asyncio.sleep(0.4)
         assert (await pool.pick("b.test", max_uses=0)) is not None  # rested
-        assert await pool.report(pid, "ok", "a.test", **REPORT) == "ok"  # the streak ends
-        assert await pool.report(pid, "fail", "a.test", **REPORT) == "cooling"
+        assert await pool.report(pid, "ok", "b.test", **REPORT) == "ok"  # the streak ends
+        # failures that may be the site's: the proxy rests for that site only, and two
+        # in a row keep it away from that site, never out of the pool
+        assert await pool.report(pid, "fail", "down.test", **REPORT) == "cooling"
+        assert await pool.pick("down.test", max_uses=0) is None
+        assert (await pool.pick("b.test", max_uses=0)) is not None
         await asyncio.sleep(0.4)
+        assert await pool.report(pid, "fail", "down.test", **REPORT) == "banned"
+        await asyncio.sleep(0.4)
+        assert await pool.pick("down.test", max_uses=0) is None  # kept away (ban_ms)
         assert await pool.report(pid, "ban", "a.test", **REPORT) == "banned"
         assert await pool.pick("a.test", max_uses=0) is None  # a.test banned it
         assert (await pool.pick("b.test", max_uses=0)) is not None  # b.test did not
-        assert await pool.report(pid, "fail", "b.test", **REPORT) == "evicted"  # 2 in a row
+        assert await pool.report(pid, "dead", "b.test", **REPORT) == "cooling"
+        await asyncio.sleep(0.4)
+        assert await pool.report(pid, "dead", "b.test", **REPORT) == "evicted"  # 2 in a row
         assert await pool.pick("b.test", max_uses=0) is None
-        status = {s["proxy"]: s for s in await pool.status()}
-        assert all("s3cr3t" not in name for name in status)
-        last = status["http://user:***@127.0.0.1:8003"]
-        assert (last["state"], last["failures"], last["bans"], last["ok"]) == ("failed", 3, 1, 1)
+        status = {s["id"]: s for s in await pool.status()}
+        assert all("s3cr3t" not in s["proxy"] for s in status.values())
+        last = status[pid]
+        assert last["proxy"] == "http://***@127.0.0.1:8003"
+        assert (last["state"], last["failures"], last["bans"], last["ok"]) == ("failed", 5, 1, 1)
         assert {s["state"] for s in status.values()} == {"used", "failed"}
 
     on_pool(redis_server_url, key_prefix, body)
@@ -85,7 +96,7 @@ def test_sources(tmp_path: Path) -> None:
     for bad, message in (
         ([], "names no proxy"),
         (["ftp://127.0.0.1:21"], "is not a proxy URL"),
-        (["http://user:s3cr3t@127.0.0.1"], "http://user:\\*\\*\\*@127.0.0.1"),
+        (["http://user:s3cr3t@127.0.0.1"], "http://\\*\\*\\*@127.0.0.1"),
         (["@/no/such/file"], "cannot read"),
     ):
         with pytest.raises(ConfigError, match=message) as caught:
@@ -141,14 +152,18 @@ def test_a_node_crawls_only_through_the_pool(
         forwarded = sum(s["forwarded"] for s in [*a, *b])
         assert forwarded == stats["total_requests"]  # nothing reached the site directly
         assert 0 < a[0]["forwarded"] <= 30  # at most its uses
-        assert a[1]["forwarded"] == 0 and a[2]["forwarded"] == 3  # evicted
+        assert a[1]["forwarded"] == 0  # refused: evicted
+        assert a[2]["forwarded"] == 3  # turned into a 502 gateway: kept away from the site
         assert all(s["forwarded"] > 0 for s in b)  # the provider's refill
         assert "s3cr3t" not in text
         pool = on_pool(redis_server_url, node_env["CRAWLFLEET_KEY_PREFIX"], ProxyPool.status)
         states = {s["proxy"].split(":")[-1]: s["state"] for s in pool}
         ports = [u.rsplit(":", 1)[1] for u in [*listed.urls, *spare.urls]]
-        assert [states[p] for p in ports] == ["live", "failed", "failed", "live", "live"], pool
-        assert "'crawlfleet/proxies/evicted': 2" in text
+        # refused: out of the pool; a 502 gateway: kept away from this site only; the
+        # others may have reached their 30 uses
+        assert [states[p] for p in ports[1:3]] == ["failed", "live"], pool
+        assert {states[p] for p in ports[:1] + ports[3:]} <= {"live", "used"}, pool
+        assert "'crawlfleet/proxies/evicted': 1" in text
         assert "crawlfleet/proxies/refills" in text
 
 

@@ -21,6 +21,7 @@ from crawlfleet.state.campaigns import (
     list_campaigns,
     mark_fed,
     set_campaign_state,
+    settle_fed,
     wrap_up,
 )
 from crawlfleet.state.db import StateDB
@@ -134,6 +135,7 @@ def test_bad_campaigns_say_what_is_wrong(state_db: StateDB) -> None:
         ({"name": "bad name"}, "campaign name"),
         ({"name": "c2", "template": "http://x/{keyword}"}, "which the campaign has not"),
         ({"name": "c2", "max_attempts": 0}, "max attempts"),
+        ({"name": "c2", "template": "http://x/{category}"}, "must use \\{date\\}"),
     ):
         args: dict[str, Any] = {"job": "job1", "space": SPACE, "template": URL, **kw}
         name = args.pop("name")
@@ -141,3 +143,31 @@ def test_bad_campaigns_say_what_is_wrong(state_db: StateDB) -> None:
             create_campaign(state_db, name, **args)
     with pytest.raises(ConfigError, match="unknown campaign 'nope'"):
         campaign_status(state_db, "nope")
+
+
+def test_units_whose_report_never_comes_and_recrawled_units(state_db: StateDB) -> None:
+    make(state_db, max_attempts=3, units_ahead=2)
+    _, got = claim_units(state_db, "c1", "n1", most=5, lease_seconds=60)
+    mark_fed(state_db, "n1", [uid for uid, *_ in got])
+    # the window is full of units whose first page never reported (a node killed...)
+    assert claim_units(state_db, "c1", "n1", most=5, lease_seconds=60)[1] == []
+    time.sleep(0.3)
+    assert settle_fed(state_db, "c1", older_than=0.2) == 2  # the frontier finished them
+    _, more = claim_units(state_db, "c1", "n1", most=5, lease_seconds=0.2)
+    assert len(more) == 2
+    for uid, *_ in more:
+        finish_unit(state_db, uid, ok=False, error="http: HTTP 503")
+    _, rest = claim_units(state_db, "c1", "n1", most=5, lease_seconds=60)
+    mark_fed(state_db, "n1", [uid for uid, *_ in rest])
+    settle_fed(state_db, "c1", older_than=0)
+    assert wrap_up(state_db, "c1") == "recrawl"
+    # a re-crawl unit whose re-feed lapsed is still fed as a re-crawl (past the filter)
+    _, again = claim_units(state_db, "c1", "dies", most=1, lease_seconds=0.2)
+    assert again[0][2] is True
+    time.sleep(0.4)
+    _, taken = claim_units(state_db, "c1", "n2", most=1, lease_seconds=60)
+    assert taken[0][0] == again[0][0] and taken[0][2] is True
+    # the other failed unit's first page succeeded as a re-crawled link: done
+    other = next(uid for uid, *_ in more if uid != again[0][0])
+    assert finish_unit(state_db, other, ok=True)
+    assert campaign_status(state_db, "c1")["units"]["pending"] == 0

@@ -214,6 +214,20 @@ def check_template(template: str, space: ParamSpace) -> None:
         raise ValueError(
             f"url template uses {', '.join(sorted(missing))}, which the campaign has not"
         )
+    unused = [
+        f"{{{dim}}}"
+        for dim, used in (
+            ("date", "date" in names),
+            ("category", "category" in names),
+            ("keyword", bool(names & {"keyword", "keyword_raw"})),
+        )
+        if given[dim] and not used
+    ]
+    if unused:
+        raise ValueError(
+            f"url template must use {', '.join(unused)}: each unit needs its own URL "
+            "(units sharing one would be crawled once)"
+        )
     if not template.startswith(("http://", "https://")):
         raise ValueError(f"url template must start with http:// or https://, got {template!r}")
     space.unit(0).url(template)  # a bad format spec shows here

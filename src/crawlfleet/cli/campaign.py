@@ -4,7 +4,8 @@ job by its nodes (``CRAWLFLEET_CAMPAIGN``). See docs/campaigns.md.
 
 ``pause`` and ``resume`` also pause and resume the campaign's job (its nodes stop
 sending requests within a second), which needs the job's Redis; ``stop`` feeds nothing
-more: what is queued is crawled and stored, then the nodes close.
+more: what is queued is crawled and stored (the job is resumed if it was paused), then
+the nodes close.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(action, help=text)
         p.add_argument("name")
         steer.append(p)
-    for p in steer[:2]:
+    for p in steer:
         add_redis_options(p)
     extend = sub.add_parser("extend", help="move the end date later")
     extend.add_argument("name")
@@ -143,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         status = c.campaign_status(db, args.name)  # unknown: one line before Redis
         c.check_command(args.name, status["state"], args.action)
-        if args.action in ("pause", "resume"):
-            _steer_job(args, status["job"], args.action, settings)
+        # a stopped campaign finishes what is queued: its job must not stay paused
+        _steer_job(args, status["job"], "pause" if args.action == "pause" else "resume", settings)
         done = c.set_campaign_state(db, args.name, args.action)
         print(_line(done))
         return 0

@@ -32,8 +32,8 @@ __all__ = ["PickedProxy", "ProxyPool", "ProxySources", "parse_sources", "proxy_i
 
 logger = logging.getLogger(__name__)
 
-#: Proxies looked at per pick (the least used first).
-SCAN = 200
+#: Proxies read at a time by a pick (the whole pool is looked through, least used first).
+PAGE = 200
 #: A provider is asked at most once per this long, fleet-wide.
 REFILL_EVERY_MS = 10_000
 #: The largest provider answer read.
@@ -47,8 +47,18 @@ def proxy_id(url: str) -> str:
 
 
 def shown(url: str) -> str:
-    """*url* as it may be logged or shown: its password hidden."""
-    return redact(url)
+    """*url* as it may be logged or shown: scheme, host, port and path only; any
+    credentials (a user, a password, an API key as the user or in the query) as
+    ``***``."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return redact(url.split("?", 1)[0])
+    secret = "***@" if "@" in parts.netloc else ""
+    query = "?***" if parts.query else ""
+    return f"{parts.scheme}://{secret}{host}{port}{parts.path}{query}"
 
 
 def check_proxy_url(url: str, where: str) -> str:
@@ -169,7 +179,7 @@ class ProxyPool:
         """The least used proxy that may serve *site* now (its use counted), or None."""
         pid, url, uses, left = await self._pick(
             keys=[self.all, self.live, self.cool, self.bans, self.gone],
-            args=[site, max_uses, SCAN],
+            args=[site, max_uses, PAGE],
         )
         if not pid:
             return None
@@ -185,7 +195,8 @@ class ProxyPool:
         max_failures: int,
         ban_ms: int,
     ) -> str:
-        """Record *outcome* ("ok", "fail", "ban") of a request through proxy *pid*."""
+        """Record *outcome* ("ok", "dead", "fail", "ban": see proxy_report.lua) of a
+        request through proxy *pid*."""
         result = await self._report(
             keys=[self.live, self.cool, self.bans, self.gone, self.stats],
             args=[pid, outcome, site, cool_ms, max_failures, ban_ms],

@@ -18,12 +18,18 @@ from scrapy.utils.misc import load_object
 
 from crawlfleet.exceptions import MalformedEntry, SerializationError
 
-__all__ = ["VERSION", "RequestCodec", "payload_priority", "with_meta"]
+__all__ = ["POOL_PROXY_META", "VERSION", "RequestCodec", "payload_priority", "with_meta"]
 
 VERSION = b"\x01"
 #: Private methods that Scrapy's generic spiders (CrawlSpider, SitemapSpider) use as
 #: callbacks: allowed like public ones.
 GENERIC_CALLBACKS = frozenset({"_callback", "_errback", "_parse_sitemap"})
+
+#: Meta of a request whose proxy the fleet's pool chose (crawlfleet.middlewares.proxies):
+#: its proxy, the proxy's credentials and their header are chosen again for every try,
+#: and never stored with the request (in Redis, or in the error registry).
+POOL_PROXY_META = "crawlfleet_proxy"
+_POOL_PROXY_KEYS = frozenset({"proxy", "_auth_proxy", POOL_PROXY_META})
 
 # Fields equal to these defaults are left out of the payload.
 _DEFAULTS: dict[str, Any] = {
@@ -91,6 +97,12 @@ class RequestCodec:
             if attr in _DEFAULTS and value == _DEFAULTS[attr]:
                 continue
             d[attr] = value
+        if POOL_PROXY_META in request.meta:
+            d["meta"] = {k: v for k, v in request.meta.items() if k not in _POOL_PROXY_KEYS}
+            headers = {k: v for k, v in d.get("headers", {}).items() if k != b"Proxy-Authorization"}
+            d.pop("headers", None)
+            if headers:
+                d["headers"] = headers
         if type(request) is not Request:
             d["_class"] = f"{type(request).__module__}.{type(request).__name__}"
         try:

@@ -97,6 +97,12 @@ class BanDetector:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BanDetector:
+        detector = cls._build(crawler)
+        crawler.crawlfleet_bans = detector  # type: ignore[attr-defined]  # for ProxyRotation
+        return detector
+
+    @classmethod
+    def _build(cls, crawler: Crawler) -> BanDetector:
         s = crawler.settings
         retries = s.getint("CRAWLFLEET_BAN_RETRIES")
         if retries < 0:

@@ -7,26 +7,37 @@ HttpProxyMiddleware (750) turns the proxy URL's credentials into a
 
 Each outcome is classed and counted against the proxy, fleet-wide:
 
-- a **proxy failure** (the download raised: refused, dropped, timed out; or the answer
-  is a gateway's: 407, 502, 504): the proxy cools down for
-  ``CRAWLFLEET_PROXY_COOLDOWN_SECONDS`` and after ``CRAWLFLEET_PROXY_MAX_FAILURES`` in a
-  row it leaves the pool; the request is retried (by the retry middleware, through the
-  frontier) with another proxy;
+- the **proxy is dead** (it refused the connection, its host is unknown, it refused the
+  tunnel or its credentials: 407): it rests for ``CRAWLFLEET_PROXY_COOLDOWN_SECONDS``,
+  and after ``CRAWLFLEET_PROXY_MAX_FAILURES`` in a row it leaves the pool;
+- a **failure that may be the site's** (timed out, dropped, a 502/504 gateway answer):
+  the proxy rests for that site only, and after ``CRAWLFLEET_PROXY_MAX_FAILURES`` in a
+  row there it is kept away from that site as after a ban; a site that is down does not
+  empty the fleet's pool;
 - a **ban** of that proxy by the site (reported by
-  :class:`~crawlfleet.middlewares.bans.BanDetector`): the proxy is kept away from that
-  site, and only that site, for ``CRAWLFLEET_PROXY_BAN_SECONDS``;
+  :class:`~crawlfleet.middlewares.bans.BanDetector`; not counted as a success): the proxy
+  is kept away from that site, and only that site, for ``CRAWLFLEET_PROXY_BAN_SECONDS``;
 - anything else (a 404, a 500, a page the spider cannot parse) is the page's, not the
   proxy's.
+
+A failed request is retried (by the retry middleware, through the frontier) with
+another proxy.
 
 A proxy used ``CRAWLFLEET_PROXY_MAX_USES`` times leaves the pool (0: no limit). When the
 pool holds fewer than ``CRAWLFLEET_PROXY_MIN_POOL`` proxies, a provider source is asked
 for more (one node at a time). With no proxy able to serve a site, the request is not
 sent directly (that would show the crawler's own address): it goes back to the frontier
-for ``CRAWLFLEET_PROXY_WAIT_SECONDS`` and the node says so.
+for ``CRAWLFLEET_PROXY_WAIT_SECONDS`` and the node says so; after ``MAX_WAITS`` such
+waits it fails (``NoProxy``, in the error registry), so that a job can end. Robots.txt
+requests wait in the node instead (the engine fetches them directly), and are given up
+after ``ROBOTS_WAITS`` waits. The proxy, its credentials and their header are never
+stored with a request (in Redis or the error registry): each try picks again.
 
 Proxies do not multiply a site's budget: politeness is per site in the frontier, not per
 download slot, so ten proxies on one site share that site's one rate limit. A request
-whose meta already names a ``proxy`` the project chose is left alone.
+whose meta already names a ``proxy`` the project chose is left alone. With
+``CRAWLFLEET_SESSIONS`` a session keeps its proxy (picked once: its uses count
+sessions), and a failure or ban of that proxy ends the session.
 """
 
 from __future__ import annotations
@@ -34,16 +45,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 from scrapy import Request, Spider, signals
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.crawler import Crawler
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    IgnoreRequest,
+    NotConfigured,
+)
 from scrapy.http import Response
+from twisted.internet.error import ConnectionRefusedError, DNSLookupError
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.proxies import (
     PROVIDER_MAX_BYTES,
+    PickedProxy,
     ProxyPool,
     ProxySources,
     parse_provider_answer,
@@ -51,18 +71,45 @@ from crawlfleet.fleet.proxies import (
     shown,
 )
 from crawlfleet.frontier.records import DELAY_META
-from crawlfleet.middlewares.common import node_of
+from crawlfleet.frontier.serialization import POOL_PROXY_META
+from crawlfleet.middlewares.common import is_robots, node_of
+from crawlfleet.middlewares.useragent import SESSION_META
 
-__all__ = ["GATEWAY_STATUSES", "PROXY_META", "ProxyRotation"]
+__all__ = ["GATEWAY_STATUSES", "PROXY_META", "NoProxy", "ProxyRotation"]
 
 logger = logging.getLogger(__name__)
 
-#: Request meta: the id of the pool's proxy the request goes through.
-PROXY_META = "crawlfleet_proxy"
-#: Answers that come from a proxy, not the site.
+#: Request meta: the id of the pool's proxy the request goes through (never stored with
+#: the request: see crawlfleet.frontier.serialization).
+PROXY_META = POOL_PROXY_META
+#: Request meta: how many times the request waited for a proxy.
+WAITS_META = "crawlfleet_proxy_waits"
+#: A request that waited this many times for a proxy fails (in the error registry).
+MAX_WAITS = 30
+#: Exceptions that say the proxy itself is dead (not the site): Scrapy's own (2.13 and
+#: later) and Twisted's, which older handlers raise.
+DEAD = (
+    DownloadConnectionRefusedError,
+    CannotResolveHostError,
+    ConnectionRefusedError,
+    DNSLookupError,
+    TunnelError,
+)
+#: Answers that come from a proxy, not the site (407: its credentials were refused, the
+#: proxy's own failure; 502 and 504: it could not reach the site, maybe the site's).
 GATEWAY_STATUSES = frozenset({407, 502, 504})
+
+
+class NoProxy(IgnoreRequest):
+    """No proxy could serve the request's site for ``MAX_WAITS`` waits."""
+
+
 #: With no proxy available the node says so at most this often.
 NONE_LOG_SECONDS = 60.0
+#: A robots.txt request waits for a proxy at most so many times.
+ROBOTS_WAITS = 6
+#: Sessions whose proxy a node remembers at most (least recently used forgotten).
+MAX_SESSIONS = 10_000
 
 
 class ProxyRotation:
@@ -98,6 +145,8 @@ class ProxyRotation:
         self._tasks: set[asyncio.Future[Any]] = set()
         self._said_none = 0.0
         self._refilling = False
+        #: session -> its proxy (CRAWLFLEET_SESSIONS: one proxy per session)
+        self._by_session: OrderedDict[str, PickedProxy] = OrderedDict()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ProxyRotation:
@@ -106,18 +155,21 @@ class ProxyRotation:
         mw = cls(crawler, parse_sources(crawler.settings.get("CRAWLFLEET_PROXIES")))
         crawler.crawlfleet_proxies = mw  # type: ignore[attr-defined]  # for BanDetector
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
         return mw
 
     async def spider_opened(self, spider: Spider) -> None:
         scheduler = node_of(self.crawler)
-        if scheduler is None:
-            raise ConfigError("CRAWLFLEET_PROXY_ENABLED needs the crawlfleet scheduler")
-        frontier = scheduler.sync.frontier
+        frontier = scheduler.sync.frontier if scheduler is not None else None
         client, keys = getattr(frontier, "client", None), getattr(frontier, "keys", None)
         if client is None or keys is None:
-            raise ConfigError("CRAWLFLEET_PROXY_ENABLED needs a Redis frontier")
-        self.pool = ProxyPool(client, keys.prefix)
-        added, size = await self.pool.add(self.sources.urls)
+            # no pool: every request waits in the frontier (process_request), none is
+            # sent directly
+            logger.error("CRAWLFLEET_PROXY_ENABLED needs the crawlfleet scheduler on Redis")
+            return
+        pool = ProxyPool(client, keys.prefix)
+        added, size = await pool.add(self.sources.urls)
+        self.pool = pool
         if self.sources.provider and size < max(self.min_pool, 1):
             size = await self._refill()
         logger.info(
@@ -127,26 +179,64 @@ class ProxyRotation:
             f", provider {shown(self.sources.provider)}" if self.sources.provider else "",
         )
 
+    async def spider_closed(self, spider: Spider) -> None:
+        if self._tasks:  # the last outcomes, before the Redis client closes
+            await asyncio.wait(list(self._tasks), timeout=5)
+
     # -- requests -------------------------------------------------------------------------
     async def process_request(self, request: Request, spider: Spider | None = None) -> Any:
-        if self.pool is None or ("proxy" in request.meta and PROXY_META not in request.meta):
+        if "proxy" in request.meta and PROXY_META not in request.meta:
             return None  # the project chose this request's proxy (or none)
         scheduler = node_of(self.crawler)
         site = scheduler.site_of(request) if scheduler is not None else ""
-        picked = await self.pool.pick(site, max_uses=self.max_uses)
-        if picked is None and self.sources.provider:
-            await self._refill()
-            picked = await self.pool.pick(site, max_uses=self.max_uses)
+        session = request.meta.get(SESSION_META)
+        if session is not None and session in self._by_session:
+            kept = self._by_session[session]  # a session keeps its proxy
+            request.meta["proxy"] = kept.url
+            request.meta[PROXY_META] = kept.id
+            self._by_session.move_to_end(session)
+            return None
+        picked: PickedProxy | None = None
+        for _ in range(ROBOTS_WAITS if is_robots(request) else 1):
+            picked = await self._pick(site)
+            if picked is not None or not is_robots(request):
+                break
+            # robots.txt is fetched by the engine directly (a returned request would
+            # be fetched again at once): it waits here, then is given up (allow all)
+            await asyncio.sleep(self.wait)
         if picked is None:
+            if is_robots(request):
+                raise NoProxy(f"no proxy could serve {site} for its robots.txt")
             return self._none_available(request, site)
         request.meta["proxy"] = picked.url
         request.meta[PROXY_META] = picked.id
+        if session is not None:
+            self._by_session[str(session)] = picked
+            if len(self._by_session) > MAX_SESSIONS:
+                self._by_session.popitem(last=False)
         self._inc("crawlfleet/proxies/used")
         if self.sources.provider and picked.left < self.min_pool and not self._refilling:
             self._spawn(self._refill())
         return None
 
+    async def _pick(self, site: str) -> PickedProxy | None:
+        if self.pool is None:
+            return None
+        picked = await self.pool.pick(site, max_uses=self.max_uses)
+        if picked is None and self.sources.provider:
+            await self._refill()
+            picked = await self.pool.pick(site, max_uses=self.max_uses)
+        return picked
+
     def _none_available(self, request: Request, site: str) -> Request:
+        waits = int(request.meta.get(WAITS_META, 0)) + 1
+        if waits > MAX_WAITS:
+            failures = getattr(self.crawler, "crawlfleet_failures", None)
+            detail = f"NoProxy: no proxy could serve {site} after {MAX_WAITS} waits"
+            if failures is not None:
+                failures.record(request, "exception", detail)
+            self._inc("crawlfleet/proxies/gave_up")
+            raise NoProxy(f"{request.url}: {detail}")
         self._inc("crawlfleet/proxies/none_available")
         now = time.monotonic()
         if now - self._said_none >= NONE_LOG_SECONDS:
@@ -161,6 +251,7 @@ class ProxyRotation:
         again.meta.pop("proxy", None)
         again.meta.pop(PROXY_META, None)
         again.meta[DELAY_META] = self.wait
+        again.meta[WAITS_META] = waits
         again.meta.pop("is_start_request", None)  # start requests pass the filter once
         return again
 
@@ -168,16 +259,23 @@ class ProxyRotation:
     def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Response:
-        if PROXY_META in request.meta:
-            failed = response.status in GATEWAY_STATUSES
-            self._outcome(request, "fail" if failed else "ok")
+        if PROXY_META not in request.meta:
+            return response
+        if response.status == 407:
+            self._outcome(request, "dead")
+        elif response.status in GATEWAY_STATUSES:
+            self._outcome(request, "fail")
+        else:
+            bans = getattr(self.crawler, "crawlfleet_bans", None)
+            if bans is None or bans.why_banned(request, response) is None:
+                self._outcome(request, "ok")  # a ban is reported by BanDetector
         return response
 
     def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None
     ) -> None:
         if PROXY_META in request.meta and not isinstance(exception, IgnoreRequest):
-            self._outcome(request, "fail")
+            self._outcome(request, "dead" if isinstance(exception, DEAD) else "fail")
 
     def banned(self, request: Request) -> None:
         """The site refused the crawler through this request's proxy (BanDetector)."""
@@ -187,6 +285,14 @@ class ProxyRotation:
     def _outcome(self, request: Request, outcome: str) -> None:
         if self.pool is None:
             return
+        session = request.meta.get(SESSION_META)
+        if session is not None and outcome != "ok":
+            # the session's proxy failed or was refused: the session ends with it (a new
+            # jar, identity and proxy; never the old cookies from a new address)
+            self._by_session.pop(str(session), None)
+            sessions = getattr(self.crawler, "crawlfleet_sessions", None)
+            if sessions is not None:
+                sessions.end(str(session))
         scheduler = node_of(self.crawler)
         site = scheduler.site_of(request) if scheduler is not None else ""
         self._inc(f"crawlfleet/proxies/{outcome}")

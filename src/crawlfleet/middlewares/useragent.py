@@ -12,7 +12,8 @@ headers of a real browser, consistent with its User-Agent:
 - empty (the default): nothing changes, Scrapy's ``USER_AGENT`` applies.
 
 ``CRAWLFLEET_USER_AGENT_STICKY`` (default ``site``) keeps one identity per site on a
-node, as one browser would browse a site; ``request`` draws a new one for every request.
+node, as one browser would browse a site (one per session with ``CRAWLFLEET_SESSIONS``);
+``request`` draws a new one for every request.
 A header the request already has is kept (a spider's own choice wins), and
 ``Accept-Encoding`` is left to Scrapy (it announces what it can decode). The identity's
 User-Agent is in ``request.meta["crawlfleet_user_agent"]``. Robots.txt rules are read
@@ -38,6 +39,7 @@ from crawlfleet.middlewares.common import node_of
 __all__ = [
     "IDENTITY_META",
     "NEW_IDENTITY_META",
+    "SESSION_META",
     "BrowserHeaders",
     "Identity",
     "browser_identities",
@@ -56,6 +58,9 @@ IDENTITY_META = "crawlfleet_identity_headers"
 #: Request meta: the site refused the last identity (a ban): take a new one for the
 #: site, other than the one it refused.
 NEW_IDENTITY_META = "crawlfleet_new_identity"
+#: Request meta: the session the request goes out in (crawlfleet.middlewares.sessions):
+#: one identity per session.
+SESSION_META = "crawlfleet_session"
 
 _ACCEPT_HTML = {
     "chrome": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,"
@@ -198,11 +203,11 @@ class BrowserHeaders:
             others = [i for i in self.identities if i.get("User-Agent", "").encode() != refused]
             fresh = self.choose(others or self.identities)
             if self.sticky == "site":
-                self._by_site[self.site_of(request)] = fresh
+                self._by_site[self._sticky_key(request)] = fresh
             return fresh
         if self.sticky == "request":
             return self.choose(self.identities)
-        site = self.site_of(request)
+        site = self._sticky_key(request)
         found = self._by_site.get(site)
         if found is None:
             found = self._by_site[site] = self.choose(self.identities)
@@ -211,6 +216,11 @@ class BrowserHeaders:
         else:
             self._by_site.move_to_end(site)
         return found
+
+    def _sticky_key(self, request: Request) -> str:
+        """What keeps one identity: the request's session (``CRAWLFLEET_SESSIONS``), else
+        its site."""
+        return str(request.meta.get(SESSION_META) or self.site_of(request))
 
     def process_request(self, request: Request, spider: Spider | None = None) -> Any:
         if request.meta.get("dont_obey_robotstxt") and request.url.endswith("/robots.txt"):

@@ -33,7 +33,7 @@ from crawlfleet.campaigns.space import Unit
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.middlewares.common import node_of
 from crawlfleet.middlewares.failures import UNIT_ID_META, UNIT_META
-from crawlfleet.node.recrawl import Settled, open_db
+from crawlfleet.node.recrawl import SETTLE_SECONDS, Settled, open_db
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
 __all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
@@ -65,6 +65,8 @@ class CampaignFeeder:
         self._said_down = 0.0
         self._last_state = ""
         self._settled = Settled()
+        #: the settling epoch in which no failed link was left to re-crawl
+        self._concluded = -1
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CampaignFeeder:
@@ -138,7 +140,7 @@ class CampaignFeeder:
             await asyncio.sleep(ROUND_SECONDS)
 
     async def _round(self, scheduler: Any) -> None:
-        from crawlfleet.state.campaigns import ACTIVE, claim_units, mark_fed
+        from crawlfleet.state.campaigns import ACTIVE, claim_units
 
         sync = scheduler.sync
         info, units = await asyncio.to_thread(
@@ -161,36 +163,65 @@ class CampaignFeeder:
             return
         sync.holds.add(HOLD)
         if units:
-            requests: list[Request] = []
-            for uid, unit, again in units:
-                requests += self._requests(uid, unit, info["template"], again)
-            await sync.feed(requests)
-            fed = await asyncio.to_thread(
-                mark_fed, self.db, scheduler.node_id, [u[0] for u in units]
-            )
-            self.fed += fed
-            scheduler.stats.inc("crawlfleet/campaign/units_fed", fed)
+            await self._feed(scheduler, units, info["template"])
+            self._settled.reset()
             return
-        if state in ("running", "stopping") and await self._settled.check(sync.frontier):
+        if state not in ("running", "stopping"):
+            self._settled.reset()  # paused: the frontier settles anew afterwards
+            return
+        if await self._settled.check(sync.frontier):
             await self._wrap_up(scheduler, state, info)
 
-    async def _wrap_up(self, scheduler: Any, state: str, info: dict[str, Any]) -> None:
-        from crawlfleet.fleet.errors import recrawl_errors
-        from crawlfleet.state.campaigns import wrap_up
+    async def _feed(self, scheduler: Any, units: list[Any], template: str) -> None:
+        from crawlfleet.state.campaigns import finish_unit, mark_fed
 
-        if state == "running" and info["exhausted"]:
-            links = await recrawl_errors(
-                scheduler.sync.frontier, self.db, max_recrawls=info["max_attempts"] - 1
-            )
-            if links.queued:
-                logger.info(
-                    "Campaign %r: re-crawl round: %d failed link(s) queued again",
-                    self.name,
-                    links.queued,
+        requests: list[Request] = []
+        empty = []
+        for uid, unit, again in units:
+            made = self._requests(uid, unit, template, again)
+            if not made:
+                empty.append(uid)  # nothing to crawl: done
+            requests += made
+        if requests:
+            await scheduler.sync.feed(requests)
+        ids = [uid for uid, _unit, _again in units]
+        fed = await asyncio.to_thread(mark_fed, self.db, scheduler.node_id, ids)
+        for uid in empty:
+            await asyncio.to_thread(finish_unit, self.db, uid, ok=True)
+        self.fed += fed
+        scheduler.stats.inc("crawlfleet/campaign/units_fed", fed)
+
+    async def _wrap_up(self, scheduler: Any, state: str, info: dict[str, Any]) -> None:
+        """The frontier has settled: units still ``fed`` are done; once every unit was
+        handed out, re-crawl rounds, then the end (a conclusion that nothing is left is
+        drawn only after a whole settling window more: another node's round may be on
+        its way into the frontier)."""
+        from crawlfleet.fleet.errors import recrawl_errors
+        from crawlfleet.state.campaigns import settle_fed, wrap_up
+
+        await asyncio.to_thread(settle_fed, self.db, self.name, older_than=SETTLE_SECONDS)
+        if state == "running" and not info["exhausted"]:
+            return  # units are still to be handed out (or fed again): claims go on
+        settled = self._settled
+        if self._concluded != settled.epoch:
+            if state == "running":
+                links = await recrawl_errors(
+                    scheduler.sync.frontier, self.db, max_recrawls=info["max_attempts"] - 1
                 )
-                scheduler.sync.leaser.work_arrived()
-                return
+                if links.queued:
+                    logger.info(
+                        "Campaign %r: re-crawl round: %d failed link(s) queued again",
+                        self.name,
+                        links.queued,
+                    )
+                    scheduler.sync.leaser.work_arrived()
+                    settled.reset()
+                    return
+            self._concluded = settled.epoch
+            settled.restart()
+            return
         outcome = await asyncio.to_thread(wrap_up, self.db, self.name)
+        settled.reset()
         if outcome == "recrawl":
             logger.info("Campaign %r: re-crawl round: failed units are fed again", self.name)
         self._note_state(outcome)

@@ -57,24 +57,33 @@ def open_db(url: str) -> Any:
 
 class Settled:
     """Whether a job's frontier has stayed empty (nothing queued, nothing leased) for
-    :data:`SETTLE_SECONDS`, after the job had work."""
+    :data:`SETTLE_SECONDS`, after the job had work. ``epoch`` changes whenever the
+    frontier is seen busy (or :meth:`reset` is called): a conclusion drawn in one epoch
+    holds while it lasts."""
 
     def __init__(self) -> None:
         self._since: float | None = None
+        self.epoch = 0
+
+    def reset(self) -> None:
+        """Work was queued (or may have been): the frontier must settle anew."""
+        self._since = None
+        self.epoch += 1
+
+    def restart(self) -> None:
+        """Settle for another whole window, in the same epoch."""
+        self._since = asyncio.get_running_loop().time()
 
     async def check(self, frontier: Any) -> bool:
         counters = await frontier.counters()
         empty = counters.get("queued", 0) <= 0 and counters.get("leased", 0) <= 0
         if not empty or counters.get("leased_total", 0) <= 0:
-            self._since = None
+            self.reset()
             return False
         now = asyncio.get_running_loop().time()
         if self._since is None:
             self._since = now
-        if now - self._since < SETTLE_SECONDS:
-            return False
-        self._since = None
-        return True
+        return now - self._since >= SETTLE_SECONDS
 
 
 class RecrawlPhase:
@@ -136,6 +145,7 @@ class RecrawlPhase:
         settled = Settled()
         frontier = scheduler.sync.frontier
         said = -OUTAGE_LOG_SECONDS
+        checked = -1  # the epoch in which a round found nothing to re-crawl
         while True:
             await asyncio.sleep(ROUND_SECONDS)
             try:
@@ -156,10 +166,17 @@ class RecrawlPhase:
                     logger.warning("Re-crawl phase: %s; trying again", redact(str(exc)))
                 continue
             if queued:
+                settled.reset()
                 self.queued += queued
                 scheduler.stats.inc("crawlfleet/recrawl/queued", queued)
                 logger.info("Re-crawl phase: %d failed request(s) queued again", queued)
                 scheduler.sync.leaser.work_arrived()
+                continue
+            if checked != settled.epoch:
+                # another node's round may be on its way into the frontier: conclude
+                # only after a whole window more without work
+                checked = settled.epoch
+                settled.restart()
                 continue
             logger.info("Re-crawl phase: nothing left to re-crawl")
             scheduler.sync.holds.discard(HOLD)

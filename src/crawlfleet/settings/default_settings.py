@@ -181,6 +181,10 @@ CRAWLFLEET_PROXY_MIN_POOL = 5
 #: With no proxy for a site, its request waits this long in the frontier (seconds).
 CRAWLFLEET_PROXY_WAIT_SECONDS = 10.0
 
+#: Sessions: a cookie jar, a proxy and an identity kept together per site on a node,
+#: renewed together after a ban or a proxy failure (cookies on; docs/antiban.md).
+CRAWLFLEET_SESSIONS = False
+
 #: Statuses that mean the site refuses the crawler (429 and 503 back off instead).
 CRAWLFLEET_BAN_STATUSES = [403]
 #: A redirect to a URL matching one of these (regular expressions) is a ban.

@@ -50,6 +50,7 @@ __all__ = [
     "list_campaigns",
     "mark_fed",
     "set_campaign_state",
+    "settle_fed",
     "wrap_up",
 ]
 
@@ -229,18 +230,6 @@ def claim_units(
             }
             if row.state != "running":
                 return info, []
-            busy = s.scalar(
-                select(func.count())
-                .select_from(CampaignUnit)
-                .where(
-                    CampaignUnit.campaign_id == row.id,
-                    (CampaignUnit.state == "fed")
-                    | ((CampaignUnit.state == "leased") & (CampaignUnit.lease_until >= now)),
-                )
-            )
-            want = min(most, row.units_ahead - int(busy or 0))
-            if want <= 0:
-                return info, []
             if row.next_unit >= row.total:
                 waiting = s.scalar(
                     select(func.count())
@@ -253,6 +242,18 @@ def claim_units(
                 if not waiting:
                     info["exhausted"] = True
                     return info, []
+            busy = s.scalar(
+                select(func.count())
+                .select_from(CampaignUnit)
+                .where(
+                    CampaignUnit.campaign_id == row.id,
+                    (CampaignUnit.state == "fed")
+                    | ((CampaignUnit.state == "leased") & (CampaignUnit.lease_until >= now)),
+                )
+            )
+            want = min(most, row.units_ahead - int(busy or 0))
+            if want <= 0:
+                return info, []
             space = space_of(row)
             lease_until = now + timedelta(seconds=lease_seconds)
             again = list(
@@ -270,7 +271,10 @@ def claim_units(
             )
             out: list[Claimed] = []
             for unit in again:
-                out.append((unit.id, space.unit(unit.idx), unit.state == "pending"))
+                # fed again after it failed (pending, or its re-feed's lease lapsed): its
+                # pages were seen, so its requests must pass the seen-filter
+                retry = unit.state == "pending" or unit.error is not None
+                out.append((unit.id, space.unit(unit.idx), retry))
                 unit.state, unit.node, unit.lease_until = "leased", node, lease_until
                 unit.attempts += 1
             new = min(want - len(again), row.total - row.next_unit)
@@ -317,11 +321,13 @@ def mark_fed(db: StateDB, node: str, unit_ids: Sequence[int]) -> int:
 
 
 def finish_unit(db: StateDB, unit_id: int, *, ok: bool, error: str | None = None) -> bool:
-    """The first request of unit *unit_id* was crawled (*ok*) or failed for good."""
+    """The first request of unit *unit_id* was crawled (*ok*: also a unit that had
+    failed, its first page re-crawled as a failed link) or failed for good."""
+    states = ("leased", "fed", "failed", "pending") if ok else ("leased", "fed")
     with db.session() as s:
         result = s.execute(
             update(CampaignUnit)
-            .where(CampaignUnit.id == unit_id, CampaignUnit.state.in_(("leased", "fed")))
+            .where(CampaignUnit.id == unit_id, CampaignUnit.state.in_(states))
             .values(
                 state="done" if ok else "failed",
                 finished_at=utcnow(),
@@ -330,6 +336,28 @@ def finish_unit(db: StateDB, unit_id: int, *, ok: bool, error: str | None = None
             )
         )
         return bool(getattr(result, "rowcount", 0))
+
+
+def settle_fed(db: StateDB, name: str, *, older_than: float) -> int:
+    """Units ``fed`` more than *older_than* seconds ago are ``done``: the caller saw the
+    job's frontier empty for that long, so their pages were crawled, and their first
+    page's report was lost (a node killed), or never came (a unit whose first request
+    the seen-filter dropped, or robots.txt refused). How many."""
+    cutoff = utcnow() - timedelta(seconds=older_than)
+    with db.session() as s:
+        campaign = s.scalars(select(Campaign.id).where(Campaign.name == name)).first()
+        if campaign is None:
+            return 0
+        result = s.execute(
+            update(CampaignUnit)
+            .where(
+                CampaignUnit.campaign_id == campaign,
+                CampaignUnit.state == "fed",
+                CampaignUnit.fed_at < cutoff,
+            )
+            .values(state="done", finished_at=utcnow())
+        )
+        return int(getattr(result, "rowcount", 0) or 0)
 
 
 def wrap_up(db: StateDB, name: str) -> str:

@@ -1,34 +1,39 @@
 -- proxy_pick: take the least used proxy of the fleet's pool that may serve a site now
--- (not cooling down after a failure, not banned by that site), counting the use.
+-- (not resting after a failure, not kept away from that site), counting the use.
 --
 -- KEYS[1] all    hash  proxy id -> proxy URL (credentials included: never shown)
 -- KEYS[2] live   zset  proxy id -> uses so far (the pool: least used first)
--- KEYS[3] cool   zset  proxy id -> end of its cool-down (ms, Redis clock)
--- KEYS[4] bans   zset  "<site>|<proxy id>" -> end of the site's ban of that proxy (ms)
+-- KEYS[3] cool   zset  proxy id -> end of its rest (ms, Redis clock)
+-- KEYS[4] bans   zset  "<site>|<proxy id>" -> end of the site's ban (or rest) of it (ms)
 -- KEYS[5] gone   hash  proxy id -> why it left the pool ("used", "failed", "removed")
 --
--- ARGV[1] site   ARGV[2] most uses of a proxy (0: no limit)   ARGV[3] proxies looked at
+-- ARGV[1] site   ARGV[2] most uses of a proxy (0: no limit)   ARGV[3] proxies read at a
+-- time (the whole pool is looked through, in such pages, least used first)
 -- Returns {id, url, uses, proxies left in the pool}; id "" when none may serve the site
 -- now. A proxy that reaches its most uses leaves the pool ("used") with this use.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local site, max_uses, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local site, max_uses, page = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local candidates = redis.call('ZRANGE', KEYS[2], 0, scan - 1)
-for _, id in ipairs(candidates) do
-  if not redis.call('ZSCORE', KEYS[3], id) and not redis.call('ZSCORE', KEYS[4], site .. '|' .. id) then
-    local url = redis.call('HGET', KEYS[1], id)
-    if url then
-      local uses = tonumber(redis.call('ZINCRBY', KEYS[2], 1, id))
-      if max_uses > 0 and uses >= max_uses then
-        redis.call('ZREM', KEYS[2], id)
-        redis.call('HSET', KEYS[5], id, 'used')
+local size = redis.call('ZCARD', KEYS[2])
+local start = 0
+while start < size do
+  local candidates = redis.call('ZRANGE', KEYS[2], start, start + page - 1)
+  for _, id in ipairs(candidates) do
+    if not redis.call('ZSCORE', KEYS[3], id) and not redis.call('ZSCORE', KEYS[4], site .. '|' .. id) then
+      local url = redis.call('HGET', KEYS[1], id)
+      if url then
+        local uses = tonumber(redis.call('ZINCRBY', KEYS[2], 1, id))
+        if max_uses > 0 and uses >= max_uses then
+          redis.call('ZREM', KEYS[2], id)
+          redis.call('HSET', KEYS[5], id, 'used')
+        end
+        return {id, url, uses, redis.call('ZCARD', KEYS[2])}
       end
-      return {id, url, uses, redis.call('ZCARD', KEYS[2])}
     end
-    redis.call('ZREM', KEYS[2], id)  -- a member without its URL (a hand edit): drop it
   end
+  start = start + page
 end
-return {'', '', 0, redis.call('ZCARD', KEYS[2])}
+return {'', '', 0, size}

@@ -2,15 +2,22 @@
 --
 -- KEYS[1] live   zset  proxy id -> uses (see proxy_pick.lua)
 -- KEYS[2] cool   zset  proxy id -> end of its cool-down (ms)
--- KEYS[3] bans   zset  "<site>|<proxy id>" -> end of the ban (ms)
+-- KEYS[3] bans   zset  "<site>|<proxy id>" -> end of the site's ban of the proxy (ms)
 -- KEYS[4] gone   hash  proxy id -> why it left the pool
--- KEYS[5] stats  hash  "<id>:ok", "<id>:fail", "<id>:ban", "<id>:streak" (failures in a
---                      row), "<site>|<id>:ban" -> counts
+-- KEYS[5] stats  hash  "<id>:ok", "<id>:fail", "<id>:ban", "<id>:streak" (failures of
+--                      the proxy itself in a row), "<site>|<id>:streak" (failures on
+--                      that site in a row), "<site>|<id>:ban" -> counts
 --
--- ARGV[1] proxy id   ARGV[2] outcome: "ok" (the site answered), "fail" (the proxy did
--- not carry the request: refused, dropped, timed out, a gateway error), "ban" (the site
--- refused the crawler through this proxy)   ARGV[3] site
--- ARGV[4] cool-down (ms) after a failure   ARGV[5] failures in a row that evict a proxy
+-- ARGV[1] proxy id   ARGV[2] outcome:
+--   "ok"   the site answered;
+--   "dead" the proxy itself failed (refused the connection, unknown host, refused the
+--          tunnel or the credentials): it rests, and after ARGV[5] in a row leaves the
+--          pool;
+--   "fail" the request failed through it in a way that may be the site's (timed out,
+--          dropped, a 502/504 gateway answer): the proxy rests for that site only, and
+--          after ARGV[5] in a row on the site is kept away from it as after a ban;
+--   "ban"  the site refused the crawler through it: kept away from that site.
+-- ARGV[3] site   ARGV[4] rest (ms) after a failure   ARGV[5] failures in a row
 -- ARGV[6] how long (ms) a site's ban keeps the proxy away from that site
 -- Returns "ok", "cooling", "evicted", "banned" or "gone" (it had left the pool already).
 
@@ -18,20 +25,31 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id, outcome, site = ARGV[1], ARGV[2], ARGV[3]
 local cool_ms, max_fail, ban_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local pair = site .. '|' .. id
 if outcome == 'ok' then
   redis.call('HINCRBY', KEYS[5], id .. ':ok', 1)
-  redis.call('HSET', KEYS[5], id .. ':streak', 0)
+  redis.call('HDEL', KEYS[5], id .. ':streak', pair .. ':streak')
   return 'ok'
 end
 if outcome == 'ban' then
   redis.call('HINCRBY', KEYS[5], id .. ':ban', 1)
-  redis.call('HINCRBY', KEYS[5], site .. '|' .. id .. ':ban', 1)
-  redis.call('ZADD', KEYS[3], now + ban_ms, site .. '|' .. id)
+  redis.call('HINCRBY', KEYS[5], pair .. ':ban', 1)
+  redis.call('ZADD', KEYS[3], now + ban_ms, pair)
   return 'banned'
 end
 redis.call('HINCRBY', KEYS[5], id .. ':fail', 1)
-local streak = redis.call('HINCRBY', KEYS[5], id .. ':streak', 1)
 if redis.call('HEXISTS', KEYS[4], id) == 1 then return 'gone' end
+if outcome == 'fail' then
+  local streak = redis.call('HINCRBY', KEYS[5], pair .. ':streak', 1)
+  if streak >= max_fail then
+    redis.call('HDEL', KEYS[5], pair .. ':streak')
+    redis.call('ZADD', KEYS[3], now + ban_ms, pair)
+    return 'banned'
+  end
+  redis.call('ZADD', KEYS[3], now + cool_ms, pair)
+  return 'cooling'
+end
+local streak = redis.call('HINCRBY', KEYS[5], id .. ':streak', 1)
 if streak >= max_fail then
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)

@@ -19,22 +19,23 @@
 --         its requests is queued only once its time has come (counter "waiting")
 -- ARGV[4 ..] pairs: rid, queue index (1-based among KEYS[8 ..]; 0 = request gone or
 --            malformed)
--- Returns {requests returned to a queue, of which waiting ones whose time had come}.
+-- Returns {requests returned to a queue, of which waiting ones whose time had come}
+-- (a waiting entry found malformed is set aside: it leaves "waiting", is not counted).
 -- A malformed entry is moved to the bad list (counter "bad"), never requeued.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
-local back, dropped, waited = 0, 0, 0
+local back, dropped, left_waiting, came_due = 0, 0, 0, 0
 for i = 4, #ARGV, 2 do
   local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
   local deadline = redis.call('ZSCORE', KEYS[3], rid)
-  local ok = false
+  local ok, was_waiting = false, false
   if deadline then
     local holder = redis.call('HGET', KEYS[4], rid)
     if holder == waiting_holder then
       ok = tonumber(deadline) < now
-      if ok then waited = waited + 1 end
+      was_waiting = ok
     elseif mode == 'expired' then
       ok = tonumber(deadline) < now
       if not ok then
@@ -50,10 +51,12 @@ for i = 4, #ARGV, 2 do
     redis.call('HDEL', KEYS[4], rid)
     local entry = redis.call('HGET', KEYS[2], rid)
     local score, site = entry_parts(entry)
+    if was_waiting then left_waiting = left_waiting + 1 end
     if score and qi > 0 then
       redis.call('ZADD', KEYS[7 + qi], score, rid)
       redis.call('ZADD', KEYS[1], 'NX', 0, site)
       back = back + 1
+      if was_waiting then came_due = came_due + 1 end
     else
       if entry then
         redis.call('RPUSH', KEYS[7], entry)
@@ -65,9 +68,9 @@ for i = 4, #ARGV, 2 do
   end
 end
 if back + dropped > 0 then count(KEYS[5], 'leased', -(back + dropped)) end
-if waited > 0 then count(KEYS[5], 'waiting', -waited) end
+if left_waiting > 0 then count(KEYS[5], 'waiting', -left_waiting) end
 if back > 0 then
   count(KEYS[5], 'queued', back)
-  if back > waited then count(KEYS[5], 'requeued', back - waited) end
+  if back > came_due then count(KEYS[5], 'requeued', back - came_due) end
 end
-return {back, waited}
+return {back, came_due}

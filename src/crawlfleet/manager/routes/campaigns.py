@@ -86,9 +86,9 @@ async def steer(
 ) -> dict[str, Any]:
     current = await ctx.in_db(c.campaign_status, ctx.db, name)  # unknown: 400, one line
     c.check_command(name, current["state"], command)
-    if command in ("pause", "resume"):
-        kind, value = command_value(command)
-        await ctx.frontier(current["job"]).send_control(ALL_NODES, kind, value)
+    # a stopped campaign finishes what is queued: its job must not stay paused
+    kind, value = command_value("pause" if command == "pause" else "resume")
+    await ctx.frontier(current["job"]).send_control(ALL_NODES, kind, value)
     done = await ctx.in_db(c.set_campaign_state, ctx.db, name, command)
     await ctx.in_db(
         record_event, ctx.db, token.name, f"campaign.{command}", done["job"], {"campaign": name}
