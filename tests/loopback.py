@@ -20,7 +20,9 @@ __all__ = ["LoopbackSite"]
 
 
 class LoopbackSite:
-    def __init__(self, page: Callable[[str, dict[str, str]], tuple[int, bytes]]) -> None:
+    def __init__(self, page: Callable[[str, dict[str, str]], tuple[Any, ...]]) -> None:
+        """*page(path, headers)* answers ``(status, body)`` or ``(status, body,
+        {header: value})``."""
         self.closing = threading.Event()
         self.hits: dict[str, int] = {}
         self.headers: list[tuple[str, dict[str, str]]] = []
@@ -31,8 +33,10 @@ class LoopbackSite:
                 site.hits[self.path] = site.hits.get(self.path, 0) + 1
                 headers = dict(self.headers.items())
                 site.headers.append((self.path, headers))
-                status, body = page(self.path, headers)
+                status, body, *more = page(self.path, headers)
                 self.send_response(status)
+                for name, value in (more[0] if more else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

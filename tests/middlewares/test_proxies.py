@@ -259,3 +259,55 @@ def test_a_site_that_bans_a_proxy_gets_the_others(
         assert first["state"] == "live" and first["bans"] >= 1  # banned there, not failed
         text = log.read_text()
         assert "'crawlfleet/bans/gave_up'" not in text
+
+
+@pytest.mark.slow
+def test_sessions_keep_jar_identity_and_proxy_together(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.middlewares.session_site import SessionSite
+
+    agents = tmp_path / "agents.txt"
+    agents.write_text(
+        "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0\n"
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:139.0) Gecko/20100101 Firefox/139.0\n"
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5; rv:138.0) Gecko/20100101 Firefox/138.0\n"
+    )
+    farm = ProxyFarm([{}, {}])
+    with SessionSite() as site, farm:
+        log = tmp_path / "node.log"
+        node = start_node(
+            "tests.middlewares.session_site:SessionSpider",
+            job="sessions",
+            redis_url=redis_server_url,
+            log=log,
+            spider_args={"start_urls": site.url},
+            settings={
+                **node_env,
+                "CRAWLFLEET_SESSIONS": True,
+                "CRAWLFLEET_USER_AGENTS": str(agents),
+                "CRAWLFLEET_PROXY_ENABLED": True,
+                "CRAWLFLEET_PROXIES": ",".join(farm.urls),
+                "CRAWLFLEET_RETRY_BACKOFF": 0.2,
+                "CRAWLFLEET_BACKOFF_STATUSES": "429",
+                "ROBOTSTXT_OBEY": False,
+                "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+            },
+            cwd=ROOT,
+        )
+        assert node.wait(120) == 0, log.read_text()[-3000:]
+        forwarded = [s["forwarded"] for s in farm.stats()]
+    seen = site.seen
+    first_agent = seen[0][2]
+    gates = [s for s in seen if s[0] == "/gate"]
+    assert len(gates) == 2 and gates[0][1] == "1"  # refused in session 1 (its cookie)
+    # every request of session 1 (cookie sid=1) went out as one browser
+    assert {agent for _, sid, agent in seen if sid == "1"} == {first_agent}
+    # the ban ended the session: the gate came back with an empty jar, as another browser
+    assert gates[1][1] == "" and gates[1][2] != first_agent
+    # ... and what followed it carried the new session's cookie, under the same browser
+    after = [s for s in seen if s[0] == "/a1?again"]
+    assert after and after[0][1] == "2" and after[0][2] == gates[1][2]
+    # a session keeps its proxy: one proxy for session 1, the other after the ban
+    assert all(n > 0 for n in forwarded), forwarded
+    assert "'crawlfleet/sessions/ended': 1" in log.read_text()
