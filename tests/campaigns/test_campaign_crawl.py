@@ -150,8 +150,8 @@ def test_a_campaign_survives_a_kill_and_a_pause(
                 return int(site.stats(brief=True)["archive"]["total_requests"])
 
             samples = [sent()]
-            while len(samples) < 10 and (len(samples) < 2 or samples[-1] != samples[-2]):
-                time.sleep(0.5)
+            while len(samples) < 20 and (len(samples) < 3 or len(set(samples[-3:])) > 1):
+                time.sleep(0.5)  # until nothing came for a whole second
                 samples.append(sent())
             before = samples[-1]
             time.sleep(2.0)

@@ -19,21 +19,19 @@ All state-DB calls run in a thread; the node's reactor never waits for them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from scrapy import Request, Spider, signals
+from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 
 from crawlfleet.campaigns.space import Unit
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.middlewares.common import node_of
 from crawlfleet.middlewares.failures import UNIT_ID_META, UNIT_META
-from crawlfleet.node.recrawl import SETTLE_SECONDS, Settled, open_db
+from crawlfleet.node.recrawl import SETTLE_SECONDS, HeldLoop, Settled, open_db
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
 __all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
@@ -49,15 +47,14 @@ OUTAGE_LOG_SECONDS = 60.0
 HOLD = "campaign"
 
 
-class CampaignFeeder:
+class CampaignFeeder(HeldLoop):
     """See the module docstring."""
 
+    HOLD = HOLD
+
     def __init__(self, crawler: Crawler, name: str, db_url: str) -> None:
-        self.crawler = crawler
+        super().__init__(crawler, db_url)
         self.name = name
-        self.db_url = db_url
-        self.db: Any = None
-        self.task: asyncio.Task[None] | None = None
         self.fed = 0
         #: a unit leased and not fed within this long goes to another node
         self.lease_seconds = crawler.settings.getfloat("CRAWLFLEET_LEASE_SECONDS")
@@ -79,26 +76,10 @@ class CampaignFeeder:
                 "CRAWLFLEET_CAMPAIGN needs CRAWLFLEET_ERRORS: units report through the "
                 "error registry"
             )
-        ext = cls(crawler, name, check_state_db_url(state_db_url(settings)))
-        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
-        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
-        return ext
-
-    def spider_opened(self, spider: Spider) -> None:
-        scheduler = node_of(self.crawler)
-        if scheduler is None:
-            logger.error("CRAWLFLEET_CAMPAIGN needs the crawlfleet scheduler: no campaign fed")
-            return
-        scheduler.sync.holds.add(HOLD)
-        self.task = asyncio.ensure_future(self._run(scheduler))
+        return cls(crawler, name, check_state_db_url(state_db_url(settings)))
 
     async def spider_closed(self, spider: Spider) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        if self.db is not None:
-            self.db.close()
+        await super().spider_closed(spider)
         if self.fed:
             logger.info("Campaign %r: this node fed %d unit(s)", self.name, self.fed)
 

@@ -7,7 +7,8 @@ resolves its failure. The job finishes when a round finds nothing left to re-cra
 Several nodes may look at once: the registry hands each failure to one of them.
 
 A campaign (``CRAWLFLEET_CAMPAIGN``) has this phase built in (its ``max_attempts``), so
-this extension stands aside there. :class:`Settled` and :func:`open_db` serve both.
+this extension stands aside there. :class:`HeldLoop`, :class:`Settled` and
+:func:`open_db` serve both.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from crawlfleet.redis.connection import redact
 from crawlfleet.state.records import REASONS
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
-__all__ = ["SETTLE_SECONDS", "RecrawlPhase", "Settled", "open_db"]
+__all__ = ["SETTLE_SECONDS", "HeldLoop", "RecrawlPhase", "Settled", "open_db"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,16 +87,50 @@ class Settled:
         return now - self._since >= SETTLE_SECONDS
 
 
-class RecrawlPhase:
-    """See the module docstring."""
+class HeldLoop:
+    """A node extension that runs :meth:`_run` on the node's event loop from the spider's
+    opening to its close, keeping the job open for this node (a hold named ``HOLD``)
+    until the loop lets go; ``db`` is the state DB at ``db_url`` once opened."""
 
-    def __init__(self, crawler: Crawler, db_url: str, rounds: int, reasons: list[str]) -> None:
+    HOLD = ""
+
+    def __init__(self, crawler: Crawler, db_url: str) -> None:
         self.crawler = crawler
         self.db_url = db_url
-        self.rounds = rounds
-        self.reasons = reasons
         self.db: Any = None
         self.task: asyncio.Task[None] | None = None
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    def spider_opened(self, spider: Spider) -> None:
+        scheduler = node_of(self.crawler)
+        if scheduler is None:
+            logger.error("%s needs the crawlfleet scheduler: off", type(self).__name__)
+            return
+        scheduler.sync.holds.add(self.HOLD)
+        self.task = asyncio.ensure_future(self._run(scheduler))
+
+    async def spider_closed(self, spider: Spider) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.db is not None:
+            self.db.close()
+
+    async def _run(self, scheduler: Any) -> None:
+        raise NotImplementedError
+
+
+class RecrawlPhase(HeldLoop):
+    """See the module docstring."""
+
+    HOLD = HOLD
+
+    def __init__(self, crawler: Crawler, db_url: str, rounds: int, reasons: list[str]) -> None:
+        super().__init__(crawler, db_url)
+        self.rounds = rounds
+        self.reasons = reasons
         self.queued = 0
 
     @classmethod
@@ -119,25 +154,7 @@ class RecrawlPhase:
                 f"CRAWLFLEET_RECRAWL_REASONS must list reasons among {', '.join(REASONS)}, "
                 f"got {reasons!r}"
             )
-        ext = cls(crawler, check_state_db_url(state_db_url(s)), rounds, reasons)
-        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
-        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
-        return ext
-
-    def spider_opened(self, spider: Spider) -> None:
-        scheduler = node_of(self.crawler)
-        if scheduler is None:
-            return
-        scheduler.sync.holds.add(HOLD)
-        self.task = asyncio.ensure_future(self._run(scheduler))
-
-    async def spider_closed(self, spider: Spider) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        if self.db is not None:
-            self.db.close()
+        return cls(crawler, check_state_db_url(state_db_url(s)), rounds, reasons)
 
     async def _run(self, scheduler: Any) -> None:
         from crawlfleet.fleet.errors import recrawl_errors
