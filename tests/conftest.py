@@ -67,8 +67,12 @@ def sync_redis(redis_server_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def node_env(redis_server_url: str, key_prefix: str, tmp_path: Path) -> dict[str, str]:
-    """Settings for node processes of this test: its Redis, its key prefix."""
+    """Settings for node processes of this test: its Redis, its key prefix; retries wait
+    50 ms in the frontier, not the default 1 s doubling (tests of other things retry
+    429s and 503s many times; tests of the back-off set their own)."""
     return {
         "CRAWLFLEET_KEY_PREFIX": key_prefix,
         "CRAWLFLEET_DATA_DIR": str(tmp_path / "data"),
+        "CRAWLFLEET_RETRY_BACKOFF": "0.05",
+        "CRAWLFLEET_RETRY_BACKOFF_MAX": "2",
     }

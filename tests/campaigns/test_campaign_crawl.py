@@ -48,8 +48,11 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``crawlfleet campaign ARGS`` on the test's Redis key prefix (pause and resume
+    reach the job's nodes through it)."""
+    prefix = ["-s", f"CRAWLFLEET_KEY_PREFIX={env['CRAWLFLEET_KEY_PREFIX']}"]
     return subprocess.run(
-        [sys.executable, "-m", "crawlfleet.cli.main", "campaign", *args],
+        [sys.executable, "-m", "crawlfleet.cli.main", "campaign", *args, *prefix],
         capture_output=True,
         text=True,
         timeout=60,

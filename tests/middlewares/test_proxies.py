@@ -311,3 +311,37 @@ def test_sessions_keep_jar_identity_and_proxy_together(
     # a session keeps its proxy: one proxy for session 1, the other after the ban
     assert all(n > 0 for n in forwarded), forwarded
     assert "'crawlfleet/sessions/ended': 1" in log.read_text()
+
+
+@pytest.mark.slow
+def test_proxies_do_not_multiply_a_sites_budget(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    model = SiteModel(pages=40, hosts=1, problems=False)
+    farm = ProxyFarm([{}, {}, {}, {}])
+    with TestSite(model) as site, farm:
+        log = tmp_path / "node.log"
+        node = start_node(
+            "crawlfleet.testsite.spider:TestSiteSpider",
+            job="budget",
+            redis_url=redis_server_url,
+            log=log,
+            spider_args={"start_urls": site.seed_urls[0]},
+            settings={
+                **node_env,
+                "CRAWLFLEET_PROXY_ENABLED": True,
+                "CRAWLFLEET_PROXIES": ",".join(farm.urls),
+                "CRAWLFLEET_RATE_LIMITS": '{"127.0.0.1": "8/1s"}',
+                "CONCURRENT_REQUESTS": 32,
+                "ROBOTSTXT_OBEY": False,
+                "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+            },
+            cwd=ROOT,
+        )
+        assert node.wait(120) == 0, log.read_text()[-3000:]
+        stats = site.stats()
+        forwarded = [s["forwarded"] for s in farm.stats()]
+    assert not stats["never_fetched"]
+    assert all(n >= 5 for n in forwarded), forwarded  # every proxy carried a share
+    # four proxies, one site, one budget: never more than 8 requests in any second
+    assert stats["max_rate_1s"] <= 8, stats["max_rate_1s"]
