@@ -38,8 +38,9 @@ __all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two looks at the campaign.
+#: Seconds between two looks at the campaign (and at most, after rounds that failed).
 ROUND_SECONDS = 1.0
+MAX_ROUND_SECONDS = 30.0
 #: Units claimed at most per round.
 UNITS_PER_ROUND = 5
 #: While the state DB does not answer, the node says so this often.
@@ -88,11 +89,13 @@ class CampaignFeeder(HeldLoop):
         from sqlalchemy.exc import SQLAlchemyError
 
         loop = asyncio.get_running_loop()
+        failed, said_failed = 0, -OUTAGE_LOG_SECONDS
         while True:
             try:
                 if self.db is None:
                     self.db = await asyncio.to_thread(open_db, self.db_url)
                 await self._round(scheduler)
+                failed = 0
                 if self._down_since is not None:
                     logger.info(
                         "Campaign %r: state DB back after %.0f s",
@@ -117,8 +120,14 @@ class CampaignFeeder(HeldLoop):
                         type(exc).__name__,
                     )
             except Exception:
-                logger.exception("Campaign %r: a round failed; trying again", self.name)
-            await asyncio.sleep(ROUND_SECONDS)
+                # a bug (a unit hook that raises, say): said once a minute, and the
+                # rounds slow down, up to one every MAX_ROUND_SECONDS
+                failed += 1
+                now = loop.time()
+                if now - said_failed >= OUTAGE_LOG_SECONDS:
+                    said_failed = now
+                    logger.exception("Campaign %r: a round failed; trying again", self.name)
+            await asyncio.sleep(min(ROUND_SECONDS * 2 ** min(failed, 6), MAX_ROUND_SECONDS))
 
     async def _round(self, scheduler: Any) -> None:
         from crawlfleet.state.campaigns import ACTIVE, claim_units

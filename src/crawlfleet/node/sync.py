@@ -517,6 +517,8 @@ class SyncLoop:
         if state is None:
             return
         lift = f" (`crawlfleet control resume {self.config.job}` lifts it)"
+        if "campaign" in self.holds:  # a campaign's pause: resume the campaign, not the job
+            lift = " (`crawlfleet campaign resume NAME` lifts it)"
         logger.info(
             "Control: node %s %s -> %s%s",
             self.node_id,
