@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -38,6 +38,36 @@ def on_pool(redis_url: str, prefix: str, fn: Callable[[ProxyPool], Awaitable[T]]
 
 
 REPORT = {"cool_ms": 300, "max_failures": 2, "ban_ms": 60_000}
+
+
+def run_node(
+    spider: str,
+    job: str,
+    start_url: str,
+    redis_url: str,
+    node_env: dict[str, str],
+    tmp_path: Path,
+    **settings: Any,
+) -> str:
+    """Crawl *start_url* with one real node (robots.txt not read) until its job is
+    finished; its log."""
+    log = tmp_path / "node.log"
+    node = start_node(
+        spider,
+        job=job,
+        redis_url=redis_url,
+        log=log,
+        spider_args={"start_urls": start_url},
+        settings={
+            **node_env,
+            "ROBOTSTXT_OBEY": False,
+            "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+            **settings,
+        },
+        cwd=ROOT,
+    )
+    assert node.wait(120) == 0, log.read_text()[-3000:]
+    return log.read_text()
 
 
 def test_the_pool_rotates_retires_cools_evicts_and_bans_per_site(
@@ -122,30 +152,22 @@ def test_a_node_crawls_only_through_the_pool(
     with TestSite(model) as site, listed, spare:
         provider = LoopbackSite(lambda path, headers: (200, "\n".join(spare.urls).encode()))
         with provider:
-            log = tmp_path / "node.log"
-            node = start_node(
+            text = run_node(
                 "crawlfleet.testsite.spider:TestSiteSpider",
-                job="proxied",
-                redis_url=redis_server_url,
-                log=log,
-                spider_args={"start_urls": site.seed_urls[0]},
-                settings={
-                    **node_env,
-                    "CRAWLFLEET_PROXY_ENABLED": True,
-                    "CRAWLFLEET_PROXIES": ",".join([*listed.urls, f"provider+{provider.url}list"]),
-                    "CRAWLFLEET_PROXY_MAX_USES": 30,
-                    "CRAWLFLEET_PROXY_MAX_FAILURES": 2,
-                    "CRAWLFLEET_PROXY_COOLDOWN_SECONDS": 0.2,
-                    "CRAWLFLEET_PROXY_MIN_POOL": 2,
-                    "CRAWLFLEET_RETRY_BACKOFF": 0.1,
-                    "RETRY_TIMES": 5,
-                    "ROBOTSTXT_OBEY": False,
-                    "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-                },
-                cwd=ROOT,
+                "proxied",
+                site.seed_urls[0],
+                redis_server_url,
+                node_env,
+                tmp_path,
+                CRAWLFLEET_PROXY_ENABLED=True,
+                CRAWLFLEET_PROXIES=",".join([*listed.urls, f"provider+{provider.url}list"]),
+                CRAWLFLEET_PROXY_MAX_USES=30,
+                CRAWLFLEET_PROXY_MAX_FAILURES=2,
+                CRAWLFLEET_PROXY_COOLDOWN_SECONDS=0.2,
+                CRAWLFLEET_PROXY_MIN_POOL=2,
+                CRAWLFLEET_RETRY_BACKOFF=0.1,
+                RETRY_TIMES=5,
             )
-            assert node.wait(120) == 0, log.read_text()[-3000:]
-        text = log.read_text()
         stats = site.stats()
         assert not stats["never_fetched"] and not stats["fetched_twice"]
         a, b = listed.stats(), spare.stats()
@@ -226,26 +248,19 @@ def test_a_site_that_bans_a_proxy_gets_the_others(
             conn.close()
         assert site.stats()["hostile"]["bans"].get(banned) == 1
         before = farm.stats()[0]["forwarded"]
-        log = tmp_path / "node.log"
-        node = start_node(
+        text = run_node(
             "crawlfleet.testsite.spider:TestSiteSpider",
-            job="banned",
-            redis_url=redis_server_url,
-            log=log,
-            spider_args={"start_urls": site.seed_urls[0]},
-            settings={
-                **node_env,
-                "CRAWLFLEET_PROXY_ENABLED": True,
-                "CRAWLFLEET_PROXIES": ",".join(farm.urls),
-                "CRAWLFLEET_RATE_LIMITS": '{"127.0.0.1": "10/1s"}',  # each proxy ~5/s < 20
-                "CRAWLFLEET_RETRY_BACKOFF": 0.1,
-                "CRAWLFLEET_BACKOFF_STATUSES": "429",
-                "ROBOTSTXT_OBEY": False,
-                "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-            },
-            cwd=ROOT,
+            "banned",
+            site.seed_urls[0],
+            redis_server_url,
+            node_env,
+            tmp_path,
+            CRAWLFLEET_PROXY_ENABLED=True,
+            CRAWLFLEET_PROXIES=",".join(farm.urls),
+            CRAWLFLEET_RATE_LIMITS='{"127.0.0.1": "10/1s"}',  # each proxy ~5/s < 20
+            CRAWLFLEET_RETRY_BACKOFF=0.1,
+            CRAWLFLEET_BACKOFF_STATUSES="429",
         )
-        assert node.wait(120) == 0, log.read_text()[-3000:]
         stats = site.stats()
         assert not stats["never_fetched"], stats["never_fetched"]
         through_banned = farm.stats()[0]["forwarded"] - before
@@ -257,7 +272,6 @@ def test_a_site_that_bans_a_proxy_gets_the_others(
         pool = on_pool(redis_server_url, node_env["CRAWLFLEET_KEY_PREFIX"], ProxyPool.status)
         first = next(p for p in pool if p["proxy"].endswith(f":{port}"))
         assert first["state"] == "live" and first["bans"] >= 1  # banned there, not failed
-        text = log.read_text()
         assert "'crawlfleet/bans/gave_up'" not in text
 
 
@@ -275,27 +289,20 @@ def test_sessions_keep_jar_identity_and_proxy_together(
     )
     farm = ProxyFarm([{}, {}])
     with SessionSite() as site, farm:
-        log = tmp_path / "node.log"
-        node = start_node(
+        log = run_node(
             "tests.middlewares.session_site:SessionSpider",
-            job="sessions",
-            redis_url=redis_server_url,
-            log=log,
-            spider_args={"start_urls": site.url},
-            settings={
-                **node_env,
-                "CRAWLFLEET_SESSIONS": True,
-                "CRAWLFLEET_USER_AGENTS": str(agents),
-                "CRAWLFLEET_PROXY_ENABLED": True,
-                "CRAWLFLEET_PROXIES": ",".join(farm.urls),
-                "CRAWLFLEET_RETRY_BACKOFF": 0.2,
-                "CRAWLFLEET_BACKOFF_STATUSES": "429",
-                "ROBOTSTXT_OBEY": False,
-                "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-            },
-            cwd=ROOT,
+            "sessions",
+            site.url,
+            redis_server_url,
+            node_env,
+            tmp_path,
+            CRAWLFLEET_SESSIONS=True,
+            CRAWLFLEET_USER_AGENTS=str(agents),
+            CRAWLFLEET_PROXY_ENABLED=True,
+            CRAWLFLEET_PROXIES=",".join(farm.urls),
+            CRAWLFLEET_RETRY_BACKOFF=0.2,
+            CRAWLFLEET_BACKOFF_STATUSES="429",
         )
-        assert node.wait(120) == 0, log.read_text()[-3000:]
         forwarded = [s["forwarded"] for s in farm.stats()]
     seen = site.seen
     first_agent = seen[0][2]
@@ -310,7 +317,7 @@ def test_sessions_keep_jar_identity_and_proxy_together(
     assert after and after[0][1] == "2" and after[0][2] == gates[1][2]
     # a session keeps its proxy: one proxy for session 1, the other after the ban
     assert all(n > 0 for n in forwarded), forwarded
-    assert "'crawlfleet/sessions/ended': 1" in log.read_text()
+    assert "'crawlfleet/sessions/ended': 1" in log
 
 
 @pytest.mark.slow
@@ -320,25 +327,18 @@ def test_proxies_do_not_multiply_a_sites_budget(
     model = SiteModel(pages=40, hosts=1, problems=False)
     farm = ProxyFarm([{}, {}, {}, {}])
     with TestSite(model) as site, farm:
-        log = tmp_path / "node.log"
-        node = start_node(
+        run_node(
             "crawlfleet.testsite.spider:TestSiteSpider",
-            job="budget",
-            redis_url=redis_server_url,
-            log=log,
-            spider_args={"start_urls": site.seed_urls[0]},
-            settings={
-                **node_env,
-                "CRAWLFLEET_PROXY_ENABLED": True,
-                "CRAWLFLEET_PROXIES": ",".join(farm.urls),
-                "CRAWLFLEET_RATE_LIMITS": '{"127.0.0.1": "8/1s"}',
-                "CONCURRENT_REQUESTS": 32,
-                "ROBOTSTXT_OBEY": False,
-                "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-            },
-            cwd=ROOT,
+            "budget",
+            site.seed_urls[0],
+            redis_server_url,
+            node_env,
+            tmp_path,
+            CRAWLFLEET_PROXY_ENABLED=True,
+            CRAWLFLEET_PROXIES=",".join(farm.urls),
+            CRAWLFLEET_RATE_LIMITS='{"127.0.0.1": "8/1s"}',
+            CONCURRENT_REQUESTS=32,
         )
-        assert node.wait(120) == 0, log.read_text()[-3000:]
         stats = site.stats()
         forwarded = [s["forwarded"] for s in farm.stats()]
     assert not stats["never_fetched"]

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from redis.asyncio import Redis
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.records import text
 from crawlfleet.redis.connection import redact
 from crawlfleet.redis.scripts import script_source
 
@@ -85,8 +86,8 @@ class ProxySources:
     provider: str = ""
 
 
-def _lines(text: str) -> list[str]:
-    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+def _lines(body: str) -> list[str]:
+    return [ln.strip() for ln in body.splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def parse_sources(value: Any) -> ProxySources:
@@ -106,12 +107,12 @@ def parse_sources(value: Any) -> ProxySources:
         path = Path(item.removeprefix("@"))
         if item.startswith("@") or ("://" not in item and path.is_file()):
             try:
-                text = path.read_text(encoding="utf-8")
+                listed = path.read_text(encoding="utf-8")
             except OSError as exc:
                 raise ConfigError(
                     f"CRAWLFLEET_PROXIES: cannot read {path}: {exc.strerror}"
                 ) from None
-            urls += [check_proxy_url(u, f"CRAWLFLEET_PROXIES ({path})") for u in _lines(text)]
+            urls += [check_proxy_url(u, f"CRAWLFLEET_PROXIES ({path})") for u in _lines(listed)]
             continue
         urls.append(check_proxy_url(item, "CRAWLFLEET_PROXIES"))
     if not urls and not provider:
@@ -125,15 +126,15 @@ def parse_sources(value: Any) -> ProxySources:
 def parse_provider_answer(body: bytes) -> list[str]:
     """The proxy URLs of a provider's answer (a JSON list, or one URL a line); the bad
     ones are skipped with a warning (redacted)."""
-    text = body[:PROVIDER_MAX_BYTES].decode("utf-8", errors="replace").strip()
+    answer = body[:PROVIDER_MAX_BYTES].decode("utf-8", errors="replace").strip()
     raw: list[Any]
-    if text.startswith("["):
+    if answer.startswith("["):
         try:
-            raw = json.loads(text)
+            raw = json.loads(answer)
         except json.JSONDecodeError:
             raw = []
     else:
-        raw = _lines(text)
+        raw = _lines(answer)
     out = []
     for item in raw:
         try:
@@ -183,7 +184,7 @@ class ProxyPool:
         )
         if not pid:
             return None
-        return PickedProxy(_text(pid), _text(url), int(uses), int(left))
+        return PickedProxy(text(pid), text(url), int(uses), int(left))
 
     async def report(
         self,
@@ -201,7 +202,7 @@ class ProxyPool:
             keys=[self.live, self.cool, self.bans, self.gone, self.stats],
             args=[pid, outcome, site, cool_ms, max_failures, ban_ms],
         )
-        return _text(result)
+        return text(result)
 
     async def remove(self, which: Sequence[str]) -> int:
         """Take proxies out of the pool for good (by id or URL); how many were in it."""
@@ -228,12 +229,12 @@ class ProxyPool:
     async def status(self) -> list[dict[str, Any]]:
         """Every proxy known to the pool: its URL (redacted), state, uses, ok, failures,
         bans, for ``crawlfleet proxies`` and the manager."""
-        urls = {_text(k): _text(v) for k, v in (await self.client.hgetall(self.all)).items()}
+        urls = {text(k): text(v) for k, v in (await self.client.hgetall(self.all)).items()}
         scored: list[Any] = list(await self.client.zrange(self.live, 0, -1, withscores=True))
-        live = {_text(pair[0]): int(pair[1]) for pair in scored}
-        cool = {_text(k) for k in await self.client.zrange(self.cool, 0, -1)}
-        gone = {_text(k): _text(v) for k, v in (await self.client.hgetall(self.gone)).items()}
-        stats = {_text(k): int(v) for k, v in (await self.client.hgetall(self.stats)).items()}
+        live = {text(pair[0]): int(pair[1]) for pair in scored}
+        cool = {text(k) for k in await self.client.zrange(self.cool, 0, -1)}
+        gone = {text(k): text(v) for k, v in (await self.client.hgetall(self.gone)).items()}
+        stats = {text(k): int(v) for k, v in (await self.client.hgetall(self.stats)).items()}
         out = []
         for pid, url in sorted(urls.items(), key=lambda kv: shown(kv[1])):
             state = "cooling" if pid in cool else "live" if pid in live else gone.get(pid, "?")
@@ -249,7 +250,3 @@ class ProxyPool:
                 }
             )
         return out
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

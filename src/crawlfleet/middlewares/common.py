@@ -9,13 +9,22 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from crawlfleet.node.scheduler import Scheduler
 
-__all__ = ["first_request", "is_robots", "node_of"]
+__all__ = ["first_request", "is_robots", "node_of", "site_of"]
 
 
 def node_of(crawler: Crawler | None) -> Scheduler | None:
     """The crawlfleet scheduler of *crawler* (None before it opens, or without one)."""
     scheduler = getattr(crawler, "crawlfleet_scheduler", None)
     return scheduler if isinstance(scheduler, Scheduler) else None
+
+
+def site_of(crawler: Crawler | None, request: Request) -> str:
+    """The site *request* belongs to: its node's site key (host, domain or IP, as the
+    frontier paces it), or its host when no crawlfleet scheduler runs."""
+    scheduler = node_of(crawler)
+    if scheduler is not None:
+        return scheduler.site_of(request)
+    return urlparse_cached(request).netloc.lower()
 
 
 def first_request(request: Request) -> Request:

@@ -72,7 +72,7 @@ from crawlfleet.fleet.proxies import (
 )
 from crawlfleet.frontier.records import DELAY_META
 from crawlfleet.frontier.serialization import POOL_PROXY_META
-from crawlfleet.middlewares.common import is_robots, node_of
+from crawlfleet.middlewares.common import is_robots, node_of, site_of
 from crawlfleet.middlewares.useragent import SESSION_META
 
 __all__ = ["GATEWAY_STATUSES", "PROXY_META", "NoProxy", "ProxyRotation"]
@@ -187,8 +187,7 @@ class ProxyRotation:
     async def process_request(self, request: Request, spider: Spider | None = None) -> Any:
         if "proxy" in request.meta and PROXY_META not in request.meta:
             return None  # the project chose this request's proxy (or none)
-        scheduler = node_of(self.crawler)
-        site = scheduler.site_of(request) if scheduler is not None else ""
+        site = site_of(self.crawler, request)
         session = request.meta.get(SESSION_META)
         if session is not None and session in self._by_session:
             kept = self._by_session[session]  # a session keeps its proxy
@@ -293,8 +292,7 @@ class ProxyRotation:
             sessions = getattr(self.crawler, "crawlfleet_sessions", None)
             if sessions is not None:
                 sessions.end(str(session))
-        scheduler = node_of(self.crawler)
-        site = scheduler.site_of(request) if scheduler is not None else ""
+        site = site_of(self.crawler, request)
         self._inc(f"crawlfleet/proxies/{outcome}")
         self._spawn(self._report(str(request.meta[PROXY_META]), outcome, site))
 

@@ -26,7 +26,7 @@ from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
-from crawlfleet.middlewares.common import is_robots, node_of
+from crawlfleet.middlewares.common import is_robots, site_of
 from crawlfleet.middlewares.useragent import NEW_IDENTITY_META, SESSION_META
 
 __all__ = ["SESSION_META", "Sessions"]
@@ -78,8 +78,7 @@ class Sessions:
     def process_request(self, request: Request, spider: Spider | None = None) -> Any:
         if is_robots(request):
             return None
-        scheduler = node_of(self.crawler) if self.crawler is not None else None
-        site = scheduler.site_of(request) if scheduler is not None else _host(request)
+        site = site_of(self.crawler, request)
         old = request.meta.get(SESSION_META)
         if old and request.meta.get(NEW_IDENTITY_META):
             self.end(str(old))  # the site refused this session: a whole new one
@@ -90,7 +89,3 @@ class Sessions:
             if old:  # a request of an ended session: the new one's identity and proxy
                 request.meta[NEW_IDENTITY_META] = True
         return None
-
-
-def _host(request: Request) -> str:
-    return request.url.split("/")[2].lower() if request.url.count("/") >= 2 else ""

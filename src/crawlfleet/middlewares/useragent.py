@@ -34,7 +34,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.middlewares.common import node_of
+from crawlfleet.middlewares.common import site_of
 
 __all__ = [
     "IDENTITY_META",
@@ -183,14 +183,10 @@ class BrowserHeaders:
             raise NotConfigured("CRAWLFLEET_USER_AGENTS is not set")
         identities = browser_identities() if source == "browser" else file_identities(source)
 
-        def site_of(request: Request) -> str:
-            scheduler = node_of(crawler)
-            return scheduler.site_of(request) if scheduler is not None else _host(request)
-
         return cls(
             identities,
             sticky=str(settings.get("CRAWLFLEET_USER_AGENT_STICKY")),
-            site_of=site_of,
+            site_of=lambda request: site_of(crawler, request),
         )
 
     def identity(self, request: Request) -> Identity:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from abc import ABC, abstractmethod
 from typing import Any
 
 from scrapy import Spider, signals
@@ -87,7 +88,7 @@ class Settled:
         return now - self._since >= SETTLE_SECONDS
 
 
-class HeldLoop:
+class HeldLoop(ABC):
     """A node extension that runs :meth:`_run` on the node's event loop from the spider's
     opening to its close, keeping the job open for this node (a hold named ``HOLD``)
     until the loop lets go; ``db`` is the state DB at ``db_url`` once opened."""
@@ -118,8 +119,9 @@ class HeldLoop:
         if self.db is not None:
             self.db.close()
 
+    @abstractmethod
     async def _run(self, scheduler: Any) -> None:
-        raise NotImplementedError
+        """The loop; it lets the job go with ``scheduler.sync.holds.discard(HOLD)``."""
 
 
 class RecrawlPhase(HeldLoop):

@@ -86,6 +86,12 @@ def _lock(s: Session, name: str) -> Campaign:
     return row
 
 
+def _count(s: Session, row: Campaign, *where: Any) -> int:
+    """How many units of campaign *row* match *where*."""
+    query = select(func.count()).select_from(CampaignUnit)
+    return int(s.scalar(query.where(CampaignUnit.campaign_id == row.id, *where)) or 0)
+
+
 def space_of(row: Campaign) -> ParamSpace:
     return ParamSpace.from_dict(json.loads(row.params))
 
@@ -230,28 +236,18 @@ def claim_units(
             }
             if row.state != "running":
                 return info, []
-            if row.next_unit >= row.total:
-                waiting = s.scalar(
-                    select(func.count())
-                    .select_from(CampaignUnit)
-                    .where(
-                        CampaignUnit.campaign_id == row.id,
-                        CampaignUnit.state.in_(("pending", "leased")),
-                    )
-                )
-                if not waiting:
-                    info["exhausted"] = True
-                    return info, []
-            busy = s.scalar(
-                select(func.count())
-                .select_from(CampaignUnit)
-                .where(
-                    CampaignUnit.campaign_id == row.id,
-                    (CampaignUnit.state == "fed")
-                    | ((CampaignUnit.state == "leased") & (CampaignUnit.lease_until >= now)),
-                )
+            if row.next_unit >= row.total and not _count(
+                s, row, CampaignUnit.state.in_(("pending", "leased"))
+            ):
+                info["exhausted"] = True
+                return info, []
+            busy = _count(
+                s,
+                row,
+                (CampaignUnit.state == "fed")
+                | ((CampaignUnit.state == "leased") & (CampaignUnit.lease_until >= now)),
             )
-            want = min(most, row.units_ahead - int(busy or 0))
+            want = min(most, row.units_ahead - busy)
             if want <= 0:
                 return info, []
             space = space_of(row)
@@ -377,11 +373,7 @@ def wrap_up(db: StateDB, name: str) -> str:
             if row.state == "running" and row.next_unit < row.total:
                 return "wait"
             units = CampaignUnit.campaign_id == row.id
-            leased = s.scalar(
-                select(func.count())
-                .select_from(CampaignUnit)
-                .where(units, CampaignUnit.state.in_(("leased", "pending")))
-            )
+            leased = _count(s, row, CampaignUnit.state.in_(("leased", "pending")))
             if leased and row.state == "running":
                 return "wait"
             s.execute(
@@ -426,17 +418,7 @@ def _describe(s: Session, row: Campaign, *, failed_units: bool = False) -> dict[
     ):
         counts[state] = int(n)
     now = utcnow()
-    recent = int(
-        s.scalar(
-            select(func.count())
-            .select_from(CampaignUnit)
-            .where(
-                CampaignUnit.campaign_id == row.id,
-                CampaignUnit.finished_at >= now - RATE_WINDOW,
-            )
-        )
-        or 0
-    )
+    recent = _count(s, row, CampaignUnit.finished_at >= now - RATE_WINDOW)
     started = row.started_at
     window = RATE_WINDOW.total_seconds()
     if started is not None:
