@@ -198,3 +198,31 @@ def test_job_status_keeps_each_nodes_summary_after_the_finish(
     assert "closed node runs" in r.stdout and "first start to last close" in r.stdout
     logs = (tmp_path / "node0.log").read_text()
     assert "closed (finished) after" in logs and "pages (" in logs
+
+
+def test_limits_of_the_fleet_and_of_a_job(redis_server_url: str, key_prefix: str) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    r = cli("limits", "set", "--fleet", "*.Example.com", "20/1s", *common)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "*.example.com\t20/1s\n"
+    r = cli("limits", "set", "crawl-a", "news.org", "5/1s", *common)
+    assert r.returncode == 0 and r.stdout == "news.org\t5/1s\n", r.stderr
+    # the fleet's and the job's are kept apart
+    assert cli("limits", "list", *common).stdout == "*.example.com\t20/1s\n"
+    assert cli("limits", "list", "--fleet", *common).stdout == "*.example.com\t20/1s\n"
+    assert cli("limits", "list", "crawl-a", *common).stdout == "news.org\t5/1s\n"
+    r = cli("limits", "unset", "--fleet", "*.example.com", *common)
+    assert r.returncode == 0 and "no run-time limits" in r.stdout
+    # shapes that do not fit, a bad limit (exit 2), an unknown job (exit 1): one line
+    # each, nothing set
+    for bad, says, code in (
+        (["set", "--fleet", "crawl-a", "*", "2/1s"], "--fleet PATTERN LIMIT", 2),
+        (["set", "*", "2/1s"], "takes JOB PATTERN LIMIT", 2),
+        (["set", "--fleet", "*", "fast"], "must look like '2/1s'", 2),
+        (["unset", "crawl-a"], "takes JOB PATTERN", 2),
+        (["list", "no-such-job"], "no job 'no-such-job'", 1),
+    ):
+        r = cli("limits", *bad, *common)
+        assert r.returncode == code, (bad, r.stdout, r.stderr)
+        assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    assert "no run-time limits" in cli("limits", "list", "--fleet", *common).stdout

@@ -163,7 +163,7 @@ def test_nodes_with_skewed_clocks_keep_a_site_under_its_limit(
     # each site's pace (its last slot granted, in µs) is on the Redis
     # clock: no node's skewed time found its way into it (the slack leaves room for a
     # longer interval than LIMIT's, e.g. a back-off, and is still far from an hour)
-    raw: dict[bytes, bytes] = sync_redis.hgetall(JobKeys.of(key_prefix, "skewed").pace)  # type: ignore[assignment]
+    raw: dict[bytes, bytes] = sync_redis.hgetall(JobKeys.of(key_prefix, "skewed").fleet.pace)  # type: ignore[assignment]
     pace = {name.decode(): int(us) // 1000 - began_on_redis for name, us in raw.items()}
     latest = ended_on_redis - began_on_redis + PACE_SLACK_MS
     assert len(pace) >= len(stats["hosts"]) and all(0 < ms <= latest for ms in pace.values()), (

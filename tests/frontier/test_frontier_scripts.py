@@ -375,3 +375,50 @@ def test_a_counter_that_is_not_a_number_costs_a_figure_not_the_crawl(
         assert res.entries == []
 
     run_redis(body)
+
+
+@pytest.fixture(params=["exact", "memory"])
+def run_jobs(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
+    """run_jobs(fn) runs ``await fn(frontier_of)``, where ``frontier_of(job)`` is the
+    frontier of *job* in one shared Redis (or one shared memory store)."""
+
+    def runner(fn: Callable[[Callable[[str], Any]], Awaitable[T]]) -> T:
+        async def main() -> T:
+            if request.param == "memory":
+                store: dict[str, Any] = {}
+                return await fn(lambda job: MemoryFrontier(job, store))
+            client = make_client(redis_server_url)
+            try:
+                return await fn(lambda job: Frontier(client, JobKeys.of(key_prefix, job)))
+            finally:
+                await client.aclose()
+
+        return asyncio.run(main())
+
+    return runner
+
+
+def test_jobs_share_a_sites_budget_and_back_off_unless_given_their_own(
+    run_jobs: Callable[..., Any],
+) -> None:
+    async def body(frontier_of: Callable[[str], Frontier]) -> None:
+        a, b = frontier_of("job-a"), frontier_of("job-b")
+        for f, tag in ((a, "a"), (b, "b")):
+            await f.commit("n1", [out(f"{tag}{i}", "s") for i in range(3)])
+            await f.commit("n1", [out(f"{tag}t{i}", "t") for i in range(3)])
+        kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 3, "offer_size": 10}
+        paced = {"intervals": [300_000], "horizon_us": 700_000}
+        r = await a.lease("n1", 3, ["s"], budgets=["s"], **paced, **kw)
+        assert [e.slot_us for e in r.entries] == [0, 300_000, 600_000]
+        # job b's nodes draw on the same schedule: nothing until a's last slot is near
+        r = await b.lease("n2", 3, ["s"], budgets=["s"], **paced, **kw)
+        assert r.entries == [] and r.ready_in_us > 0
+        # a budget of its own (crawlfleet limits set JOB ...) starts from now
+        r = await b.lease("n2", 3, ["s"], budgets=["s|job=job-b"], **paced, **kw)
+        assert [e.slot_us for e in r.entries] == [0, 300_000, 600_000]
+        # a back-off reported by one job's node slows the site for every job
+        await a.backoff({"t": 0}, first_ms=5000)
+        r = await b.lease("n2", 3, ["t"], horizon_us=1_000_000, **kw)
+        assert len(r.entries) == 1
+
+    run_jobs(body)

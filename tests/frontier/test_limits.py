@@ -16,7 +16,15 @@ import pytest
 from crawlfleet.benchmark.polite import run_polite
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.limits import DEFAULT_MARGIN, LATE_SHARE, SPACING, RateLimits, parse_limit
+from crawlfleet.frontier.limits import (
+    DEFAULT_MARGIN,
+    LATE_SHARE,
+    SPACING,
+    Budgets,
+    Pace,
+    RateLimits,
+    parse_limit,
+)
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
@@ -118,12 +126,12 @@ def test_lease_grants_slots_on_the_redis_clock(redis_server_url: str, key_prefix
             gaps = {b.slot_us - a.slot_us for a, b in zip(r.entries, r.entries[1:], strict=False)}
             assert gaps == {250}
             # no budget is spent when there is nothing to fetch
-            pace_before = await client.hget(f.keys.pace, "empty")
+            pace_before = await client.hget(f.keys.fleet.pace, "empty")
             r = await f.lease("n2", 10, ["empty"], intervals=[300_000], **kw)
-            assert r.entries == [] and await client.hget(f.keys.pace, "empty") == pace_before
+            assert r.entries == [] and await client.hget(f.keys.fleet.pace, "empty") == pace_before
             # the schedule is on Redis's clock, in µs
             seconds, micros = await client.time()
-            last = int(await client.hget(f.keys.pace, "slow"))
+            last = int(await client.hget(f.keys.fleet.pace, "slow"))
             assert 0 <= last - (seconds * 1_000_000 + micros) <= 10_000_000
         finally:
             await client.aclose()
@@ -323,7 +331,7 @@ def test_a_limit_changed_at_run_time_takes_effect_within_seconds(
     # at 1/s the 40+ pages would take over 40 s; at 20/s they take a few seconds more
     assert elapsed < 25, elapsed
     logs = "".join((tmp_path / f"node{i}.log").read_text() for i in range(2))
-    assert "Rate limits of job 'retuned' now: {'*': '20/1s'}" in logs
+    assert "Rate limits now: fleet as configured, own (job retuned) {'*': '20/1s'}" in logs
 
 
 @pytest.mark.slow
@@ -340,3 +348,54 @@ def test_nodes_use_the_whole_budget_and_never_exceed_it(
     assert result.never_fetched == 0 and result.fetched_twice == 0, result
     assert result.max_1s <= 50, result
     assert result.use >= 0.85, result
+
+
+def test_a_jobs_own_limit_gives_it_its_own_budget() -> None:
+    shared = RateLimits.parse({"*": "10/1s", "*.shop.com": "2/1s"}, source="t")
+    own = RateLimits.parse({"*.news.org": "5/1s", "free.org": "none"}, source="t")
+    budgets = Budgets(shared, own, "|ip=10.0.0.1", "crawl-a")
+    # a site the job's own limits do not cover is paced on the budget every job shares
+    assert budgets.pace("www.shop.com") == Pace(
+        parse_limit("2/1s").interval_us, parse_limit("2/1s").late_us, "www.shop.com|ip=10.0.0.1"
+    )
+    assert budgets.pace("example.com").budget == "example.com|ip=10.0.0.1"
+    # one they cover is paced at the job's limit, on a budget of the job alone
+    news = budgets.pace("a.news.org")
+    assert news.budget == "a.news.org|ip=10.0.0.1|job=crawl-a"
+    assert news.interval_us == parse_limit("5/1s").interval_us
+    # "none" of the job's own lifts the shared "*" limit for that job
+    assert budgets.pace("free.org") == Pace(0, 0, "free.org|ip=10.0.0.1|job=crawl-a")
+    assert own.pattern("x.news.org") == "*.news.org" and own.pattern("other.net") is None
+
+
+@pytest.mark.slow
+def test_two_jobs_on_one_site_share_the_fleet_limit(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A fleet limit set at run time holds for every job together: two jobs of two
+    nodes each crawl the whole site, and the site never sees more than the limit."""
+    prefix = ["-s", f"CRAWLFLEET_KEY_PREFIX={node_env['CRAWLFLEET_KEY_PREFIX']}"]
+    r = subprocess.run(
+        [sys.executable, "-m", "crawlfleet.cli.main", "limits", "set", "--fleet", "*", "6/1s"]
+        + ["--redis-url", redis_server_url, *prefix],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    with TestSite(SiteModel(pages=24, hosts=1, problems=False)) as site:
+        procs = []
+        for job in ("fleet-a", "fleet-b"):
+            label = [{"DEFAULT_REQUEST_HEADERS": json.dumps({CLIENT_HEADER: job})}] * 2
+            # each node is configured for 50/s: the fleet's 6/s overrides it
+            path = tmp_path / job
+            path.mkdir()
+            procs += limited_nodes(2, job, "50/1s", site, redis_server_url, node_env, path, label)
+        codes = wait_all(procs, 120)
+        stats = site.stats()
+    assert codes == [0, 0, 0, 0], (tmp_path / "fleet-a" / "node0.log").read_text()[-3000:]
+    assert stats["never_fetched"] == []
+    jobs = stats["clients"]
+    assert jobs["fleet-a"]["requests"] == jobs["fleet-b"]["requests"] >= 24
+    assert stats["max_rate_1s"] <= 6, stats["max_rate_1s"]

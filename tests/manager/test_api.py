@@ -78,6 +78,8 @@ def test_a_viewer_reads_but_changes_nothing(manager: Manager, sync_redis: redis.
         ("POST", "/api/v1/jobs/news/control", {"command": "pause"}),
         ("PUT", "/api/v1/jobs/news/limits", {"limits": {"*": "1/1s"}}),
         ("DELETE", "/api/v1/jobs/news/limits", None),
+        ("PUT", "/api/v1/limits", {"limits": {"*": "1/1s"}}),
+        ("DELETE", "/api/v1/limits", None),
         ("POST", "/api/v1/jobs/news/reset", {"force": True}),
         ("POST", "/api/v1/nodes/n1/control", {"command": "stop"}),
     ]:
@@ -153,6 +155,24 @@ def test_limits_set_read_and_lifted(manager: Manager) -> None:
     )
     assert one.json()["limits"] == {"*": "30/1m"}
     assert manager.client.delete("/api/v1/jobs/news/limits", headers=op).json()["limits"] == {}
+
+
+def test_fleet_limits_are_apart_from_a_jobs_own_and_audited(manager: Manager) -> None:
+    op, viewer = manager.as_("operator"), manager.as_("viewer")
+    r = manager.client.put("/api/v1/limits", json={"limits": {"*.Shop.com": "5/1s"}}, headers=op)
+    assert r.json() == {"limits": {"*.shop.com": "5/1s"}}
+    manager.client.put(
+        "/api/v1/jobs/news/limits", json={"limits": {"*": "1/1s"}}, headers=op
+    ).raise_for_status()
+    assert manager.client.get("/api/v1/limits", headers=viewer).json() == {
+        "limits": {"*.shop.com": "5/1s"}
+    }
+    bad = manager.client.put("/api/v1/limits", json={"limits": {"x.org": "fast"}}, headers=op)
+    assert "x.org" in assert_error(bad, 400, "invalid")["message"]
+    r = manager.client.delete("/api/v1/limits", params={"pattern": "*.shop.com"}, headers=op)
+    assert r.json() == {"limits": {}}
+    actions = [e["action"] for e in list_events(manager.db)]
+    assert "fleet.limits.set" in actions and "fleet.limits.unset" in actions
 
 
 def test_control_reaches_the_nodes_and_is_audited(manager: Manager) -> None:

@@ -259,7 +259,7 @@ def test_a_slow_site_is_backed_off_and_released_within_seconds_of_recovering(
     keys = JobKeys.of(node_env["CRAWLFLEET_KEY_PREFIX"], "recovers")
 
     def backed_off() -> bool:
-        return bool(parse_throttle(sync_redis.hgetall(keys.throttle))["backoff"])
+        return bool(parse_throttle(sync_redis.hgetall(keys.fleet.throttle))["backoff"])
 
     with TestSite(SiteModel(pages=400, hosts=1, problems=False), latency_seconds=0.02) as site:
         procs = limited_nodes(

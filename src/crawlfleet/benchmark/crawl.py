@@ -33,6 +33,7 @@ from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
+from crawlfleet.testsite.server import CLIENT_HEADER
 
 __all__ = ["CrawlResult", "Scenario", "run_crawl", "wait_measured"]
 
@@ -60,6 +61,9 @@ class Scenario:
     preseed: bool = False
     #: crawlfleet: more settings of the nodes
     settings: tuple[tuple[str, str], ...] = ()
+    #: crawlfleet: the nodes belong to this many jobs in turn (node i to job i % jobs),
+    #: which share the pages between them (needs *preseed*)
+    jobs: int = 1
 
 
 @dataclass
@@ -75,6 +79,9 @@ class CrawlResult:
     round_trips_per_page: float | None = None
     node_shares: list[float] = field(default_factory=list)
     exit_codes: list[int | None] = field(default_factory=list)
+    #: several jobs: per job, when the site saw its last request, as a share of the
+    #: run's span (a job starved while the other ran finishes near 1 / jobs)
+    job_done_at: list[float] = field(default_factory=list)
     #: the run was stopped after this many seconds, before the crawl was complete
     capped_seconds: float | None = None
     #: per host, the most requests the site saw in any 1-second window
@@ -117,6 +124,8 @@ def run_crawl(
     """Crawl a fresh site once; *contender* is "scrapy" (vanilla), "crawlfleet" or
     "scrapy-redis" (its scheduler and dupefilter, state kept on close). With
     *cap_seconds*, each process is stopped after that long (CLOSESPIDER_TIMEOUT)."""
+    if scenario.jobs > 1 and not scenario.preseed:
+        raise ValueError(f"scenario {scenario.name}: several jobs need preseed")
     model = SiteModel(pages=scenario.pages, hosts=scenario.hosts, problems=False)
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-bench-"))
     site, port = start_site_process(
@@ -124,7 +133,7 @@ def run_crawl(
     )
     try:
         seeds = ",".join(model.seed_urls(port))
-        job = ""
+        jobs: list[str] = []
         settings = _common_settings(scenario)
         if cap_seconds:
             settings["CLOSESPIDER_TIMEOUT"] = cap_seconds
@@ -144,7 +153,8 @@ def run_crawl(
             )
             procs = [_start_vanilla(seeds, settings, workdir, i) for i in range(nodes)]
         else:
-            job = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
+            base = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
+            jobs = [base] if scenario.jobs == 1 else [f"{base}-j{k}" for k in range(scenario.jobs)]
             if scenario.rate_limit:
                 settings["CRAWLFLEET_RATE_LIMITS"] = json.dumps({"*": scenario.rate_limit})
             settings.update(dict(scenario.settings))
@@ -154,17 +164,21 @@ def run_crawl(
             else:  # the frontier alone, as vanilla Scrapy has no item stages
                 settings["CRAWLFLEET_ITEM_STAGES"] = ""
             if scenario.preseed:
-                _seed(job, sorted(model.expected_urls(port)), redis_url, key_prefix, workdir)
-            asyncio.run(_control(redis_url, key_prefix, job, "paused"))
+                urls = sorted(model.expected_urls(port))
+                for k, job in enumerate(jobs):
+                    _seed(job, urls[k :: len(jobs)], redis_url, key_prefix, workdir)
+            for job in jobs:
+                asyncio.run(_control(redis_url, key_prefix, job, "paused"))
             procs = [
                 start_node(
                     scenario.spider,
-                    job=job,
+                    job=jobs[i % len(jobs)],
                     redis_url=redis_url,
                     log=workdir / f"node{i}.log",
                     spider_args={"start_urls": seeds, **dict(scenario.spider_args)},
                     settings={
                         **settings,
+                        **_job_label(i, len(jobs)),
                         "CRAWLFLEET_KEY_PREFIX": key_prefix,
                         "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
                         "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5,
@@ -174,8 +188,9 @@ def run_crawl(
             ]
         for p in procs:
             _renice(p.pid)
-        if contender.startswith("crawlfleet"):
-            asyncio.run(_control(redis_url, key_prefix, job, "running", wait_nodes=nodes))
+        for k, job in enumerate(jobs):
+            joining = len(range(k, nodes, len(jobs)))
+            asyncio.run(_control(redis_url, key_prefix, job, "running", wait_nodes=joining))
         startup = _cpu_at_first_request(procs, port, timeout)
         codes, cpu = wait_measured(procs, timeout)
         for p in procs:
@@ -204,11 +219,14 @@ def run_crawl(
         crawl_cpu_ms_per_page=round(1000 * max(cpu - startup, 0.0) / max(requests, 1), 3),
     )
     if contender.startswith("crawlfleet"):
-        node_stats = [json.loads(p.read_text()) for p in sorted(workdir.glob("stats*.json"))]
+        files = [workdir / f"stats{i}.json" for i in range(nodes)]
+        node_stats = [json.loads(f.read_text()) if f.exists() else {} for f in files]
         trips = sum(s.get("crawlfleet/redis/round_trips", 0) for s in node_stats)
         pages = [s.get("response_received_count", 0) for s in node_stats]
         result.round_trips_per_page = trips / max(sum(pages), 1)
         result.node_shares = [p / max(sum(pages), 1) for p in pages]
+        if len(jobs) > 1:
+            result.job_done_at = _done_at(stats["clients"], len(jobs))
         result.late = sum(s.get("crawlfleet/scheduler/late", 0) for s in node_stats)
     shutil.rmtree(workdir, ignore_errors=True)
     return result
@@ -283,9 +301,27 @@ async def _control(
         await client.aclose()
 
 
+def _job_label(node: int, jobs: int) -> dict[str, str]:
+    """Several jobs: the settings that make node *node* send its job's label ("j<k>")
+    to the site, which counts requests by it."""
+    if jobs < 2:
+        return {}
+    return {"DEFAULT_REQUEST_HEADERS": json.dumps({CLIENT_HEADER: f"j{node % jobs}"})}
+
+
+def _done_at(clients: dict[str, dict[str, Any]], jobs: int) -> list[float]:
+    """Per job, when the site saw its last request, as a share of the whole run."""
+    labels = [clients.get(f"j{k}", {}) for k in range(jobs)]
+    if not all(labels):
+        return [0.0] * jobs
+    start = min(c["first"] for c in labels)
+    span = max(c["last"] for c in labels) - start
+    return [round((c["last"] - start) / span, 3) if span > 0 else 1.0 for c in labels]
+
+
 def _seed(job: str, urls: list[str], redis_url: str, key_prefix: str, workdir: Path) -> None:
     """Queue *urls* in *job* with ``crawlfleet seed``."""
-    seeds = workdir / "seeds.txt"
+    seeds = workdir / f"seeds-{job}.txt"
     seeds.write_text("\n".join(urls) + "\n", encoding="utf-8")
     cmd = [sys.executable, "-m", "crawlfleet.cli.main", "seed", job, "--file", str(seeds)]
     cmd += ["--redis-url", redis_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]

@@ -9,12 +9,19 @@ parses nothing: the limit, not this machine's CPU, must be what holds the crawl 
 The site counts the most requests it saw in any sliding 1-s window (must never exceed the limit) and
 the span from its first to its last request; budget use is the rate achieved over
 that span, ``(requests - 1) / span``, against the limit (target >= 0.95).
+
+With ``jobs`` = 2 the nodes belong to two jobs in turn, each with half of the pages
+queued: the limit (set on every node, as ``CRAWLFLEET_RATE_LIMITS``) names one budget
+that both jobs share, so the site must see the limit, not twice it, and both jobs
+must get a fair part of it: each node sends its job's label to the site, and the job
+that finished first must have finished late in the run (a job starved by the other
+would finish first at about half of it).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import scrapy
@@ -39,6 +46,9 @@ class PoliteResult:
     fetched_twice: int
     never_fetched: int
     late: int  #: requests given back unsent: their node missed the slot
+    jobs: int = 1  #: jobs sharing the site's budget
+    #: per job, when its last request came, as a share of the run (see CrawlResult)
+    job_done_at: list[float] = field(default_factory=list)
 
     @property
     def achieved(self) -> float:
@@ -77,13 +87,15 @@ def run_polite(
     redis_url: str,
     key_prefix: str,
     margin: float | None = None,
+    jobs: int = 1,
 ) -> PoliteResult:
-    """One politeness run at *rate* requests/s (see the module docstring)."""
+    """One politeness run at *rate* requests/s by *nodes* nodes of *jobs* jobs (see
+    the module docstring)."""
     pages = max(MIN_PAGES, round(rate * seconds))
     # enough concurrency per node for its share at the site's loopback latency
     concurrency = max(8, min(64, rate // nodes // 4))
     scenario = Scenario(
-        f"polite-{rate}",
+        f"polite-{rate}" + (f"-{jobs}jobs" if jobs > 1 else ""),
         pages,
         0.0,
         concurrency,
@@ -92,6 +104,7 @@ def run_polite(
         spider=f"{__name__}:PageListSpider",
         preseed=True,
         settings=() if margin is None else (("CRAWLFLEET_RATE_LIMIT_MARGIN", str(margin)),),
+        jobs=jobs,
     )
     r: CrawlResult = run_crawl(
         scenario, "crawlfleet", nodes, redis_url=redis_url, key_prefix=key_prefix
@@ -106,4 +119,6 @@ def run_polite(
         fetched_twice=r.fetched_twice,
         never_fetched=r.never_fetched,
         late=r.late,
+        jobs=jobs,
+        job_done_at=r.job_done_at,
     )

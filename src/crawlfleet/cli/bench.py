@@ -128,6 +128,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--polite-nodes", type=int, default=4, help="nodes of each politeness run (default 4)"
     )
     parser.add_argument(
+        "--polite-jobs",
+        default="1,2",
+        help="how many jobs share the site's budget, one politeness run each per rate "
+        "(default 1,2: the nodes in one job, then split over two)",
+    )
+    parser.add_argument(
         "--balance-pages",
         type=int,
         default=1500,
@@ -171,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
     if "items" not in args.skip and (args.items < 1 or args.items_site_pages < 3):
         console.print("[red]--items must be >= 1 and --items-site-pages >= 3[/]")
         return 2
+    if "polite" not in args.skip:
+        _rates(args.polite_rates)
+        if max(_rates(args.polite_jobs, "--polite-jobs")) > args.polite_nodes:
+            raise ConfigError("--polite-jobs cannot be more than --polite-nodes")
     config = RedisConfig.from_settings(command_settings(args))
     url = resolved_url(args, config)
     check_reachable(url)  # one line now, not after minutes of crawls that cannot start
@@ -217,16 +227,21 @@ def run(args: argparse.Namespace) -> int:
     polite: list[PoliteResult] = []
     if "polite" not in args.skip:
         for rate in _rates(args.polite_rates):
-            console.print(f"polite: crawlfleet x{args.polite_nodes}, one site limited to {rate}/s")
-            polite.append(
-                run_polite(
-                    rate,
-                    seconds=args.polite_seconds,
-                    nodes=args.polite_nodes,
-                    redis_url=url,
-                    key_prefix=prefix,
+            for jobs in _rates(args.polite_jobs, "--polite-jobs"):
+                console.print(
+                    f"polite: crawlfleet x{args.polite_nodes} in {jobs} job(s), one site "
+                    f"limited to {rate}/s"
                 )
-            )
+                polite.append(
+                    run_polite(
+                        rate,
+                        seconds=args.polite_seconds,
+                        nodes=args.polite_nodes,
+                        redis_url=url,
+                        key_prefix=prefix,
+                        jobs=jobs,
+                    )
+                )
     balance: list[BalanceResult] = []
     if "balance" not in args.skip:
         for case in ("equal", "uneven", "join", "kill"):
@@ -289,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
             "polite_rates",
             "polite_seconds",
             "polite_nodes",
+            "polite_jobs",
             "balance_pages",
             "balance_latency",
             "fault_trials",
@@ -341,11 +357,12 @@ def _add_part(
     report["targets_met"] = all(report["targets"].values())
 
 
-def _rates(text: str) -> list[int]:
+def _rates(text: str, option: str = "--polite-rates") -> list[int]:
+    """The positive whole numbers of a comma-separated option; ConfigError naming it."""
     try:
         rates = [int(r) for r in text.split(",") if r.strip()]
     except ValueError:
         rates = []
     if not rates or min(rates) < 1:
-        raise ConfigError(f"--polite-rates must be requests/s like 5,50,500, got {text!r}")
+        raise ConfigError(f"{option} must be positive whole numbers like 1,2, got {text!r}")
     return rates

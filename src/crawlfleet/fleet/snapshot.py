@@ -17,10 +17,9 @@ from typing import Any
 from redis.asyncio import Redis
 from scrapy.settings import BaseSettings
 
-from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.jobs import require_job, text
 from crawlfleet.frontier.control import ALL_NODES, desired
-from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import counter_value, parse_throttle
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
@@ -183,8 +182,9 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.zrange(keys.nodes, 0, -1, withscores=True)
     pipe.hgetall(keys.nodeinfo)
     pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
-    pipe.hgetall(keys.throttle)
+    pipe.hgetall(keys.fleet.throttle)
     pipe.hgetall(keys.limits)
+    pipe.hgetall(keys.fleet.limits)
     (
         t,
         queued,
@@ -198,6 +198,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         control,
         throttle,
         run_time_limits,
+        fleet_limits,
     ) = await pipe.execute()
     now = int(t[0]) * 1000 + int(t[1]) // 1000
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
@@ -233,7 +234,11 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     if wanted.concurrency:
         job_control["concurrency"] = str(wanted.concurrency)
     throttled = parse_throttle(throttle)
-    merged = _merged_limits(limits or RateLimits({}), run_time_limits)
+    merged = Budgets(
+        (limits or RateLimits({})).merged(_valid_limits(fleet_limits)),
+        _valid_limits(run_time_limits),
+        job=keys.job,
+    )
     polite_seconds, polite_site = _polite_bound(top, merged, throttled)
     site_limits = {}
     for site, _ in top:
@@ -261,21 +266,15 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     )
 
 
-def _merged_limits(limits: RateLimits, run_time: dict[Any, Any]) -> RateLimits:
-    """The configured *limits* with the job's valid run-time ones over them."""
-    valid: dict[str, str] = {}
-    for pattern, spec in run_time.items():
-        try:
-            RateLimits.parse({text(pattern): text(spec)}, source="limits")
-            valid[text(pattern)] = text(spec)
-        except ConfigError:
-            continue  # nodes ignore it too, saying so
-    return limits.merged(RateLimits.parse(valid, source="limits"))
+def _valid_limits(raw: dict[Any, Any]) -> RateLimits:
+    """The run-time limits of a hash as read, without the bad ones (nodes ignore them
+    too, saying so)."""
+    return RateLimits.lenient({text(k): text(v) for k, v in raw.items()})
 
 
 def _polite_bound(
     top: list[tuple[str, int]],
-    merged: RateLimits,
+    merged: Budgets,
     throttled: dict[str, dict[str, int]],
 ) -> tuple[float, str | None]:
     """The longest any of the *top* site queues takes at its interval (its limit,

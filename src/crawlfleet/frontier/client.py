@@ -42,6 +42,11 @@ BLOOM_SPARES = 4
 _STALE = re.compile(r"CFSTALE (\d+)")
 
 
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    """A flat HGETALL-style reply as a dict of text."""
+    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
 class Frontier:
     """The shared frontier of one job in one Redis."""
 
@@ -173,8 +178,8 @@ class Frontier:
             k.leases,
             k.owner,
             k.counters,
-            k.pace,
-            k.throttle,
+            k.fleet.pace,
+            k.fleet.throttle,
             *(k.queue(s) for s in sites),
         ]
         args: list[Any] = [
@@ -288,19 +293,13 @@ class Frontier:
 
     async def _throttle_call(self, args: list[Any]) -> dict[str, int]:
         self.round_trips += 1
-        flat = await self.scripts("throttle", [self.keys.throttle], args)
+        flat = await self.scripts("throttle", [self.keys.fleet.throttle], args)
         return {text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     async def read_throttle(self) -> dict[str, dict[str, int]]:
-        """The job's throttle hash, see :func:`parse_throttle`."""
+        """The fleet's throttle hash (every job's sites), see :func:`parse_throttle`."""
         self.round_trips += 1
-        return parse_throttle(await self.client.hgetall(self.keys.throttle))
-
-    async def read_limits(self) -> dict[str, str]:
-        """The job's run-time rate limits: site pattern -> "H/Ws"."""
-        self.round_trips += 1
-        raw = await self.client.hgetall(self.keys.limits)
-        return {text(k): text(v) for k, v in raw.items()}
+        return parse_throttle(await self.client.hgetall(self.keys.fleet.throttle))
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, least recently served first."""
@@ -374,22 +373,23 @@ class Frontier:
             k.limits,
             k.reaped,
             k.control,
+            k.fleet.limits,
         ]
         self.round_trips += 1
         reply = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
         )
-        now, queued, leased, live, busy_others, _renewed, limits, control, ever = reply
-        pairs = {text(limits[i]): text(limits[i + 1]) for i in range(0, len(limits), 2)}
+        now, queued, leased, live, busy_others, _renewed, limits, control, ever, shared = reply
         return JobState(
             int(now),
             int(queued),
             int(leased),
             int(live),
             int(busy_others),
-            pairs,
+            _pairs(limits),
             desired(dict(zip(control_fields(node), control, strict=True))),
             int(ever),
+            _pairs(shared),
         )
 
     async def send_control(self, scope: str, kind: str, value: str | int) -> int:

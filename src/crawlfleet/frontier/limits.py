@@ -3,9 +3,14 @@
 A limit reads ``"H/W"``: at most H requests per W seconds (``"2/1s"``, ``"30/1m"``,
 ``"1/5s"``, a bare number of seconds is allowed: ``"1/5"``); ``"none"`` lifts a limit.
 It applies to a site pattern: an exact host (``shop.example.com``), a domain and its
-sub-domains (``*.example.com``), or ``*`` for every other site. Limits come from the
-``CRAWLFLEET_RATE_LIMITS`` setting and, overriding it, from the job's ``limits`` hash in
-Redis (``crawlfleet limits set``), which nodes re-read with every heartbeat.
+sub-domains (``*.example.com``), or ``*`` for every other site.
+
+A site's budget is the fleet's: every node of every job that crawls the site draws on
+one schedule (see :class:`Budgets`). Its limit comes from the ``CRAWLFLEET_RATE_LIMITS``
+setting and, overriding it, from the fleet's run-time limits in Redis (``crawlfleet
+limits set --fleet``). A job given its own limit for a site (``crawlfleet limits set
+JOB``) crawls that site on a budget of its own instead. Nodes re-read both with every
+heartbeat.
 
 The lease script enforces a limit as a schedule of send times, on Redis's clock, shared
 by every node: a lease grants each request of a limited site its own slot, W / H after
@@ -22,12 +27,21 @@ precision (a 10.5 ms spacing is not rounded to 10 ms).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["DEFAULT_MARGIN", "LATE_SHARE", "SPACING", "Limit", "RateLimits", "parse_limit"]
+__all__ = [
+    "DEFAULT_MARGIN",
+    "LATE_SHARE",
+    "SPACING",
+    "Budgets",
+    "Limit",
+    "Pace",
+    "RateLimits",
+    "parse_limit",
+]
 
 #: Slots of a limited site are spaced this much wider than W / H by default
 #: (CRAWLFLEET_RATE_LIMIT_MARGIN): the margin that absorbs late sends, so the limit
@@ -118,23 +132,49 @@ class RateLimits:
             }
         )
 
+    @classmethod
+    def lenient(
+        cls,
+        limits: Mapping[str, str],
+        *,
+        margin: float = DEFAULT_MARGIN,
+        skipped: Callable[[str, str, ConfigError], None] | None = None,
+    ) -> RateLimits:
+        """The limits of *limits* that parse (run-time ones, written by anyone); each
+        bad one is passed to *skipped* and left out."""
+        valid: dict[str, str] = {}
+        for pattern, spec in limits.items():
+            try:
+                cls.parse({pattern: spec}, source="limits")
+            except ConfigError as exc:
+                if skipped is not None:
+                    skipped(pattern, spec, exc)
+                continue
+            valid[pattern] = spec
+        return cls.parse(valid, source="limits", margin=margin)
+
     def merged(self, override: RateLimits) -> RateLimits:
         return RateLimits({**self.limits, **override.limits})
 
-    def limit(self, site: str) -> Limit | None:
-        """The limit of *site*: exact host, else the longest matching '*.domain', else
-        '*', else None (no limit)."""
+    def pattern(self, site: str) -> str | None:
+        """The pattern that decides *site*'s limit: exact host, else the longest
+        matching '*.domain', else '*'; None when no pattern matches."""
         if site in self.limits:
-            return self.limits[site]
-        best, best_len = self.limits.get("*"), -1
-        for pattern, limit in self.limits.items():
+            return site
+        best: str | None = "*" if "*" in self.limits else None
+        for pattern in self.limits:
             if (
                 pattern.startswith("*.")
                 and (site == pattern[2:] or site.endswith(pattern[1:]))
-                and len(pattern) > best_len
+                and (best is None or best == "*" or len(pattern) > len(best))
             ):
-                best, best_len = limit, len(pattern)
+                best = pattern
         return best
+
+    def limit(self, site: str) -> Limit | None:
+        """The limit of *site* (see :meth:`pattern`); None: no limit."""
+        pattern = self.pattern(site)
+        return None if pattern is None else self.limits[pattern]
 
     def interval_us(self, site: str) -> int:
         """The spacing of *site*'s slots (µs; 0: no limit)."""
@@ -145,3 +185,51 @@ class RateLimits:
         """How late after its slot a request of *site* may be sent (µs; 0: no limit)."""
         limit = self.limit(site)
         return 0 if limit is None else limit.late_us
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How the lease script paces one site for this node: its slots' spacing (µs; 0:
+    no limit), how late a slot may be sent (µs) and the budget (pace field) it draws on."""
+
+    interval_us: int
+    late_us: int
+    budget: str
+
+
+@dataclass
+class Budgets:
+    """Which budget each site of one job's node draws on, at which limit.
+
+    *shared*: the limits every job shares (the node's ``CRAWLFLEET_RATE_LIMITS`` with the
+    fleet's run-time limits over them); their budget is named by the site and the node's
+    *scope* (``|type=...``, ``|ip=...``), so every job's nodes in that scope share it.
+    *own*: the job's own run-time limits; a site one of them matches is paced on a
+    budget of this job alone (``|job=<job>`` added to its name)."""
+
+    shared: RateLimits
+    own: RateLimits
+    scope: str = ""
+    job: str = ""
+
+    def limit(self, site: str) -> Limit | None:
+        """The limit *site* is crawled at by this job (None: no limit)."""
+        if self.own.pattern(site) is not None:
+            return self.own.limit(site)
+        return self.shared.limit(site)
+
+    def interval_us(self, site: str) -> int:
+        """The spacing of *site*'s slots (µs; 0: no limit)."""
+        limit = self.limit(site)
+        return 0 if limit is None else limit.interval_us
+
+    def pace(self, site: str) -> Pace:
+        """The pace of *site* for this node."""
+        limit = self.limit(site)
+        if self.own.pattern(site) is not None:
+            budget = f"{site}{self.scope}|job={self.job}"
+        else:
+            budget = site + self.scope
+        if limit is None:
+            return Pace(0, 0, budget)
+        return Pace(limit.interval_us, limit.late_us, budget)

@@ -68,12 +68,23 @@ class _Job:
     resumed_at: int = 0
     limits: dict[str, str] = field(default_factory=dict)
     control: dict[str, str] = field(default_factory=dict)
+    summaries: dict[str, str] = field(default_factory=dict)
+    seeds: dict[str, list[bytes]] = field(default_factory=dict)
+
+
+@dataclass
+class _Fleet:
+    """Politeness state every job of a store shares (as the ``{polite}`` keys in Redis)."""
+
+    limits: dict[str, str] = field(default_factory=dict)
     pace: dict[str, int] = field(default_factory=dict)  # budget -> last slot µs
     backoffs: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # ms, at, cause
     robots: dict[str, tuple[int, int]] = field(default_factory=dict)  # delay ms, known at
     probes: dict[str, int] = field(default_factory=dict)  # site -> probe end ms
-    summaries: dict[str, str] = field(default_factory=dict)
-    seeds: dict[str, list[bytes]] = field(default_factory=dict)
+
+
+#: The store's entry for the shared politeness state (no job name has a space).
+_FLEET = " polite"
 
 
 class MemoryFrontier:
@@ -84,6 +95,7 @@ class MemoryFrontier:
         self.job = job
         shared = store if store is not None else {}
         self._job: _Job = shared.setdefault(job, _Job())
+        self._fleet: _Fleet = shared.setdefault(_FLEET, _Fleet())
         self.round_trips = 0
         self.came_due = 0
 
@@ -98,7 +110,7 @@ class MemoryFrontier:
         j.sites.setdefault(entry.site, 0)
 
     def _backoff_left(self, site: str, now_ms: int, half_life: int) -> tuple[float, int, str]:
-        raw = self._job.backoffs.get(site)
+        raw = self._fleet.backoffs.get(site)
         if raw is None:
             return 0.0, 0, ""
         ms, at, cause = raw
@@ -189,7 +201,7 @@ class MemoryFrontier:
         max_slots: int | None = None,
     ) -> LeaseResult:
         self.round_trips += 1
-        j = self._job
+        j, f = self._job, self._fleet
         now = _now_us()
         now_ms = now // 1000
         gaps = list(intervals) if intervals is not None else [0] * len(sites)
@@ -203,11 +215,11 @@ class MemoryFrontier:
             if len(out) >= n:
                 break
             left, _at, _cause = self._backoff_left(site, now_ms, backoff_half_life_ms)
-            if site in j.backoffs and left < BACKOFF_OVER_MS:
-                del j.backoffs[site]
+            if site in f.backoffs and left < BACKOFF_OVER_MS:
+                del f.backoffs[site]
                 ended.append(site)
                 left = 0.0
-            robots = j.robots.get(site)
+            robots = f.robots.get(site)
             probing = robots_probe_ms > 0 and robots is None
             delay_ms, known_ms = robots if robots is not None else (0, 0)
             interval = max(configured, delay_ms * 1000, int(left) * 1000)
@@ -216,7 +228,7 @@ class MemoryFrontier:
             take = min(per_site, n - len(out))
             first = now
             if probing:
-                probe_end = j.probes.get(site, 0)
+                probe_end = f.probes.get(site, 0)
                 if probe_end > now_ms:
                     wait = (probe_end - now_ms) * 1000
                     ready_in = wait if ready_in < 0 else min(ready_in, wait)
@@ -224,7 +236,7 @@ class MemoryFrontier:
                 else:
                     take = 1
             elif interval > 0:
-                last = j.pace.get(budget)
+                last = f.pace.get(budget)
                 if last is not None:
                     first = max(now, last + interval)
                 if robots is not None:
@@ -261,9 +273,9 @@ class MemoryFrontier:
                 j.queues.pop(site, None)
                 j.sites.pop(site, None)
             if got and interval > 0 and not probing:
-                j.pace[budget] = first + (got - 1) * interval
+                f.pace[budget] = first + (got - 1) * interval
             if got and probing:
-                j.probes[site] = now_ms + robots_probe_ms
+                f.probes[site] = now_ms + robots_probe_ms
         self._count("leased", len(out))
         self._count("leased_total", len(out))
         return LeaseResult(
@@ -381,8 +393,9 @@ class MemoryFrontier:
             sum(1 for until in j.nodes.values() if until >= now),
             busy_others,
             dict(j.limits),
-            desired({f: j.control.get(f) for f in fields}),
+            desired({name: j.control.get(name) for name in fields}),
             j.counters.get("leased_total", 0),
+            dict(self._fleet.limits),
         )
 
     async def control_seq(self) -> int:
@@ -402,9 +415,10 @@ class MemoryFrontier:
         )
         return seq
 
-    async def set_limits(self, limits: Mapping[str, str]) -> None:
-        """Set the job's run-time rate limits (site pattern -> "H/Ws")."""
-        self._job.limits.update(limits)
+    async def set_limits(self, limits: Mapping[str, str], *, fleet: bool = False) -> None:
+        """Set the job's own run-time rate limits (site pattern -> "H/Ws"), or with
+        *fleet* those every job shares."""
+        (self._fleet.limits if fleet else self._job.limits).update(limits)
 
     async def counters(self) -> dict[str, int]:
         return dict(self._job.counters)
@@ -457,11 +471,11 @@ class MemoryFrontier:
                 was = ""
             cause = was if was == "s" else ("l" if site in by_latency else "s")
             if current >= BACKOFF_OVER_MS and now - at < current and cause != was:
-                ms, set_at, _ = self._job.backoffs[site]
-                self._job.backoffs[site] = (ms, set_at, cause)
+                ms, set_at, _ = self._fleet.backoffs[site]
+                self._fleet.backoffs[site] = (ms, set_at, cause)
             if current < BACKOFF_OVER_MS or now - at >= current:
                 raised = int(max(min(longest_ms, max(first, current * 2)), floor))
-                self._job.backoffs[site] = (raised, now, cause)
+                self._fleet.backoffs[site] = (raised, now, cause)
                 raised_now[site] = raised
         return raised_now
 
@@ -469,9 +483,9 @@ class MemoryFrontier:
         self.round_trips += 1
         ended = []
         for site in sites:
-            raw = self._job.backoffs.get(site)
+            raw = self._fleet.backoffs.get(site)
             if raw is not None and raw[2] == "l":
-                del self._job.backoffs[site]
+                del self._fleet.backoffs[site]
                 ended.append(site)
         return ended
 
@@ -481,6 +495,6 @@ class MemoryFrontier:
         self.round_trips += 1
         now = _now_us() // 1000
         for site, ms in delays.items():
-            self._job.robots[site] = (int(ms), now)
-            self._job.probes.pop(site, None)
+            self._fleet.robots[site] = (int(ms), now)
+            self._fleet.probes.pop(site, None)
         return {site: int(ms) for site, ms in delays.items()}

@@ -105,12 +105,14 @@ class JobState:
     leased: int
     live_nodes: int
     busy_others: int
-    #: the job's run-time rate limits (site pattern -> "H/Ws"), read with the state
+    #: the job's own run-time rate limits (site pattern -> "H/Ws"), read with the state
     limits: dict[str, str] = field(default_factory=dict)
     #: the control commands addressed to this node (see crawlfleet.frontier.control)
     control: Desired = field(default_factory=Desired)
     #: requests ever leased in the job (0: it never had any work)
     leased_total: int = 0
+    #: the run-time rate limits every job shares (site pattern -> "H/Ws")
+    fleet_limits: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

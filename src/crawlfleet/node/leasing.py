@@ -16,7 +16,7 @@ import time
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.limits import LATE_SHARE, RateLimits
+from crawlfleet.frontier.limits import LATE_SHARE, Budgets, RateLimits
 from crawlfleet.frontier.records import LeaseResult
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.node.engine import EngineHooks
@@ -39,7 +39,7 @@ SLOT_HORIZON_SECONDS = 0.5
 
 
 class Leaser:
-    """Leases for node *node_id* into *ledger*; ``limits`` and ``robots_probe_ms`` are
+    """Leases for node *node_id* into *ledger*; ``budgets`` and ``robots_probe_ms`` are
     set by the node as they change."""
 
     def __init__(
@@ -61,7 +61,7 @@ class Leaser:
         self.engine = engine
         self.stats = stats
         self.codec = RequestCodec(None)
-        self.limits: RateLimits = config.rate_limits
+        self.budgets = Budgets(config.rate_limits, RateLimits({}), config.budget_scope, config.job)
         self.robots_probe_ms = 0
         #: the sites to lease from next (as the last lease proposed)
         self.offer: list[str] = []
@@ -107,6 +107,7 @@ class Leaser:
         result: LeaseResult | None = None
         asked = asyncio.get_event_loop().time()
         if offer:
+            paces = [self.budgets.pace(site) for site in offer]
             result = await self.frontier.lease(
                 self.node_id,
                 want,
@@ -114,9 +115,9 @@ class Leaser:
                 lease_ms=int(config.lease_seconds * 1000),
                 per_site=max(1, math.ceil(want / len(offer))),
                 offer_size=config.lease_sites,
-                intervals=[self.limits.interval_us(site) for site in offer],
-                budgets=[site + config.budget_scope for site in offer],
-                late=[self.limits.late_us(site) for site in offer],
+                intervals=[p.interval_us for p in paces],
+                budgets=[p.budget for p in paces],
+                late=[p.late_us for p in paces],
                 backoff_half_life_ms=int(config.backoff.half_life_seconds * 1000),
                 robots_probe_ms=self.robots_probe_ms,
                 horizon_us=int(SLOT_HORIZON_SECONDS * 1_000_000),

@@ -30,7 +30,7 @@ from scrapy import Request, Spider
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.control import Desired
-from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import JobState, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
@@ -107,8 +107,8 @@ class SyncLoop:
         self.fingerprint = fingerprint
         self.status = status
         self.spider: Spider | None = None
-        #: when and how much to lease (its ``limits``: the configured ones with the
-        #: job's run-time limits over them)
+        #: when and how much to lease (its ``budgets``: the configured limits with the
+        #: fleet's run-time limits over them, and the job's own)
         self.leaser = Leaser(
             frontier=frontier,
             ledger=ledger,
@@ -128,7 +128,7 @@ class SyncLoop:
             else None
         )
         self.state: JobState | None = None
-        self._limits_raw: dict[str, str] = {}
+        self._limits_raw: tuple[dict[str, str], dict[str, str]] = ({}, {})
         self._task: asyncio.Task[None] | None = None
         self._opened = False
         # waking the loop: a future it sleeps on, resolved by kick(); a kick while it
@@ -466,7 +466,7 @@ class SyncLoop:
         )
         self.state = state
         if not leaving:
-            self._refresh_limits(state.limits)
+            self._refresh_limits(state.limits, state.fleet_limits)
             await self._apply_control(state.control)
         now = time.monotonic()
         fast = idle and self.config.close_when_finished
@@ -490,23 +490,25 @@ class SyncLoop:
                 self._next_heartbeat = 0.0
             self._control_seq = seq
 
-    def _refresh_limits(self, raw: dict[str, str]) -> None:
-        """Merge the job's run-time limits (read with the heartbeat) over the configured
-        ones."""
-        if raw == self._limits_raw:
+    def _refresh_limits(self, own: dict[str, str], fleet: dict[str, str]) -> None:
+        """Take the run-time limits read with the heartbeat: the fleet's over the
+        configured ones (budgets every job shares), and the job's own."""
+        if (own, fleet) == self._limits_raw:
             return
-        self._limits_raw = raw
-        valid: dict[str, str] = {}
-        for pattern, spec in raw.items():
-            try:
-                RateLimits.parse({pattern: spec}, source="limits")
-                valid[pattern] = spec
-            except ConfigError as exc:
-                logger.error("Ignoring the job's rate limit %r = %r: %s", pattern, spec, exc)
-        self.leaser.limits = self.config.rate_limits.merged(
-            RateLimits.parse(valid, source="limits", margin=self.config.rate_limit_margin)
+        self._limits_raw = (own, fleet)
+        margin = self.config.rate_limit_margin
+        self.leaser.budgets = Budgets(
+            self.config.rate_limits.merged(_valid_limits(fleet, "the fleet's", margin)),
+            _valid_limits(own, f"job {self.config.job!r}'s own", margin),
+            self.config.budget_scope,
+            self.config.job,
         )
-        logger.info("Rate limits of job %r now: %s", self.config.job, raw or "as configured")
+        logger.info(
+            "Rate limits now: fleet %s, own (job %s) %s",
+            fleet or "as configured",
+            self.config.job,
+            own or "none",
+        )
 
     async def _apply_control(self, wanted: Desired) -> None:
         before = self.steering.state
@@ -541,3 +543,12 @@ class SyncLoop:
         """The steering's concurrency changed: resize the downloader, lease for it."""
         self.engine.set_concurrency(self.steering.concurrency)
         self.kick_for_work()
+
+
+def _valid_limits(raw: dict[str, str], whose: str, margin: float) -> RateLimits:
+    """The run-time limits *raw* that parse; each bad one is logged and skipped."""
+
+    def skipped(pattern: str, spec: str, exc: ConfigError) -> None:
+        logger.error("Ignoring %s rate limit %r = %r: %s", whose, pattern, spec, exc)
+
+    return RateLimits.lenient(raw, margin=margin, skipped=skipped)

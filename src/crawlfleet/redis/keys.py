@@ -1,9 +1,21 @@
 """The Redis key schema: every key crawlfleet uses is built here, nowhere else.
 
 All keys of one job share the hash tag ``{job}``, so that a Redis Cluster keeps a job's
-keys in one slot and every script's keys are served by one master::
+keys in one slot and every script's keys are served by one master. Politeness is the
+fleet's, not a job's: a site's budget, back-off and robots.txt delay are shared by every
+job that crawls it, under the hash tag ``{polite}``::
 
     <prefix>:jobs                      set    names of the jobs known to this Redis
+    <prefix>:{polite}:limits           hash   site pattern -> rate limit ("2/1s") for every
+                                              job, set at run time (crawlfleet limits
+                                              --fleet)
+    <prefix>:{polite}:pace             hash   budget (site, or site within a scope, or
+                                              site of one job given its own limit) -> its
+                                              last send time (slot) granted (µs, Redis
+                                              clock): the next slot counts from it
+    <prefix>:{polite}:throttle         hash   "b:<site>" -> adaptive back-off; "r:<site>"
+                                              -> robots.txt Crawl-delay (ms); "p:<site>"
+                                              -> end of the current robots.txt probe
     <prefix>:{<job>}:sites             zset   site -> serve order (round robin)
     <prefix>:{<job>}:q:<site>          zset   rid -> score (-priority * 2^32 + seq)
     <prefix>:{<job>}:req               hash   rid -> "<score>\\0<site>\\0<payload>"
@@ -18,15 +30,12 @@ keys in one slot and every script's keys are served by one master::
                                               after it missed its heartbeats
     <prefix>:{<job>}:control           hash   "<scope>:<kind>" -> JSON {seq, value, at}:
                                               commands for nodes (frontier.control)
-    <prefix>:{<job>}:limits            hash   site pattern -> rate limit ("2/1s"), set at
-                                              run time (crawlfleet limits)
-    <prefix>:{<job>}:pace              hash   budget (site, or site within a scope) ->
-                                              its last send time (slot) granted (µs,
-                                              Redis clock): the next slot counts from it
+    <prefix>:{<job>}:limits            hash   site pattern -> the job's own rate limit
+                                              ("2/1s"; the job gets its own budget for
+                                              those sites), set at run time (crawlfleet
+                                              limits JOB)
     <prefix>:{<job>}:summaries         hash   node id -> JSON summary of its run, written
                                               when it closes (crawlfleet job status)
-    <prefix>:{<job>}:throttle          hash   "b:<site>" -> adaptive back-off; "r:<site>"
-                                              -> robots.txt Crawl-delay (ms)
     <prefix>:{<job>}:seen              set    exact mode: binary fingerprints
     <prefix>:{<job>}:bloom             hash   Bloom mode: layer parameters and counts
     <prefix>:{<job>}:bloom:<n>         string Bloom mode: bitmap of layer n (1-based)
@@ -46,12 +55,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["JobKeys", "jobs_key"]
+__all__ = ["FleetKeys", "JobKeys", "jobs_key"]
 
 
 def jobs_key(prefix: str) -> str:
     """The set of job names known to this Redis (for listings; not used in scripts)."""
     return f"{prefix}:jobs"
+
+
+@dataclass(frozen=True)
+class FleetKeys:
+    """The politeness keys every job shares. Build with ``FleetKeys(prefix)``."""
+
+    prefix: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{polite}}"
+
+    @property
+    def limits(self) -> str:
+        return f"{self.base}:limits"
+
+    @property
+    def pace(self) -> str:
+        return f"{self.base}:pace"
+
+    @property
+    def throttle(self) -> str:
+        return f"{self.base}:throttle"
 
 
 @dataclass(frozen=True)
@@ -64,6 +96,11 @@ class JobKeys:
     @classmethod
     def of(cls, prefix: str, job: str) -> JobKeys:
         return cls(prefix=prefix, job=job)
+
+    @property
+    def fleet(self) -> FleetKeys:
+        """The politeness keys this job shares with every other job of its prefix."""
+        return FleetKeys(self.prefix)
 
     @property
     def base(self) -> str:
@@ -125,14 +162,6 @@ class JobKeys:
         return f"{self.base}:limits"
 
     @property
-    def throttle(self) -> str:
-        return f"{self.base}:throttle"
-
-    @property
-    def pace(self) -> str:
-        return f"{self.base}:pace"
-
-    @property
     def seen(self) -> str:
         return f"{self.base}:seen"
 
@@ -166,8 +195,6 @@ class JobKeys:
             self.busy,
             self.reaped,
             self.control,
-            self.pace,
-            self.throttle,
             self.seen,
             self.bloom,
         ]

@@ -11,6 +11,7 @@
 -- KEYS[7] limits    hash  site pattern -> rate limit set at run time
 -- KEYS[8] reaped    zset  node id -> time its leases were returned (see expired.lua)
 -- KEYS[9] control   hash  "<scope>:<kind>" -> command JSON (see frontier/control.py)
+-- KEYS[10] fleet limits  hash  site pattern -> rate limit every job shares, set at run time
 -- (counters: "beat_at", the last heartbeat of any node (ms); "resumed_at", when the
 --  fleet was heard from again after a silence longer than a node's time-to-live: a
 --  Redis outage or hang, or a full stop; see expired.lua)
@@ -23,7 +24,8 @@
 --          renewed, {pattern, limit, ...} the job's run-time rate limits,
 --          {the control fields *:state, *:concurrency, <node>:state,
 --           <node>:concurrency; nil where unset},
---          requests ever leased in the job (0: it never had work)}
+--          requests ever leased in the job (0: it never had work),
+--          {pattern, limit, ...} the fleet's run-time rate limits}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -68,4 +70,4 @@ return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1],
         busy_others, renewed, redis.call('HGETALL', KEYS[7]),
         redis.call('HMGET', KEYS[9], '*:state', '*:concurrency', node .. ':state',
                    node .. ':concurrency'),
-        counter(KEYS[6], 'leased_total')}
+        counter(KEYS[6], 'leased_total'), redis.call('HGETALL', KEYS[10])}

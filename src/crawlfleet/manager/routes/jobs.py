@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from crawlfleet.fleet.control import Sent, await_acks, send_command
 from crawlfleet.fleet.jobs import list_jobs, reset_job, runs_total
-from crawlfleet.fleet.limits import set_limits, unset_limits
+from crawlfleet.fleet.limits import read_limits, set_limits, unset_limits
 from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
@@ -187,37 +187,41 @@ async def control(
     return {"sent": sent_json(sent)}
 
 
-@router.get("/{job}/limits", summary="the job's run-time rate limits")
+@router.get("/{job}/limits", summary="the job's own run-time rate limits")
 async def limits(
     job: str,
     ctx: Ctx,
     _: Viewer,
 ) -> dict[str, Any]:
-    frontier = await ctx.known_frontier(job)
-    return {"job": job, "limits": await frontier.read_limits()}
+    await ctx.known_frontier(job)
+    return {"job": job, "limits": await read_limits(ctx.redis, ctx.key_prefix, job)}
 
 
-@router.put("/{job}/limits", summary="set rate limits (each pattern's; others kept)")
+@router.put(
+    "/{job}/limits",
+    summary="give the job its own budget for these sites (each pattern's; others kept)",
+)
 async def put_limits(
     job: str,
     body: LimitsBody,
     ctx: Ctx,
     token: Operator,
 ) -> dict[str, Any]:
-    now = await set_limits(ctx.frontier(job), body.limits)  # before a job starts too
+    name = ctx.keys(job).job  # before a job starts too
+    now = await set_limits(ctx.redis, ctx.key_prefix, name, body.limits)
     await ctx.in_db(record_event, ctx.db, token.name, "job.limits.set", job, body.limits)
     return {"job": job, "limits": now}
 
 
-@router.delete("/{job}/limits", summary="lift run-time rate limits (the given patterns, or all)")
+@router.delete("/{job}/limits", summary="lift the job's own limits (the given patterns, or all)")
 async def delete_limits(
     job: str,
     ctx: Ctx,
     token: Operator,
     pattern: Annotated[list[str] | None, Query()] = None,
 ) -> dict[str, Any]:
-    frontier = await ctx.known_frontier(job)
-    now = await unset_limits(frontier, pattern)
+    await ctx.known_frontier(job)
+    now = await unset_limits(ctx.redis, ctx.key_prefix, job, pattern)
     detail = {"patterns": pattern if pattern is not None else "all"}
     await ctx.in_db(record_event, ctx.db, token.name, "job.limits.unset", job, detail)
     return {"job": job, "limits": now}
