@@ -407,7 +407,7 @@ def test_jobs_share_a_sites_budget_and_back_off_unless_given_their_own(
             await f.commit("n1", [out(f"{tag}{i}", "s") for i in range(3)])
             await f.commit("n1", [out(f"{tag}t{i}", "t") for i in range(3)])
         kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 3, "offer_size": 10}
-        paced = {"intervals": [300_000], "horizon_us": 700_000}
+        paced: dict[str, Any] = {"intervals": [300_000], "horizon_us": 700_000}
         r = await a.lease("n1", 3, ["s"], budgets=["s"], **paced, **kw)
         assert [e.slot_us for e in r.entries] == [0, 300_000, 600_000]
         # job b's nodes draw on the same schedule: nothing until a's last slot is near

@@ -374,10 +374,10 @@ def test_two_jobs_on_one_site_share_the_fleet_limit(
 ) -> None:
     """A fleet limit set at run time holds for every job together: two jobs of two
     nodes each crawl the whole site, and the site never sees more than the limit."""
+    fleet_limit = ["limits", "set", "--fleet", "*", "6/1s", "--redis-url", redis_server_url]
     prefix = ["-s", f"CRAWLFLEET_KEY_PREFIX={node_env['CRAWLFLEET_KEY_PREFIX']}"]
     r = subprocess.run(
-        [sys.executable, "-m", "crawlfleet.cli.main", "limits", "set", "--fleet", "*", "6/1s"]
-        + ["--redis-url", redis_server_url, *prefix],
+        [sys.executable, "-m", "crawlfleet.cli.main", *fleet_limit, *prefix],
         capture_output=True,
         text=True,
         timeout=60,

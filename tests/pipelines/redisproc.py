@@ -20,19 +20,26 @@ from crawlfleet.redis.embedded import find_redis_server
 __all__ = ["RedisProcess"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_port(highest: int = 65535) -> int:
+    """A free loopback port, at most *highest* (a cluster node also uses port + 10000)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port <= highest:
+            return port
+    raise RuntimeError(f"no free loopback port at most {highest} in 200 tries")
 
 
 class RedisProcess:
-    """``redis-server`` on a free loopback port with its data in *directory*."""
+    """``redis-server`` on a free loopback port with its data in *directory*, and
+    *options* of its command line (``("--cluster-enabled", "yes")``)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, options: tuple[str, ...] = ()) -> None:
         self.dir = directory
+        self.options = options
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
+        self.port = _free_port(55535 if "--cluster-enabled" in options else 65535)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -45,7 +52,7 @@ class RedisProcess:
             find_redis_server(),
             "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
             "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-            "--logfile", str(self.dir / "redis.log"),
+            "--logfile", str(self.dir / "redis.log"), *self.options,
         ]  # fmt: skip
         self._proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

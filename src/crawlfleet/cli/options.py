@@ -26,7 +26,14 @@ from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import SeenConfig
-from crawlfleet.redis.connection import make_client, redact, resolve_url
+from crawlfleet.redis.connection import (
+    CLUSTER_REPLIES,
+    CLUSTER_UNSUPPORTED,
+    make_client,
+    redact,
+    refuse_cluster,
+    resolve_url,
+)
 from crawlfleet.redis.keys import JobKeys
 
 if TYPE_CHECKING:
@@ -208,6 +215,7 @@ def check_reachable(url: str) -> None:
         client = cli_client(url)
         try:
             await client.ping()
+            await refuse_cluster(client)
         finally:
             await client.aclose()
 
@@ -257,6 +265,7 @@ def run_on_redis(
     async def main() -> T:
         client = cli_client(url)
         try:
+            await refuse_cluster(client)
             return await action(client, redis_config.key_prefix)
         finally:
             await client.aclose()
@@ -293,4 +302,6 @@ def redis_problem(exc: BaseException) -> str:
         return f"Redis at {url} refused the credentials: {text}"
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return f"Redis at {url} unreachable: {text}"
+    if any(reply in text for reply in CLUSTER_REPLIES):
+        return f"Redis at {url} is {CLUSTER_UNSUPPORTED} ({text})"
     return f"Redis at {url}: {text}"

@@ -8,15 +8,25 @@ import re
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import BusyLoadingError
+from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
+from crawlfleet.exceptions import ConfigError
 from crawlfleet.redis.embedded import EmbeddedRedis
 from crawlfleet.settings.config import RedisConfig
 
-__all__ = ["REDIS_ERRORS", "make_client", "redact", "resolve_url", "shared_client"]
+__all__ = [
+    "CLUSTER_REPLIES",
+    "CLUSTER_UNSUPPORTED",
+    "REDIS_ERRORS",
+    "make_client",
+    "redact",
+    "refuse_cluster",
+    "resolve_url",
+    "shared_client",
+]
 
 #: Errors that mean "Redis is not reachable right now" (wait and retry; nothing is lost).
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
@@ -48,6 +58,27 @@ def redact(text: str) -> str:
     """*text* with the password of every URL in it replaced by ``***``
     (``redis://:secret@host`` -> ``redis://:***@host``)."""
     return _SECRET_IN_URL.sub(r"\1***@", text)
+
+
+#: What a Redis Cluster node is to crawlfleet today.
+CLUSTER_UNSUPPORTED = (
+    "a Redis Cluster node: crawlfleet runs on one Redis (standalone, or the primary of a "
+    "replicated pair) and does not shard over a cluster yet"
+)
+#: Replies that only a Redis Cluster node gives.
+CLUSTER_REPLIES = ("MOVED ", "ASK ", "CLUSTERDOWN", "CROSSSLOT", "Hash slot not served")
+
+
+async def refuse_cluster(client: Redis) -> None:
+    """ConfigError when *client*'s Redis is a node of a Redis Cluster: a job's frontier
+    is not sharded over a cluster's masters yet, and a plain client there fails on the
+    first key another master serves. (A Redis that refuses INFO is taken as standalone.)"""
+    try:
+        info = await client.info("cluster")
+    except ResponseError:
+        return
+    if str(info.get("cluster_enabled", "0")) == "1":
+        raise ConfigError(f"CRAWLFLEET_REDIS_URL points at {CLUSTER_UNSUPPORTED}")
 
 
 def make_client(url: str, **options: Any) -> Redis:
