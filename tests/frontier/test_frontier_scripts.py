@@ -422,3 +422,47 @@ def test_jobs_share_a_sites_budget_and_back_off_unless_given_their_own(
         assert len(r.entries) == 1
 
     run_jobs(body)
+
+
+def test_priority_zero_requests_queue_lean_and_keep_their_order(
+    run: Callable[..., Any],
+) -> None:
+    """Requests at priority 0 wait in a FIFO list without a req entry; priorities above
+    0 still come first and those below 0 last, and what comes back goes back in order."""
+
+    async def body(f: Frontier) -> None:
+        mixed = [("z0", 0), ("hi1", 1), ("z1", 0), ("lo1", -1), ("z2", 0), ("hi2", 2), ("z3", 0)]
+        await f.commit("n1", [out(url, priority=p) for url, p in mixed])
+        if isinstance(f, Frontier):
+            assert await f.client.hlen(f.keys.req) == 3  # the other priorities only
+            assert await f.client.llen(f.keys.fifo("a")) == 4
+        first = await f.lease("n1", 4, ["a"], lease_ms=60000, per_site=4, offer_size=10)
+        assert [e.payload for e in first.entries] == [b"hi2", b"hi1", b"z0", b"z1"]
+        assert {e.site for e in first.entries} == {"a"}
+        # given back (in any order): each at its place again
+        back = [(e.rid, e.site) for e in reversed(first.entries)]
+        assert await f.release("n1", back[:1]) == 1
+        assert await f.release("n1", back[1:]) == 3
+        if isinstance(f, Frontier):
+            assert await f.client.hlen(f.keys.req) == 3
+        assert await lease_all(f) == ["hi2", "hi1", "z0", "z1", "z2", "z3", "lo1"]
+        assert (await f.counters())["queued"] == 0
+
+    run(body)
+
+
+def test_a_malformed_fifo_item_is_set_aside_and_blocks_nothing(
+    run_redis: Callable[..., Any],
+) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1"), out("u2")])
+        await f.client.lset(f.keys.fifo("a"), 0, b"no separator at all")
+        res = await f.lease("n1", 5, ["a"], lease_ms=60000, per_site=5, offer_size=10)
+        sites = [e.site for e in res.entries]
+        assert sites == ["", "a"] and res.entries[1].payload == b"u2"
+        await f.commit("n1", acks=[res.entries[1].rid], bad=[res.entries[0].rid])
+        assert await f.client.lrange(f.keys.bad, 0, -1) == [b"no separator at all"]
+        c = await f.counters()
+        assert c["queued"] == 0 and c["leased"] == 0 and c["bad"] == 1
+
+    run_redis(body)

@@ -14,6 +14,7 @@ from crawlfleet.benchmark.crawl import CrawlResult
 from crawlfleet.benchmark.faults import FaultResult
 from crawlfleet.benchmark.items import ItemsResult
 from crawlfleet.benchmark.polite import PoliteResult
+from crawlfleet.benchmark.scale import ScaleResult
 
 __all__ = [
     "balance_report",
@@ -21,6 +22,7 @@ __all__ = [
     "faults_report",
     "items_report",
     "polite_report",
+    "scale_report",
     "scaling_report",
 ]
 
@@ -113,6 +115,51 @@ def balance_report(console: Console, results: list[BalanceResult]) -> dict[str, 
             + (f", slow tail {r.slow_tail_seconds:+.2f}s" if r.slow_tail_seconds else "")
         )
     return balance_targets(results)
+
+
+#: Scale targets: bytes per URL of a Bloom filter at 1e-3, bytes per queued request.
+BLOOM_BYTES_PER_URL_MAX = 2.1
+QUEUED_BYTES_MAX = 150
+
+
+def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
+    """The scale part: memory per URL and per queued request on one Redis, and rates."""
+    table = Table(title=f"scale: one Redis ({r.redis_version}) of the run's own")
+    for col in ("what", "how many", "bytes each", "per second", "notes"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        f"Bloom filter at {r.bloom_error_rate:g}",
+        f"{r.bloom_urls:,}",
+        f"{r.bloom_bytes_per_url:.2f}",
+        f"{r.bloom_adds_per_second:,.0f} adds",
+        f"{r.bloom_layers} layer(s), false positives {r.bloom_false_positive_rate:.2e}",
+    )
+    table.add_row(
+        "queued requests",
+        f"{r.queued:,}",
+        f"{r.queued_bytes_per_request:.1f}",
+        f"{r.enqueued_per_second:,.0f} queued",
+        f"{r.sites:,} sites, URLs of {r.url_chars:.0f} chars, requests of "
+        f"{r.payload_bytes:.0f} B encoded",
+    )
+    table.add_row(
+        "leased, then acknowledged",
+        f"{r.leased:,}",
+        "",
+        f"{r.leased_per_second:,.0f} leased, {r.acked_per_second:,.0f} acked",
+        f"peak used memory {r.used_memory_peak_bytes / 2**30:.2f} GiB",
+    )
+    console.print(table)
+    return {
+        f"scale: Bloom filter <= {BLOOM_BYTES_PER_URL_MAX} B/URL at 1e-3 "
+        f"(measured {r.bloom_bytes_per_url:.2f})": r.bloom_bytes_per_url <= BLOOM_BYTES_PER_URL_MAX,
+        f"scale: Bloom false positives <= {r.bloom_error_rate:g} "
+        f"(measured {r.bloom_false_positive_rate:.2e})": r.bloom_false_positive_rate
+        <= r.bloom_error_rate,
+        f"scale: <= {QUEUED_BYTES_MAX} B per queued request "
+        f"(measured {r.queued_bytes_per_request:.1f})": r.queued_bytes_per_request
+        <= QUEUED_BYTES_MAX,
+    }
 
 
 def polite_report(console: Console, results: list[PoliteResult]) -> dict[str, bool]:

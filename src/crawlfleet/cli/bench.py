@@ -33,8 +33,10 @@ from crawlfleet.benchmark.report import (
     crawl_report,
     faults_report,
     polite_report,
+    scale_report,
     scaling_report,
 )
+from crawlfleet.benchmark.scale import run_scale
 from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,
@@ -46,6 +48,8 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings.config import RedisConfig
 
 NAME = "bench"
+#: The parts of the benchmark, in the order they run.
+PARTS = ["cpu", "near", "latency", "polite", "balance", "seen", "items", "faults", "scale"]
 HELP = (
     "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
 )
@@ -156,11 +160,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fault-pages", type=int, default=300, help="pages of each fault trial (default 300)"
     )
     parser.add_argument(
+        "--scale-urls",
+        type=int,
+        default=100_000_000,
+        help="scale part: URLs added to a Bloom filter at 1e-3 (default 100M)",
+    )
+    parser.add_argument(
+        "--scale-queued",
+        type=int,
+        default=10_000_000,
+        help="scale part: requests queued (default 10M)",
+    )
+    parser.add_argument(
+        "--scale-sites", type=int, default=10_000, help="scale part: sites (default 10000)"
+    )
+    parser.add_argument(
+        "--scale-leases",
+        type=int,
+        default=1_000_000,
+        help="scale part: requests leased and acknowledged (default 1M)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
-        choices=["cpu", "near", "latency", "polite", "balance", "seen", "items", "faults"],
+        choices=PARTS,
         help="leave out a part",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=PARTS,
+        help="run only this part (repeat for several); 'scale' (about 25 minutes and 3 GB "
+        "of memory at its defaults, on a Redis of its own) runs only when named here",
     )
     parser.add_argument(
         "--json",
@@ -174,6 +207,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 150))
+    args.skip = [p for p in PARTS if p not in args.only] if args.only else [*args.skip, "scale"]
     if "items" not in args.skip and (args.items < 1 or args.items_site_pages < 3):
         console.print("[red]--items must be >= 1 and --items-site-pages >= 3[/]")
         return 2
@@ -183,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--polite-jobs cannot be more than --polite-nodes")
     config = RedisConfig.from_settings(command_settings(args))
     url = resolved_url(args, config)
-    check_reachable(url)  # one line now, not after minutes of crawls that cannot start
+    if set(PARTS) - set(args.skip) - {"scale"}:  # the scale part has a Redis of its own
+        check_reachable(url)  # one line now, not after minutes of crawls that cannot start
     prefix = f"{config.key_prefix}bench"
     nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
     scenarios = []
@@ -278,7 +313,22 @@ def run(args: argparse.Namespace) -> int:
     faults: list[FaultResult] = []
     if "faults" not in args.skip:
         faults = _fault_trials(console, args, url, prefix)
+    scale = None
+    if "scale" not in args.skip:
+        console.print(
+            f"scale: {args.scale_urls:,} URLs in a Bloom filter, {args.scale_queued:,} queued "
+            f"requests over {args.scale_sites:,} sites, {args.scale_leases:,} leased, on a "
+            "Redis of its own ..."
+        )
+        scale = run_scale(
+            urls=args.scale_urls,
+            queued=args.scale_queued,
+            sites=args.scale_sites,
+            lease_sample=args.scale_leases,
+        )
     report = crawl_report(console, results, seen, items)
+    if scale is not None:
+        _add_part(console, report, "scale", [scale], scale_report(console, scale))
     if scaling:
         _add_part(console, report, "scaling", scaling, scaling_report(console, scaling))
     if polite:
@@ -289,7 +339,8 @@ def run(args: argparse.Namespace) -> int:
         _add_part(console, report, "faults", faults, faults_report(console, faults))
     report["command"] = "crawlfleet bench " + " ".join(
         f"--{k.replace('_', '-')}={v}"
-        for k, v in sorted(vars(args).items())
+        for k, values in sorted(vars(args).items())
+        for v in (values if isinstance(values, list) else [values])
         if k
         in (
             "cpu_pages",
@@ -309,6 +360,11 @@ def run(args: argparse.Namespace) -> int:
             "balance_latency",
             "fault_trials",
             "fault_pages",
+            "scale_urls",
+            "scale_queued",
+            "scale_sites",
+            "scale_leases",
+            "only",
         )
     )
     report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")

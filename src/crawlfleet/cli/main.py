@@ -43,6 +43,7 @@ COMMANDS = (
     "proxies",
     "manager",
     "deploy",
+    "bundle",
     "site",
     "validate",
     "extract",

@@ -11,7 +11,9 @@ import asyncio
 import difflib
 import logging
 import os
+import tomllib
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import Redis
@@ -56,6 +58,7 @@ __all__ = [
     "parse_settings",
     "project_module",
     "project_settings",
+    "read_config_file",
     "redis_in_use",
     "redis_problem",
     "resolved_url",
@@ -99,11 +102,38 @@ def add_settings_option(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="set a Scrapy/crawlfleet setting",
     )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file of settings (NAME = value, one a line; -s wins over it)",
+    )
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings of a TOML file: top-level names and their values (a table is a
+    dict: ``CRAWLFLEET_RATE_LIMITS = {"*" = "2/1s"}``); ConfigError saying what is
+    wrong and where."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"config file {path}: {reason}") from None
+    try:
+        values = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: not valid TOML: {exc}") from None
+    for name in values:
+        if not name.replace("_", "").isalnum() or name != name.upper():
+            raise ConfigError(f"config file {path}: {name!r} is not a setting name (NAME_IN_CAPS)")
+    return values
 
 
 def parse_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """-s NAME=VALUE pairs plus --redis-url/--data-dir, as a settings dict."""
-    values: dict[str, Any] = {}
+    """The ``--config`` file's settings, then -s NAME=VALUE pairs and --redis-url,
+    --data-dir and --db over them, as a settings dict."""
+    config: Path | None = getattr(args, "config", None)
+    values: dict[str, Any] = read_config_file(config) if config is not None else {}
     for item in getattr(args, "settings", []) or []:
         name, sep, value = item.partition("=")
         if not sep or not name:

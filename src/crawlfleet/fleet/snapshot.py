@@ -208,7 +208,9 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         sizes = client.pipeline(transaction=False)
         for site in site_names:
             sizes.zcard(keys.queue(site))
-        counts = [int(c) for c in await sizes.execute()]
+            sizes.llen(keys.fifo(site))
+        found = [int(c) for c in await sizes.execute()]
+        counts = [found[i] + found[i + 1] for i in range(0, len(found), 2)]
     top = sorted(zip(site_names, counts, strict=True), key=lambda p: (-p[1], p[0]))[:TOP_SITES]
     statuses = {text(k): v for k, v in info.items()}
     node_view: dict[str, dict[str, Any]] = {}

@@ -115,7 +115,7 @@ class Frontier:
             qi = qindex.setdefault(r.site, len(qindex) + 1)
             prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
             tail += [r.fp, qi, r.site, prio, r.payload, max(0, int(r.delay_ms))]
-        queue_keys = [k.queue(site) for site in qindex]
+        queue_keys = [key for site in qindex for key in k.site_queues(site)]
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
             keys = [k.sites, k.req, k.leases, k.owner, k.counters, k.bad, *seen_keys, *queue_keys]
@@ -180,7 +180,7 @@ class Frontier:
             k.counters,
             k.fleet.pace,
             k.fleet.throttle,
-            *(k.queue(s) for s in sites),
+            *(key for s in sites for key in k.site_queues(s)),
         ]
         args: list[Any] = [
             node,
@@ -325,7 +325,7 @@ class Frontier:
             k.counters,
             k.nodes,
             k.bad,
-            *(k.queue(s) for s in qindex),
+            *(key for s in qindex for key in k.site_queues(s)),
         ]
         self.round_trips += 1
         back, waited = await self.scripts("requeue", keys, args)
@@ -462,7 +462,7 @@ class Frontier:
         doomed = [
             *k.fixed(),
             *(() if keep_limits else (k.limits,)),
-            *(k.queue(s) for s in sites),
+            *(key for s in sites for key in k.site_queues(s)),
             *(k.bloom_layer(i) for i in range(1, layers + 1)),
         ]
         deleted = 0

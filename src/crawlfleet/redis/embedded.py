@@ -24,7 +24,7 @@ import redis
 
 from crawlfleet.exceptions import EmbeddedRedisError
 
-__all__ = ["EmbeddedRedis", "find_redis_server"]
+__all__ = ["EmbeddedRedis", "find_redis_server", "free_port"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ def find_redis_server() -> str:
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (free when asked: bind it soon)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -132,7 +133,7 @@ class EmbeddedRedis:
     def _start(self) -> int:
         binary = find_redis_server()
         for _attempt in range(5):
-            port = _free_port()
+            port = free_port()
             args = [
                 binary,
                 "--port",

@@ -17,8 +17,14 @@ job that crawls it, under the hash tag ``{polite}``::
                                               -> robots.txt Crawl-delay (ms); "p:<site>"
                                               -> end of the current robots.txt probe
     <prefix>:{<job>}:sites             zset   site -> serve order (round robin)
-    <prefix>:{<job>}:q:<site>          zset   rid -> score (-priority * 2^32 + seq)
-    <prefix>:{<job>}:req               hash   rid -> "<score>\\0<site>\\0<payload>"
+    <prefix>:{<job>}:q:<site>          zset   rid -> score (-priority * 2^32 + seq) of the
+                                              site's requests at priorities other than 0
+    <prefix>:{<job>}:f:<site>          list   "<rid>\\0<payload>": the site's queued
+                                              requests at priority 0, first in first
+                                              out (no req entry until leased: the lean
+                                              form most requests take)
+    <prefix>:{<job>}:req               hash   rid -> "<score>\\0<site>\\0<payload>" of
+                                              every request not in a FIFO list
     <prefix>:{<job>}:leases            zset   rid -> lease deadline (ms, Redis clock)
     <prefix>:{<job>}:owner             hash   rid -> node id holding the lease
     <prefix>:{<job>}:counters          hash   seq, queued, leased, enqueued, ...
@@ -112,6 +118,13 @@ class JobKeys:
 
     def queue(self, site: str) -> str:
         return f"{self.base}:q:{site}"
+
+    def fifo(self, site: str) -> str:
+        return f"{self.base}:f:{site}"
+
+    def site_queues(self, site: str) -> tuple[str, str]:
+        """The two keys a site's queued requests live in, as scripts take them."""
+        return self.queue(site), self.fifo(site)
 
     @property
     def req(self) -> str:

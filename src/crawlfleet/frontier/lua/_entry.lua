@@ -1,8 +1,13 @@
--- Library (prepended to scripts whose header says "-- uses: entry"): a stored request,
--- req hash value "<score>\0<site>\0<payload>".
+-- Library (prepended to scripts whose header says "-- uses: entry"): a stored request.
+-- In the req hash (leased, waiting, or queued at a priority other than 0) its value is
+-- "<score>\0<site>\0<payload>"; queued at priority 0 it is an item "<rid>\0<payload>"
+-- of its site's FIFO list, and the rid is its sequence number (score = rid mod 2^32).
 
--- (score, site) of *entry*; nil when it is absent or malformed (no separators, no
--- numeric score): such an entry is set aside, never allowed to stop a script
+local SEQ_SPAN = 4294967296
+
+-- (score, site, payload) of *entry*; nil when it is absent or malformed (no
+-- separators, no numeric score): such an entry is set aside, never allowed to stop a
+-- script
 local function entry_parts(entry)
   if not entry then return nil end
   local a = string.find(entry, '\0', 1, true)
@@ -11,5 +16,17 @@ local function entry_parts(entry)
   if not b then return nil end
   local score = tonumber(string.sub(entry, 1, a - 1))
   if not score then return nil end
-  return score, string.sub(entry, a + 1, b - 1)
+  return score, string.sub(entry, a + 1, b - 1), string.sub(entry, b + 1)
+end
+
+-- whether a request of this score goes to its site's FIFO list (priority 0)
+local function fifo_score(score)
+  return score >= 0 and score < SEQ_SPAN
+end
+
+-- put requests of one site back in its FIFO list at its head, in sequence order:
+-- *items* is a list of {seq, item}
+local function fifo_push_front(list, items)
+  table.sort(items, function(x, y) return x[1] > y[1] end)
+  for _, it in ipairs(items) do redis.call('LPUSH', list, it[2]) end
 end

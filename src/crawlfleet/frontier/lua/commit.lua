@@ -3,20 +3,23 @@
 -- uses: seen, counters
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
--- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
+-- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
 -- KEYS[3] leases    zset  rid -> lease deadline (ms, Redis clock)
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash  seq, queued, leased, enqueued, duplicates, acked, bad, ...
 -- KEYS[6] bad       list  malformed entries, kept for inspection
 -- KEYS[7 .. 6+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
--- KEYS[7+S ..]      site queues: zset rid -> score (-priority * 2^32 + seq)
+-- KEYS[7+S ..]      two keys per site: its queue (zset rid -> score, -priority * 2^32
+--                   + seq) and its FIFO list of priority-0 requests ("<rid>\0<payload>"
+--                   items: no req entry while queued, the lean form of most requests)
 --
 -- ARGV[1] node id     ARGV[2] S     ARGV[3] P (seen parameters)
 -- ARGV[4] A (acks)    ARGV[5] B (malformed)     ARGV[6] R (requests)
 -- ARGV[7] the holder of waiting requests (records.WAITING)
 -- then P seen parameters, A rids to acknowledge, B rids to set aside,
 -- then R groups of 6: fingerprint ("" = bypass the seen-filter), queue index
--- (1-based among the queue keys), site, priority, payload, delay (ms; 0: none).
+-- (1-based among the sites: its keys are the (2i-1)-th and 2i-th queue keys), site,
+-- priority, payload, delay (ms; 0: none).
 -- A request with a delay waits before it is queued (a retry's back-off): it is held
 -- as a lease of the waiting holder until now + delay, so that whoever reclaims
 -- expired leases (expired.lua, requeue.lua) queues it once its time has come; it
@@ -83,19 +86,27 @@ for i = 1, R do
     seq = seq + 1
     local rid = string.format('%.0f', seq)
     local score = -prio * 4294967296 + (seq % 4294967296)
-    redis.call('HSET', KEYS[2], rid, string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
-    if delay > 0 then
-      if not now_ms then
-        local t = redis.call('TIME')
-        now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end
-      redis.call('ZADD', KEYS[3], now_ms + delay, rid)
-      redis.call('HSET', KEYS[4], rid, waiting_holder)
-      waiting = waiting + 1
-    else
-      redis.call('ZADD', KEYS[qbase + qi], score, rid)
+    if prio == 0 and delay <= 0 then
+      -- the lean form: an item of the site's FIFO list, no req entry while queued
+      redis.call('RPUSH', KEYS[qbase + 2 * qi], rid .. '\0' .. payload)
       redis.call('ZADD', KEYS[1], 'NX', 0, site)
       queued = queued + 1
+    else
+      redis.call('HSET', KEYS[2], rid,
+                 string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
+      if delay > 0 then
+        if not now_ms then
+          local t = redis.call('TIME')
+          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        redis.call('ZADD', KEYS[3], now_ms + delay, rid)
+        redis.call('HSET', KEYS[4], rid, waiting_holder)
+        waiting = waiting + 1
+      else
+        redis.call('ZADD', KEYS[qbase + 2 * qi - 1], score, rid)
+        redis.call('ZADD', KEYS[1], 'NX', 0, site)
+        queued = queued + 1
+      end
     end
   end
 end

@@ -1,11 +1,11 @@
 -- lease: hand up to N queued requests to a node, fairly across the sites offered,
 -- each leased until a deadline on the Redis clock; a request of a rate-limited site
 -- comes with its send time (slot), on the budget's schedule.
--- uses: backoff, counters
+-- uses: backoff, counters, entry
 --
 -- KEYS[1] sites     zset  site -> serve order (0 for a new site; the job's serve counter
 --                         when last served)
--- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
+-- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
 -- KEYS[3] leases    zset  rid -> lease deadline (ms)
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash
@@ -19,7 +19,8 @@
 --                         first slot comes one interval after it, as the probe request
 --                         went out then); "p:<site>" -> end of the current robots probe
 --                         (ms)
--- KEYS[8 ..]        the queues of the offered sites, in the order of the offer
+-- KEYS[8 ..]        two keys per offered site, in the order of the offer: its queue
+--                   (zset) and its FIFO list of priority-0 requests (commit.lua)
 --
 -- ARGV[1] node id       ARGV[2] lease length (ms)     ARGV[3] N, most requests in all
 -- ARGV[4] most requests per site       ARGV[5] H, sites to return as the next offer
@@ -46,6 +47,9 @@
 -- earliest, so a changed interval applies to the very next slot; a site whose next
 -- slot lies beyond the horizon is not ready. A slot that is not used (a node died or
 -- gave the request back) is lost to the budget, never given twice.
+-- A site's requests come in priority order, then first in first out: priorities above
+-- 0 from its queue, then its FIFO list, then priorities below 0. A leased request
+-- always has its req entry (a FIFO item gets one here).
 -- A served site moves behind every other site (round robin: one big site cannot starve
 -- the rest). A site with nothing queued spends no budget. An emptied site leaves the
 -- sites zset (its queue key is gone with its last member).
@@ -96,7 +100,8 @@ for i = 11, #ARGV - 3, 4 do
   if got >= want then break end
   local site, configured, budget = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local late = tonumber(ARGV[i + 3])
-  local qkey = KEYS[8 + (i - 11) / 4]
+  local qkey = KEYS[8 + (i - 11) / 2]
+  local fifo = KEYS[9 + (i - 11) / 2]
   local robots = redis.call('HGET', KEYS[7], 'r:' .. site)
   local probing = probe_ms > 0 and not robots
   local delay_ms, known_ms = string.match(robots or '0', '^(%d+):?(%d*)')
@@ -129,33 +134,58 @@ for i = 11, #ARGV - 3, 4 do
     end
   end
   if take > 0 and redis.call('ZSCORE', KEYS[1], site) then
-    local popped = redis.call('ZPOPMIN', qkey, take)
-    local n = 0
-    for j = 1, #popped, 2 do
-      local rid = popped[j]
-      local entry = redis.call('HGET', KEYS[2], rid)
-      if entry then
-        redis.call('ZADD', KEYS[3], deadline, rid)
-        redis.call('HSET', KEYS[4], rid, node)
-        out[#out + 1] = rid
-        out[#out + 1] = entry
-        if interval > 0 and not probing then
-          out[#out + 1] = first + n * interval - now
-          out[#out + 1] = late
-        else
-          out[#out + 1] = -1
-          out[#out + 1] = 0
-        end
-        n = n + 1
-        got = got + 1
+    local popped_n, n = 0, 0
+    local function lease_one(rid, entry)
+      if not entry then return end  -- gone (a hand edit): nothing to lease
+      redis.call('ZADD', KEYS[3], deadline, rid)
+      redis.call('HSET', KEYS[4], rid, node)
+      out[#out + 1] = rid
+      out[#out + 1] = entry
+      if interval > 0 and not probing then
+        out[#out + 1] = first + n * interval - now
+        out[#out + 1] = late
+      else
+        out[#out + 1] = -1
+        out[#out + 1] = 0
       end
+      n = n + 1
+      got = got + 1
     end
-    if redis.call('EXISTS', qkey) == 0 then
+    -- priorities above 0 first, then the FIFO list (priority 0), then those below 0
+    local high = redis.call('ZRANGEBYSCORE', qkey, '-inf', '(0', 'LIMIT', 0, take)
+    if #high > 0 then redis.call('ZREM', qkey, unpack(high)) end
+    for _, rid in ipairs(high) do lease_one(rid, redis.call('HGET', KEYS[2], rid)) end
+    popped_n = #high
+    if popped_n < take then
+      local items = redis.call('LPOP', fifo, take - popped_n)
+      for _, item in ipairs(items or {}) do
+        local sep = string.find(item, '\0', 1, true)
+        local seq = sep and tonumber(string.sub(item, 1, sep - 1))
+        local rid, entry
+        if seq then
+          rid = string.sub(item, 1, sep - 1)
+          entry = string.format('%.17g', seq % SEQ_SPAN) .. '\0' .. site .. '\0'
+                  .. string.sub(item, sep + 1)
+        else
+          -- malformed: leased under a new id as it is; the node sets it aside
+          rid = 'bad' .. count(KEYS[5], 'seq', 1)
+          entry = item
+        end
+        redis.call('HSET', KEYS[2], rid, entry)
+        lease_one(rid, entry)
+      end
+      popped_n = popped_n + #(items or {})
+    end
+    if popped_n < take then
+      local low = redis.call('ZPOPMIN', qkey, take - popped_n)
+      for j = 1, #low, 2 do lease_one(low[j], redis.call('HGET', KEYS[2], low[j])) end
+      popped_n = popped_n + #low / 2
+    end
+    if redis.call('EXISTS', qkey, fifo) == 0 then
       redis.call('ZREM', KEYS[1], site)
     else
       redis.call('ZADD', KEYS[1], 'XX', count(KEYS[5], 'served', 1), site)
     end
-    local popped_n = #popped / 2
     if popped_n > 0 then
       count(KEYS[5], 'queued', -popped_n)
     end

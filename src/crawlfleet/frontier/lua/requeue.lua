@@ -1,24 +1,25 @@
 -- requeue: return leased requests to their site queues, at their original place
--- (same score: priority, then FIFO). Used for expired leases and the leases of dead
+-- (same score: priority, then FIFO; a priority-0 request goes back to the head of its
+-- site's FIFO list, those returned together in sequence order, and leaves the req hash). Used for expired leases and the leases of dead
 -- nodes (any node), and by a node that gives back what it holds when it stops.
 -- uses: entry, counters
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
--- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
+-- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
 -- KEYS[3] leases    zset  rid -> lease deadline (ms)
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash
 -- KEYS[6] nodes     zset  node id -> time (ms) after which it counts as dead
 -- KEYS[7] bad       list  malformed entries, set aside for inspection
--- KEYS[8 ..]        site queues
+-- KEYS[8 ..]        two keys per site: its queue (zset) and its FIFO list
 --
 -- ARGV[1] mode: "expired" (only leases past their deadline, or held by a node that
 --         counts as dead) or "owner" (only leases held by ARGV[2])
 -- ARGV[2] node id (mode "owner")
 -- ARGV[3] the holder of waiting requests (records.WAITING; see commit.lua): one of
 --         its requests is queued only once its time has come (counter "waiting")
--- ARGV[4 ..] pairs: rid, queue index (1-based among KEYS[8 ..]; 0 = request gone or
---            malformed)
+-- ARGV[4 ..] pairs: rid, site index (1-based: its keys are KEYS[6 + 2i], KEYS[7 + 2i];
+--            0 = request gone or malformed)
 -- Returns {requests returned to a queue, of which waiting ones whose time had come}
 -- (a waiting entry found malformed is set aside: it leaves "waiting", is not counted).
 -- A malformed entry is moved to the bad list (counter "bad"), never requeued.
@@ -27,6 +28,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
 local back, dropped, left_waiting, came_due = 0, 0, 0, 0
+local fronts = {}  -- site index -> {{seq, FIFO item}, ...}
 for i = 4, #ARGV, 2 do
   local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
   local deadline = redis.call('ZSCORE', KEYS[3], rid)
@@ -50,10 +52,17 @@ for i = 4, #ARGV, 2 do
     redis.call('ZREM', KEYS[3], rid)
     redis.call('HDEL', KEYS[4], rid)
     local entry = redis.call('HGET', KEYS[2], rid)
-    local score, site = entry_parts(entry)
+    local score, site, payload = entry_parts(entry)
     if was_waiting then left_waiting = left_waiting + 1 end
     if score and qi > 0 then
-      redis.call('ZADD', KEYS[7 + qi], score, rid)
+      local seq = tonumber(rid)
+      if fifo_score(score) and seq and seq % SEQ_SPAN == score then
+        fronts[qi] = fronts[qi] or {}
+        table.insert(fronts[qi], {seq, rid .. '\0' .. payload})
+        redis.call('HDEL', KEYS[2], rid)
+      else
+        redis.call('ZADD', KEYS[6 + 2 * qi], score, rid)
+      end
       redis.call('ZADD', KEYS[1], 'NX', 0, site)
       back = back + 1
       if was_waiting then came_due = came_due + 1 end
@@ -67,6 +76,7 @@ for i = 4, #ARGV, 2 do
     end
   end
 end
+for qi, items in pairs(fronts) do fifo_push_front(KEYS[7 + 2 * qi], items) end
 if back + dropped > 0 then count(KEYS[5], 'leased', -(back + dropped)) end
 if left_waiting > 0 then count(KEYS[5], 'waiting', -left_waiting) end
 if back > 0 then

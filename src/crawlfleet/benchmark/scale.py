@@ -1,0 +1,261 @@
+"""The scale scenario of ``crawlfleet bench --only scale``: memory and speed of one
+Redis holding a large crawl.
+
+It starts a Redis of its own (127.0.0.1, nothing written to disk), so that the figures
+are this crawl's alone and the operator's Redis is not filled with gigabytes, then:
+
+- **seen-filter**: adds *urls* random fingerprints to a Bloom filter sized for them at
+  *error_rate* (as ``CRAWLFLEET_BLOOM_CAPACITY`` and ``_ERROR_RATE`` would size it), in
+  batches of BATCH, as commits do; bytes per URL are ``MEMORY USAGE`` of its keys over
+  *urls*, and the false-positive rate is measured on PROBES fingerprints never added;
+- **queue**: queues *queued* requests over *sites* sites through the commit script, in
+  batches of ``CRAWLFLEET_FLUSH_BATCH`` (500), each encoded by the nodes' own request
+  codec from a URL of about URL_CHARS characters; bytes per request are Redis's
+  ``used_memory`` growth over *queued* (the seen-filter is left out: measured above);
+- **lease and ack**: leases *lease_sample* of them as nodes do (offers of
+  ``CRAWLFLEET_LEASE_SITES`` sites, LEASE_WANT a call), then acknowledges them in
+  batches of 500.
+
+Rates are measured from one client process running CLIENTS calls at a time: on a small
+machine that process competes with Redis for the CPU, so they are a floor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import scrapy
+
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.embedded import find_redis_server, free_port
+from crawlfleet.redis.keys import JobKeys
+
+__all__ = ["ScaleResult", "run_scale"]
+
+#: Fingerprints per seen-filter call, and requests per commit (CRAWLFLEET_FLUSH_BATCH).
+BATCH = 5000
+COMMIT_BATCH = 500
+#: Fingerprints never added, probed for the false-positive rate.
+PROBES = 1_000_000
+#: Requests a lease asks for, and sites offered to it (CRAWLFLEET_LEASE_SITES).
+LEASE_WANT = 100
+LEASE_SITES = 32
+#: Calls in flight at once (the client's share of the work overlaps Redis's).
+CLIENTS = 4
+#: About this many characters per URL (the web's median is in the 60s-70s).
+URL_CHARS = 66
+
+
+@dataclass
+class ScaleResult:
+    redis_version: str
+    bloom_urls: int
+    bloom_error_rate: float
+    bloom_bytes_per_url: float
+    bloom_layers: int
+    bloom_false_positive_rate: float
+    bloom_adds_per_second: float
+    queued: int
+    sites: int
+    url_chars: float  #: average URL length of the queued requests
+    payload_bytes: float  #: average encoded request
+    queued_bytes_per_request: float
+    enqueued_per_second: float
+    leased: int
+    leased_per_second: float
+    acked_per_second: float
+    used_memory_peak_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A Redis of this run's own on 127.0.0.1 that writes nothing to disk; its URL."""
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-scale-"))
+    args = [
+        find_redis_server(),
+        "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+        "--save", "", "--appendonly", "no", "--logfile", str(workdir / "redis.log"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        for f in workdir.iterdir():
+            f.unlink()
+        workdir.rmdir()
+
+
+async def _until_up(url: str) -> None:
+    client = make_client(url)
+    try:
+        for _ in range(200):
+            with contextlib.suppress(Exception):
+                if await client.ping():
+                    return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"the scale run's Redis at {url} did not start")
+    finally:
+        await client.aclose()
+
+
+async def _in_parallel(calls: int, one: Callable[[int], Awaitable[Any]]) -> float:
+    """Run ``one(i)`` for i in range(calls), CLIENTS at a time; the seconds it took."""
+    started = time.perf_counter()
+    pending = iter(range(calls))
+
+    async def worker() -> None:
+        for i in pending:
+            await one(i)
+
+    await asyncio.gather(*(worker() for _ in range(CLIENTS)))
+    return time.perf_counter() - started
+
+
+def _url(n: int, sites: int) -> tuple[str, str]:
+    """(site, URL of about URL_CHARS characters) of the *n*-th request."""
+    site = f"www.shop-{n % sites:06d}.example.com"
+    return site, f"https://{site}/catalogue/item-{n:09d}?page=2"
+
+
+async def _bloom(url: str, prefix: str, urls: int, error_rate: float) -> dict[str, Any]:
+    client = make_client(url, socket_timeout=120)
+    keys = JobKeys.of(prefix, "scale-bloom")
+    frontier = Frontier(
+        client, keys, SeenConfig("bloom", bloom_capacity=urls, bloom_error_rate=error_rate)
+    )
+    try:
+
+        async def add(i: int) -> None:
+            n = min(BATCH, urls - i * BATCH)
+            await frontier.seen_check([os.urandom(16) for _ in range(n)], add=True)
+
+        seconds = await _in_parallel(math.ceil(urls / BATCH), add)
+        layers = int(await client.hget(keys.bloom, "layers") or 0)
+        used = int(await client.memory_usage(keys.bloom, samples=0) or 0)
+        for i in range(1, layers + 1):
+            used += int(await client.memory_usage(keys.bloom_layer(i), samples=0) or 0)
+        hits = 0
+        for start in range(0, PROBES, BATCH):
+            fps = [os.urandom(16) for _ in range(min(BATCH, PROBES - start))]
+            hits += sum(await frontier.seen_check(fps, add=False))
+        await frontier.reset()
+        return {
+            "bloom_bytes_per_url": used / urls,
+            "bloom_layers": layers,
+            "bloom_false_positive_rate": hits / PROBES,
+            "bloom_adds_per_second": urls / seconds,
+        }
+    finally:
+        await client.aclose()
+
+
+async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) -> dict[str, Any]:
+    client = make_client(url, socket_timeout=120)
+    frontier = Frontier(client, JobKeys.of(prefix, "scale-queue"), SeenConfig("exact"))
+    codec = RequestCodec(None)
+    chars = payload = 0
+    try:
+        before = int((await client.info("memory"))["used_memory"])
+
+        async def commit(i: int) -> None:
+            nonlocal chars, payload
+            batch = []
+            for n in range(i * COMMIT_BATCH, min(queued, (i + 1) * COMMIT_BATCH)):
+                site, link = _url(n, sites)
+                encoded = codec.encode(scrapy.Request(link))
+                chars += len(link)
+                payload += len(encoded)
+                batch.append(Outgoing(b"", site, 0, encoded))  # no fingerprint: no seen-filter
+            await frontier.commit("scale", batch)
+
+        enqueue_seconds = await _in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
+        after = int((await client.info("memory"))["used_memory"])
+        leased: list[str] = []
+        offer = await frontier.offer(LEASE_SITES)
+        started = time.perf_counter()
+        while len(leased) < sample and offer:
+            r = await frontier.lease(
+                "scale",
+                min(LEASE_WANT, sample - len(leased)),
+                offer,
+                lease_ms=3_600_000,
+                per_site=max(1, math.ceil(LEASE_WANT / len(offer))),
+                offer_size=LEASE_SITES,
+            )
+            leased += [e.rid for e in r.entries]
+            offer = r.offer
+        lease_seconds = time.perf_counter() - started
+
+        async def ack(i: int) -> None:
+            await frontier.commit("scale", acks=leased[i * COMMIT_BATCH : (i + 1) * COMMIT_BATCH])
+
+        ack_seconds = await _in_parallel(math.ceil(len(leased) / COMMIT_BATCH), ack)
+        peak = int((await client.info("memory"))["used_memory_peak"])
+        version = str((await client.info("server"))["redis_version"])
+        await frontier.reset()
+        return {
+            "redis_version": version,
+            "url_chars": chars / max(queued, 1),
+            "payload_bytes": payload / max(queued, 1),
+            "queued_bytes_per_request": (after - before) / max(queued, 1),
+            "enqueued_per_second": queued / enqueue_seconds,
+            "leased": len(leased),
+            "leased_per_second": len(leased) / lease_seconds if lease_seconds else 0.0,
+            "acked_per_second": len(leased) / ack_seconds if ack_seconds else 0.0,
+            "used_memory_peak_bytes": peak,
+        }
+    finally:
+        await client.aclose()
+
+
+def run_scale(
+    *,
+    urls: int = 100_000_000,
+    error_rate: float = 1e-3,
+    queued: int = 10_000_000,
+    sites: int = 10_000,
+    lease_sample: int = 1_000_000,
+    prefix: str = "cfscale",
+) -> ScaleResult:
+    """The scale scenario (see the module docstring), on a Redis of its own."""
+
+    async def main(url: str) -> ScaleResult:
+        await _until_up(url)
+        bloom = await _bloom(url, prefix, urls, error_rate)
+        queue = await _queue(url, prefix, queued, sites, min(lease_sample, queued))
+        return ScaleResult(
+            bloom_urls=urls,
+            bloom_error_rate=error_rate,
+            queued=queued,
+            sites=sites,
+            **bloom,
+            **queue,
+        )
+
+    with private_redis() as url:
+        return asyncio.run(main(url))

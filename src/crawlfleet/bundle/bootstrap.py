@@ -1,0 +1,104 @@
+"""The ``__main__.py`` of a crawlfleet bundle (standard library only: nothing else can
+be imported before it has run).
+
+On its first run on a machine it extracts the bundle's packages into
+``$XDG_CACHE_HOME/crawlfleet/bundles/<bundle id>`` (``~/.cache`` by default), once,
+atomically (nodes started together share one extraction); every run then puts them
+first on ``sys.path`` (and in ``PYTHONPATH``, for the processes a command starts) and
+runs the crawlfleet command line. A bundle made with a Scrapy project also makes that
+project the current one (``SCRAPY_SETTINGS_MODULE``, unless set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+MANIFEST = "bundle.json"
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"crawlfleet bundle: error: {message}\n")
+    raise SystemExit(2)
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "crawlfleet" / "bundles"
+
+
+def _extract(archive: Path, target: Path) -> None:
+    """Extract the bundle's packages into *target* unless a complete copy is there."""
+    if (target / ".complete").exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    work = Path(tempfile.mkdtemp(prefix=".extract-", dir=target.parent))
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if not name.startswith(("site/", "project/")):
+                continue
+            if name.startswith("/") or ".." in Path(name).parts:
+                _fail(f"{archive}: unsafe path {name!r} inside")
+            zf.extract(info, work)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(work / name, mode)
+    (work / ".complete").write_text("ok\n")
+    try:
+        os.rename(work, target)
+    except OSError:  # another process finished first: use its copy
+        if not (target / ".complete").exists():
+            raise
+        _remove(work)
+
+
+def _remove(tree: Path) -> None:
+    for path in sorted(tree.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+    tree.rmdir()
+
+
+def main() -> None:
+    archive = Path(__file__).resolve().parent
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            manifest = json.loads(zf.read(MANIFEST))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        _fail(f"{archive} is not a crawlfleet bundle: {exc}")
+    built_for = tuple(manifest["python"])
+    if sys.version_info[:2] != built_for:
+        _fail(
+            f"{archive.name} was built for Python {built_for[0]}.{built_for[1]}; this is "
+            f"{sys.version_info[0]}.{sys.version_info[1]} ({sys.executable})"
+        )
+    home = _cache_root() / manifest["id"]
+    _extract(archive, home)
+    paths = [str(home / "site")]
+    if manifest.get("settings_module"):
+        paths.append(str(home / "project"))
+        os.environ.setdefault("SCRAPY_SETTINGS_MODULE", manifest["settings_module"])
+    before = list(sys.path)
+    for path in paths:
+        site.addsitedir(path)  # with its .pth files, as an installed site-packages
+    added = [p for p in sys.path if p not in before]
+    sys.path[:] = added + before
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    from crawlfleet.cli.main import main as crawlfleet
+
+    sys.argv[0] = archive.name
+    raise SystemExit(crawlfleet())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""``crawlfleet bundle``: crawlfleet and everything it needs in one file, to run nodes
+on machines with nothing but Python (same version and platform as here) installed.
+
+    crawlfleet bundle -o crawlfleet-node.pyz --project .
+    scp crawlfleet-node.pyz node.toml host:/opt/crawlfleet/
+    ssh host python3 /opt/crawlfleet/crawlfleet-node.pyz crawl myspider --job shop \\
+        --config /opt/crawlfleet/node.toml
+
+docs/deploy.md has a systemd unit and a compose file that run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+NAME = "bundle"
+HELP = "pack crawlfleet (and a Scrapy project) into one file that runs a node anywhere"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("crawlfleet-node.pyz"),
+        help="the file to write (default crawlfleet-node.pyz)",
+    )
+    parser.add_argument(
+        "--project",
+        type=Path,
+        help="a Scrapy project directory (with scrapy.cfg) to include: its spiders and "
+        "settings become the bundle's",
+    )
+    parser.add_argument(
+        "--python",
+        default="/usr/bin/env python3",
+        help="the interpreter line of the file (default '/usr/bin/env python3')",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from crawlfleet.bundle.builder import build_bundle  # packaging, zipapp: here only
+
+    console = Console(stderr=True)
+    console.print(f"bundling crawlfleet into {args.output} ...")
+    bundle = build_bundle(args.output, project=args.project, interpreter=args.python)
+    what = f"{len(bundle.distributions)} distributions"
+    if bundle.settings_module:
+        what += f" and the project {bundle.settings_module}"
+    console.print(f"{bundle.path}: {bundle.size_bytes / 2**20:.1f} MiB, bundle {bundle.id}, {what}")
+    print(bundle.path)
+    return 0
