@@ -125,13 +125,14 @@ QUEUED_BYTES_MAX = 150
 def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
     """The scale part: memory per URL and per queued request on one Redis, and rates."""
     table = Table(title=f"scale: one Redis ({r.redis_version}) of the run's own")
-    for col in ("what", "how many", "bytes each", "per second", "notes"):
+    for col in ("what", "how many", "bytes each", "per second", "Redis CPU µs each", "notes"):
         table.add_column(col, justify="right")
     table.add_row(
         f"Bloom filter at {r.bloom_error_rate:g}",
         f"{r.bloom_urls:,}",
         f"{r.bloom_bytes_per_url:.2f}",
         f"{r.bloom_adds_per_second:,.0f} adds",
+        f"{r.redis_us_per_url_added:.2f}",
         f"{r.bloom_layers} layer(s), false positives {r.bloom_false_positive_rate:.2e}",
     )
     table.add_row(
@@ -139,6 +140,7 @@ def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
         f"{r.queued:,}",
         f"{r.queued_bytes_per_request:.1f}",
         f"{r.enqueued_per_second:,.0f} queued",
+        f"{r.redis_us_per_queued:.2f}",
         f"{r.sites:,} sites, URLs of {r.url_chars:.0f} chars, requests of "
         f"{r.payload_bytes:.0f} B encoded",
     )
@@ -147,6 +149,7 @@ def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
         f"{r.leased:,}",
         "",
         f"{r.leased_per_second:,.0f} leased, {r.acked_per_second:,.0f} acked",
+        f"{r.redis_us_per_leased:.2f} + {r.redis_us_per_acked:.2f}",
         f"peak used memory {r.used_memory_peak_bytes / 2**30:.2f} GiB",
     )
     console.print(table)

@@ -17,7 +17,10 @@ are this crawl's alone and the operator's Redis is not filled with gigabytes, th
   batches of 500.
 
 Rates are measured from one client process running CLIENTS calls at a time: on a small
-machine that process competes with Redis for the CPU, so they are a floor.
+machine that process competes with Redis for the CPU, so they are a floor. Redis's own
+cost of each operation (CPU µs per URL added, per request queued, leased, acked: from
+``INFO commandstats``) does not depend on the client: it is what a capacity plan is
+built from (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -78,18 +81,24 @@ class ScaleResult:
     leased_per_second: float
     acked_per_second: float
     used_memory_peak_bytes: int
+    #: Redis CPU µs per URL added, per request queued, leased and acknowledged
+    redis_us_per_url_added: float = 0.0
+    redis_us_per_queued: float = 0.0
+    redis_us_per_leased: float = 0.0
+    redis_us_per_acked: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """A Redis of this run's own on 127.0.0.1 that writes nothing to disk; its URL."""
+def private_redis(server: str | None = None) -> Iterator[str]:
+    """A Redis of this run's own on 127.0.0.1 that writes nothing to disk (the binary
+    *server*, by default the embedded Redis's); its URL."""
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-scale-"))
     args = [
-        find_redis_server(),
+        server or find_redis_server(),
         "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
         "--save", "", "--appendonly", "no", "--logfile", str(workdir / "redis.log"),
     ]  # fmt: skip
@@ -123,6 +132,12 @@ async def _until_up(url: str) -> None:
         await client.aclose()
 
 
+async def _redis_us(client: Any) -> float:
+    """CPU µs Redis has spent in commands so far (INFO commandstats)."""
+    stats = await client.info("commandstats")
+    return float(sum(v.get("usec", 0) for v in stats.values() if isinstance(v, dict)))
+
+
 async def _in_parallel(calls: int, one: Callable[[int], Awaitable[Any]]) -> float:
     """Run ``one(i)`` for i in range(calls), CLIENTS at a time; the seconds it took."""
     started = time.perf_counter()
@@ -154,7 +169,9 @@ async def _bloom(url: str, prefix: str, urls: int, error_rate: float) -> dict[st
             n = min(BATCH, urls - i * BATCH)
             await frontier.seen_check([os.urandom(16) for _ in range(n)], add=True)
 
+        spent = await _redis_us(client)
         seconds = await _in_parallel(math.ceil(urls / BATCH), add)
+        spent = await _redis_us(client) - spent
         layers = int(await client.hget(keys.bloom, "layers") or 0)
         used = int(await client.memory_usage(keys.bloom, samples=0) or 0)
         for i in range(1, layers + 1):
@@ -169,6 +186,7 @@ async def _bloom(url: str, prefix: str, urls: int, error_rate: float) -> dict[st
             "bloom_layers": layers,
             "bloom_false_positive_rate": hits / PROBES,
             "bloom_adds_per_second": urls / seconds,
+            "redis_us_per_url_added": spent / urls,
         }
     finally:
         await client.aclose()
@@ -193,10 +211,13 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
                 batch.append(Outgoing(b"", site, 0, encoded))  # no fingerprint: no seen-filter
             await frontier.commit("scale", batch)
 
+        spent = await _redis_us(client)
         enqueue_seconds = await _in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
+        queue_us = await _redis_us(client) - spent
         after = int((await client.info("memory"))["used_memory"])
         leased: list[str] = []
         offer = await frontier.offer(LEASE_SITES)
+        spent = await _redis_us(client)
         started = time.perf_counter()
         while len(leased) < sample and offer:
             r = await frontier.lease(
@@ -210,11 +231,14 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
             leased += [e.rid for e in r.entries]
             offer = r.offer
         lease_seconds = time.perf_counter() - started
+        lease_us = await _redis_us(client) - spent
 
         async def ack(i: int) -> None:
             await frontier.commit("scale", acks=leased[i * COMMIT_BATCH : (i + 1) * COMMIT_BATCH])
 
+        spent = await _redis_us(client)
         ack_seconds = await _in_parallel(math.ceil(len(leased) / COMMIT_BATCH), ack)
+        ack_us = await _redis_us(client) - spent
         peak = int((await client.info("memory"))["used_memory_peak"])
         version = str((await client.info("server"))["redis_version"])
         await frontier.reset()
@@ -228,6 +252,9 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
             "leased_per_second": len(leased) / lease_seconds if lease_seconds else 0.0,
             "acked_per_second": len(leased) / ack_seconds if ack_seconds else 0.0,
             "used_memory_peak_bytes": peak,
+            "redis_us_per_queued": queue_us / max(queued, 1),
+            "redis_us_per_leased": lease_us / max(len(leased), 1),
+            "redis_us_per_acked": ack_us / max(len(leased), 1),
         }
     finally:
         await client.aclose()
@@ -241,6 +268,7 @@ def run_scale(
     sites: int = 10_000,
     lease_sample: int = 1_000_000,
     prefix: str = "cfscale",
+    server: str | None = None,
 ) -> ScaleResult:
     """The scale scenario (see the module docstring), on a Redis of its own."""
 
@@ -257,5 +285,5 @@ def run_scale(
             **queue,
         )
 
-    with private_redis() as url:
+    with private_redis(server) as url:
         return asyncio.run(main(url))

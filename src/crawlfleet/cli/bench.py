@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="scale part: requests leased and acknowledged (default 1M)",
     )
     parser.add_argument(
+        "--scale-redis-server",
+        metavar="PATH",
+        help="scale part: the redis-server binary to run (default: the embedded Redis's)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -211,13 +217,22 @@ def run(args: argparse.Namespace) -> int:
     if "items" not in args.skip and (args.items < 1 or args.items_site_pages < 3):
         console.print("[red]--items must be >= 1 and --items-site-pages >= 3[/]")
         return 2
+    if "scale" not in args.skip:
+        for option in ("scale_urls", "scale_queued", "scale_sites", "scale_leases"):
+            if getattr(args, option) < 1:
+                raise ConfigError(f"--{option.replace('_', '-')} must be at least 1")
+        server = args.scale_redis_server
+        if server and not (Path(server).is_file() and os.access(server, os.X_OK)):
+            raise ConfigError(f"--scale-redis-server {server}: not an executable file")
     if "polite" not in args.skip:
         _rates(args.polite_rates)
         if max(_rates(args.polite_jobs, "--polite-jobs")) > args.polite_nodes:
             raise ConfigError("--polite-jobs cannot be more than --polite-nodes")
     config = RedisConfig.from_settings(command_settings(args))
-    url = resolved_url(args, config)
-    if set(PARTS) - set(args.skip) - {"scale"}:  # the scale part has a Redis of its own
+    # the scale part runs a Redis of its own: the fleet's is needed for the others only
+    url = ""
+    if set(PARTS) - set(args.skip) - {"scale"}:
+        url = resolved_url(args, config)
         check_reachable(url)  # one line now, not after minutes of crawls that cannot start
     prefix = f"{config.key_prefix}bench"
     nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
@@ -234,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     contenders = [("scrapy", 1)] + [("crawlfleet", n) for n in nodes]
     if importlib.util.find_spec("scrapy_redis") is not None:
         contenders.append(("scrapy-redis", 1))
-    else:
+    elif scenarios:
         console.print("scrapy-redis is not installed: left out of the comparison")
     for scenario in scenarios:
         extra = [("crawlfleet+pipeline", 1)] if scenario.name == "cpu-bound" else []
@@ -325,6 +340,7 @@ def run(args: argparse.Namespace) -> int:
             queued=args.scale_queued,
             sites=args.scale_sites,
             lease_sample=args.scale_leases,
+            server=args.scale_redis_server,
         )
     report = crawl_report(console, results, seen, items)
     if scale is not None:
@@ -364,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
             "scale_queued",
             "scale_sites",
             "scale_leases",
+            "scale_redis_server",
             "only",
         )
     )
