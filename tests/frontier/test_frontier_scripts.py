@@ -420,6 +420,9 @@ def test_jobs_share_a_sites_budget_and_back_off_unless_given_their_own(
         await a.backoff({"t": 0}, first_ms=5000)
         r = await b.lease("n2", 3, ["t"], horizon_us=1_000_000, **kw)
         assert len(r.entries) == 1
+        # ... also a job with a budget of its own: the back-off's spacing is shared
+        r = await a.lease("n1", 3, ["t"], budgets=["t|job=job-a"], horizon_us=1_000_000, **kw)
+        assert r.entries == [] and r.ready_in_us > 0
 
     run_jobs(body)
 
@@ -464,5 +467,36 @@ def test_a_malformed_fifo_item_is_set_aside_and_blocks_nothing(
         assert await f.client.lrange(f.keys.bad, 0, -1) == [b"no separator at all"]
         c = await f.counters()
         assert c["queued"] == 0 and c["leased"] == 0 and c["bad"] == 1
+
+    run_redis(body)
+
+
+def test_a_retry_whose_wait_is_over_queues_after_what_is_queued(
+    run: Callable[..., Any],
+) -> None:
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("u1"), Outgoing(b"", "a", 0, b"retry", delay_ms=30)])
+        await f.commit("n1", [out("u2")])
+        await asyncio.sleep(0.1)
+        await f.reclaim_expired()
+        assert f.came_due == 1
+        assert await lease_all(f) == ["u1", "u2", "retry"]
+
+    run(body)
+
+
+def test_priority_zero_entries_from_before_fifo_lists_come_first(
+    run_redis: Callable[..., Any],
+) -> None:
+    """A job queued by an earlier version has its priority-0 requests in the site's
+    sorted set: they are older than any FIFO item and are served before them."""
+
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out("new")])
+        k = f.keys
+        await f.client.hset(k.req, "0", b"0\0a\0legacy")
+        await f.client.zadd(k.queue("a"), {"0": 0})
+        await f.client.hincrby(k.counters, "queued", 1)
+        assert await lease_all(f) == ["legacy", "new"]
 
     run_redis(body)

@@ -13,7 +13,7 @@ from crawlfleet.frontier.records import SeenConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 
-__all__ = ["SeenResult", "measure_seen"]
+__all__ = ["SeenResult", "bloom_figures", "measure_seen"]
 
 BATCH = 5000
 
@@ -52,15 +52,7 @@ async def _measure(
             used = int(await client.memory_usage(keys.seen, samples=0) or 0)
             fp_rate = None
         else:
-            layers = int(await client.hget(keys.bloom, "layers") or 0)
-            used = int(await client.memory_usage(keys.bloom, samples=0) or 0)
-            for i in range(1, layers + 1):
-                used += int(await client.memory_usage(keys.bloom_layer(i), samples=0) or 0)
-            hits = 0
-            for start in range(0, probes, BATCH):
-                fps = [os.urandom(16) for _ in range(min(BATCH, probes - start))]
-                hits += sum(await frontier.seen_check(fps, add=False))
-            fp_rate = hits / probes
+            layers, used, fp_rate = await bloom_figures(frontier, probes)
         return SeenResult(
             mode,
             None if mode == "exact" else error_rate,
@@ -73,6 +65,21 @@ async def _measure(
     finally:
         await frontier.reset()
         await client.aclose()
+
+
+async def bloom_figures(frontier: Frontier, probes: int) -> tuple[int, int, float]:
+    """(layers, bytes, false-positive rate over *probes* random fingerprints) of a
+    Bloom-mode frontier's seen-filter."""
+    client, keys = frontier.client, frontier.keys
+    layers = int(await client.hget(keys.bloom, "layers") or 0)
+    used = int(await client.memory_usage(keys.bloom, samples=0) or 0)
+    for i in range(1, layers + 1):
+        used += int(await client.memory_usage(keys.bloom_layer(i), samples=0) or 0)
+    hits = 0
+    for start in range(0, probes, BATCH):
+        fps = [os.urandom(16) for _ in range(min(BATCH, probes - start))]
+        hits += sum(await frontier.seen_check(fps, add=False))
+    return layers, used, hits / probes
 
 
 def measure_seen(

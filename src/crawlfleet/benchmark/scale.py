@@ -39,6 +39,8 @@ from typing import Any
 
 import scrapy
 
+from crawlfleet.benchmark.memory import BATCH, bloom_figures
+from crawlfleet.exceptions import CommandFailed
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing, SeenConfig
 from crawlfleet.frontier.serialization import RequestCodec
@@ -48,8 +50,8 @@ from crawlfleet.redis.keys import JobKeys
 
 __all__ = ["ScaleResult", "run_scale"]
 
-#: Fingerprints per seen-filter call, and requests per commit (CRAWLFLEET_FLUSH_BATCH).
-BATCH = 5000
+#: Requests per commit (CRAWLFLEET_FLUSH_BATCH); fingerprints per seen-filter call are
+#: the seen part's BATCH.
 COMMIT_BATCH = 500
 #: Fingerprints never added, probed for the false-positive rate.
 PROBES = 1_000_000
@@ -127,7 +129,7 @@ async def _until_up(url: str) -> None:
                 if await client.ping():
                     return
             await asyncio.sleep(0.05)
-        raise RuntimeError(f"the scale run's Redis at {url} did not start")
+        raise CommandFailed(f"the scale run's Redis at {url} did not start")
     finally:
         await client.aclose()
 
@@ -172,19 +174,12 @@ async def _bloom(url: str, prefix: str, urls: int, error_rate: float) -> dict[st
         spent = await _redis_us(client)
         seconds = await _in_parallel(math.ceil(urls / BATCH), add)
         spent = await _redis_us(client) - spent
-        layers = int(await client.hget(keys.bloom, "layers") or 0)
-        used = int(await client.memory_usage(keys.bloom, samples=0) or 0)
-        for i in range(1, layers + 1):
-            used += int(await client.memory_usage(keys.bloom_layer(i), samples=0) or 0)
-        hits = 0
-        for start in range(0, PROBES, BATCH):
-            fps = [os.urandom(16) for _ in range(min(BATCH, PROBES - start))]
-            hits += sum(await frontier.seen_check(fps, add=False))
+        layers, used, fp_rate = await bloom_figures(frontier, PROBES)
         await frontier.reset()
         return {
             "bloom_bytes_per_url": used / urls,
             "bloom_layers": layers,
-            "bloom_false_positive_rate": hits / PROBES,
+            "bloom_false_positive_rate": fp_rate,
             "bloom_adds_per_second": urls / seconds,
             "redis_us_per_url_added": spent / urls,
         }

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import sys
+import sysconfig
 import tempfile
 import zipfile
 from pathlib import Path
@@ -38,6 +40,21 @@ def _extract(archive: Path, target: Path) -> None:
         return
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     work = Path(tempfile.mkdtemp(prefix=".extract-", dir=target.parent))
+    try:
+        _unpack(archive, work)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    (work / ".complete").write_text("ok\n")
+    try:
+        os.rename(work, target)
+    except OSError:  # another process finished first: use its copy
+        shutil.rmtree(work, ignore_errors=True)
+        if not (target / ".complete").exists():
+            raise
+
+
+def _unpack(archive: Path, work: Path) -> None:
     with zipfile.ZipFile(archive) as zf:
         for info in zf.infolist():
             name = info.filename
@@ -49,22 +66,6 @@ def _extract(archive: Path, target: Path) -> None:
             mode = (info.external_attr >> 16) & 0o777
             if mode and not info.is_dir():
                 os.chmod(work / name, mode)
-    (work / ".complete").write_text("ok\n")
-    try:
-        os.rename(work, target)
-    except OSError:  # another process finished first: use its copy
-        if not (target / ".complete").exists():
-            raise
-        _remove(work)
-
-
-def _remove(tree: Path) -> None:
-    for path in sorted(tree.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path.is_dir() and not path.is_symlink():
-            path.rmdir()
-        else:
-            path.unlink()
-    tree.rmdir()
 
 
 def main() -> None:
@@ -80,15 +81,24 @@ def main() -> None:
             f"{archive.name} was built for Python {built_for[0]}.{built_for[1]}; this is "
             f"{sys.version_info[0]}.{sys.version_info[1]} ({sys.executable})"
         )
+    here = sysconfig.get_platform()
+    if manifest.get("platform", here) != here:
+        _fail(f"{archive.name} was built for {manifest['platform']}; this machine is {here}")
     home = _cache_root() / manifest["id"]
-    _extract(archive, home)
+    try:
+        _extract(archive, home)
+    except OSError as exc:
+        _fail(
+            f"cannot unpack into {home}: {exc.strerror or exc} "
+            "(set XDG_CACHE_HOME to a writable directory)"
+        )
     paths = [str(home / "site")]
     if manifest.get("settings_module"):
         paths.append(str(home / "project"))
         os.environ.setdefault("SCRAPY_SETTINGS_MODULE", manifest["settings_module"])
     before = list(sys.path)
     for path in paths:
-        site.addsitedir(path)  # with its .pth files, as an installed site-packages
+        site.addsitedir(path)
     added = [p for p in sys.path if p not in before]
     sys.path[:] = added + before
     os.environ["PYTHONPATH"] = os.pathsep.join(

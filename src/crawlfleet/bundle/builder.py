@@ -29,8 +29,9 @@ from crawlfleet.exceptions import ConfigError
 
 __all__ = ["Bundle", "build_bundle", "distributions"]
 
-#: Files of an installation that a bundle leaves out: an editable install's hooks
-#: (the package itself is copied from its sources) and compiled bytecode.
+#: Files of an installation that a bundle leaves out: an editable install's hooks (the
+#: package itself is copied from its sources), path hooks (.pth: the bundle's packages
+#: are put on sys.path by its bootstrap) and compiled bytecode (compiled anew).
 _SKIPPED_SUFFIXES = (".pyc", ".pth")
 _SKIPPED_PREFIXES = ("__editable__",)
 
@@ -97,8 +98,10 @@ def _package_sources(module_dir: Path) -> Iterator[tuple[Path, str]]:
             yield source, "/".join(rel.parts)
 
 
-def _project(directory: Path) -> tuple[str, Iterator[tuple[Path, str]]]:
-    """(settings module, files) of the Scrapy project in *directory* (its scrapy.cfg)."""
+def _project(directory: Path) -> tuple[str, list[tuple[Path, str]]]:
+    """(settings module, files) of the Scrapy project in *directory*: its scrapy.cfg and
+    the package of its settings module, nothing else (not the bundle being written, not
+    a config file with passwords beside it, not a virtualenv)."""
     cfg = directory / "scrapy.cfg"
     parser = configparser.ConfigParser()
     if not parser.read(cfg):
@@ -106,15 +109,16 @@ def _project(directory: Path) -> tuple[str, Iterator[tuple[Path, str]]]:
     module = parser.get("settings", "default", fallback="")
     if not module:
         raise ConfigError(f"{cfg}: no [settings] default = <module>")
-
-    def files() -> Iterator[tuple[Path, str]]:
-        for source in sorted(directory.rglob("*")):
-            rel = source.relative_to(directory)
-            hidden = any(p.startswith(".") or p in ("__pycache__", "venv") for p in rel.parts)
-            if source.is_file() and not hidden:
-                yield source, "/".join(rel.parts)
-
-    return module, files()
+    package = directory / module.split(".")[0]
+    if not (package / "__init__.py").is_file():
+        raise ConfigError(f"{cfg}: the settings module {module} is not in a package at {package}")
+    files = [(cfg, "scrapy.cfg")]
+    for source in sorted(package.rglob("*")):
+        rel = source.relative_to(directory)
+        hidden = any(p.startswith(".") or p == "__pycache__" for p in rel.parts)
+        if source.is_file() and not hidden:
+            files.append((source, "/".join(rel.parts)))
+    return module, files
 
 
 def build_bundle(
@@ -123,7 +127,8 @@ def build_bundle(
     project: Path | None = None,
     interpreter: str = "/usr/bin/env python3",
 ) -> Bundle:
-    """Write the bundle to *output* (see the module docstring)."""
+    """Write the bundle to *output* (see the module docstring). *project*: a Scrapy
+    project directory: its scrapy.cfg and its settings module's package go in."""
     dists = distributions()
     staging = Path(tempfile.mkdtemp(prefix="crawlfleet-bundle-"))
     digest = hashlib.sha256()

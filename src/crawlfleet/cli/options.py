@@ -332,6 +332,6 @@ def redis_problem(exc: BaseException) -> str:
         return f"Redis at {url} refused the credentials: {text}"
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return f"Redis at {url} unreachable: {text}"
-    if any(reply in text for reply in CLUSTER_REPLIES):
+    if text.startswith(CLUSTER_REPLIES):
         return f"Redis at {url} is {CLUSTER_UNSUPPORTED} ({text})"
     return f"Redis at {url}: {text}"

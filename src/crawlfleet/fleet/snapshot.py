@@ -182,7 +182,6 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.zrange(keys.nodes, 0, -1, withscores=True)
     pipe.hgetall(keys.nodeinfo)
     pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
-    pipe.hgetall(keys.fleet.throttle)
     pipe.hgetall(keys.limits)
     pipe.hgetall(keys.fleet.limits)
     (
@@ -196,7 +195,6 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         nodes,
         info,
         control,
-        throttle,
         run_time_limits,
         fleet_limits,
     ) = await pipe.execute()
@@ -235,7 +233,10 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         job_control["state"] = wanted.state
     if wanted.concurrency:
         job_control["concurrency"] = str(wanted.concurrency)
-    throttled = parse_throttle(throttle)
+    # the fleet's throttle hash holds every site of every job: read the shown ones only
+    fields = [f"{kind}:{site}" for site, _ in top for kind in ("b", "r")]
+    values: list[Any] = await client.hmget(keys.fleet.throttle, fields) if fields else []
+    throttled = parse_throttle({f: v for f, v in zip(fields, values, strict=True) if v is not None})
     merged = Budgets(
         (limits or RateLimits({})).merged(_valid_limits(fleet_limits)),
         _valid_limits(run_time_limits),

@@ -225,6 +225,7 @@ class MemoryFrontier:
             interval = max(configured, delay_ms * 1000, int(left) * 1000)
             if interval > configured:
                 site_late = max(site_late, int(interval * late_share))
+                budget = budget.split("|job=", 1)[0]  # the site's delay holds for every job
             take = min(per_site, n - len(out))
             first = now
             if probing:
@@ -338,6 +339,9 @@ class MemoryFrontier:
             if entry is None:
                 self._count("leased", -1)
                 continue
+            if waited:  # a retry whose wait is over joins the back of its priority
+                j.seq += 1
+                entry.score = (entry.score[0], j.seq)
             self._enqueue(rid, entry)
             back += 1
             due += waited

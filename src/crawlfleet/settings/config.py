@@ -325,10 +325,20 @@ def rate_limit_margin(settings: BaseSettings) -> float:
     return margin
 
 
+#: Hash tags of the fleet's own keys (crawlfleet.redis.keys, crawlfleet.fleet.proxies):
+#: a job of one of these names would share their keys.
+RESERVED_JOB_NAMES = ("polite", "proxies")
+
+
 def validate_job_name(job: str) -> str:
-    """Job names become part of a Redis hash tag: no braces, no whitespace."""
+    """Job names become part of a Redis hash tag: no braces, no whitespace, none of the
+    fleet's own tags."""
     if not job or any(c in job for c in "{} \t\r\n") or len(job) > 200:
         raise ConfigError(
             f"job name must be 1-200 characters without braces or whitespace, got {job!r}"
+        )
+    if job in RESERVED_JOB_NAMES:
+        raise ConfigError(
+            f"job name {job!r} is reserved (the fleet's own keys use it): choose another"
         )
     return job

@@ -42,10 +42,12 @@
 --            a request may be sent after its configured slot
 --
 -- A site's interval is the largest of its configured one, its robots.txt Crawl-delay
--- and its current back-off. Its slots follow one another by that interval on the
--- budget's schedule (the last slot granted, in the pace hash), starting now at the
--- earliest, so a changed interval applies to the very next slot; a site whose next
--- slot lies beyond the horizon is not ready. A slot that is not used (a node died or
+-- and its current back-off; while a delay or back-off widens it, a job's own budget
+-- ("...|job=<job>") is paced in the budget every job shares (the name without it).
+-- Its slots follow one another by that interval on the budget's schedule (the last
+-- slot granted, in the pace hash), starting now at the earliest, so a changed
+-- interval applies to the very next slot; a site whose next slot lies beyond the
+-- horizon is not ready. A slot that is not used (a node died or
 -- gave the request back) is lost to the budget, never given twice.
 -- A site's requests come in priority order, then first in first out: priorities above
 -- 0 from its queue, then its FIFO list, then priorities below 0. A leased request
@@ -107,6 +109,9 @@ for i = 11, #ARGV - 3, 4 do
   local delay_ms, known_ms = string.match(robots or '0', '^(%d+):?(%d*)')
   local interval = math.max(configured, tonumber(delay_ms or '0') * 1000, backoff(site) * 1000)
   if interval > configured then
+    -- a robots.txt delay or a back-off is the site's, for every job: a job's own
+    -- budget gives way to the one every job shares while it lasts
+    budget = string.gsub(budget, '|job=.*$', '')
     late = math.max(late, math.floor(interval * late_share),
                     math.min(ADAPTIVE_LATE_MIN_US, math.floor(interval / 2)))
   end
@@ -151,8 +156,9 @@ for i = 11, #ARGV - 3, 4 do
       n = n + 1
       got = got + 1
     end
-    -- priorities above 0 first, then the FIFO list (priority 0), then those below 0
-    local high = redis.call('ZRANGEBYSCORE', qkey, '-inf', '(0', 'LIMIT', 0, take)
+    -- priorities above 0 first (and priority-0 entries queued before FIFO lists
+    -- existed: older than any list item), then the FIFO list, then those below 0
+    local high = redis.call('ZRANGEBYSCORE', qkey, '-inf', '(' .. SEQ_SPAN, 'LIMIT', 0, take)
     if #high > 0 then redis.call('ZREM', qkey, unpack(high)) end
     for _, rid in ipairs(high) do lease_one(rid, redis.call('HGET', KEYS[2], rid)) end
     popped_n = #high
@@ -168,7 +174,7 @@ for i = 11, #ARGV - 3, 4 do
                   .. string.sub(item, sep + 1)
         else
           -- malformed: leased under a new id as it is; the node sets it aside
-          rid = 'bad' .. count(KEYS[5], 'seq', 1)
+          rid = 'bad' .. count(KEYS[5], 'bad_seq', 1)
           entry = item
         end
         redis.call('HSET', KEYS[2], rid, entry)

@@ -1,6 +1,7 @@
 -- requeue: return leased requests to their site queues, at their original place
 -- (same score: priority, then FIFO; a priority-0 request goes back to the head of its
--- site's FIFO list, those returned together in sequence order, and leaves the req hash). Used for expired leases and the leases of dead
+-- site's FIFO list, those returned together in sequence order, and leaves the req hash;
+-- a retry whose wait is over joins the back of its priority, after what is queued). Used for expired leases and the leases of dead
 -- nodes (any node), and by a node that gives back what it holds when it stops.
 -- uses: entry, counters
 --
@@ -56,11 +57,22 @@ for i = 4, #ARGV, 2 do
     if was_waiting then left_waiting = left_waiting + 1 end
     if score and qi > 0 then
       local seq = tonumber(rid)
-      if fifo_score(score) and seq and seq % SEQ_SPAN == score then
+      if was_waiting and fifo_score(score) and seq and seq % SEQ_SPAN == score then
+        -- a retry whose time has come: queued after what is queued now
+        redis.call('RPUSH', KEYS[7 + 2 * qi], rid .. '\0' .. payload)
+        redis.call('HDEL', KEYS[2], rid)
+      elseif fifo_score(score) and seq and seq % SEQ_SPAN == score then
         fronts[qi] = fronts[qi] or {}
         table.insert(fronts[qi], {seq, rid .. '\0' .. payload})
         redis.call('HDEL', KEYS[2], rid)
       else
+        if was_waiting then
+          -- a retry whose wait is over: at the back of its priority, as a new request
+          local prio_part = math.floor(score / SEQ_SPAN) * SEQ_SPAN
+          score = prio_part + (count(KEYS[5], 'seq', 1) % SEQ_SPAN)
+          redis.call('HSET', KEYS[2], rid,
+                     string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
+        end
         redis.call('ZADD', KEYS[6 + 2 * qi], score, rid)
       end
       redis.call('ZADD', KEYS[1], 'NX', 0, site)

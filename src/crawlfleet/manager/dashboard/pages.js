@@ -105,7 +105,7 @@ export function jobPage(job) {
   const sections = [head, progress, buttons, cards, chartBox,
     h("div", { class: "two" },
       h("section", {}, h("h2", {}, "Sites"), sites),
-      h("section", {}, h("h2", {}, "Rate limits"), limits, limitsForm())),
+      h("section", {}, h("h2", {}, "This job's own rate limits"), limits, limitsForm())),
     h("h2", {}, "Nodes"), nodes,
     h("h2", {}, "Latest items"), items,
     h("h2", {}, "Failures (error registry)"), errors, errorButtons];
@@ -152,7 +152,7 @@ export function jobPage(job) {
         if (result) showLimits(result.limits);
       } }, "remove")]);
     }
-    fill(limits, table(rows, columns, "No run-time limit (the nodes' CRAWLFLEET_RATE_LIMITS apply)."));
+    fill(limits, table(rows, columns, "No limit of this job's own: the fleet's limits apply (crawlfleet limits --fleet, else the nodes' CRAWLFLEET_RATE_LIMITS). A limit set here gives this job a budget of its own."));
   }
 
   async function slow() {
