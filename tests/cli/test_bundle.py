@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.settings.config import validate_job_name
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 
@@ -65,3 +67,33 @@ def test_a_bundle_runs_a_node_with_nothing_else_installed(
     # -S and a bare environment: Scrapy could only come from the bundle's extraction
     extracted = list((tmp_path / "c" / "crawlfleet" / "bundles").iterdir())
     assert [p.name for p in extracted] == [manifest["id"]]
+
+
+def test_a_project_brings_its_scrapy_cfg_and_settings_package_only(tmp_path: Path) -> None:
+    from crawlfleet.bundle.builder import _project
+
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = books.settings\n")
+    (tmp_path / "books" / "spiders").mkdir(parents=True)
+    for name in ("books/__init__.py", "books/settings.py", "books/spiders/__init__.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "books" / ".env").write_text("SECRET=1\n")
+    (tmp_path / "node.toml").write_text('CRAWLFLEET_REDIS_URL = "redis://:pw@h/0"\n')
+    (tmp_path / "crawlfleet-node.pyz").write_bytes(b"an earlier bundle")
+    module, files = _project(tmp_path)
+    assert module == "books.settings"
+    assert sorted(rel for _, rel in files) == [
+        "books/__init__.py",
+        "books/settings.py",
+        "books/spiders/__init__.py",
+        "scrapy.cfg",
+    ]
+    (tmp_path / "scrapy.cfg").write_text("[deploy]\nurl = http://localhost:6800/\n")
+    with pytest.raises(ConfigError, match=r"no \[settings\] default"):
+        _project(tmp_path)
+
+
+def test_the_fleets_own_tags_are_not_job_names() -> None:
+    for name in ("polite", "proxies"):
+        with pytest.raises(ConfigError, match="reserved"):
+            validate_job_name(name)
+    assert validate_job_name("polite-news") == "polite-news"
