@@ -47,14 +47,14 @@
 -- Its slots follow one another by that interval on the budget's schedule (the last
 -- slot granted, in the pace hash), starting now at the earliest, so a changed
 -- interval applies to the very next slot; a site whose next slot lies beyond the
--- horizon is not ready. A slot that is not used (a node died or
--- gave the request back) is lost to the budget, never given twice.
+-- horizon is not ready. A slot that is not used (a node died or gave the request
+-- back) is lost to the budget, never given twice.
 -- A site's requests come in priority order, then first in first out: priorities above
 -- 0 from its queue, then its FIFO list, then priorities below 0. A leased request
 -- always has its req entry (a FIFO item gets one here).
 -- A served site moves behind every other site (round robin: one big site cannot starve
 -- the rest). A site with nothing queued spends no budget. An emptied site leaves the
--- sites zset (its queue key is gone with its last member).
+-- sites zset (its queue keys are gone with their last members).
 -- Returns {now (µs), {rid, entry, slot, late, ...}, {next offer: the H sites least
 -- recently served}, requests still queued, requests leased (all nodes),
 -- µs until the first site skipped here is ready (-1: none skipped), the job's control

@@ -1,8 +1,9 @@
 -- requeue: return leased requests to their site queues, at their original place
 -- (same score: priority, then FIFO; a priority-0 request goes back to the head of its
--- site's FIFO list, those returned together in sequence order, and leaves the req hash;
--- a retry whose wait is over joins the back of its priority, after what is queued). Used for expired leases and the leases of dead
--- nodes (any node), and by a node that gives back what it holds when it stops.
+-- site's FIFO list, those returned together in sequence order, and leaves the req
+-- hash; a retry whose wait is over joins the back of its priority, after what is
+-- queued). Used for expired leases and the leases of dead nodes (any node), and by a
+-- node that gives back what it holds when it stops.
 -- uses: entry, counters
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
