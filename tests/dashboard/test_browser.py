@@ -158,6 +158,18 @@ def test_an_operator_watches_pauses_and_limits_a_live_crawl(
             wait_until("rate follows", lambda: float(site_row(page, "127.0.0.2")["rate /s"]) <= 3)
             assert page.evaluate("window.__notReloaded") is True  # all of it without a reload
 
+            # the fleet's limits, on the overview: set one, every job's nodes share it
+            page.click("nav a[href='#/']")
+            page.wait_for_selector("#fleet-limits >> text=No fleet limit")
+            page.fill("#fleet-limits-form input[name=pattern]", "*.example.org")
+            page.fill("#fleet-limits-form input[name=rate]", "3/1s")
+            page.click("#fleet-limits-form button[type=submit]")
+            page.wait_for_selector("#toast >> text=Limit of *.example.org set to 3/1s")
+            page.wait_for_selector("#fleet-limits >> text=*.example.org")
+            viewer = {"Authorization": f"Bearer {live_manager.tokens['viewer']}"}
+            fleet = httpx.get(f"{live_manager.url}/api/v1/limits", headers=viewer)
+            assert fleet.json() == {"limits": {"*.example.org": "3/1s"}}
+
             # sign out: the form again, and the old session is gone for the API too
             page.click("#sign-out")
             page.wait_for_selector("#login")
@@ -190,6 +202,11 @@ def test_a_viewer_sees_no_control_and_cannot_change_anything(
     assert page.locator("[data-command]").count() == 0
     assert page.locator("[data-node-command]").count() == 0
     assert page.locator("#limits-form, #seeds-form").count() == 0
+    page.goto(f"{live_manager.url}/#/")
+    page.wait_for_selector("#fleet-limits >> text=No fleet limit")
+    assert page.locator("#fleet-limits-form").count() == 0
+    page.goto(f"{live_manager.url}/#/job/{job}")
+    page.wait_for_selector("text=node-v")
     # a forged change from the page, CSRF token and all, is refused for the role
     status = page.evaluate(
         """async (job) => {

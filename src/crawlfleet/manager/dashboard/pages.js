@@ -19,13 +19,51 @@ function eta(job) {
   return duration(job.eta_seconds) + (job.eta_limited_by ? ` (${job.eta_limited_by})` : "");
 }
 
+// A rate-limits table with, for operators, a form to set one and a button to remove
+// each: the fleet's (/api/v1/limits) or a job's own (/api/v1/jobs/JOB/limits).
+function limitsEditor(path, formId, empty) {
+  const box = h("div", {});
+  function show(current) {
+    const rows = Object.entries(current || {}).map(([p, r]) => ({ pattern: p, rate: r }));
+    const columns = [["pattern", (r) => r.pattern], ["limit", (r) => r.rate]];
+    if (can("operator")) {
+      columns.push(["", (r) => h("button", { type: "button", class: "small", onclick: async () => {
+        const result = await act("Remove limit", "DELETE", `${path}?pattern=${encodeURIComponent(r.pattern)}`);
+        if (result) show(result.limits);
+      } }, "remove")]);
+    }
+    fill(box, table(rows, columns, empty));
+  }
+  let form = null;
+  if (can("operator")) {
+    const pattern = h("input", { name: "pattern", placeholder: "host, *.domain or *", required: true, size: 18 });
+    const rate = h("input", { name: "rate", placeholder: "10/1s", required: true, size: 8 });
+    form = h("form", { class: "inline", id: formId }, pattern, rate, h("button", { type: "submit" }, "Set limit"));
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const result = await act("Set limit", "PUT", path, { limits: { [pattern.value.trim()]: rate.value.trim() } });
+      if (result) { toast(`Limit of ${pattern.value} set to ${rate.value}`); pattern.value = ""; rate.value = ""; show(result.limits); }
+    });
+  }
+  async function load() {
+    const current = await api("GET", path).catch(() => null);
+    if (current) show(current.limits);
+  }
+  return { box, form, show, load };
+}
+
 export function overviewPage() {
   const cards = h("div", { class: "cards" });
   const chartBox = h("div", { class: "panel" });
   const jobs = h("div", {});
-  fill(view, h("h1", {}, "Fleet"), cards, chartBox, h("h2", {}, "Jobs"), jobs);
+  const limits = limitsEditor("/api/v1/limits", "fleet-limits-form",
+    "No fleet limit set at run time: the nodes' CRAWLFLEET_RATE_LIMITS apply. A limit set here holds for every job together (one budget per site).");
+  fill(view, h("h1", {}, "Fleet"), cards, chartBox, h("h2", {}, "Jobs"), jobs,
+    h("h2", {}, "Fleet rate limits"), h("section", { id: "fleet-limits" }, limits.box, limits.form));
   connect({});
+  limits.load();
   return {
+    tick: limits.load,
     update(name, data) {
       if (name !== "fleet") return;
       const sum = (key) => data.jobs.reduce((a, j) => a + (j.live[key] || 0), 0);
@@ -70,7 +108,8 @@ export function jobPage(job) {
   const sites = h("div", {});
   const nodes = h("div", {});
   const items = h("div", { class: "panel", id: "latest-items" });
-  const limits = h("div", {});
+  const limits = limitsEditor(`/api/v1/jobs/${encodeURIComponent(job)}/limits`, "limits-form",
+    "No limit of this job's own: the fleet's limits apply (crawlfleet limits --fleet, else the nodes' CRAWLFLEET_RATE_LIMITS). A limit set here gives this job a budget of its own.");
   const runs = h("div", {});
   const events = h("div", {});
   const processes = h("div", {});
@@ -105,7 +144,7 @@ export function jobPage(job) {
   const sections = [head, progress, buttons, cards, chartBox,
     h("div", { class: "two" },
       h("section", {}, h("h2", {}, "Sites"), sites),
-      h("section", {}, h("h2", {}, "This job's own rate limits"), limits, limitsForm())),
+      h("section", {}, h("h2", {}, "This job's own rate limits"), limits.box, limits.form)),
     h("h2", {}, "Nodes"), nodes,
     h("h2", {}, "Latest items"), items,
     h("h2", {}, "Failures (error registry)"), errors, errorButtons];
@@ -116,19 +155,6 @@ export function jobPage(job) {
   h("h2", {}, "Processes started through Scrapyd"), processes);
   fill(view, ...sections);
   connect({ job });
-
-  function limitsForm() {
-    if (!can("operator")) return null;
-    const pattern = h("input", { name: "pattern", placeholder: "host, *.domain or *", required: true, size: 18 });
-    const rate = h("input", { name: "rate", placeholder: "10/1s", required: true, size: 8 });
-    const form = h("form", { class: "inline", id: "limits-form" }, pattern, rate, h("button", { type: "submit" }, "Set limit"));
-    form.addEventListener("submit", async (e) => {
-      e.preventDefault();
-      const result = await act("Set limit", "PUT", `/api/v1/jobs/${encodeURIComponent(job)}/limits`, { limits: { [pattern.value.trim()]: rate.value.trim() } });
-      if (result) { toast(`Limit of ${pattern.value} set to ${rate.value}`); pattern.value = ""; rate.value = ""; showLimits(result.limits); }
-    });
-    return form;
-  }
 
   function seedsForm() {
     const area = h("textarea", { name: "seeds", placeholder: "one URL (or JSON seed entry) a line" });
@@ -143,22 +169,10 @@ export function jobPage(job) {
     return form;
   }
 
-  function showLimits(current) {
-    const rows = Object.entries(current || {}).map(([p, r]) => ({ pattern: p, rate: r }));
-    const columns = [["pattern", (r) => r.pattern], ["limit", (r) => r.rate]];
-    if (can("operator")) {
-      columns.push(["", (r) => h("button", { type: "button", class: "small", onclick: async () => {
-        const result = await act("Remove limit", "DELETE", `/api/v1/jobs/${encodeURIComponent(job)}/limits?pattern=${encodeURIComponent(r.pattern)}`);
-        if (result) showLimits(result.limits);
-      } }, "remove")]);
-    }
-    fill(limits, table(rows, columns, "No limit of this job's own: the fleet's limits apply (crawlfleet limits --fleet, else the nodes' CRAWLFLEET_RATE_LIMITS). A limit set here gives this job a budget of its own."));
-  }
-
   async function slow() {
     const enc = encodeURIComponent(job);
-    const [l, r, ev, pr, st, er] = await Promise.all([
-      api("GET", `/api/v1/jobs/${enc}/limits`).catch(() => null),
+    const [, r, ev, pr, st, er] = await Promise.all([
+      limits.load(),
       api("GET", `/api/v1/jobs/${enc}/runs?limit=10`).catch(() => null),
       api("GET", `/api/v1/jobs/${enc}/events?limit=10`).catch(() => null),
       api("GET", `/api/v1/jobs/${enc}/processes`).catch(() => null),
@@ -180,7 +194,6 @@ export function jobPage(job) {
       ["state", (x) => badge(x.state)], ["by", (x) => x.started_by], ["started", (x) => x.started_at],
       ["finished", (x) => x.finished_at || ""], ["note", (x) => x.note || ""],
     ], "None (POST /api/v1/jobs/JOB/run starts nodes on registered Scrapyd servers)."));
-    if (l) showLimits(l.limits);
     if (r) fill(runs, table(r.runs, [
       ["started", (x) => x.started_at], ["finished", (x) => x.finished_at || "running"], ["state", (x) => badge(x.state)],
       ["by", (x) => x.started_by], ["pages", (x) => num(x.figures && x.figures.pages), "num"],
