@@ -105,7 +105,7 @@ CRAWLFLEET_RATE_LIMITS: dict[str, str] = {}
 #: request at most 30 % of the margin late, else gives it back. The budget is used up
 #: to 1 / (1 + margin). Raise it where nodes' machines are overloaded.
 CRAWLFLEET_RATE_LIMIT_MARGIN = 0.025
-#: Who shares a site's rate-limit budget: "site" (every node of the job), "ip" (the
+#: Who shares a site's rate-limit budget: "site" (every node of every job), "ip" (the
 #: nodes of one egress IP, each IP its own budget), "type" (the nodes running one
 #: crawler type) or "type+ip".
 CRAWLFLEET_RATE_LIMIT_SCOPE = "site"
