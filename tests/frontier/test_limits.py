@@ -279,7 +279,7 @@ def test_four_nodes_keep_a_site_under_its_limit(
 ) -> None:
     with TestSite(SiteModel(pages=36, hosts=3, problems=False)) as site:
         started = time.monotonic()
-        procs = limited_nodes(4, "polite", "2/1s", site, redis_server_url, node_env, tmp_path)
+        procs = limited_nodes(4, "polite-four", "2/1s", site, redis_server_url, node_env, tmp_path)
         codes = wait_all(procs, 120)
         assert codes == [0, 0, 0, 0], (tmp_path / "node0.log").read_text()[-3000:]
         stats = site.stats()

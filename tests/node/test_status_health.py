@@ -172,7 +172,9 @@ def test_status_shows_job_commands_back_offs_and_robots_delays(
         finally:
             await client.aclose()
 
-    asyncio.run(_setup(redis_server_url, key_prefix, "steered", requests={"a.example": 1}))
+    # back-offs and robots.txt delays are the fleet's: a job shows those of its sites
+    queued = {"a.example": 1, "slow.example": 1, "polite.example": 1, "plain.example": 1}
+    asyncio.run(_setup(redis_server_url, key_prefix, "steered", requests=queued))
     asyncio.run(steer())
     options = common(redis_server_url, key_prefix)
     assert status.run(parse(status, "steered", "--json", *options)) == 0

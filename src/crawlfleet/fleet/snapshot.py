@@ -233,8 +233,9 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         job_control["state"] = wanted.state
     if wanted.concurrency:
         job_control["concurrency"] = str(wanted.concurrency)
-    # the fleet's throttle hash holds every site of every job: read the shown ones only
-    fields = [f"{kind}:{site}" for site, _ in top for kind in ("b", "r")]
+    # the fleet's throttle hash holds every site of every job: read this job's only
+    # (those with queued requests, as scanned)
+    fields = [f"{kind}:{site}" for site in site_names for kind in ("b", "r")]
     values: list[Any] = await client.hmget(keys.fleet.throttle, fields) if fields else []
     throttled = parse_throttle({f: v for f, v in zip(fields, values, strict=True) if v is not None})
     merged = Budgets(
