@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from crawlfleet.cli.options import redis_problem
 from crawlfleet.exceptions import CommandFailed, ConfigError, EmbeddedRedisError, UnknownJob
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(prog, str(exc), 1)
     except ConfigError as exc:
         return _fail(prog, str(exc), 2)
-    except RedisError as exc:
+    except (RedisError, RedisClusterException) as exc:
         return _fail(prog, redis_problem(exc), 1)
     except EmbeddedRedisError as exc:
         return _fail(prog, f"the embedded Redis: {exc}", 1)

@@ -171,8 +171,8 @@ async def job_names(client: Redis, prefix: str, job: str | None) -> list[str]:
 async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = None) -> JobSnapshot:
     """Read one job's state: a few round trips, nothing written. *limits*: the
     configured rate limits (the job's run-time ones are read and applied over them)."""
+    t = await client.time()  # apart: a cluster's pipelines take keyed commands only
     pipe = client.pipeline(transaction=False)
-    pipe.time()
     pipe.hget(keys.counters, "queued")
     pipe.zcard(keys.leases)
     pipe.zrange(keys.leases, 0, 0, withscores=True)
@@ -185,7 +185,6 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.hgetall(keys.limits)
     pipe.hgetall(keys.fleet.limits)
     (
-        t,
         queued,
         leased,
         oldest,

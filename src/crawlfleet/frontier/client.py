@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from crawlfleet.exceptions import ConfigError
@@ -42,6 +43,21 @@ BLOOM_SPARES = 4
 _STALE = re.compile(r"CFSTALE (\d+)")
 
 
+def _leased(flat: Sequence[Any]) -> list[Leased]:
+    """The leased requests of a lease script's reply: rid, entry, slot, late each."""
+    entries = []
+    for i in range(0, len(flat), 4):
+        try:
+            site, payload = split_entry(flat[i + 1])
+        except ValueError:
+            site, payload = "", b""  # malformed: the scheduler sets it aside
+        slot = int(flat[i + 2])
+        entries.append(
+            Leased(text(flat[i]), site, payload, None if slot < 0 else slot, int(flat[i + 3]))
+        )
+    return entries
+
+
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
     """A flat HGETALL-style reply as a dict of text."""
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
@@ -55,6 +71,9 @@ class Frontier:
         self.keys = keys
         self.seen = seen or SeenConfig()
         self.scripts = ScriptSet(client, self.seen.mode)
+        #: on a Redis Cluster the job's keys and the fleet's politeness keys are in
+        #: different slots: a lease takes two or three scripts, a heartbeat two calls
+        self.cluster = isinstance(client, RedisCluster)
         self._bloom_layers: int | None = None
         #: Redis round trips made through this object (for stats and the benchmark).
         self.round_trips = 0
@@ -172,6 +191,20 @@ class Frontier:
         gaps = list(intervals) if intervals is not None else [0] * len(sites)
         names = list(budgets) if budgets is not None else list(sites)
         lateness = list(late) if late is not None else [0] * len(sites)
+        pacing: list[Any] = [
+            backoff_half_life_ms,
+            robots_probe_ms,
+            horizon_us,
+            repr(float(late_share)),
+            per_site if max_slots is None else max_slots,
+        ]
+        offered: list[Any] = []
+        for site, gap, budget, tolerance in zip(sites, gaps, names, lateness, strict=True):
+            offered += [site, gap, budget, tolerance]
+        if self.cluster:
+            return await self._lease_paced(
+                node, n, sites, lease_ms, per_site, offer_size, [*pacing, *offered]
+            )
         keys = [
             k.sites,
             k.req,
@@ -182,37 +215,64 @@ class Frontier:
             k.fleet.throttle,
             *(key for s in sites for key in k.site_queues(s)),
         ]
-        args: list[Any] = [
-            node,
-            lease_ms,
-            n,
-            per_site,
-            offer_size,
-            backoff_half_life_ms,
-            robots_probe_ms,
-            horizon_us,
-            repr(float(late_share)),
-            per_site if max_slots is None else max_slots,
-        ]
-        for site, gap, budget, tolerance in zip(sites, gaps, names, lateness, strict=True):
-            args += [site, gap, budget, tolerance]
+        args: list[Any] = [node, lease_ms, n, per_site, offer_size, *pacing, *offered]
         self.round_trips += 1
         now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
             "lease", keys, args
         )
-        entries = []
-        for i in range(0, len(flat), 4):
-            try:
-                site, payload = split_entry(flat[i + 1])
-            except ValueError:
-                site, payload = "", b""  # malformed: the scheduler sets it aside
-            slot = int(flat[i + 2])
-            entries.append(
-                Leased(text(flat[i]), site, payload, None if slot < 0 else slot, int(flat[i + 3]))
-            )
         return LeaseResult(
             int(now),
-            entries,
+            _leased(flat),
+            [text(s) for s in offer],
+            int(queued),
+            int(leased),
+            int(ready_in),
+            int(control_seq),
+            [text(s) for s in ended],
+        )
+
+    async def _lease_paced(
+        self,
+        node: str,
+        n: int,
+        sites: Sequence[str],
+        lease_ms: int,
+        per_site: int,
+        offer_size: int,
+        pace_args: list[Any],
+    ) -> LeaseResult:
+        """A lease on a Redis Cluster: reserve the sites' slots in the fleet's slot
+        (pace.lua), take the requests in the job's (lease_paced.lua), give back the
+        slots left unfilled (pace_return.lua)."""
+        k = self.keys
+        polite = [k.fleet.pace, k.fleet.throttle]
+        self.round_trips += 1
+        now, paced, ready_in, ended = await self.scripts("pace", polite, [n, per_site, *pace_args])
+        args: list[Any] = [node, lease_ms, offer_size]
+        for site, (take, first, interval, late, *_rest) in zip(sites, paced, strict=True):
+            args += [site, take, first, interval, late]
+        keys = [k.sites, k.req, k.leases, k.owner, k.counters]
+        keys += [key for s in sites for key in k.site_queues(s)]
+        self.round_trips += 1
+        flat, taken, offer, queued, leased, control_seq = await self.scripts(
+            "lease_paced", keys, args
+        )
+        unused: list[Any] = []
+        for site, reserved, got in zip(sites, paced, taken, strict=True):
+            take, first, interval, _late, budget, last, before, probing = reserved
+            got = int(got)
+            if got >= int(take) or not text(last) or (text(probing) == "1" and got > 0):
+                continue
+            restore = (
+                text(before) if got == 0 else f"{int(now) + int(first) + (got - 1) * int(interval)}"
+            )
+            unused += [site, text(budget), text(last), restore, text(probing)]
+        if unused:
+            self.round_trips += 1
+            await self.scripts("pace_return", polite, unused)
+        return LeaseResult(
+            int(now),
+            _leased(flat),
             [text(s) for s in offer],
             int(queued),
             int(leased),
@@ -373,13 +433,18 @@ class Frontier:
             k.limits,
             k.reaped,
             k.control,
-            k.fleet.limits,
         ]
+        if not self.cluster:  # in another slot on a cluster: read apart
+            keys.append(k.fleet.limits)
         self.round_trips += 1
         reply = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
         )
         now, queued, leased, live, busy_others, _renewed, limits, control, ever, shared = reply
+        if self.cluster:
+            self.round_trips += 1
+            raw = await self.client.hgetall(k.fleet.limits)
+            shared = [v for kv in raw.items() for v in kv]
         return JobState(
             int(now),
             int(queued),

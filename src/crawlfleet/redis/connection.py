@@ -5,10 +5,19 @@ from __future__ import annotations
 import atexit
 import logging
 import re
-from typing import Any
+from typing import Any, cast
 
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
-from redis.exceptions import BusyLoadingError, ResponseError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
@@ -21,6 +30,7 @@ __all__ = [
     "CLUSTER_REPLIES",
     "CLUSTER_UNSUPPORTED",
     "REDIS_ERRORS",
+    "is_cluster",
     "make_client",
     "redact",
     "refuse_cluster",
@@ -28,8 +38,17 @@ __all__ = [
     "shared_client",
 ]
 
-#: Errors that mean "Redis is not reachable right now" (wait and retry; nothing is lost).
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
+#: Errors that mean "Redis is not reachable right now" (wait and retry; nothing is lost):
+#: on a Redis Cluster also a fail-over under way (a slot without a master for a moment).
+REDIS_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    OSError,
+    ClusterError,
+    TryAgainError,
+    RedisClusterException,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,19 +79,21 @@ def redact(text: str) -> str:
     return _SECRET_IN_URL.sub(r"\1***@", text)
 
 
-#: What a Redis Cluster node is to crawlfleet today.
+#: A Redis Cluster node reached through a plain client.
 CLUSTER_UNSUPPORTED = (
-    "a Redis Cluster node: crawlfleet runs on one Redis (standalone, or the primary of a "
-    "replicated pair) and does not shard over a cluster yet"
+    "a Redis Cluster node that did not answer when the command started: run it again "
+    "once the cluster answers"
 )
 #: Replies that only a Redis Cluster node gives.
 CLUSTER_REPLIES = ("MOVED ", "ASK ", "CLUSTERDOWN", "CROSSSLOT", "Hash slot not served")
 
 
 async def refuse_cluster(client: Redis) -> None:
-    """ConfigError when *client*'s Redis is a node of a Redis Cluster: a job's frontier
-    is not sharded over a cluster's masters yet, and a plain client there fails on the
-    first key another master serves. (A Redis that refuses INFO is taken as standalone.)"""
+    """ConfigError when *client* is a plain client of a Redis Cluster node (the cluster
+    did not answer when the client was made): it would fail on the first key another
+    master serves. (A Redis that refuses INFO is taken as standalone.)"""
+    if isinstance(client, RedisCluster):
+        return
     try:
         info = await client.info("cluster")
     except ResponseError:
@@ -81,8 +102,29 @@ async def refuse_cluster(client: Redis) -> None:
         raise ConfigError(f"CRAWLFLEET_REDIS_URL points at {CLUSTER_UNSUPPORTED}")
 
 
+_cluster_urls: dict[str, bool] = {}
+
+
+def is_cluster(url: str) -> bool:
+    """Whether the Redis at *url* is a node of a Redis Cluster (asked once per URL and
+    process, with INFO; a Redis that does not answer counts as standalone)."""
+    known = _cluster_urls.get(url)
+    if known is None:
+        probe = SyncRedis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        try:
+            known = str(probe.info("cluster").get("cluster_enabled", "0")) == "1"
+        except (RedisError, OSError):
+            return False  # not known yet: asked again next time
+        finally:
+            probe.close()
+        _cluster_urls[url] = known
+    return known
+
+
 def make_client(url: str, **options: Any) -> Redis:
-    """An asyncio client for *url*: binary replies, bounded timeouts."""
+    """An asyncio client for *url*: binary replies, bounded timeouts. A node of a Redis
+    Cluster gets a cluster client (it offers every command this project uses, routing
+    each by its keys' slot)."""
     kwargs: dict[str, Any] = {
         "decode_responses": False,
         "socket_connect_timeout": 5,
@@ -92,6 +134,8 @@ def make_client(url: str, **options: Any) -> Redis:
         "health_check_interval": 15,
     }
     kwargs.update(options)
+    if is_cluster(url):
+        return cast(Redis, RedisCluster.from_url(url, **kwargs))
     return Redis.from_url(url, **kwargs)
 
 

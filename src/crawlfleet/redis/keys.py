@@ -1,11 +1,12 @@
 """The Redis key schema: every key crawlfleet uses is built here, nowhere else.
 
-All keys of one job share the hash tag ``{job}``, so that a Redis Cluster would keep a
-job's keys in one slot. Politeness is the fleet's, not a job's: a site's budget,
-back-off and robots.txt delay are shared by every job that crawls it, under the hash
-tag ``{polite}`` (so the lease, heartbeat and throttle scripts touch two slots: fine on
-one Redis, the part a cluster would have to split; docs/scaling.md). The names
-"polite" and "proxies" are not job names (settings.config.RESERVED_JOB_NAMES)::
+All keys of one job share the hash tag ``{job}``, so that a Redis Cluster keeps a job's
+keys in one slot. Politeness is the fleet's, not a job's: a site's budget, back-off and
+robots.txt delay are shared by every job that crawls it, under the hash tag
+``{polite}``. On one Redis, the lease and heartbeat scripts touch both; on a cluster a
+lease takes a script in each slot and a heartbeat reads the fleet's limits apart
+(crawlfleet.frontier.client, docs/scaling.md). The names "polite" and "proxies" are not
+job names (settings.config.RESERVED_JOB_NAMES)::
 
     <prefix>:jobs                      set    names of the jobs known to this Redis
     <prefix>:{polite}:limits           hash   site pattern -> rate limit ("2/1s") for every

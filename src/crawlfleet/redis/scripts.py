@@ -9,7 +9,8 @@ library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked 
 ``_backoff.lua`` (the decay of a site's back-off, shared by lease and throttle), and
 ``-- uses: entry`` prepends ``_entry.lua`` (reading a stored request's score and site),
 ``-- uses: counters`` prepends ``_counters.lua`` (the job's counters, robust to a value
-that is not a number).
+that is not a number), ``-- uses: pace`` and ``-- uses: pop`` the two halves of a lease
+(``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests).
 Scripts are registered with redis-py, which runs them by SHA and re-sends a script the
 server has forgotten (NOSCRIPT after a restart).
 """
@@ -40,8 +41,9 @@ def _read(name: str) -> str:
     raise FileNotFoundError(f"no Lua script {name} in {', '.join(SCRIPT_PACKAGES)}")
 
 
-#: Libraries a script may name in its ``-- uses:`` header (besides "seen").
-LIBRARIES = ("backoff", "entry", "counters")
+#: Libraries a script may name in its ``-- uses:`` header (besides "seen"), each
+#: prepended in turn: one that needs another comes before it here.
+LIBRARIES = ("pace", "pop", "backoff", "entry", "counters")
 
 
 def _uses(body: str) -> list[str]:
@@ -76,6 +78,9 @@ class ScriptSet:
     NAMES = (
         "commit",
         "lease",
+        "pace",
+        "lease_paced",
+        "pace_return",
         "expired",
         "requeue",
         "heartbeat",

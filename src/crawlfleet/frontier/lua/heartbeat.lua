@@ -11,7 +11,9 @@
 -- KEYS[7] limits    hash  site pattern -> rate limit set at run time
 -- KEYS[8] reaped    zset  node id -> time its leases were returned (see expired.lua)
 -- KEYS[9] control   hash  "<scope>:<kind>" -> command JSON (see frontier/control.py)
--- KEYS[10] fleet limits  hash  site pattern -> rate limit every job shares, set at run time
+-- KEYS[10] fleet limits  hash  site pattern -> rate limit every job shares, set at run
+--                         time (left out on a Redis Cluster, where it is in another
+--                         slot: the client reads it apart)
 -- (counters: "beat_at", the last heartbeat of any node (ms); "resumed_at", when the
 --  fleet was heard from again after a silence longer than a node's time-to-live: a
 --  Redis outage or hang, or a full stop; see expired.lua)
@@ -70,4 +72,4 @@ return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1],
         busy_others, renewed, redis.call('HGETALL', KEYS[7]),
         redis.call('HMGET', KEYS[9], '*:state', '*:concurrency', node .. ':state',
                    node .. ':concurrency'),
-        counter(KEYS[6], 'leased_total'), redis.call('HGETALL', KEYS[10])}
+        counter(KEYS[6], 'leased_total'), KEYS[10] and redis.call('HGETALL', KEYS[10]) or {}}

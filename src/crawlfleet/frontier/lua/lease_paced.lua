@@ -1,0 +1,49 @@
+-- lease_paced: the second half of a lease on a Redis Cluster (pace.lua is the first):
+-- take the offered sites' requests, as many as their reserved slots, each leased until
+-- a deadline on this slot's Redis clock, in the order and round robin of _pop.lua.
+-- uses: pop, counters, entry
+--
+-- KEYS[1] sites  KEYS[2] req  KEYS[3] leases  KEYS[4] owner  KEYS[5] counters (as
+-- lease.lua's)
+-- KEYS[6 ..] two keys per offered site, in the order of the offer: its queue and its
+-- FIFO list
+--
+-- ARGV[1] node id     ARGV[2] lease length (ms)     ARGV[3] H, sites to return as the
+-- next offer
+-- ARGV[4 ..] per offered site, quintuples: site, take (its reserved slots), first slot
+--            (µs after the pace's now; -1: any time), interval (µs), late (µs)
+-- Returns {{rid, entry, slot, late, ...} (slot in µs after the pace's now; -1: any
+-- time), {requests taken per offered site}, {next offer}, requests still queued,
+-- requests leased (all nodes), the job's control command sequence}
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local node, deadline, hint_n = ARGV[1], now_ms + tonumber(ARGV[2]), tonumber(ARGV[3])
+local out, taken, got = {}, {}, 0
+for i = 4, #ARGV - 4, 5 do
+  local site, take, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local interval, late = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  local k = 6 + 2 * (i - 4) / 5
+  local n = 0
+  if take > 0 and redis.call('ZSCORE', KEYS[1], site) then
+    pop_site(KEYS[1], KEYS[2], KEYS[5], site, KEYS[k], KEYS[k + 1], take,
+             function(rid, entry)
+      if not entry then return end  -- gone (a hand edit): nothing to lease
+      redis.call('ZADD', KEYS[3], deadline, rid)
+      redis.call('HSET', KEYS[4], rid, node)
+      out[#out + 1] = rid
+      out[#out + 1] = entry
+      out[#out + 1] = first >= 0 and first + n * interval or -1
+      out[#out + 1] = first >= 0 and late or 0
+      n = n + 1
+    end)
+  end
+  got = got + n
+  taken[#taken + 1] = n
+end
+if got > 0 then
+  count(KEYS[5], 'leased', got)
+  count(KEYS[5], 'leased_total', got)
+end
+return {out, taken, redis.call('ZRANGE', KEYS[1], 0, hint_n - 1), counter(KEYS[5], 'queued'),
+        redis.call('ZCARD', KEYS[3]), counter(KEYS[5], 'control_seq')}

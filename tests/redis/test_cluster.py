@@ -1,0 +1,131 @@
+"""crawlfleet on a Redis Cluster: a local one of three masters with a replica each.
+A job's keys share one slot, the fleet's politeness keys another; a lease paces in the
+one and takes requests in the other, and gives back the slots it could not fill."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlfleet.fleet.limits import set_limits
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.server import TestSite
+from tests.pipelines.redisproc import RedisProcess
+from tests.redis.cluster import LocalCluster, local_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+def out(url: str, site: str) -> Outgoing:
+    return Outgoing(url.encode().ljust(16, b"-")[:16], site, 0, url.encode())
+
+
+def test_a_lease_paces_apart_from_the_job_and_gives_back_unused_slots(
+    cluster: LocalCluster, key_prefix: str
+) -> None:
+    async def body() -> None:
+        client = make_client(cluster.url)
+        assert type(client).__name__ == "RedisCluster"
+        a = Frontier(client, JobKeys.of(key_prefix, "job-a"), SeenConfig("bloom"))
+        b = Frontier(client, JobKeys.of(key_prefix, "job-b"), SeenConfig("exact"))
+        try:
+            await a.commit("n1", [out("a1", "s"), out("a2", "s")])
+            await b.commit("n2", [out("b1", "s")])
+            kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 10, "offer_size": 10}
+            paced: dict[str, Any] = {"intervals": [100_000], "horizon_us": 1_000_000}
+            r = await a.lease("n1", 10, ["s"], **paced, **kw)
+            assert [e.slot_us for e in r.entries] == [0, 100_000]
+            # 10 slots were reserved, 2 used: the schedule goes on from the second
+            r = await b.lease("n2", 10, ["s"], **paced, **kw)
+            assert len(r.entries) == 1 and 150_000 <= r.entries[0].slot_us <= 200_000
+            await set_limits(client, key_prefix, None, {"*.shop.com": "5/1s"})
+            st = await a.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=1000)
+            assert st.fleet_limits == {"*.shop.com": "5/1s"} and st.leased == 2
+            assert await a.reset() > 0
+        finally:
+            await client.aclose()
+
+    asyncio.run(body())
+
+
+@pytest.mark.slow
+def test_a_crawl_on_a_cluster_is_exact_and_polite_through_fail_overs(
+    cluster: LocalCluster, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two nodes crawl under a 10/s limit per site; the masters of the job's slot and of
+    the politeness slot are failed over mid-crawl: no page is lost or fetched twice, and
+    no site sees more than its limit in any second."""
+    job = "clustered"
+    settings = {
+        **node_env,
+        "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": "10/1s"}),
+        "CRAWLFLEET_RATE_LIMIT_MARGIN": 0.1,
+        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
+        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+        "LOG_LEVEL": "INFO",
+    }
+    with TestSite(SiteModel(pages=120, hosts=3, problems=False)) as site:
+        procs = [
+            start_node(
+                "crawlfleet.testsite.spider:TestSiteSpider",
+                job=job,
+                redis_url=cluster.url,
+                log=tmp_path / f"node{i}.log",
+                spider_args={"start_urls": ",".join(site.seed_urls)},
+                settings=settings,
+                cwd=ROOT,
+            )
+            for i in range(2)
+        ]
+        deadline = time.monotonic() + 60
+        while site.stats()["total_requests"] < 30 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        moved = [cluster.fail_over("{" + job + "}"), cluster.fail_over("{polite}")]
+        after_fail_overs = site.stats()["total_requests"]
+        codes = wait_all(procs, 180)
+        stats = site.stats()
+    logs = "".join((tmp_path / f"node{i}.log").read_text() for i in range(2))
+    assert codes == [0, 0], logs[-4000:]
+    assert all(old != new for old, new in moved)
+    assert after_fail_overs < stats["total_requests"]  # the crawl went on after them
+    assert stats["never_fetched"] == [] and stats["fetched_twice"] == []
+    for host, figures in stats["hosts"].items():
+        assert figures["max_rate_1s"] <= 10, (host, figures)
+
+
+def test_a_cluster_that_serves_no_slot_is_one_line(tmp_path: Path) -> None:
+    node = RedisProcess(tmp_path / "empty", ("--cluster-enabled", "yes"))
+    node.start()
+    try:
+        seed = ["seed", "shop", "https://a.example/", "--redis-url", node.url]
+        r = subprocess.run(
+            [sys.executable, "-m", "crawlfleet.cli.main", *seed],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+    finally:
+        node.close()
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "slots are not covered" in lines[0], r.stderr
