@@ -58,6 +58,29 @@ def _leased(flat: Sequence[Any]) -> list[Leased]:
     return entries
 
 
+def _lease_result(
+    now: Any,
+    flat: Sequence[Any],
+    offer: Sequence[Any],
+    queued: Any,
+    leased: Any,
+    ready_in: Any,
+    control_seq: Any,
+    ended: Sequence[Any],
+) -> LeaseResult:
+    """A LeaseResult from the parts of a lease script's reply."""
+    return LeaseResult(
+        int(now),
+        _leased(flat),
+        [text(s) for s in offer],
+        int(queued),
+        int(leased),
+        int(ready_in),
+        int(control_seq),
+        [text(s) for s in ended],
+    )
+
+
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
     """A flat HGETALL-style reply as a dict of text."""
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
@@ -220,16 +243,7 @@ class Frontier:
         now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
             "lease", keys, args
         )
-        return LeaseResult(
-            int(now),
-            _leased(flat),
-            [text(s) for s in offer],
-            int(queued),
-            int(leased),
-            int(ready_in),
-            int(control_seq),
-            [text(s) for s in ended],
-        )
+        return _lease_result(now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def _lease_paced(
         self,
@@ -263,23 +277,14 @@ class Frontier:
             got = int(got)
             if got >= int(take) or not text(last) or (text(probing) == "1" and got > 0):
                 continue
-            restore = (
-                text(before) if got == 0 else f"{int(now) + int(first) + (got - 1) * int(interval)}"
-            )
+            # the budget goes back to the last slot used, or to what it was before
+            last_used = int(now) + int(first) + (got - 1) * int(interval)
+            restore = text(before) if got == 0 else str(last_used)
             unused += [site, text(budget), text(last), restore, text(probing)]
         if unused:
             self.round_trips += 1
             await self.scripts("pace_return", polite, unused)
-        return LeaseResult(
-            int(now),
-            _leased(flat),
-            [text(s) for s in offer],
-            int(queued),
-            int(leased),
-            int(ready_in),
-            int(control_seq),
-            [text(s) for s in ended],
-        )
+        return _lease_result(now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
         """Keep *node*'s end-of-run summary for ``crawlfleet job status``."""
