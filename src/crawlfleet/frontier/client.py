@@ -7,6 +7,7 @@ This is the only place that calls the job scripts; the scheduler, the seeding co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,6 +33,7 @@ from crawlfleet.frontier.records import (
     split_entry,
     text,
 )
+from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.redis.scripts import ScriptSet
 
@@ -283,7 +285,9 @@ class Frontier:
             unused += [site, text(budget), text(last), restore, text(probing)]
         if unused:
             self.round_trips += 1
-            await self.scripts("pace_return", polite, unused)
+            # failing, the slots stay lost to the budget; what was leased is the node's
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self.scripts("pace_return", polite, unused)
         return _lease_result(now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from scrapy.settings import BaseSettings
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -41,7 +40,7 @@ from crawlfleet.manager.routes import (
 )
 from crawlfleet.manager.watcher import watch
 from crawlfleet.manager.web import install_dashboard
-from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.connection import REDIS_FAILURES, make_client
 from crawlfleet.state.db import StateDB
 
 __all__ = ["create_app"]
@@ -68,7 +67,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
         logger.info("state DB %s at schema revision %s", db.shown, revision)
         try:
             await client.ping()
-        except RedisError as exc:  # serve anyway: /healthz says so until Redis is back
+        except REDIS_FAILURES as exc:  # serve anyway: /healthz says so until Redis is back
             logger.warning("Redis does not answer yet: %s", type(exc).__name__)
         watcher = asyncio.create_task(watch(ctx, ctx.watch_seconds), name="crawlfleet-watch")
         try:
@@ -116,7 +115,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
         try:
             await client.ping()
             checks["redis"] = "ok"
-        except RedisError as exc:
+        except REDIS_FAILURES as exc:
             checks["redis"] = f"unavailable ({type(exc).__name__})"
         try:
             await ctx.in_db(db.check)

@@ -12,7 +12,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from crawlfleet.exceptions import CrawlfleetError
@@ -24,6 +23,7 @@ from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.launch import start_processes
 from crawlfleet.manager.routes.models import RunBody
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError
+from crawlfleet.redis.connection import REDIS_FAILURES
 from crawlfleet.state.events import record_event
 from crawlfleet.state.models import utcnow
 from crawlfleet.state.runs import close_run, open_run, open_run_start, touch_run
@@ -186,7 +186,7 @@ async def _fire(ctx: ManagerContext, timer: dict[str, Any]) -> tuple[str, str]:
             sent = await send_command(ctx.redis, ctx.key_prefix, job, action)
             await ctx.in_db(record_event, ctx.db, actor, "job.control", job, {"command": action})
             detail = f"{action} sent to {sum(s.live for s in sent)} live node(s)"
-    except (CrawlfleetError, ScrapydError, RedisError) as exc:
+    except (CrawlfleetError, ScrapydError, *REDIS_FAILURES) as exc:
         logger.warning("timer %s: %s of job %s failed: %s", timer["name"], action, job, exc)
         return "failed", " ".join(str(exc).split())[:500]
     logger.info("timer %s: %s", timer["name"], detail)
@@ -209,8 +209,8 @@ async def watch(ctx: ManagerContext, interval: float) -> None:
             if trouble:
                 logger.info("watch: %s back after %.0f s", trouble, _age(since))
                 trouble = None
-        except (RedisError, SQLAlchemyError) as exc:
-            what = "Redis" if isinstance(exc, RedisError) else "the state DB"
+        except (*REDIS_FAILURES, SQLAlchemyError) as exc:
+            what = "the state DB" if isinstance(exc, SQLAlchemyError) else "Redis"
             if trouble != what:
                 logger.warning(
                     "watch: %s does not answer (%s); runs wait", what, type(exc).__name__

@@ -43,7 +43,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.pipelines._threads import run_in_thread
@@ -52,6 +52,7 @@ from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.stream import decode_entry, is_transient_redis_error
 from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport
+from crawlfleet.redis.connection import REDIS_FAILURES
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.scripts import script_source
 
@@ -161,7 +162,7 @@ class ItemWorker:
                         await self._process(entries)
                     elif opts.until_empty and await self._drained():
                         break
-                except RedisError as exc:
+                except REDIS_FAILURES as exc:
                     if not await self._redis_trouble(exc):
                         raise
                 self._log_progress()
@@ -445,7 +446,7 @@ class ItemWorker:
 
     # --- Redis trouble ---------------------------------------------------------------
 
-    async def _redis_trouble(self, exc: RedisError) -> bool:
+    async def _redis_trouble(self, exc: RedisError | RedisClusterException) -> bool:
         """Handle a Redis error of the loop; False if it is not one to retry."""
         self._own_pending = True  # a reply may have been lost: re-read what we hold
         self._group_ready = False  # Redis may have restarted without its data

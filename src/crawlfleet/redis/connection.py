@@ -30,6 +30,7 @@ __all__ = [
     "CLUSTER_REPLIES",
     "CLUSTER_UNSUPPORTED",
     "REDIS_ERRORS",
+    "REDIS_FAILURES",
     "is_cluster",
     "make_client",
     "redact",
@@ -37,6 +38,10 @@ __all__ = [
     "resolve_url",
     "shared_client",
 ]
+
+#: Every error a Redis call can raise: redis-py's own, and a Redis Cluster client's that
+#: are not RedisError (no node of the cluster answers, slots not covered).
+REDIS_FAILURES = (RedisError, RedisClusterException)
 
 #: Errors that mean "Redis is not reachable right now" (wait and retry; nothing is lost):
 #: on a Redis Cluster also a fail-over under way (a slot without a master for a moment).

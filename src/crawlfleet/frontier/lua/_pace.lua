@@ -67,7 +67,7 @@ local function pace_site(site, configured, budget, late, take)
       pace_not_ready((probe_end - now_ms) * 1000)
       take = 0
     else
-      take = 1
+      take = math.min(take, 1)  -- one probe at a time, and none for a lease that is full
     end
   elseif interval > 0 then
     local last = redis.call('HGET', PACE.pace, budget)

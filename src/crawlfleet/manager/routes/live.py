@@ -21,7 +21,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
-from redis.exceptions import RedisError
 
 from crawlfleet.fleet.jobs import list_jobs
 from crawlfleet.fleet.snapshot import JOBS_MAX
@@ -29,6 +28,7 @@ from crawlfleet.manager.auth import Ctx, Viewer, session_from
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.jobs import job_view
 from crawlfleet.manager.routes.nodes import node_rows
+from crawlfleet.redis.connection import REDIS_FAILURES
 from crawlfleet.state.tokens import authenticate
 
 __all__ = ["router"]
@@ -130,7 +130,7 @@ async def live(
                 async for chunk in _round(ctx, job, nodes, first):
                     yield chunk
                 first = False
-            except RedisError as exc:
+            except REDIS_FAILURES as exc:
                 yield event(
                     "unavailable", {"message": f"Redis did not answer ({type(exc).__name__})"}
                 )
