@@ -22,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import CommandFailed
 from crawlfleet.redis.embedded import EmbeddedRedis
 from crawlfleet.settings.config import RedisConfig
 
@@ -94,7 +94,7 @@ CLUSTER_REPLIES = ("MOVED ", "ASK ", "CLUSTERDOWN", "CROSSSLOT", "Hash slot not 
 
 
 async def refuse_cluster(client: Redis) -> None:
-    """ConfigError when *client* is a plain client of a Redis Cluster node (the cluster
+    """CommandFailed when *client* is a plain client of a Redis Cluster node (the cluster
     did not answer when the client was made): it would fail on the first key another
     master serves. (A Redis that refuses INFO is taken as standalone.)"""
     if isinstance(client, RedisCluster):
@@ -104,7 +104,8 @@ async def refuse_cluster(client: Redis) -> None:
     except ResponseError:
         return
     if str(info.get("cluster_enabled", "0")) == "1":
-        raise ConfigError(f"CRAWLFLEET_REDIS_URL points at {CLUSTER_UNSUPPORTED}")
+        # not a wrong setting: the same command works once the cluster answers at start
+        raise CommandFailed(f"CRAWLFLEET_REDIS_URL points at {CLUSTER_UNSUPPORTED}")
 
 
 _cluster_urls: dict[str, bool] = {}
