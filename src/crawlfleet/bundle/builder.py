@@ -141,8 +141,10 @@ def build_bundle(
             copied.add(target)
             dest = staging / target
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest)
-            digest.update(target.encode() + b"\0" + source.read_bytes())
+            data = source.read_bytes()
+            dest.write_bytes(data)
+            shutil.copymode(source, dest)
+            digest.update(target.encode() + b"\0" + data)
 
         own = Path(crawlfleet.__file__).resolve().parent
         for source, rel in _package_sources(own):

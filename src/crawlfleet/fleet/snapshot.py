@@ -201,13 +201,18 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
     site_names = [text(s) for s in sites]
     counts: list[int] = []
+    # the fleet's throttle hash holds every site of every job: this job's sites only
+    # (those with queued requests, as scanned), read with their queues' sizes
+    fields = [f"{kind}:{site}" for site in site_names for kind in ("b", "r")]
+    values: list[Any] = []
     if site_names:
         sizes = client.pipeline(transaction=False)
         for site in site_names:
             sizes.zcard(keys.queue(site))
             sizes.llen(keys.fifo(site))
-        found = [int(c) for c in await sizes.execute()]
-        counts = [found[i] + found[i + 1] for i in range(0, len(found), 2)]
+        sizes.hmget(keys.fleet.throttle, fields)
+        *found, values = await sizes.execute()
+        counts = [int(found[i]) + int(found[i + 1]) for i in range(0, len(found), 2)]
     top = sorted(zip(site_names, counts, strict=True), key=lambda p: (-p[1], p[0]))[:TOP_SITES]
     statuses = {text(k): v for k, v in info.items()}
     node_view: dict[str, dict[str, Any]] = {}
@@ -232,10 +237,6 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         job_control["state"] = wanted.state
     if wanted.concurrency:
         job_control["concurrency"] = str(wanted.concurrency)
-    # the fleet's throttle hash holds every site of every job: read this job's only
-    # (those with queued requests, as scanned)
-    fields = [f"{kind}:{site}" for site in site_names for kind in ("b", "r")]
-    values: list[Any] = await client.hmget(keys.fleet.throttle, fields) if fields else []
     throttled = parse_throttle({f: v for f, v in zip(fields, values, strict=True) if v is not None})
     merged = Budgets(
         (limits or RateLimits({})).merged(_valid_limits(fleet_limits)),

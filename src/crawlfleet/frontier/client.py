@@ -33,7 +33,7 @@ from crawlfleet.frontier.records import (
     split_entry,
     text,
 )
-from crawlfleet.redis.connection import REDIS_ERRORS
+from crawlfleet.redis.connection import REDIS_ERRORS, refuse_cluster
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.redis.scripts import ScriptSet
 
@@ -516,6 +516,9 @@ class Frontier:
         return {text(k): counter_value(v) for k, v in raw.items()}
 
     async def register_job(self) -> None:
+        """List the job in this Redis (a node's first call: CommandFailed when its
+        client is a plain one of a Redis Cluster node, see refuse_cluster)."""
+        await refuse_cluster(self.client)
         self.round_trips += 1
         await self.client.sadd(jobs_key(self.keys.prefix), self.keys.job)
 

@@ -212,11 +212,16 @@ class Budgets:
     scope: str = ""
     job: str = ""
 
+    def _find(self, site: str) -> tuple[Limit | None, bool]:
+        """(the limit *site* is crawled at by this job, whether it is the job's own)."""
+        pattern = self.own.pattern(site)
+        if pattern is not None:
+            return self.own.limits[pattern], True
+        return self.shared.limit(site), False
+
     def limit(self, site: str) -> Limit | None:
         """The limit *site* is crawled at by this job (None: no limit)."""
-        if self.own.pattern(site) is not None:
-            return self.own.limit(site)
-        return self.shared.limit(site)
+        return self._find(site)[0]
 
     def interval_us(self, site: str) -> int:
         """The spacing of *site*'s slots (µs; 0: no limit)."""
@@ -225,11 +230,8 @@ class Budgets:
 
     def pace(self, site: str) -> Pace:
         """The pace of *site* for this node."""
-        limit = self.limit(site)
-        if self.own.pattern(site) is not None:
-            budget = f"{site}{self.scope}|job={self.job}"
-        else:
-            budget = site + self.scope
+        limit, own = self._find(site)
+        budget = f"{site}{self.scope}|job={self.job}" if own else site + self.scope
         if limit is None:
             return Pace(0, 0, budget)
         return Pace(limit.interval_us, limit.late_us, budget)

@@ -42,7 +42,7 @@ from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.seeds import SeedReader, request_from_seed
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
-from crawlfleet.redis.connection import REDIS_ERRORS, redact, refuse_cluster
+from crawlfleet.redis.connection import REDIS_ERRORS, redact
 from crawlfleet.retry import Backoff, Outage, until_reachable
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 
@@ -153,16 +153,8 @@ class SyncLoop:
         self.spider = spider
         self.leaser.codec = RequestCodec(spider)
         self._opened = True
-        await until_reachable("open the frontier", self._join, self.backoff)
+        await until_reachable("open the frontier", self.frontier.register_job, self.backoff)
         self._task = asyncio.ensure_future(self._run())
-
-    async def _join(self) -> None:
-        """Check the Redis is one this node can work on (ConfigError), then register
-        the job."""
-        client = getattr(self.frontier, "client", None)  # None: the in-memory frontier
-        if client is not None:
-            await refuse_cluster(client)
-        await self.frontier.register_job()
 
     async def close(self, reason: str, summary: Callable[[str], dict[str, Any]]) -> None:
         """Stop the loop, hand everything back or in, leave the registry, keep the

@@ -48,3 +48,17 @@ local function pop_site(sites, req, counters, site, qkey, fifo, take, leased)
   if popped > 0 then count(counters, 'queued', -popped) end
   return popped
 end
+
+-- lease a taken request to *node* until *deadline* (ms): its lease, its owner, and
+-- {rid, entry, slot, late} appended to *out*; false when its entry is gone (a hand
+-- edit: nothing to lease)
+local function pop_lease(leases, owner, node, deadline, out, rid, entry, slot, late)
+  if not entry then return false end
+  redis.call('ZADD', leases, deadline, rid)
+  redis.call('HSET', owner, rid, node)
+  out[#out + 1] = rid
+  out[#out + 1] = entry
+  out[#out + 1] = slot
+  out[#out + 1] = late
+  return true
+end

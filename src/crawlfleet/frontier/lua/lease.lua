@@ -72,14 +72,11 @@ for i = 11, #ARGV - 3, 4 do
     local n = 0
     pop_site(KEYS[1], KEYS[2], KEYS[5], site, KEYS[8 + (i - 11) / 2], KEYS[9 + (i - 11) / 2],
              take, function(rid, entry)
-      if not entry then return end  -- gone (a hand edit): nothing to lease
-      redis.call('ZADD', KEYS[3], deadline, rid)
-      redis.call('HSET', KEYS[4], rid, node)
-      out[#out + 1] = rid
-      out[#out + 1] = entry
-      out[#out + 1] = pace_slot(first, interval, probing, n)
-      out[#out + 1] = (interval > 0 and not probing) and late or 0
-      n = n + 1
+      local slot = pace_slot(first, interval, probing, n)
+      if pop_lease(KEYS[3], KEYS[4], node, deadline, out, rid, entry, slot,
+                   slot >= 0 and late or 0) then
+        n = n + 1
+      end
     end)
     got = got + n
     if n > 0 then pace_use(site, budget, first, interval, probing, n) end

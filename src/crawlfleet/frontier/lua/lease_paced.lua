@@ -28,14 +28,11 @@ for i = 4, #ARGV - 4, 5 do
   if take > 0 and redis.call('ZSCORE', KEYS[1], site) then
     pop_site(KEYS[1], KEYS[2], KEYS[5], site, KEYS[k], KEYS[k + 1], take,
              function(rid, entry)
-      if not entry then return end  -- gone (a hand edit): nothing to lease
-      redis.call('ZADD', KEYS[3], deadline, rid)
-      redis.call('HSET', KEYS[4], rid, node)
-      out[#out + 1] = rid
-      out[#out + 1] = entry
-      out[#out + 1] = first >= 0 and first + n * interval or -1
-      out[#out + 1] = first >= 0 and late or 0
-      n = n + 1
+      local slot = first >= 0 and first + n * interval or -1
+      if pop_lease(KEYS[3], KEYS[4], node, deadline, out, rid, entry, slot,
+                   first >= 0 and late or 0) then
+        n = n + 1
+      end
     end)
   end
   got = got + n
