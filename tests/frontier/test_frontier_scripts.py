@@ -14,6 +14,7 @@ from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 
@@ -35,6 +36,11 @@ def _runner(mode: str, redis_url: str, key_prefix: str) -> Callable[..., Any]:
                 return await fn(MemoryFrontier(job))
             client = make_client(redis_url)
             try:
+                if mode == "sharded":  # five shards on one Redis, Bloom mode (site
+                    # "a" is in shard 2; the tests' other sites in shards 0 to 3)
+                    seen = SeenConfig("bloom", bloom_capacity=5000, bloom_error_rate=1e-4)
+                    keys = JobKeys.of(key_prefix, job)
+                    return await fn(JobFrontier(client, keys, seen, shards=5))
                 seen = SeenConfig(mode, bloom_capacity=1000, bloom_error_rate=1e-4)
                 return await fn(Frontier(client, JobKeys.of(key_prefix, job), seen))
             finally:
@@ -45,10 +51,11 @@ def _runner(mode: str, redis_url: str, key_prefix: str) -> Callable[..., Any]:
     return runner
 
 
-@pytest.fixture(params=["exact", "bloom", "memory"])
+@pytest.fixture(params=["exact", "bloom", "memory", "sharded"])
 def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
     """run(fn) runs ``await fn(frontier)`` on a fresh job: the contract every frontier
-    keeps, on Redis in each seen-filter mode and on the in-memory frontier."""
+    keeps, on Redis in each seen-filter mode, on the in-memory frontier, and on a job
+    of five shards."""
     return _runner(request.param, redis_server_url, key_prefix)
 
 
@@ -377,7 +384,7 @@ def test_a_counter_that_is_not_a_number_costs_a_figure_not_the_crawl(
     run_redis(body)
 
 
-@pytest.fixture(params=["exact", "memory"])
+@pytest.fixture(params=["exact", "memory", "sharded"])
 def run_jobs(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
     """run_jobs(fn) runs ``await fn(frontier_of)``, where ``frontier_of(job)`` is the
     frontier of *job* in one shared Redis (or one shared memory store)."""
@@ -389,7 +396,10 @@ def run_jobs(request: Any, redis_server_url: str, key_prefix: str) -> Callable[.
                 return await fn(lambda job: MemoryFrontier(job, store))
             client = make_client(redis_server_url)
             try:
-                return await fn(lambda job: Frontier(client, JobKeys.of(key_prefix, job)))
+                shards = 5 if request.param == "sharded" else 1
+                return await fn(
+                    lambda job: JobFrontier(client, JobKeys.of(key_prefix, job), shards=shards)
+                )
             finally:
                 await client.aclose()
 

@@ -26,7 +26,7 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.control import command_value
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.settings.config import validate_job_name
 from crawlfleet.state.db import state_db_url
 
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 def _steer_job(args: argparse.Namespace, job: str, command: str, settings: Any) -> None:
     kind, value = command_value(command)
 
-    async def action(frontier: Frontier) -> int:
+    async def action(frontier: JobFrontier) -> int:
         return await frontier.send_control("*", kind, value)
 
     run_on_frontier(args, job, action, must_exist=False, settings=settings)

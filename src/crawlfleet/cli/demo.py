@@ -29,7 +29,7 @@ from crawlfleet.cli.options import (
     command_settings,
     resolved_url,
 )
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client, redact
 from crawlfleet.redis.keys import JobKeys
@@ -166,7 +166,7 @@ async def _snapshot(url: str, keys: JobKeys) -> tuple[dict[str, Any], dict[str, 
     client = make_client(url)
     try:
         raw = await client.hgetall(keys.nodeinfo)
-        counters = await Frontier(client, keys).counters()
+        counters = await JobFrontier(client, keys).counters()
         return {_text(k): json.loads(v) for k, v in raw.items()}, counters
     finally:
         await client.aclose()
@@ -274,7 +274,7 @@ def _sql_rows(path: Path) -> int:
 async def _reset(url: str, prefix: str, job: str) -> None:
     client = make_client(url)
     try:
-        await Frontier(client, JobKeys.of(prefix, job)).reset()
+        await JobFrontier(client, JobKeys.of(prefix, job)).reset()
     finally:
         await client.aclose()
 

@@ -24,7 +24,7 @@ from crawlfleet.cli.options import (
     run_on_frontier,
 )
 from crawlfleet.fleet.errors import recrawl_errors
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.settings.config import validate_job_name
 from crawlfleet.state.db import state_db_url
 from crawlfleet.state.errors import REASONS, STATES, error_stats, list_errors
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "export":
             return _export(db, job, args)
 
-        async def action(frontier: Frontier) -> dict[str, Any]:
+        async def action(frontier: JobFrontier) -> dict[str, Any]:
             result = await recrawl_errors(frontier, db, reason=args.reason, limit=args.limit)
             return result.as_dict()
 

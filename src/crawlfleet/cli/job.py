@@ -19,7 +19,7 @@ from crawlfleet.cli.options import (
     run_on_frontier,
 )
 from crawlfleet.fleet.jobs import ResetResult, job_figures, list_jobs, reset_job
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.settings.config import RedisConfig
 
 NAME = "job"
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(_status_table(args.job, status))
         return 0
 
-    async def reset(frontier: Frontier) -> ResetResult:
+    async def reset(frontier: JobFrontier) -> ResetResult:
         return await reset_job(
             frontier, force=args.force, keep_limits=args.keep_limits, force_hint="--force"
         )

@@ -26,8 +26,7 @@ from scrapy.utils.project import get_project_settings
 
 from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.jobs import require_job
-from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import SeenConfig
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import (
     CLUSTER_REPLIES,
     CLUSTER_UNSUPPORTED,
@@ -255,7 +254,7 @@ def check_reachable(url: str) -> None:
 def run_on_frontier(
     args: argparse.Namespace,
     job: str,
-    action: Callable[[Frontier], Awaitable[T]],
+    action: Callable[[JobFrontier], Awaitable[T]],
     *,
     must_exist: bool = True,
     settings: Settings | None = None,
@@ -270,10 +269,11 @@ def run_on_frontier(
     async def on_job(client: Redis, prefix: str) -> T:
         if must_exist:
             await require_job(client, prefix, job)
-        frontier = Frontier(
+        frontier = JobFrontier(
             client,
             JobKeys.of(prefix, config.job),
-            SeenConfig(config.seen_mode, config.bloom_capacity, config.bloom_error_rate),
+            config.seen,
+            shards=config.shards,
         )
         return await action(frontier)
 

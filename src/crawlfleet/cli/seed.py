@@ -15,7 +15,7 @@ from crawlfleet.cli.options import (
     run_on_frontier,
 )
 from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.settings.config import FrontierConfig
 
 NAME = "seed"
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         console.print("[red]no seeds given[/] (URL arguments or --file)")
         return 2
 
-    async def action(frontier: Frontier) -> SeedResult:
+    async def action(frontier: JobFrontier) -> SeedResult:
         return await queue_seeds(frontier, requests, config.site_key, result)
 
     if requests:

@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.snapshot import job_names
-from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.control import ACTIONS, ALL_NODES, encode_command
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.keys import JobKeys
 
 __all__ = ["COMMANDS", "Sent", "await_acks", "command_value", "send_command", "valid_node_id"]
@@ -79,7 +79,7 @@ async def send_command(
         valid_node_id(node)
     sent = []
     for name in await job_names(client, prefix, job):
-        frontier = Frontier(client, JobKeys.of(prefix, name))
+        frontier = JobFrontier(client, JobKeys.of(prefix, name))
         live = await frontier.live_nodes()
         seq = await frontier.send_control(node or ALL_NODES, kind, encoded)
         targets = [node] if node else live
@@ -96,7 +96,7 @@ async def await_acks(client: Redis, prefix: str, sent: list[Sent], wait: float) 
             if not s.pending:
                 continue
             kind = "concurrency" if s.command == "concurrency" else "state"
-            statuses = await Frontier(client, JobKeys.of(prefix, s.job)).node_statuses()
+            statuses = await JobFrontier(client, JobKeys.of(prefix, s.job)).node_statuses()
             for node in s.pending:
                 status = statuses.get(node)
                 acked = status.get("control", {}).get(kind, 0) if status else 0

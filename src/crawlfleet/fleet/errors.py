@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from scrapy import Request
 
 from crawlfleet.exceptions import MalformedEntry
-from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.serialization import RequestCodec, payload_priority, with_meta
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.middlewares.failures import ERROR_META
 from crawlfleet.middlewares.useragent import IDENTITY_META
 from crawlfleet.state.db import StateDB
@@ -68,7 +68,7 @@ def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Out
 
 
 async def recrawl_errors(
-    frontier: Frontier,
+    frontier: JobFrontier,
     db: StateDB,
     *,
     reason: str | None = None,

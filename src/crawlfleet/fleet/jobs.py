@@ -12,7 +12,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from crawlfleet.exceptions import CommandFailed, UnknownJob
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.keys import jobs_key
 
 __all__ = ["ResetResult", "job_figures", "list_jobs", "require_job", "reset_job", "runs_total"]
@@ -40,7 +40,7 @@ async def require_job(client: Redis, prefix: str, job: str) -> None:
     )
 
 
-async def job_figures(frontier: Frontier) -> dict[str, Any]:
+async def job_figures(frontier: JobFrontier) -> dict[str, Any]:
     """A job's counters, queue and lease sizes, live nodes' published figures and the
     summaries its closed node runs left (with ``runs_total``, their sum)."""
     counters = await frontier.counters()
@@ -108,7 +108,7 @@ class ResetResult:
 
 
 async def reset_job(
-    frontier: Frontier, *, force: bool, keep_limits: bool, force_hint: str = "force"
+    frontier: JobFrontier, *, force: bool, keep_limits: bool, force_hint: str = "force"
 ) -> ResetResult:
     """Delete every key of the job (its run-time limits too unless *keep_limits*); its
     item stream is kept (items are output, not crawl state). CommandFailed, changing

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
-from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.spiders.seeding import parse_seed
 
@@ -51,7 +51,7 @@ def parse_entries(entries: Iterable[str], result: SeedResult) -> list[Request]:
 
 
 async def queue_seeds(
-    frontier: Frontier, requests: list[Request], site_key: str, result: SeedResult
+    frontier: JobFrontier, requests: list[Request], site_key: str, result: SeedResult
 ) -> SeedResult:
     """Register the job and commit *requests* to its frontier (deduplicated against
     everything it has seen), counting into *result*."""

@@ -21,6 +21,7 @@ from crawlfleet.fleet.jobs import require_job, text
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import counter_value, parse_throttle
+from crawlfleet.frontier.sharded import interleave, shard_of
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
 from crawlfleet.settings.config import rate_limit_margin
@@ -184,6 +185,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
     pipe.hgetall(keys.limits)
     pipe.hgetall(keys.fleet.limits)
+    pipe.get(keys.shards)
     (
         queued,
         leased,
@@ -196,10 +198,33 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         control,
         run_time_limits,
         fleet_limits,
+        shards,
     ) = await pipe.execute()
     now = int(t[0]) * 1000 + int(t[1]) // 1000
+    count = max(1, counter_value(shards))
+    queued, leased = counter_value(queued), int(leased)
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
     site_names = [text(s) for s in sites]
+    if count > 1:  # the other shards' queues and leases (the registry is shard 0's)
+        more = client.pipeline(transaction=False)
+        for shard in range(1, count):
+            part = keys.in_shard(shard)
+            more.hget(part.counters, "queued")
+            more.zcard(part.leases)
+            more.zrange(part.leases, 0, 0, withscores=True)
+            more.zcount(part.leases, "-inf", f"({now}")
+            more.zcard(part.sites)
+            more.zrange(part.sites, 0, SITES_SCANNED - 1)
+            more.llen(part.bad)
+        found = await more.execute()
+        scanned = [site_names]
+        for i in range(0, len(found), 7):
+            q, n, first, late, ns, names, b = found[i : i + 7]
+            queued, leased, overdue = queued + counter_value(q), leased + int(n), overdue + late
+            oldest = sorted([*oldest, *first], key=lambda pair: pair[1])[:1]
+            nsites, bad = int(nsites) + int(ns), int(bad) + int(b)
+            scanned.append([text(s) for s in names])
+        site_names = interleave(scanned, SITES_SCANNED)
     counts: list[int] = []
     # the fleet's throttle hash holds every site of every job: this job's sites only
     # (those with queued requests, as scanned), read with their queues' sizes
@@ -208,8 +233,9 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     if site_names:
         sizes = client.pipeline(transaction=False)
         for site in site_names:
-            sizes.zcard(keys.queue(site))
-            sizes.llen(keys.fifo(site))
+            part = keys.in_shard(shard_of(site, count))
+            sizes.zcard(part.queue(site))
+            sizes.llen(part.fifo(site))
         sizes.hmget(keys.fleet.throttle, fields)
         *found, values = await sizes.execute()
         counts = [int(found[i]) + int(found[i + 1]) for i in range(0, len(found), 2)]
@@ -252,8 +278,8 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     return JobSnapshot(
         job=keys.job,
         now_ms=now,
-        queued=counter_value(queued),
-        leased=int(leased),
+        queued=queued,
+        leased=leased,
         overdue_leases=overdue,
         oldest_deadline_ms=int(oldest[0][1]) if oldest else None,
         sites=int(nsites),

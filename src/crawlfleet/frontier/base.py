@@ -1,5 +1,6 @@
-"""What a node needs of a frontier: the operations of :class:`~crawlfleet.frontier.client.Frontier`
-(one job in Redis) that the node's sync loop calls, as one Protocol.
+"""What a node needs of a frontier: the operations of :class:`~crawlfleet.frontier.sharded.
+JobFrontier` (one job in Redis, over its shards) that the node's sync loop calls, as one
+Protocol.
 
 Two implementations pass the same contract tests (tests/frontier/test_contract.py): the
 Redis one, which every node of a fleet shares, and :class:`~crawlfleet.frontier.memory.
@@ -21,10 +22,13 @@ __all__ = ["FrontierBackend"]
 class FrontierBackend(Protocol):
     """One job's shared frontier, as a node uses it."""
 
-    #: round trips made so far (for the node's statistics)
-    round_trips: int
+    @property
+    def round_trips(self) -> int:
+        """Round trips made so far (for the node's statistics)."""
+        ...
+
     #: waiting requests (retries backing off) this client queued once their time had
-    #: come, in :meth:`reclaim_expired` (for the node's statistics)
+    #: come, in :meth:`reclaim_expired` (for the node's statistics; the node resets it)
     came_due: int
 
     async def register_job(self) -> None:

@@ -290,6 +290,28 @@ class Frontier:
                 await self.scripts("pace_return", polite, unused)
         return _lease_result(now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
+    async def peek(self, size: int) -> LeaseResult:
+        """What a lease of nothing replies: up to *size* sites with queued requests, the
+        queued and leased counts and the control sequence (one round trip, nothing
+        written; a sharded job's lease asks this of its shards that have no site in the
+        offer)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(k.sites, 0, size - 1)
+        pipe.hmget(k.counters, "queued", "control_seq")
+        pipe.zcard(k.leases)
+        self.round_trips += 1
+        sites, (queued, control_seq), leased = await pipe.execute()
+        return LeaseResult(
+            0,
+            [],
+            [text(s) for s in sites],
+            counter_value(queued),
+            int(leased),
+            -1,
+            counter_value(control_seq),
+        )
+
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
         """Keep *node*'s end-of-run summary for ``crawlfleet job status``."""
         self.round_trips += 1
@@ -428,9 +450,11 @@ class Frontier:
         busy: bool,
         lease_ms: int,
         renew: Sequence[str] = (),
+        fleet: bool = True,
     ) -> JobState:
         """Register *node* as alive, renew its leases, read the job's state.
-        *status* "leaving" removes the node from the registry."""
+        *status* "leaving" removes the node from the registry. Without *fleet*, the
+        fleet's limits are not read (``fleet_limits`` empty: a shard other than 0)."""
         k = self.keys
         keys = [
             k.nodes,
@@ -443,14 +467,14 @@ class Frontier:
             k.reaped,
             k.control,
         ]
-        if not self.cluster:  # in another slot on a cluster: read apart
+        if fleet and not self.cluster:  # in another slot on a cluster: read apart
             keys.append(k.fleet.limits)
         self.round_trips += 1
         reply = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
         )
         now, queued, leased, live, busy_others, _renewed, limits, control, ever, shared = reply
-        if self.cluster:
+        if fleet and self.cluster:
             self.round_trips += 1
             raw = await self.client.hgetall(k.fleet.limits)
             shared = [v for kv in raw.items() for v in kv]

@@ -14,9 +14,8 @@ from scrapy.settings import BaseSettings
 
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.snapshot import configured_limits
-from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.limits import RateLimits
-from crawlfleet.frontier.records import SeenConfig
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, validate_job_name
@@ -76,15 +75,16 @@ class ManagerContext:
     def keys(self, job: str) -> JobKeys:
         return JobKeys.of(self.key_prefix, validate_job_name(job))
 
-    def frontier(self, job: str) -> Frontier:
+    def frontier(self, job: str) -> JobFrontier:
         c = self.frontier_config
-        return Frontier(
+        return JobFrontier(
             self.redis,
             self.keys(job),
-            SeenConfig(c.seen_mode, c.bloom_capacity, c.bloom_error_rate),
+            c.seen,
+            shards=c.shards,
         )
 
-    async def known_frontier(self, job: str) -> Frontier:
+    async def known_frontier(self, job: str) -> JobFrontier:
         """The frontier of *job*; UnknownJob if this Redis has never seen it."""
         frontier = self.frontier(job)
         await require_job(self.redis, self.key_prefix, job)

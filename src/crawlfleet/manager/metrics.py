@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from crawlfleet.fleet.jobs import list_jobs
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
-from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.manager.auth import Ctx, Viewer
 from crawlfleet.manager.context import ManagerContext
 
@@ -131,7 +131,7 @@ async def collect_fleet(ctx: ManagerContext) -> bytes:
     for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
         keys = ctx.keys(job)
         snap = await snapshot(ctx.redis, keys, ctx.limits)
-        jobs.append((snap, await Frontier(ctx.redis, keys).counters()))
+        jobs.append((snap, await JobFrontier(ctx.redis, keys).counters()))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Fleet(jobs))
     return generate_latest(registry)

@@ -39,8 +39,8 @@ from twisted.internet.defer import Deferred
 from crawlfleet import __version__
 from crawlfleet.exceptions import ConfigError, ItemNotDurable, SerializationError
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES, SeenConfig
+from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.engine import EngineHooks, engine_hooks
 from crawlfleet.node.ledger import Ledger
@@ -152,10 +152,11 @@ class Scheduler(BaseScheduler):
         if frontier is None:
             if client is None:
                 raise ValueError("Scheduler needs a Redis client or a frontier")
-            frontier = Frontier(
+            frontier = JobFrontier(
                 client,
                 JobKeys.of(redis_config.key_prefix, config.job),
-                SeenConfig(config.seen_mode, config.bloom_capacity, config.bloom_error_rate),
+                config.seen,
+                shards=config.shards,
             )
         self.config = config
         self.node_id = node_id or new_node_id()

@@ -6,7 +6,15 @@ robots.txt delay are shared by every job that crawls it, under the hash tag
 ``{polite}``. On one Redis, the lease and heartbeat scripts touch both; on a cluster a
 lease takes a script in each slot and a heartbeat reads the fleet's limits apart
 (crawlfleet.frontier.client, docs/scaling.md). The names "polite" and "proxies" are not
-job names (settings.config.RESERVED_JOB_NAMES)::
+job names (settings.config.RESERVED_JOB_NAMES).
+
+A job created with N > 1 shards (CRAWLFLEET_SHARDS) keeps its queues, leases and
+seen-filter in N sets of the keys below: shard 0 under ``{<job>}``, shard k under
+``{<job>#k}`` (so a cluster spreads them over its masters; "#" is not allowed in job
+names). A site and every URL of it belong to one shard, by a stable hash of the site
+(crawlfleet.frontier.sharded). The node registry, control commands, run-time limits,
+summaries and item streams are the job's, in shard 0 only; every shard keeps its own
+``nodes`` (for reclaiming a dead node's leases) and counters::
 
     <prefix>:jobs                      set    names of the jobs known to this Redis
     <prefix>:{polite}:limits           hash   site pattern -> rate limit ("2/1s") for every
@@ -19,6 +27,7 @@ job names (settings.config.RESERVED_JOB_NAMES)::
     <prefix>:{polite}:throttle         hash   "b:<site>" -> adaptive back-off; "r:<site>"
                                               -> robots.txt Crawl-delay (ms); "p:<site>"
                                               -> end of the current robots.txt probe
+    <prefix>:{<job>}:shards            string the job's shard count, set when it is created
     <prefix>:{<job>}:sites             zset   site -> serve order (round robin)
     <prefix>:{<job>}:q:<site>          zset   rid -> score (-priority * 2^32 + seq) of the
                                               site's requests at priorities other than 0
@@ -97,14 +106,20 @@ class FleetKeys:
 
 @dataclass(frozen=True)
 class JobKeys:
-    """Every key of one job. Build with ``JobKeys.of(prefix, job)``."""
+    """Every key of one job (of its shard *shard*). Build with ``JobKeys.of(prefix,
+    job)``."""
 
     prefix: str
     job: str
+    shard: int = 0
 
     @classmethod
     def of(cls, prefix: str, job: str) -> JobKeys:
         return cls(prefix=prefix, job=job)
+
+    def in_shard(self, shard: int) -> JobKeys:
+        """The keys of the job's shard *shard* (0: the job's own tag)."""
+        return JobKeys(self.prefix, self.job, shard)
 
     @property
     def fleet(self) -> FleetKeys:
@@ -113,7 +128,13 @@ class JobKeys:
 
     @property
     def base(self) -> str:
-        return f"{self.prefix}:{{{self.job}}}"
+        tag = self.job if self.shard == 0 else f"{self.job}#{self.shard}"
+        return f"{self.prefix}:{{{tag}}}"
+
+    @property
+    def shards(self) -> str:
+        """The job's shard count (in shard 0's slot)."""
+        return f"{self.prefix}:{{{self.job}}}:shards"
 
     @property
     def sites(self) -> str:
@@ -213,4 +234,5 @@ class JobKeys:
             self.control,
             self.seen,
             self.bloom,
+            *((self.shards,) if self.shard == 0 else ()),
         ]

@@ -22,6 +22,7 @@ from scrapy.settings import BaseSettings, Settings
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.limits import RateLimits
+from crawlfleet.frontier.records import SeenConfig
 from crawlfleet.settings import default_settings
 from crawlfleet.settings.access import (
     defaults,
@@ -198,6 +199,9 @@ class FrontierConfig:
     seen_mode: str
     bloom_capacity: int
     bloom_error_rate: float
+    #: shards of a job this node creates (CRAWLFLEET_SHARDS; a job keeps the count it
+    #: was created with)
+    shards: int
     close_when_finished: bool
     finish_grace_seconds: float
     idle_max_seconds: float
@@ -211,6 +215,11 @@ class FrontierConfig:
     #: this node's egress IP (CRAWLFLEET_NODE_IP, else the address it reaches Redis from)
     node_ip: str
     backoff: BackoffConfig
+
+    @property
+    def seen(self) -> SeenConfig:
+        """The job's seen-filter as these settings describe it."""
+        return SeenConfig(self.seen_mode, self.bloom_capacity, self.bloom_error_rate)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, spider_name: str = "") -> FrontierConfig:
@@ -260,6 +269,7 @@ class FrontierConfig:
             seen_mode=get_choice(settings, "CRAWLFLEET_SEEN_MODE", SEEN_MODES),
             bloom_capacity=get_int(settings, "CRAWLFLEET_BLOOM_CAPACITY", minimum=1000),
             bloom_error_rate=error_rate,
+            shards=get_shards(settings),
             close_when_finished=get_bool(settings, "CRAWLFLEET_CLOSE_WHEN_FINISHED"),
             finish_grace_seconds=get_float(settings, "CRAWLFLEET_FINISH_GRACE_SECONDS", minimum=0),
             idle_max_seconds=get_float(settings, "CRAWLFLEET_IDLE_MAX_SECONDS", minimum=0.1),
@@ -275,6 +285,18 @@ class FrontierConfig:
             node_ip=node_ip(settings),
             backoff=BackoffConfig.from_settings(settings),
         )
+
+
+#: Most shards a job may have (each is a hash tag, its own keys and a call per lease).
+MAX_SHARDS = 1024
+
+
+def get_shards(settings: BaseSettings) -> int:
+    """CRAWLFLEET_SHARDS: 1 to MAX_SHARDS."""
+    shards = get_int(settings, "CRAWLFLEET_SHARDS", minimum=1)
+    if shards > MAX_SHARDS:
+        raise ConfigError(f"CRAWLFLEET_SHARDS must be at most {MAX_SHARDS}, got {shards}")
+    return shards
 
 
 def budget_scope(settings: BaseSettings, spider_name: str) -> str:
@@ -333,9 +355,9 @@ RESERVED_JOB_NAMES = ("polite", "proxies")
 def validate_job_name(job: str) -> str:
     """Job names become part of a Redis hash tag: no braces, no whitespace, none of the
     fleet's own tags."""
-    if not job or any(c in job for c in "{} \t\r\n") or len(job) > 200:
+    if not job or any(c in job for c in "{}# \t\r\n") or len(job) > 200:
         raise ConfigError(
-            f"job name must be 1-200 characters without braces or whitespace, got {job!r}"
+            f"job name must be 1-200 characters without braces, '#' or whitespace, got {job!r}"
         )
     if job in RESERVED_JOB_NAMES:
         raise ConfigError(

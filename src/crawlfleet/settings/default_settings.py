@@ -139,6 +139,13 @@ CRAWLFLEET_BLOOM_CAPACITY = 1_000_000
 #: Bloom mode: target false-positive rate of the whole filter, all layers together.
 CRAWLFLEET_BLOOM_ERROR_RATE = 1e-6
 
+# --- Shards -------------------------------------------------------------------------
+#: Split a job created by this node over this many shards (each its own hash tag, so a
+#: Redis Cluster spreads one crawl over its masters; sites go to shards by a stable
+#: hash). Set when the job is created (its first seed or node): a job keeps its count.
+#: 1: one hash tag, as before; on one Redis, more shards only cost round trips.
+CRAWLFLEET_SHARDS = 1
+
 # --- Finishing ----------------------------------------------------------------------
 #: Close the node (reason "finished") once the job is finished: queues empty, nothing
 #: leased, no node busy. False: stay up waiting for new seeds.

@@ -1,0 +1,477 @@
+"""One job's frontier over the shards it was created with.
+
+A job created with CRAWLFLEET_SHARDS = N > 1 keeps its queues, leases and seen-filter in
+N shards, each under a hash tag of its own (crawlfleet.redis.keys), so that a Redis
+Cluster spreads one crawl over its masters. A site, and so every URL of it, belongs to
+one shard (:func:`shard_of`: a stable hash of the site name), which keeps each script
+on one shard: a commit queues a site's requests and checks their URLs in that shard's
+seen-filter, a lease takes a site's requests and paces it in the fleet's politeness
+keys (as one script on one Redis, as three on a cluster: crawlfleet.frontier.client).
+
+:class:`JobFrontier` is what every part of crawlfleet opens for a job. It reads the
+job's shard count once (a key in shard 0; a job created before shards existed has
+none and is one shard) and then:
+
+- commits, releases, renewals and reclaims go to the shards concerned, in parallel;
+- a lease asks every shard at once: those with sites in the offer for their share of
+  the requests wanted, the others for their next sites (so that a shard that had
+  nothing and gets new requests is offered at the next lease); the sites offered next
+  alternate between shards, so each gets its turn;
+- a request id is ``<shard>:<id>`` so that its ack finds its shard;
+- the node registry, control commands, run-time limits and summaries are the job's, in
+  shard 0; every shard keeps the nodes that hold its leases, so that it can reclaim
+  them from a node that died.
+
+With one shard every call goes straight to the shard's :class:`Frontier`, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import zlib
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+
+from crawlfleet.exceptions import CommandFailed
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import (
+    CommitResult,
+    JobState,
+    Leased,
+    LeaseResult,
+    Outgoing,
+    SeenConfig,
+    counter_value,
+    text,
+)
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.config import MAX_SHARDS
+
+__all__ = ["JobFrontier", "interleave", "shard_of"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Counters that are not additive across shards: read from shard 0.
+_JOB_COUNTERS = frozenset({"beat_at", "resumed_at", "seq", "control_seq", "bad_seq"})
+
+
+def shard_of(site: str, shards: int) -> int:
+    """The shard that holds *site* among *shards* (stable across processes and
+    versions: CRC-32 of its UTF-8 name)."""
+    return zlib.crc32(site.encode("utf-8", "surrogatepass")) % shards if shards > 1 else 0
+
+
+def interleave(lists: Sequence[Sequence[str]], size: int) -> list[str]:
+    """One item of each list in turn, up to *size* items."""
+    out: list[str] = []
+    depth = max((len(x) for x in lists), default=0)
+    for i in range(depth):
+        for x in lists:
+            if i < len(x):
+                out.append(x[i])
+                if len(out) >= size:
+                    return out
+    return out
+
+
+def _shares(n: int, sizes: Sequence[int]) -> list[int]:
+    """*n* split in proportion to *sizes* (each non-zero size gets at least 1)."""
+    total = sum(sizes)
+    shares = [max(1, n * s // total) if s else 0 for s in sizes]
+    left = n - sum(shares)
+    for i, s in enumerate(sizes):
+        if left <= 0:
+            break
+        if s:
+            shares[i] += 1
+            left -= 1
+    return shares
+
+
+class JobFrontier:
+    """The frontier of one job over its shards (see the module's docstring). *shards*:
+    the count a job gets when this object creates it (CRAWLFLEET_SHARDS); a job keeps
+    the count it was created with."""
+
+    def __init__(
+        self,
+        client: Redis,
+        keys: JobKeys,
+        seen: SeenConfig | None = None,
+        *,
+        shards: int = 1,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.seen = seen or SeenConfig()
+        self.wanted = shards
+        #: shard 0: the job's own keys, and its registry, control and limits
+        self.home = Frontier(client, keys, self.seen)
+        self._parts: list[Frontier] | None = None
+        self._own_trips = 0
+
+    # -- what the node's statistics read -------------------------------------------------
+    @property
+    def round_trips(self) -> int:
+        parts = self._parts or [self.home]
+        return self._own_trips + sum(p.round_trips for p in parts)
+
+    @property
+    def came_due(self) -> int:
+        return sum(p.came_due for p in self._parts or [self.home])
+
+    @came_due.setter
+    def came_due(self, value: int) -> None:  # the node sets 0 once it counted them
+        for p in self._parts or [self.home]:
+            p.came_due = 0
+        self.home.came_due = value
+
+    # -- the shards ----------------------------------------------------------------------
+    async def shards(self, *, create: bool = False) -> list[Frontier]:
+        """The job's shards, shard 0 first. With *create*, a job that has no shard count
+        yet gets one (this object's, or 1 for a job that already has counters: it was
+        created before shards existed); without, such a job is read as one shard."""
+        if self._parts is not None:
+            return self._parts
+        k = self.keys
+        self._own_trips += 1
+        raw = await self.client.get(k.shards)
+        if raw is None:
+            if not create:
+                return [self.home]
+            count = self.wanted
+            if count > 1:
+                self._own_trips += 1
+                if await self.client.exists(k.counters):
+                    count = 1
+            self._own_trips += 2
+            await self.client.set(k.shards, count, nx=True)
+            raw = await self.client.get(k.shards)
+        try:
+            count = int(text(raw))
+        except ValueError:
+            count = 0
+        if not 1 <= count <= MAX_SHARDS:
+            raise CommandFailed(
+                f"job {k.job!r}: its shard count in Redis ({k.shards}) is {text(raw)!r}, "
+                f"not a number from 1 to {MAX_SHARDS}"
+            )
+        if create and self.wanted > 1 and self.wanted != count:
+            logger.warning(
+                "Job %s has %d shard(s), set when it was created: CRAWLFLEET_SHARDS = %d "
+                "is ignored (a job's shard count cannot change; reset it to start over)",
+                k.job,
+                count,
+                self.wanted,
+            )
+        if count > 1:
+            # the job's seen-filter is split too: each shard's Bloom filter holds its part
+            per = dataclasses.replace(
+                self.seen, bloom_capacity=max(1000, self.seen.bloom_capacity // count)
+            )
+            self.home.seen = per
+            others = [Frontier(self.client, k.in_shard(i), per) for i in range(1, count)]
+            self._parts = [self.home, *others]
+        else:
+            self._parts = [self.home]
+        return self._parts
+
+    def _split(self, rids: Iterable[str], count: int) -> list[list[str]]:
+        """Request ids ("<shard>:<id>") by shard, without their shard (an id of no shard
+        goes to shard 0 as it is: it matches nothing there)."""
+        out: list[list[str]] = [[] for _ in range(count)]
+        for rid in rids:
+            head, sep, tail = rid.partition(":")
+            if sep and head.isdigit() and int(head) < count:
+                out[int(head)].append(tail)
+            else:
+                out[0].append(rid)
+        return out
+
+    @staticmethod
+    async def _each(calls: Sequence[Awaitable[T]]) -> list[T]:
+        """Run *calls* at once; the first failure is raised once all are done (what
+        succeeded stays done: every operation sent in several parts may be sent again)."""
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results  # type: ignore[return-value]
+
+    # -- queueing ------------------------------------------------------------------------
+    async def register_job(self) -> None:
+        """List the job (as :meth:`Frontier.register_job`) and fix its shard count."""
+        await self.home.register_job()
+        await self.shards(create=True)
+
+    async def commit(
+        self,
+        node: str,
+        requests: Sequence[Outgoing] = (),
+        acks: Sequence[str] = (),
+        bad: Sequence[str] = (),
+    ) -> CommitResult:
+        """As :meth:`Frontier.commit`, each shard's part in one script, all at once. On a
+        failure the whole batch may be committed again: acks apply once, and requests
+        queued the first time count as duplicates the second."""
+        parts = await self.shards(create=True)
+        if len(parts) == 1:
+            return await self.home.commit(node, requests, acks, bad)
+        count = len(parts)
+        reqs: list[list[Outgoing]] = [[] for _ in parts]
+        where: list[list[int]] = [[] for _ in parts]
+        for i, r in enumerate(requests):
+            s = shard_of(r.site, count)
+            reqs[s].append(r)
+            where[s].append(i)
+        acks_by, bad_by = self._split(acks, count), self._split(bad, count)
+        touched = [s for s in range(count) if reqs[s] or acks_by[s] or bad_by[s]]
+        results = await self._each(
+            [parts[s].commit(node, reqs[s], acks_by[s], bad_by[s]) for s in touched]
+        )
+        pairs = zip(touched, results, strict=True)
+        dups = sorted(where[s][i] for s, r in pairs for i in r.duplicate_indexes)
+        return CommitResult(
+            sum(r.queued for r in results),
+            sum(r.duplicates for r in results),
+            sum(r.acked for r in results),
+            dups,
+        )
+
+    async def offer(self, size: int) -> list[str]:
+        """Up to *size* sites with queued requests, the shards' in turn."""
+        parts = await self.shards()
+        if len(parts) == 1:
+            return await self.home.offer(size)
+        return interleave(await self._each([p.offer(size) for p in parts]), size)
+
+    async def lease(
+        self,
+        node: str,
+        n: int,
+        sites: Sequence[str],
+        *,
+        lease_ms: int,
+        per_site: int,
+        offer_size: int,
+        intervals: Sequence[int] | None = None,
+        budgets: Sequence[str] | None = None,
+        late: Sequence[int] | None = None,
+        **pacing: Any,
+    ) -> LeaseResult:
+        """As :meth:`Frontier.lease`: every shard at once, each for its sites of *sites*
+        and its share of *n* (the shards without any: their next sites, which join the
+        offer). Counts are the job's; the control sequence is shard 0's."""
+        parts = await self.shards(create=True)
+        if len(parts) == 1:
+            return await self.home.lease(
+                node,
+                n,
+                sites,
+                lease_ms=lease_ms,
+                per_site=per_site,
+                offer_size=offer_size,
+                intervals=intervals,
+                budgets=budgets,
+                late=late,
+                **pacing,
+            )
+        count = len(parts)
+        groups: list[list[int]] = [[] for _ in parts]
+        for i, site in enumerate(sites):
+            groups[shard_of(site, count)].append(i)
+        shares = _shares(n, [len(g) for g in groups])
+
+        def pick(values: Sequence[Any] | None, group: list[int]) -> list[Any] | None:
+            return None if values is None else [values[i] for i in group]
+
+        calls: list[Awaitable[LeaseResult]] = []
+        for s, group in enumerate(groups):
+            if not group:
+                calls.append(parts[s].peek(offer_size))
+                continue
+            calls.append(
+                parts[s].lease(
+                    node,
+                    shares[s],
+                    [sites[i] for i in group],
+                    lease_ms=lease_ms,
+                    per_site=per_site,
+                    offer_size=offer_size,
+                    intervals=pick(intervals, group),
+                    budgets=pick(budgets, group),
+                    late=pick(late, group),
+                    **pacing,
+                )
+            )
+        results = await self._each(calls)
+        waits = [r.ready_in_us for r in results if r.ready_in_us >= 0]
+        return LeaseResult(
+            max(r.now_us for r in results),
+            [
+                Leased(f"{s}:{e.rid}", e.site, e.payload, e.slot_us, e.late_us)
+                for s, r in enumerate(results)
+                for e in r.entries
+            ],
+            interleave([r.offer for r in results], offer_size),
+            sum(r.queued for r in results),
+            sum(r.leased for r in results),
+            min(waits) if waits else -1,
+            results[0].control_seq,
+            [site for r in results for site in r.backoff_ended],
+        )
+
+    # -- leases --------------------------------------------------------------------------
+    async def release(self, node: str, held: Iterable[tuple[str, str]]) -> int:
+        """As :meth:`Frontier.release`: each shard's leases given back to it."""
+        parts = await self.shards(create=True)
+        if len(parts) == 1:
+            return await self.home.release(node, held)
+        pairs = list(held)
+        sites = dict(pairs)
+        by = self._split([rid for rid, _ in pairs], len(parts))
+        back = await self._each(
+            [
+                parts[s].release(node, [(rid, sites.get(f"{s}:{rid}", "")) for rid in rids])
+                for s, rids in enumerate(by)
+                if rids
+            ]
+        )
+        return sum(back)
+
+    async def reclaim_expired(self, limit: int = 1000, *, grace_ms: int = 0) -> int:
+        """As :meth:`Frontier.reclaim_expired`, in every shard (up to *limit* each)."""
+        parts = await self.shards()
+        back = await self._each([p.reclaim_expired(limit, grace_ms=grace_ms) for p in parts])
+        return sum(back)
+
+    async def heartbeat(
+        self,
+        node: str,
+        *,
+        ttl_ms: int,
+        status: str,
+        busy: bool,
+        lease_ms: int,
+        renew: Sequence[str] = (),
+    ) -> JobState:
+        """As :meth:`Frontier.heartbeat`: shard 0 registers the node and reads the job's
+        state; every other shard registers it too (so that it can reclaim the node's
+        leases if it dies) and renews its leases there. Counts are the job's."""
+        parts = await self.shards(create=True)
+        if len(parts) == 1:
+            return await self.home.heartbeat(
+                node, ttl_ms=ttl_ms, status=status, busy=busy, lease_ms=lease_ms, renew=renew
+            )
+        by = self._split(renew, len(parts))
+        states = await self._each(
+            [
+                p.heartbeat(
+                    node,
+                    ttl_ms=ttl_ms,
+                    status=status if s == 0 or status == "leaving" else "{}",
+                    busy=busy,
+                    lease_ms=lease_ms,
+                    renew=by[s],
+                    fleet=s == 0,
+                )
+                for s, p in enumerate(parts)
+            ]
+        )
+        return dataclasses.replace(
+            states[0],
+            queued=sum(st.queued for st in states),
+            leased=sum(st.leased for st in states),
+            leased_total=sum(st.leased_total for st in states),
+        )
+
+    # -- the job's own state (shard 0) ---------------------------------------------------
+    async def control_seq(self) -> int:
+        return await self.home.control_seq()
+
+    async def send_control(self, scope: str, kind: str, value: str | int) -> int:
+        return await self.home.send_control(scope, kind, value)
+
+    async def node_statuses(self) -> dict[str, dict[str, Any]]:
+        return await self.home.node_statuses()
+
+    async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
+        await self.home.save_summary(node, summary)
+
+    async def summaries(self) -> dict[str, dict[str, Any]]:
+        return await self.home.summaries()
+
+    async def live_nodes(self) -> list[str]:
+        return await self.home.live_nodes()
+
+    async def read_seeds(self, key: str, n: int) -> list[bytes]:
+        return await self.home.read_seeds(key, n)
+
+    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
+        return await self.home.trim_seeds(key, entries)
+
+    # -- the fleet's politeness (not the job's: shard 0's client reaches it) ------------
+    async def backoff(self, slow: Mapping[str, int | tuple[int, int]], **kw: Any) -> dict[str, int]:
+        return await self.home.backoff(slow, **kw)
+
+    async def recovered(self, sites: Iterable[str]) -> list[str]:
+        return await self.home.recovered(sites)
+
+    async def set_robots(self, delays: Mapping[str, int]) -> dict[str, int]:
+        return await self.home.set_robots(delays)
+
+    async def read_throttle(self) -> dict[str, dict[str, int]]:
+        return await self.home.read_throttle()
+
+    # -- inspection and administration ---------------------------------------------------
+    async def counters(self) -> dict[str, int]:
+        """The job's counters: summed over its shards (times and sequences: shard 0's)."""
+        parts = await self.shards()
+        each = await self._each([p.counters() for p in parts])
+        total = dict(each[0])
+        for more in each[1:]:
+            for name, value in more.items():
+                if name not in _JOB_COUNTERS:
+                    total[name] = total.get(name, 0) + counter_value(value)
+        return total
+
+    async def seen_check(
+        self, fingerprints: Sequence[bytes], *, add: bool, sites: Sequence[str] | None = None
+    ) -> list[bool]:
+        """As :meth:`Frontier.seen_check`; a sharded job needs each fingerprint's *site*
+        (its URL's seen mark is in the site's shard)."""
+        parts = await self.shards(create=add)
+        if len(parts) == 1:
+            return await self.home.seen_check(fingerprints, add=add)
+        if sites is None or len(sites) != len(fingerprints):
+            raise ValueError("a sharded job's seen-filter needs the site of each fingerprint")
+        groups: list[list[int]] = [[] for _ in parts]
+        for i, site in enumerate(sites):
+            groups[shard_of(site, len(parts))].append(i)
+        touched = [s for s, g in enumerate(groups) if g]
+        found = await self._each(
+            [parts[s].seen_check([fingerprints[i] for i in groups[s]], add=add) for s in touched]
+        )
+        out = [False] * len(fingerprints)
+        for s, flags in zip(touched, found, strict=True):
+            for i, flag in zip(groups[s], flags, strict=True):
+                out[i] = flag
+        return out
+
+    async def reset(self, *, keep_limits: bool = False) -> int:
+        """As :meth:`Frontier.reset`, every shard (shard 0 last: its shard count goes
+        with it, so an interrupted reset can be run again)."""
+        parts = await self.shards()
+        deleted = 0
+        for p in parts[1:]:
+            deleted += await p.reset(keep_limits=True)
+        deleted += await self.home.reset(keep_limits=keep_limits)
+        self._parts = None
+        self.home.seen = self.seen
+        return deleted
