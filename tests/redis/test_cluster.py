@@ -12,12 +12,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from crawlfleet.fleet.limits import set_limits
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.frontier.sharded import shard_of
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -68,15 +70,19 @@ def test_a_lease_paces_apart_from_the_job_and_gives_back_unused_slots(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("shards", [1, 6])
 def test_a_crawl_on_a_cluster_is_exact_and_polite_through_fail_overs(
-    cluster: LocalCluster, node_env: dict[str, str], tmp_path: Path
+    cluster: LocalCluster, node_env: dict[str, str], tmp_path: Path, shards: int
 ) -> None:
-    """Two nodes crawl under a 10/s limit per site; the masters of the job's slot and of
-    the politeness slot are failed over mid-crawl: no page is lost or fetched twice, and
-    no site sees more than its limit in any second."""
-    job = "clustered"
+    """Two nodes crawl under a 10/s limit per site, the job in one slot or in six
+    shards; every master that holds a shard of the job or the politeness slot is failed
+    over mid-crawl: no page is lost or fetched twice, and no site sees more than its
+    limit in any second."""
+    job = f"clustered{shards}"
+    tags = ["{" + job + "}", *("{" + f"{job}#{k}" + "}" for k in range(1, shards)), "{polite}"]
     settings = {
         **node_env,
+        "CRAWLFLEET_SHARDS": shards,
         "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": "10/1s"}),
         "CRAWLFLEET_RATE_LIMIT_MARGIN": 0.1,
         "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
@@ -99,7 +105,8 @@ def test_a_crawl_on_a_cluster_is_exact_and_polite_through_fail_overs(
         deadline = time.monotonic() + 60
         while site.stats()["total_requests"] < 30 and time.monotonic() < deadline:
             time.sleep(0.1)
-        moved = [cluster.fail_over("{" + job + "}"), cluster.fail_over("{polite}")]
+        masters = {cluster.master_of(tag): tag for tag in tags}  # each master once
+        moved = [cluster.fail_over(tag) for tag in masters.values()]
         after_fail_overs = site.stats()["total_requests"]
         codes = wait_all(procs, 180)
         stats = site.stats()
@@ -110,6 +117,15 @@ def test_a_crawl_on_a_cluster_is_exact_and_polite_through_fail_overs(
     assert stats["never_fetched"] == [] and stats["fetched_twice"] == []
     for host, figures in stats["hosts"].items():
         assert figures["max_rate_1s"] <= 10, (host, figures)
+    prefix = node_env["CRAWLFLEET_KEY_PREFIX"]
+    acked = [
+        int(cluster.client(cluster.master_of(tag)).hget(f"{prefix}:{tag}:counters", "acked") or 0)
+        for tag in tags[:-1]
+    ]
+    # each shard crawled its hosts' pages, and only those
+    hosts = {urlsplit(u).hostname or "" for u in site.seed_urls}
+    held = {shard_of(host, shards) for host in hosts}
+    assert {k for k, n in enumerate(acked) if n} == held, (acked, hosts)
 
 
 def test_a_cluster_that_serves_no_slot_is_one_line(tmp_path: Path) -> None:

@@ -1,0 +1,227 @@
+"""A job over several shards on one Redis: its shard count is fixed when it is created,
+its sites spread over the shards' hash tags, every shard is leased from, and what reads
+the job (counters, snapshot, reset) sees all of it. The frontier contract itself runs on
+a sharded job in test_frontier_scripts.py."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis as sync_redis
+
+from crawlfleet.exceptions import CommandFailed, ConfigError
+from crawlfleet.fleet.snapshot import snapshot
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import Outgoing
+from crawlfleet.frontier.sharded import JobFrontier, interleave, shard_of
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.settings.config import validate_job_name
+
+KW: dict[str, Any] = {"lease_ms": 60000, "offer_size": 50}
+
+
+def out(url: str, site: str) -> Outgoing:
+    return Outgoing(hashlib.sha1(url.encode()).digest()[:16], site, 0, url.encode())
+
+
+def run(redis_url: str, body: Callable[[Any], Awaitable[None]]) -> None:
+    async def main() -> None:
+        client = make_client(redis_url)
+        try:
+            await body(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def sites_in_every_shard(shards: int, per_shard: int = 2) -> list[str]:
+    """Site names, *per_shard* of them in each shard."""
+    found: dict[int, list[str]] = {k: [] for k in range(shards)}
+    i = 0
+    while any(len(v) < per_shard for v in found.values()):
+        name = f"site{i}.test"
+        if len(found[shard_of(name, shards)]) < per_shard:
+            found[shard_of(name, shards)].append(name)
+        i += 1
+    return [s for k in range(shards) for s in found[k]]
+
+
+async def lease_everything(f: JobFrontier, node: str = "n1") -> list[Any]:
+    """Lease until the job has nothing queued, as a node does (offer from each reply)."""
+    got: list[Any] = []
+    offer = await f.offer(50)
+    for _ in range(50):
+        if not offer:
+            break
+        r = await f.lease(node, 7, offer, per_site=2, **KW)
+        got += r.entries
+        offer = r.offer
+    return got
+
+
+def test_a_sites_shard_is_stable_and_shards_share_the_work() -> None:
+    # CRC-32 of the name: the same in every process and version
+    assert [shard_of(s, 4) for s in ("a", "big", "127.0.0.1")] == [3, 1, 0]
+    assert shard_of("anything", 1) == 0
+    counts = [0] * 8
+    for i in range(8000):
+        counts[shard_of(f"host{i}.example.com", 8)] += 1
+    assert min(counts) > 900 and max(counts) < 1100, counts
+    assert interleave([["a", "b", "c"], [], ["x"]], 3) == ["a", "x", "b"]
+
+
+def test_job_names_may_not_hold_the_shard_separator() -> None:
+    with pytest.raises(ConfigError, match="'#'"):
+        validate_job_name("news#1")
+
+
+def test_a_job_keeps_the_shard_count_it_was_created_with(
+    redis_server_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    sites = sites_in_every_shard(3)
+
+    async def body(client: Any) -> None:
+        first = JobFrontier(client, keys, shards=3)
+        await first.register_job()
+        assert await client.get(keys.shards) == b"3"
+        # a node configured otherwise joins the job as it is, and says so
+        with caplog.at_level(logging.WARNING):
+            second = JobFrontier(client, keys, shards=5)
+            await second.commit("n2", [out(f"https://{s}/", s) for s in sites])
+        assert "has 3 shard(s)" in caplog.text and "= 5 is ignored" in caplog.text
+        assert len(await second.shards()) == 3
+        # every site went to its shard's own keys, and the first object leases them all
+        for k in range(3):
+            assert await client.zcard(keys.in_shard(k).sites) == 2
+        assert keys.in_shard(1).sites == f"{key_prefix}:{{job#1}}:sites"
+        got = await lease_everything(first)
+        assert sorted(e.site for e in got) == sorted(sites)
+        assert {e.rid.split(":")[0] for e in got} == {"0", "1", "2"}
+
+    run(redis_server_url, body)
+
+
+def test_a_job_from_before_shards_stays_one_shard(redis_server_url: str, key_prefix: str) -> None:
+    keys = JobKeys.of(key_prefix, "old")
+
+    async def body(client: Any) -> None:
+        await Frontier(client, keys).commit("n1", [out("https://a/", "a"), out("https://b/", "b")])
+        f = JobFrontier(client, keys, shards=4)
+        assert len(await f.shards(create=True)) == 1
+        assert await client.get(keys.shards) == b"1"
+        assert len(await lease_everything(f)) == 2
+
+    run(redis_server_url, body)
+
+
+def test_a_bad_shard_count_is_one_clear_error(redis_server_url: str, key_prefix: str) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+
+    async def body(client: Any) -> None:
+        await client.set(keys.shards, "lots")
+        with pytest.raises(CommandFailed, match=r"shard count .* is 'lots', not a number"):
+            await JobFrontier(client, keys).counters()
+
+    run(redis_server_url, body)
+
+
+def test_reading_a_job_creates_no_shard_count(redis_server_url: str, key_prefix: str) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=3)
+        assert await f.counters() == {} and await f.offer(10) == []
+        assert await client.get(keys.shards) is None
+        await f.commit("n1", [out("https://a/", "a")])
+        assert await client.get(keys.shards) == b"3"
+
+    run(redis_server_url, body)
+
+
+def test_a_shard_with_nothing_offered_joins_the_next_offer(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    a, b = sites_in_every_shard(2, per_shard=1)
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=2)
+        await f.commit("n1", [out(f"https://{a}/{i}", a) for i in range(3)])
+        offer = await f.offer(10)
+        assert offer == [a]
+        # the other shard gets work from another node: the next lease reply offers it
+        await JobFrontier(client, keys).commit("n2", [out(f"https://{b}/", b)])
+        r = await f.lease("n1", 1, offer, per_site=1, **KW)
+        assert [e.site for e in r.entries] == [a] and r.offer == [a, b]
+        assert r.queued == 3 and r.leased == 1
+        r = await f.lease("n1", 4, r.offer, per_site=4, **KW)
+        assert sorted(e.site for e in r.entries) == [a, a, b]
+
+    run(redis_server_url, body)
+
+
+def test_what_reads_a_job_sees_every_shard(redis_server_url: str, key_prefix: str) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    sites = sites_in_every_shard(3)
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=3)
+        await f.commit("n1", [out(f"https://{s}/{i}", s) for s in sites for i in range(i_of(s))])
+        queued = sum(i_of(s) for s in sites)
+        got = await f.lease("n1", 4, await f.offer(50), per_site=1, **KW)
+        await f.heartbeat("n1", ttl_ms=60000, status="{}", busy=True, lease_ms=60000)
+        counters = await f.counters()
+        assert counters["queued"] == queued - 4 and counters["leased"] == 4
+        assert counters["enqueued"] == queued
+        snap = await snapshot(client, keys)
+        assert (snap.queued, snap.leased, snap.sites) == (queued - 4, 4, len(sites))
+        assert sorted(snap.top_sites) == sorted(
+            (s, i_of(s) - sum(e.site == s for e in got.entries)) for s in sites
+        )
+        assert list(snap.nodes) == ["n1"] and snap.overdue_leases == 0
+        # a dead node's leases come back from every shard
+        await f.heartbeat("n1", ttl_ms=1, status="{}", busy=False, lease_ms=1)
+        await asyncio.sleep(0.05)
+        assert await JobFrontier(client, keys).reclaim_expired() == 4
+        assert (await f.counters())["queued"] == queued
+
+    run(redis_server_url, body)
+
+
+def i_of(site: str) -> int:
+    """How many requests the test queues for *site* (2 to 4)."""
+    return 2 + len(site) % 3
+
+
+def test_reset_deletes_every_key_of_every_shard(redis_server_url: str, key_prefix: str) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    sites = sites_in_every_shard(3)
+    plain = sync_redis.Redis.from_url(redis_server_url)
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=3)
+        await f.register_job()
+        await f.commit("n1", [out(f"https://{s}/", s) for s in sites])
+        got = await lease_everything(f)
+        await f.commit("n1", acks=[e.rid for e in got[:2]])
+        await f.heartbeat("n1", ttl_ms=60000, status="{}", busy=True, lease_ms=60000)
+        assert any(b"#2}" in k for k in plain.scan_iter(match=f"{key_prefix}:*"))
+        assert await f.reset() > 0
+        assert list(plain.scan_iter(match=f"{key_prefix}:*")) == []
+        # created again, the job takes the count of whoever creates it now
+        g = JobFrontier(client, keys, shards=2)
+        await g.register_job()
+        assert len(await g.shards()) == 2
+
+    try:
+        run(redis_server_url, body)
+    finally:
+        plain.close()
