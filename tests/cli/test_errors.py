@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from crawlfleet.redis.keys import JobKeys
-from tests.pipelines.redisproc import RedisProcess
+from crawlfleet.redis.localcluster import RedisProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a loopback port nothing listens on, with a password that must never be printed

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from crawlfleet.node.launcher import start_node
+from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.state.errors import Failure, record_failures
 from crawlfleet.state.models import utcnow
 from crawlfleet.testsite.model import SiteModel
@@ -27,7 +28,6 @@ from tests.dashboard.conftest import (
     wait_until,
 )
 from tests.dashboard.hostile import PAYLOADS, HostileSite
-from tests.pipelines.redisproc import RedisProcess
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 

@@ -190,7 +190,7 @@ def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[...
 
 def test_a_delayed_request_waits_then_any_node_takes_it(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
-        retry = Outgoing(b"", "a", 0, b"retry", delay_ms=300)
+        retry = Outgoing(b"", "a", 0, b"retry", delay_ms=1000)  # room for a loaded machine
         r = await f.commit("n1", [out("u1"), retry])
         assert r.queued == 2  # both are in the job, one of them waiting
         c = await f.counters()
@@ -203,7 +203,7 @@ def test_a_delayed_request_waits_then_any_node_takes_it(run: Callable[..., Any])
         await asyncio.sleep(0.1)
         assert await f.reclaim_expired() == 0 and f.came_due == 0
         assert await lease_all(f, "n3") == []
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(1.0)
         # its time has come: reclaiming queues it (not counted as a reclaimed lease), even
         # in the grace after a silence of the fleet (the job's start is one)
         assert await f.reclaim_expired(grace_ms=60_000) == 0 and f.came_due == 1
@@ -422,7 +422,10 @@ def test_jobs_share_a_sites_budget_and_back_off_unless_given_their_own(
         assert [e.slot_us for e in r.entries] == [0, 300_000, 600_000]
         # job b's nodes draw on the same schedule: nothing until a's last slot is near
         r = await b.lease("n2", 3, ["s"], budgets=["s"], **paced, **kw)
-        assert r.entries == [] and r.ready_in_us > 0
+        # (a job of several shards says "lease again now" when a shard not tried, here
+        # the one of site t, may be ready)
+        sharded = isinstance(b, JobFrontier) and len(await b.shards()) > 1
+        assert r.entries == [] and (r.ready_in_us > 0 or (sharded and "t" in r.offer))
         # a budget of its own (crawlfleet limits set JOB ...) starts from now
         r = await b.lease("n2", 3, ["s"], budgets=["s|job=job-b"], **paced, **kw)
         assert [e.slot_us for e in r.entries] == [0, 300_000, 600_000]

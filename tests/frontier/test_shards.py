@@ -160,10 +160,61 @@ def test_a_shard_with_nothing_offered_joins_the_next_offer(
         # the other shard gets work from another node: the next lease reply offers it
         await JobFrontier(client, keys).commit("n2", [out(f"https://{b}/", b)])
         r = await f.lease("n1", 1, offer, per_site=1, **KW)
-        assert [e.site for e in r.entries] == [a] and r.offer == [a, b]
+        assert [e.site for e in r.entries] == [a] and sorted(r.offer) == sorted([a, b])
         assert r.queued == 3 and r.leased == 1
         r = await f.lease("n1", 4, r.offer, per_site=4, **KW)
         assert sorted(e.site for e in r.entries) == [a, a, b]
+
+    run(redis_server_url, body)
+
+
+def test_a_lease_calls_a_few_shards_and_every_shard_gets_its_turn(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    sites = sites_in_every_shard(8, per_shard=10)
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=8)
+        await f.commit("n1", [out(f"https://{s}/{i}", s) for s in sites for i in range(20)])
+        offer = await f.offer(32)
+        assert len(offer) == 32 and len({shard_of(s, 8) for s in offer}) == 4
+        turns: list[set[str]] = []
+        for _ in range(8):
+            r = await f.lease("n1", 64, offer, per_site=2, lease_ms=60000, offer_size=32)
+            turns.append({e.rid.split(":")[0] for e in r.entries})
+            assert len(r.entries) == 64
+            offer = r.offer
+        assert all(len(t) == 4 for t in turns)  # 4 shards' sites in each offer ...
+        assert set().union(*turns) == {str(k) for k in range(8)}  # ... all in turn
+        assert r.queued == len(sites) * 20 - 8 * 64 and r.leased == 8 * 64
+
+    run(redis_server_url, body)
+
+
+def test_paced_shards_are_tried_once_then_the_lease_waits(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    sites = sites_in_every_shard(4, per_shard=1)
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=4)
+        await f.commit("n1", [out(f"https://{s}/{i}", s) for s in sites for i in range(5)])
+        paced = {"horizon_us": 100_000}
+        offer = await f.offer(32)
+        r = await f.lease("n1", 8, offer, per_site=8, intervals=[1_000_000] * 4, **paced, **KW)
+        assert len(r.entries) == 4  # one slot of each site, the next ones a second away
+        tries = 0
+        while True:  # a node leases again while the reply says so
+            tries += 1
+            r = await f.lease(
+                "n1", 8, r.offer, per_site=8, intervals=[1_000_000] * 4, **paced, **KW
+            )
+            assert r.entries == []
+            if r.ready_in_us > 0 or tries > 4:
+                break
+        assert tries == 1 and 800_000 < r.ready_in_us <= 1_000_000
 
     run(redis_server_url, body)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.pipelines.redisproc import RedisProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 BOMB_MB = 300  # decompressed; about 300 KB on the wire

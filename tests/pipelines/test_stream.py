@@ -28,7 +28,7 @@ from crawlfleet.pipelines.stream import (
     encode_entry,
 )
 from crawlfleet.redis.keys import JobKeys, jobs_key
-from tests.pipelines.redisproc import RedisProcess
+from crawlfleet.redis.localcluster import RedisProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -38,10 +38,10 @@ from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport, sto
 from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.redis.scripts import script_source
 from crawlfleet.settings.config import settings_with_defaults
 from tests.pipelines.dbs import require_server, sql_test_url, unique_table, wait_until
-from tests.pipelines.redisproc import RedisProcess
 
 JOB = "job-w"
 ROOT = Path(__file__).resolve().parents[2]

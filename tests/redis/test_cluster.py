@@ -23,10 +23,9 @@ from crawlfleet.frontier.sharded import shard_of
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.localcluster import LocalCluster, RedisProcess, local_cluster
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.pipelines.redisproc import RedisProcess
-from tests.redis.cluster import LocalCluster, local_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from crawlfleet.benchmark.balance import BalanceResult, balance_targets
+from crawlfleet.benchmark.cluster import ClusterResult
 from crawlfleet.benchmark.crawl import CrawlResult
 from crawlfleet.benchmark.faults import FaultResult
 from crawlfleet.benchmark.items import ItemsResult
@@ -120,6 +121,10 @@ def balance_report(console: Console, results: list[BalanceResult]) -> dict[str, 
 #: Scale targets: bytes per URL of a Bloom filter at 1e-3, bytes per queued request.
 BLOOM_BYTES_PER_URL_MAX = 2.1
 QUEUED_BYTES_MAX = 150
+#: A job sharded over a 3-master cluster: at least this many times the capacity of one
+#: shard, and no master doing more than this share of its work.
+CLUSTER_GAIN_MIN = 1.8
+CLUSTER_BUSIEST_MAX = 0.5
 
 
 def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
@@ -162,6 +167,46 @@ def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
         f"scale: <= {QUEUED_BYTES_MAX} B per queued request "
         f"(measured {r.queued_bytes_per_request:.1f})": r.queued_bytes_per_request
         <= QUEUED_BYTES_MAX,
+    }
+
+
+def cluster_report(console: Console, results: list[ClusterResult]) -> dict[str, bool]:
+    """The cluster part: one job in one shard, then in several, on a 3-master cluster."""
+    table = Table(title=f"cluster: one job on a Redis Cluster of {results[0].masters} masters")
+    for col in (
+        "shards",
+        "queued",
+        "leased",
+        "Redis CPU µs: queue + lease + ack",
+        "CPU share per master",
+        "capacity/s",
+        "one client: queued/s, leased/s, acked/s",
+    ):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(
+            str(r.shards),
+            f"{r.queued:,}",
+            f"{r.leased:,}",
+            f"{r.redis_us_per_queued:.1f} + {r.redis_us_per_leased:.1f} + "
+            f"{r.redis_us_per_acked:.1f}",
+            " / ".join(f"{share:.0%}" for share in r.master_shares),
+            f"{r.capacity_per_second:,.0f}",
+            f"{r.enqueued_per_second:,.0f}, {r.leased_per_second:,.0f}, {r.acked_per_second:,.0f}",
+        )
+    console.print(table)
+    console.print(
+        "capacity: requests a second (each queued, leased and acknowledged once) before the "
+        "busiest master's thread is full"
+    )
+    one, sharded = results[0], results[-1]
+    gain = sharded.capacity_per_second / one.capacity_per_second
+    return {
+        f"cluster: {sharded.shards} shards serve >= {CLUSTER_GAIN_MIN}x one shard's capacity "
+        f"on {one.masters} masters (measured {gain:.2f}x)": gain >= CLUSTER_GAIN_MIN,
+        f"cluster: the busiest master does <= {CLUSTER_BUSIEST_MAX:.0%} of a sharded job's "
+        f"Redis work (measured {max(sharded.master_shares):.0%})": max(sharded.master_shares)
+        <= CLUSTER_BUSIEST_MAX,
     }
 
 

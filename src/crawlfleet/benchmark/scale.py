@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import math
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -45,8 +44,8 @@ from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing, SeenConfig
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.redis.connection import make_client
-from crawlfleet.redis.embedded import find_redis_server, free_port
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.localcluster import RedisProcess
 
 __all__ = ["ScaleResult", "run_scale"]
 
@@ -97,41 +96,16 @@ class ScaleResult:
 def private_redis(server: str | None = None) -> Iterator[str]:
     """A Redis of this run's own on 127.0.0.1 that writes nothing to disk (the binary
     *server*, by default the embedded Redis's); its URL."""
-    port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-scale-"))
-    args = [
-        server or find_redis_server(),
-        "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-        "--save", "", "--appendonly", "no", "--logfile", str(workdir / "redis.log"),
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryDirectory(prefix="crawlfleet-scale-") as workdir:
+        process = RedisProcess(Path(workdir), persist=False, server=server)
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        for f in workdir.iterdir():
-            f.unlink()
-        workdir.rmdir()
-
-
-async def _until_up(url: str) -> None:
-    client = make_client(url)
-    try:
-        for _ in range(200):
-            with contextlib.suppress(Exception):
-                if await client.ping():
-                    return
-            await asyncio.sleep(0.05)
-        raise CommandFailed(f"the scale run's Redis at {url} did not start")
-    finally:
-        await client.aclose()
+            process.start()
+        except RuntimeError as exc:
+            raise CommandFailed(f"the scale run's Redis did not start: {exc}") from None
+        try:
+            yield process.url
+        finally:
+            process.stop()
 
 
 async def _redis_us(client: Any) -> float:
@@ -140,7 +114,7 @@ async def _redis_us(client: Any) -> float:
     return float(sum(v.get("usec", 0) for v in stats.values() if isinstance(v, dict)))
 
 
-async def _in_parallel(calls: int, one: Callable[[int], Awaitable[Any]]) -> float:
+async def in_parallel(calls: int, one: Callable[[int], Awaitable[Any]]) -> float:
     """Run ``one(i)`` for i in range(calls), CLIENTS at a time; the seconds it took."""
     started = time.perf_counter()
     pending = iter(range(calls))
@@ -153,7 +127,7 @@ async def _in_parallel(calls: int, one: Callable[[int], Awaitable[Any]]) -> floa
     return time.perf_counter() - started
 
 
-def _url(n: int, sites: int) -> tuple[str, str]:
+def url_of(n: int, sites: int) -> tuple[str, str]:
     """(site, URL of about URL_CHARS characters) of the *n*-th request."""
     site = f"www.shop-{n % sites:06d}.example.com"
     return site, f"https://{site}/catalogue/item-{n:09d}?page=2"
@@ -172,7 +146,7 @@ async def _bloom(url: str, prefix: str, urls: int, error_rate: float) -> dict[st
             await frontier.seen_check([os.urandom(16) for _ in range(n)], add=True)
 
         spent = await _redis_us(client)
-        seconds = await _in_parallel(math.ceil(urls / BATCH), add)
+        seconds = await in_parallel(math.ceil(urls / BATCH), add)
         spent = await _redis_us(client) - spent
         layers, used, fp_rate = await bloom_figures(frontier, PROBES)
         await frontier.reset()
@@ -199,7 +173,7 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
             nonlocal chars, payload
             batch = []
             for n in range(i * COMMIT_BATCH, min(queued, (i + 1) * COMMIT_BATCH)):
-                site, link = _url(n, sites)
+                site, link = url_of(n, sites)
                 encoded = codec.encode(scrapy.Request(link))
                 chars += len(link)
                 payload += len(encoded)
@@ -207,7 +181,7 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
             await frontier.commit("scale", batch)
 
         spent = await _redis_us(client)
-        enqueue_seconds = await _in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
+        enqueue_seconds = await in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
         queue_us = await _redis_us(client) - spent
         after = int((await client.info("memory"))["used_memory"])
         leased: list[str] = []
@@ -232,7 +206,7 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
             await frontier.commit("scale", acks=leased[i * COMMIT_BATCH : (i + 1) * COMMIT_BATCH])
 
         spent = await _redis_us(client)
-        ack_seconds = await _in_parallel(math.ceil(len(leased) / COMMIT_BATCH), ack)
+        ack_seconds = await in_parallel(math.ceil(len(leased) / COMMIT_BATCH), ack)
         ack_us = await _redis_us(client) - spent
         peak = int((await client.info("memory"))["used_memory_peak"])
         version = str((await client.info("server"))["redis_version"])
@@ -268,7 +242,6 @@ def run_scale(
     """The scale scenario (see the module docstring), on a Redis of its own."""
 
     async def main(url: str) -> ScaleResult:
-        await _until_up(url)
         bloom = await _bloom(url, prefix, urls, error_rate)
         queue = await _queue(url, prefix, queued, sites, min(lease_sample, queued))
         return ScaleResult(

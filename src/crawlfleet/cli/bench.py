@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from crawlfleet.benchmark.balance import BalanceResult, run_balance
+from crawlfleet.benchmark.cluster import ClusterResult, run_cluster
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV, find_postgres, run_items
@@ -31,6 +32,7 @@ from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
 from crawlfleet.benchmark.report import (
     balance_report,
+    cluster_report,
     crawl_report,
     faults_report,
     polite_report,
@@ -46,11 +48,15 @@ from crawlfleet.cli.options import (
     resolved_url,
 )
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import RedisConfig
+from crawlfleet.settings.config import MAX_SHARDS, RedisConfig
 
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.
-PARTS = ["cpu", "near", "latency", "polite", "balance", "seen", "items", "faults", "scale"]
+PARTS = [
+    "cpu", "near", "latency", "polite", "balance", "seen", "items", "faults", "scale", "cluster"
+]  # fmt: skip
+#: Parts that run only when named with --only (long, and on Redis servers of their own).
+OPT_IN = ("scale", "cluster")
 HELP = (
     "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
 )
@@ -187,6 +193,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="scale part: the redis-server binary to run (default: the embedded Redis's)",
     )
     parser.add_argument(
+        "--cluster-shards",
+        type=int,
+        default=12,
+        help="cluster part: shards of the sharded job (default 12; it also runs with 1)",
+    )
+    parser.add_argument(
+        "--cluster-queued",
+        type=int,
+        default=1_000_000,
+        help="cluster part: requests queued in each run (default 1M; sites: --scale-sites, "
+        "redis-server: --scale-redis-server)",
+    )
+    parser.add_argument(
+        "--cluster-leases",
+        type=int,
+        default=200_000,
+        help="cluster part: requests leased and acknowledged in each run (default 200k)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -199,7 +224,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         choices=PARTS,
         help="run only this part (repeat for several); 'scale' (about 25 minutes and 3 GB "
-        "of memory at its defaults, on a Redis of its own) runs only when named here",
+        "of memory at its defaults, on a Redis of its own) and 'cluster' (a few minutes, "
+        "on a 3-master Redis Cluster of its own) run only when named here",
     )
     parser.add_argument(
         "--json",
@@ -213,14 +239,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 150))
-    args.skip = [p for p in PARTS if p not in args.only] if args.only else [*args.skip, "scale"]
+    args.skip = [p for p in PARTS if p not in args.only] if args.only else [*args.skip, *OPT_IN]
     if "items" not in args.skip and (args.items < 1 or args.items_site_pages < 3):
         console.print("[red]--items must be >= 1 and --items-site-pages >= 3[/]")
         return 2
-    if "scale" not in args.skip:
-        for option in ("scale_urls", "scale_queued", "scale_sites", "scale_leases"):
+    counts = {
+        "scale": ("scale_urls", "scale_queued", "scale_sites", "scale_leases"),
+        "cluster": ("cluster_queued", "cluster_leases", "scale_sites"),
+    }
+    for part, options in counts.items():
+        for option in options if part not in args.skip else ():
             if getattr(args, option) < 1:
                 raise ConfigError(f"--{option.replace('_', '-')} must be at least 1")
+    if "cluster" not in args.skip and not 2 <= args.cluster_shards <= MAX_SHARDS:
+        raise ConfigError(f"--cluster-shards must be from 2 to {MAX_SHARDS}")
+    if set(OPT_IN) - set(args.skip):
         server = args.scale_redis_server
         if server and not (Path(server).is_file() and os.access(server, os.X_OK)):
             raise ConfigError(f"--scale-redis-server {server}: not an executable file")
@@ -231,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
     config = RedisConfig.from_settings(command_settings(args))
     # the scale part runs a Redis of its own: the fleet's is needed for the others only
     url = ""
-    if set(PARTS) - set(args.skip) - {"scale"}:
+    if set(PARTS) - set(args.skip) - set(OPT_IN):
         url = resolved_url(args, config)
         check_reachable(url)  # one line now, not after minutes of crawls that cannot start
     prefix = f"{config.key_prefix}bench"
@@ -342,9 +375,25 @@ def run(args: argparse.Namespace) -> int:
             lease_sample=args.scale_leases,
             server=args.scale_redis_server,
         )
+    cluster: list[ClusterResult] = []
+    if "cluster" not in args.skip:
+        console.print(
+            f"cluster: {args.cluster_queued:,} requests over {args.scale_sites:,} sites, "
+            f"{args.cluster_leases:,} leased, in 1 shard and in {args.cluster_shards}, on a "
+            "3-master Redis Cluster of its own ..."
+        )
+        cluster = run_cluster(
+            shards=args.cluster_shards,
+            queued=args.cluster_queued,
+            sites=args.scale_sites,
+            leases=args.cluster_leases,
+            server=args.scale_redis_server,
+        )
     report = crawl_report(console, results, seen, items)
     if scale is not None:
         _add_part(console, report, "scale", [scale], scale_report(console, scale))
+    if cluster:
+        _add_part(console, report, "cluster", cluster, cluster_report(console, cluster))
     if scaling:
         _add_part(console, report, "scaling", scaling, scaling_report(console, scaling))
     if polite:
@@ -381,6 +430,9 @@ def run(args: argparse.Namespace) -> int:
             "scale_sites",
             "scale_leases",
             "scale_redis_server",
+            "cluster_shards",
+            "cluster_queued",
+            "cluster_leases",
             "only",
         )
     )

@@ -52,12 +52,13 @@ async def job_figures(frontier: JobFrontier) -> dict[str, Any]:
         if n in nodes
     }
     runs = await frontier.summaries()
+    sizes = await frontier.sizes()
     return {
         "job": keys.job,
         "queued": counters.get("queued", 0),
-        "leased": int(await client.zcard(keys.leases)),
-        "sites": int(await client.zcard(keys.sites)),
-        "malformed_set_aside": int(await client.llen(keys.bad)),
+        "leased": sizes["leased"],
+        "sites": sizes["sites"],
+        "malformed_set_aside": sizes["malformed"],
         "counters": counters,
         "nodes": info,
         "runs": runs,

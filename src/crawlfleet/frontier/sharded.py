@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 import zlib
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -94,6 +95,64 @@ def _shares(n: int, sizes: Sequence[int]) -> list[int]:
     return shares
 
 
+#: Shards that are not in a lease's offer asked for their next sites by that lease.
+PEEKS_PER_LEASE = 4
+
+
+class _ShardsView:
+    """What a node last heard from each shard of its job, for building offers: its next
+    sites, counts, and when it may be ready (0: may be now; None: has nothing ready and
+    no paced site waiting; else monotonic time of its first paced site)."""
+
+    def __init__(self, count: int) -> None:
+        self.offers: list[list[str]] = [[] for _ in range(count)]
+        self.queued = [0] * count
+        self.leased = [0] * count
+        self.ready_at: list[float | None] = [0.0] * count
+        self.control_seq = 0
+
+    def heard(self, shard: int, r: LeaseResult, now: float, *, tried: bool) -> None:
+        self.offers[shard] = list(r.offer)
+        self.queued[shard], self.leased[shard] = r.queued, r.leased
+        if shard == 0:
+            self.control_seq = r.control_seq
+        if not tried:
+            return
+        if r.entries:
+            self.ready_at[shard] = 0.0
+        elif r.ready_in_us >= 0:
+            self.ready_at[shard] = now + r.ready_in_us / 1_000_000
+        else:
+            self.ready_at[shard] = None
+
+    def _may_be_ready(self, shard: int, now: float) -> bool:
+        at = self.ready_at[shard]
+        return at is not None and at <= now
+
+    def offer(self, order: Sequence[int], size: int, now: float) -> list[str]:
+        """Up to *size* sites: at most a quarter of them from one shard; the shards that
+        may be ready first, then the others, each group in *order*."""
+        cap = max(1, size // 4)
+        first = [s for s in order if self._may_be_ready(s, now)]
+        rest = [s for s in order if not self._may_be_ready(s, now)]
+        out: list[str] = []
+        for s in [*first, *rest]:
+            out += self.offers[s][: min(cap, size - len(out))]
+            if len(out) >= size:
+                break
+        return out
+
+    def ready_in_us(self, now: float) -> int:
+        """When to lease again if this lease got nothing: now when a shard with sites may
+        be ready, else when the first paced one is (-1: none is known)."""
+        waits = [
+            max(0.0, at - now)
+            for s, at in enumerate(self.ready_at)
+            if at is not None and self.offers[s]
+        ]
+        return int(min(waits) * 1_000_000) if waits else -1
+
+
 class JobFrontier:
     """The frontier of one job over its shards (see the module's docstring). *shards*:
     the count a job gets when this object creates it (CRAWLFLEET_SHARDS); a job keeps
@@ -115,6 +174,9 @@ class JobFrontier:
         self.home = Frontier(client, keys, self.seen)
         self._parts: list[Frontier] | None = None
         self._own_trips = 0
+        #: where the next lease's turn of shards starts, and what leases heard of them
+        self._cursor = 0
+        self._shard_view: _ShardsView | None = None
 
     # -- what the node's statistics read -------------------------------------------------
     @property
@@ -245,11 +307,17 @@ class JobFrontier:
         )
 
     async def offer(self, size: int) -> list[str]:
-        """Up to *size* sites with queued requests, the shards' in turn."""
+        """Up to *size* sites with queued requests, as a lease offers them (asks every
+        shard: a node's first lease, or one after its job had nothing queued)."""
         parts = await self.shards()
         if len(parts) == 1:
             return await self.home.offer(size)
-        return interleave(await self._each([p.offer(size) for p in parts]), size)
+        view = self._view(len(parts))
+        heard = await self._each([p.peek(size) for p in parts])
+        now = time.monotonic()
+        for s, r in enumerate(heard):
+            view.heard(s, r, now, tried=False)
+        return view.offer(self._rotation(len(parts)), size, now)
 
     async def lease(
         self,
@@ -265,9 +333,14 @@ class JobFrontier:
         late: Sequence[int] | None = None,
         **pacing: Any,
     ) -> LeaseResult:
-        """As :meth:`Frontier.lease`: every shard at once, each for its sites of *sites*
-        and its share of *n* (the shards without any: their next sites, which join the
-        offer). Counts are the job's; the control sequence is shard 0's."""
+        """As :meth:`Frontier.lease`, from the shards of *sites* at once (each for its
+        share of *n*), while PEEKS_PER_LEASE other shards, in turn, tell their next
+        sites. The offer it returns holds the sites of a few shards (at most a quarter
+        of *offer_size* from each), shards that may be ready first, the others in turn
+        from one lease to the next, so that every shard is leased from and a lease
+        calls a few shards, not all. Counts are the job's (as last heard from each
+        shard); the control sequence is shard 0's. *ready_in_us* is 0 when a shard not
+        tried may be ready (lease again), else when the first known one is."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
             return await self.home.lease(
@@ -287,45 +360,57 @@ class JobFrontier:
         for i, site in enumerate(sites):
             groups[shard_of(site, count)].append(i)
         shares = _shares(n, [len(g) for g in groups])
+        asked = [s for s in range(count) if groups[s]]
+        peeked = [s for s in self._rotation(count) if not groups[s]][:PEEKS_PER_LEASE]
 
         def pick(values: Sequence[Any] | None, group: list[int]) -> list[Any] | None:
             return None if values is None else [values[i] for i in group]
 
-        calls: list[Awaitable[LeaseResult]] = []
-        for s, group in enumerate(groups):
-            if not group:
-                calls.append(parts[s].peek(offer_size))
-                continue
-            calls.append(
-                parts[s].lease(
-                    node,
-                    shares[s],
-                    [sites[i] for i in group],
-                    lease_ms=lease_ms,
-                    per_site=per_site,
-                    offer_size=offer_size,
-                    intervals=pick(intervals, group),
-                    budgets=pick(budgets, group),
-                    late=pick(late, group),
-                    **pacing,
-                )
+        calls: list[Awaitable[LeaseResult]] = [
+            parts[s].lease(
+                node,
+                shares[s],
+                [sites[i] for i in groups[s]],
+                lease_ms=lease_ms,
+                per_site=per_site,
+                offer_size=offer_size,
+                intervals=pick(intervals, groups[s]),
+                budgets=pick(budgets, groups[s]),
+                late=pick(late, groups[s]),
+                **pacing,
             )
+            for s in asked
+        ]
+        calls += [parts[s].peek(offer_size) for s in peeked]
         results = await self._each(calls)
-        waits = [r.ready_in_us for r in results if r.ready_in_us >= 0]
+        now = time.monotonic()
+        view = self._view(count)
+        for s, r in zip([*asked, *peeked], results, strict=True):
+            view.heard(s, r, now, tried=s in asked)
+        self._cursor = (self._cursor + 1) % count
         return LeaseResult(
             max(r.now_us for r in results),
             [
                 Leased(f"{s}:{e.rid}", e.site, e.payload, e.slot_us, e.late_us)
-                for s, r in enumerate(results)
+                for s, r in zip(asked, results, strict=False)
                 for e in r.entries
             ],
-            interleave([r.offer for r in results], offer_size),
-            sum(r.queued for r in results),
-            sum(r.leased for r in results),
-            min(waits) if waits else -1,
-            results[0].control_seq,
+            view.offer(self._rotation(count), offer_size, now),
+            sum(view.queued),
+            sum(view.leased),
+            view.ready_in_us(now),
+            view.control_seq,
             [site for r in results for site in r.backoff_ended],
         )
+
+    def _rotation(self, count: int) -> list[int]:
+        """The shards in this lease's turn: from the cursor on."""
+        return [(self._cursor + i) % count for i in range(count)]
+
+    def _view(self, count: int) -> _ShardsView:
+        if self._shard_view is None or len(self._shard_view.queued) != count:
+            self._shard_view = _ShardsView(count)
+        return self._shard_view
 
     # -- leases --------------------------------------------------------------------------
     async def release(self, node: str, held: Iterable[tuple[str, str]]) -> int:
@@ -440,6 +525,20 @@ class JobFrontier:
                 if name not in _JOB_COUNTERS:
                     total[name] = total.get(name, 0) + counter_value(value)
         return total
+
+    async def sizes(self) -> dict[str, int]:
+        """The job's leases, sites with queued requests and entries set aside as
+        malformed, over its shards."""
+        out = {"leased": 0, "sites": 0, "malformed": 0}
+        for part in await self.shards():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zcard(part.keys.leases)
+            pipe.zcard(part.keys.sites)
+            pipe.llen(part.keys.bad)
+            self._own_trips += 1
+            for name, value in zip(out, await pipe.execute(), strict=True):
+                out[name] += int(value)
+        return out
 
     async def seen_check(
         self, fingerprints: Sequence[bytes], *, add: bool, sites: Sequence[str] | None = None
