@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis as sync_redis
+from redis.crc import key_slot
 
 from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.snapshot import snapshot
@@ -20,7 +21,7 @@ from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.sharded import JobFrontier, interleave, shard_of
 from crawlfleet.redis.connection import make_client
-from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.keys import JobKeys, shard_tag
 from crawlfleet.settings.config import validate_job_name
 
 KW: dict[str, Any] = {"lease_ms": 60000, "offer_size": 50}
@@ -77,6 +78,19 @@ def test_a_sites_shard_is_stable_and_shards_share_the_work() -> None:
     assert interleave([["a", "b", "c"], [], ["x"]], 3) == ["a", "x", "b"]
 
 
+def test_shard_tags_spread_evenly_over_the_slots() -> None:
+    for job, shards in (("job", 3), ("news-2026", 12), ("x", 64)):
+        slots = sorted(key_slot(JobKeys("p", job, k, shards).tag.encode()) for k in range(shards))
+        width = 16384 / shards
+        # one slot in each N-th of the ring, counted from shard 0's
+        first = key_slot(job.encode())
+        windows = sorted(int(((s - first) % 16384) // width) for s in slots)
+        assert windows == list(range(shards)), (job, slots)
+    assert JobKeys("p", "job", 0, 3).tag == "{job}"
+    assert shard_tag("job", 1, 3).startswith("job#1")
+    assert shard_tag("job", 1, 3) == shard_tag("job", 1, 3)  # stable (and cached)
+
+
 def test_job_names_may_not_hold_the_shard_separator() -> None:
     with pytest.raises(ConfigError, match="'#'"):
         validate_job_name("news#1")
@@ -91,7 +105,7 @@ def test_a_job_keeps_the_shard_count_it_was_created_with(
     async def body(client: Any) -> None:
         first = JobFrontier(client, keys, shards=3)
         await first.register_job()
-        assert await client.get(keys.shards) == b"3"
+        assert await client.get(keys.shards_key) == b"3"
         # a node configured otherwise joins the job as it is, and says so
         with caplog.at_level(logging.WARNING):
             second = JobFrontier(client, keys, shards=5)
@@ -100,8 +114,7 @@ def test_a_job_keeps_the_shard_count_it_was_created_with(
         assert len(await second.shards()) == 3
         # every site went to its shard's own keys, and the first object leases them all
         for k in range(3):
-            assert await client.zcard(keys.in_shard(k).sites) == 2
-        assert keys.in_shard(1).sites == f"{key_prefix}:{{job#1}}:sites"
+            assert await client.zcard(keys.in_shard(k, 3).sites) == 2
         got = await lease_everything(first)
         assert sorted(e.site for e in got) == sorted(sites)
         assert {e.rid.split(":")[0] for e in got} == {"0", "1", "2"}
@@ -116,7 +129,7 @@ def test_a_job_from_before_shards_stays_one_shard(redis_server_url: str, key_pre
         await Frontier(client, keys).commit("n1", [out("https://a/", "a"), out("https://b/", "b")])
         f = JobFrontier(client, keys, shards=4)
         assert len(await f.shards(create=True)) == 1
-        assert await client.get(keys.shards) == b"1"
+        assert await client.get(keys.shards_key) == b"1"
         assert len(await lease_everything(f)) == 2
 
     run(redis_server_url, body)
@@ -126,7 +139,7 @@ def test_a_bad_shard_count_is_one_clear_error(redis_server_url: str, key_prefix:
     keys = JobKeys.of(key_prefix, "job")
 
     async def body(client: Any) -> None:
-        await client.set(keys.shards, "lots")
+        await client.set(keys.shards_key, "lots")
         with pytest.raises(CommandFailed, match=r"shard count .* is 'lots', not a number"):
             await JobFrontier(client, keys).counters()
 
@@ -139,9 +152,9 @@ def test_reading_a_job_creates_no_shard_count(redis_server_url: str, key_prefix:
     async def body(client: Any) -> None:
         f = JobFrontier(client, keys, shards=3)
         assert await f.counters() == {} and await f.offer(10) == []
-        assert await client.get(keys.shards) is None
+        assert await client.get(keys.shards_key) is None
         await f.commit("n1", [out("https://a/", "a")])
-        assert await client.get(keys.shards) == b"3"
+        assert await client.get(keys.shards_key) == b"3"
 
     run(redis_server_url, body)
 
@@ -264,7 +277,8 @@ def test_reset_deletes_every_key_of_every_shard(redis_server_url: str, key_prefi
         got = await lease_everything(f)
         await f.commit("n1", acks=[e.rid for e in got[:2]])
         await f.heartbeat("n1", ttl_ms=60000, status="{}", busy=True, lease_ms=60000)
-        assert any(b"#2}" in k for k in plain.scan_iter(match=f"{key_prefix}:*"))
+        tag = keys.in_shard(2, 3).tag.encode()
+        assert any(tag in k for k in plain.scan_iter(match=f"{key_prefix}:*"))
         assert await f.reset() > 0
         assert list(plain.scan_iter(match=f"{key_prefix}:*")) == []
         # created again, the job takes the count of whoever creates it now

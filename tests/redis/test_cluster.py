@@ -78,7 +78,8 @@ def test_a_crawl_on_a_cluster_is_exact_and_polite_through_fail_overs(
     over mid-crawl: no page is lost or fetched twice, and no site sees more than its
     limit in any second."""
     job = f"clustered{shards}"
-    tags = ["{" + job + "}", *("{" + f"{job}#{k}" + "}" for k in range(1, shards)), "{polite}"]
+    keys = JobKeys.of(node_env["CRAWLFLEET_KEY_PREFIX"], job)
+    tags = [keys.in_shard(k, shards).tag for k in range(shards)] + ["{polite}"]
     settings = {
         **node_env,
         "CRAWLFLEET_SHARDS": shards,

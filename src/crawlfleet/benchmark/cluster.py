@@ -7,7 +7,7 @@ URL new), leases *leases* of them as nodes do and acknowledges them. What it rep
 per run:
 
 - Redis CPU µs per request queued, leased and acknowledged, summed over the masters
-  (``INFO commandstats`` of each): what sharding costs in all;
+  (main-thread CPU from ``INFO cpu`` of each): what sharding costs in all;
 - each master's share of that CPU: with one shard, one master does all the job's work;
   with several, the work spreads;
 - the job's capacity: requests per second the cluster serves before its busiest master
@@ -30,7 +30,14 @@ from typing import Any
 
 import scrapy
 
-from crawlfleet.benchmark.scale import COMMIT_BATCH, LEASE_SITES, LEASE_WANT, in_parallel, url_of
+from crawlfleet.benchmark.scale import (
+    COMMIT_BATCH,
+    LEASE_SITES,
+    LEASE_WANT,
+    cpu_us,
+    in_parallel,
+    url_of,
+)
 from crawlfleet.exceptions import CommandFailed
 from crawlfleet.frontier.records import Outgoing, SeenConfig
 from crawlfleet.frontier.serialization import RequestCodec
@@ -69,12 +76,8 @@ class ClusterResult:
 
 
 def _masters_us(cluster: LocalCluster) -> list[float]:
-    """CPU µs each master has spent in commands so far."""
-    out = []
-    for i in range(cluster.masters):
-        stats = cluster.client(i).info("commandstats")
-        out.append(float(sum(v.get("usec", 0) for v in stats.values() if isinstance(v, dict))))
-    return out
+    """CPU µs each master's main thread has used so far."""
+    return [cpu_us(cluster.client(i).info("cpu")) for i in range(cluster.masters)]
 
 
 def _since(cluster: LocalCluster, before: list[float]) -> list[float]:

@@ -18,9 +18,9 @@ are this crawl's alone and the operator's Redis is not filled with gigabytes, th
 
 Rates are measured from one client process running CLIENTS calls at a time: on a small
 machine that process competes with Redis for the CPU, so they are a floor. Redis's own
-cost of each operation (CPU µs per URL added, per request queued, leased, acked: from
-``INFO commandstats``) does not depend on the client: it is what a capacity plan is
-built from (docs/scaling.md).
+cost of each operation (CPU µs of its main thread per URL added, per request queued,
+leased, acked: from ``INFO cpu``, network and script calls included) does not depend on
+the client: it is what a capacity plan is built from (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -108,10 +108,18 @@ def private_redis(server: str | None = None) -> Iterator[str]:
             process.stop()
 
 
+def cpu_us(info: dict[str, Any]) -> float:
+    """CPU µs Redis's main thread has used so far, from its ``INFO cpu`` (the whole
+    process on a Redis older than 6.2). Not ``INFO commandstats``: there a command a
+    script calls counts once in its own line and again in the script's."""
+    user = info.get("used_cpu_user_main_thread", info.get("used_cpu_user", 0.0))
+    system = info.get("used_cpu_sys_main_thread", info.get("used_cpu_sys", 0.0))
+    return (float(user) + float(system)) * 1_000_000
+
+
 async def _redis_us(client: Any) -> float:
-    """CPU µs Redis has spent in commands so far (INFO commandstats)."""
-    stats = await client.info("commandstats")
-    return float(sum(v.get("usec", 0) for v in stats.values() if isinstance(v, dict)))
+    """CPU µs Redis's main thread has used so far (see cpu_us)."""
+    return cpu_us(await client.info("cpu"))
 
 
 async def in_parallel(calls: int, one: Callable[[int], Awaitable[Any]]) -> float:

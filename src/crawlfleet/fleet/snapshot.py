@@ -185,7 +185,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
     pipe.hgetall(keys.limits)
     pipe.hgetall(keys.fleet.limits)
-    pipe.get(keys.shards)
+    pipe.get(keys.shards_key)
     (
         queued,
         leased,
@@ -208,7 +208,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     if count > 1:  # the other shards' queues and leases (the registry is shard 0's)
         more = client.pipeline(transaction=False)
         for shard in range(1, count):
-            part = keys.in_shard(shard)
+            part = keys.in_shard(shard, count)
             more.hget(part.counters, "queued")
             more.zcard(part.leases)
             more.zrange(part.leases, 0, 0, withscores=True)
@@ -233,7 +233,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     if site_names:
         sizes = client.pipeline(transaction=False)
         for site in site_names:
-            part = keys.in_shard(shard_of(site, count))
+            part = keys.in_shard(shard_of(site, count), count)
             sizes.zcard(part.queue(site))
             sizes.llen(part.fifo(site))
         sizes.hmget(keys.fleet.throttle, fields)

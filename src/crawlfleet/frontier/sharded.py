@@ -203,7 +203,7 @@ class JobFrontier:
             return self._parts
         k = self.keys
         self._own_trips += 1
-        raw = await self.client.get(k.shards)
+        raw = await self.client.get(k.shards_key)
         if raw is None:
             if not create:
                 return [self.home]
@@ -213,15 +213,15 @@ class JobFrontier:
                 if await self.client.exists(k.counters):
                     count = 1
             self._own_trips += 2
-            await self.client.set(k.shards, count, nx=True)
-            raw = await self.client.get(k.shards)
+            await self.client.set(k.shards_key, count, nx=True)
+            raw = await self.client.get(k.shards_key)
         try:
             count = int(text(raw))
         except ValueError:
             count = 0
         if not 1 <= count <= MAX_SHARDS:
             raise CommandFailed(
-                f"job {k.job!r}: its shard count in Redis ({k.shards}) is {text(raw)!r}, "
+                f"job {k.job!r}: its shard count in Redis ({k.shards_key}) is {text(raw)!r}, "
                 f"not a number from 1 to {MAX_SHARDS}"
             )
         if create and self.wanted > 1 and self.wanted != count:
@@ -238,7 +238,7 @@ class JobFrontier:
                 self.seen, bloom_capacity=max(1000, self.seen.bloom_capacity // count)
             )
             self.home.seen = per
-            others = [Frontier(self.client, k.in_shard(i), per) for i in range(1, count)]
+            others = [Frontier(self.client, k.in_shard(i, count), per) for i in range(1, count)]
             self._parts = [self.home, *others]
         else:
             self._parts = [self.home]

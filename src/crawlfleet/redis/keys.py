@@ -10,11 +10,13 @@ job names (settings.config.RESERVED_JOB_NAMES).
 
 A job created with N > 1 shards (CRAWLFLEET_SHARDS) keeps its queues, leases and
 seen-filter in N sets of the keys below: shard 0 under ``{<job>}``, shard k under
-``{<job>#k}`` (so a cluster spreads them over its masters; "#" is not allowed in job
-names). A site and every URL of it belong to one shard, by a stable hash of the site
-(crawlfleet.frontier.sharded). The node registry, control commands, run-time limits,
-summaries and item streams are the job's, in shard 0 only; every shard keeps its own
-``nodes`` (for reclaiming a dead node's leases) and counters::
+``{<job>#k}`` or ``{<job>#k.<salt>}`` ("#" is not allowed in job names): the salt, the
+smallest that does it, puts shard k's slot in the k-th N-th of the cluster's slots from
+shard 0's, so that shards spread evenly over masters that serve even ranges of slots
+(see :func:`shard_tag`). A site and every URL of it belong to one shard, by a stable
+hash of the site (crawlfleet.frontier.sharded). The node registry, control commands,
+run-time limits, summaries and item streams are the job's, in shard 0 only; every shard
+keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
 
     <prefix>:jobs                      set    names of the jobs known to this Redis
     <prefix>:{polite}:limits           hash   site pattern -> rate limit ("2/1s") for every
@@ -71,9 +73,16 @@ user's own key and lives outside this schema.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
-__all__ = ["FleetKeys", "JobKeys", "jobs_key"]
+from redis.crc import key_slot
+
+__all__ = ["FleetKeys", "JobKeys", "jobs_key", "shard_tag"]
+
+#: Hash slots of a Redis Cluster.
+SLOTS = 16384
 
 
 def jobs_key(prefix: str) -> str:
@@ -104,22 +113,47 @@ class FleetKeys:
         return f"{self.base}:throttle"
 
 
+@functools.lru_cache(maxsize=4096)
+def shard_tag(job: str, shard: int, shards: int) -> str:
+    """The hash tag of shard *shard* of a job of *shards* shards: the job's name for
+    shard 0; for shard k, ``<job>#k`` with, if needed, ``.<salt>``: the smallest salt
+    that puts its slot into [s0 + k * 16384 / N, s0 + (k + 1) * 16384 / N) (modulo
+    16384), s0 being shard 0's slot. Stable: the same in every process and version."""
+    if shard == 0:
+        return job
+    width = SLOTS / shards
+    start = key_slot(job.encode()) + shard * width
+    low, high = math.floor(start), math.floor(start + width)
+    for salt in range(64 * shards):
+        tag = f"{job}#{shard}" if salt == 0 else f"{job}#{shard}.{salt}"
+        slot = key_slot(tag.encode())
+        if low <= slot < high or low <= slot + SLOTS < high:
+            return tag
+    return f"{job}#{shard}"  # not found (a chance of about e^-64): unspread
+
+
 @dataclass(frozen=True)
 class JobKeys:
-    """Every key of one job (of its shard *shard*). Build with ``JobKeys.of(prefix,
-    job)``."""
+    """Every key of one job (of shard *shard* of its *shards*). Build with
+    ``JobKeys.of(prefix, job)``, a shard's with :meth:`in_shard`."""
 
     prefix: str
     job: str
     shard: int = 0
+    shards: int = 1
 
     @classmethod
     def of(cls, prefix: str, job: str) -> JobKeys:
         return cls(prefix=prefix, job=job)
 
-    def in_shard(self, shard: int) -> JobKeys:
-        """The keys of the job's shard *shard* (0: the job's own tag)."""
-        return JobKeys(self.prefix, self.job, shard)
+    def in_shard(self, shard: int, shards: int) -> JobKeys:
+        """The keys of shard *shard* of the job's *shards* (0: the job's own tag)."""
+        return JobKeys(self.prefix, self.job, shard, shards)
+
+    @property
+    def tag(self) -> str:
+        """This shard's hash tag, braces included."""
+        return "{" + shard_tag(self.job, self.shard, self.shards) + "}"
 
     @property
     def fleet(self) -> FleetKeys:
@@ -128,11 +162,10 @@ class JobKeys:
 
     @property
     def base(self) -> str:
-        tag = self.job if self.shard == 0 else f"{self.job}#{self.shard}"
-        return f"{self.prefix}:{{{tag}}}"
+        return f"{self.prefix}:{self.tag}"
 
     @property
-    def shards(self) -> str:
+    def shards_key(self) -> str:
         """The job's shard count (in shard 0's slot)."""
         return f"{self.prefix}:{{{self.job}}}:shards"
 
@@ -234,5 +267,5 @@ class JobKeys:
             self.control,
             self.seen,
             self.bloom,
-            *((self.shards,) if self.shard == 0 else ()),
+            *((self.shards_key,) if self.shard == 0 else ()),
         ]
