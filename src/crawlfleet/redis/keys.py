@@ -11,9 +11,9 @@ job names (settings.config.RESERVED_JOB_NAMES).
 A job created with N > 1 shards (CRAWLFLEET_SHARDS) keeps its queues, leases and
 seen-filter in N sets of the keys below: shard 0 under ``{<job>}``, shard k under
 ``{<job>#k}`` or ``{<job>#k.<salt>}`` ("#" is not allowed in job names): the salt, the
-smallest that does it, puts shard k's slot in the k-th N-th of the cluster's slots from
-shard 0's, so that shards spread evenly over masters that serve even ranges of slots
-(see :func:`shard_tag`). A site and every URL of it belong to one shard, by a stable
+smallest that does it, puts each shard in an N-th of the cluster's slots of its own, so
+that shards spread evenly over masters that serve even ranges of slots (see
+:func:`shard_tag`). A site and every URL of it belong to one shard, by a stable
 hash of the site (crawlfleet.frontier.sharded). The node registry, control commands,
 run-time limits, summaries and item streams are the job's, in shard 0 only; every shard
 keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
@@ -74,7 +74,6 @@ user's own key and lives outside this schema.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 from redis.crc import key_slot
@@ -117,17 +116,16 @@ class FleetKeys:
 def shard_tag(job: str, shard: int, shards: int) -> str:
     """The hash tag of shard *shard* of a job of *shards* shards: the job's name for
     shard 0; for shard k, ``<job>#k`` with, if needed, ``.<salt>``: the smallest salt
-    that puts its slot into [s0 + k * 16384 / N, s0 + (k + 1) * 16384 / N) (modulo
-    16384), s0 being shard 0's slot. Stable: the same in every process and version."""
+    that puts its slot in the N-th of the slots (slot * N // 16384) k places after
+    shard 0's (modulo N). So every N-th of the slots holds one shard: masters that
+    serve even ranges of slots (as a cluster is usually made) get N / masters shards
+    each. Stable: the same in every process and version."""
     if shard == 0:
         return job
-    width = SLOTS / shards
-    start = key_slot(job.encode()) + shard * width
-    low, high = math.floor(start), math.floor(start + width)
+    target = (key_slot(job.encode()) * shards // SLOTS + shard) % shards
     for salt in range(64 * shards):
         tag = f"{job}#{shard}" if salt == 0 else f"{job}#{shard}.{salt}"
-        slot = key_slot(tag.encode())
-        if low <= slot < high or low <= slot + SLOTS < high:
+        if key_slot(tag.encode()) * shards // SLOTS == target:
             return tag
     return f"{job}#{shard}"  # not found (a chance of about e^-64): unspread
 
