@@ -19,7 +19,7 @@ from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing
-from crawlfleet.frontier.sharded import JobFrontier, interleave, shard_of
+from crawlfleet.frontier.sharded import JobFrontier, _shares, interleave, shard_of
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys, shard_tag
 from crawlfleet.settings.config import validate_job_name
@@ -86,6 +86,13 @@ def test_shard_tags_spread_evenly_over_the_slots() -> None:
     assert JobKeys("p", "job", 0, 3).tag == "{job}"
     assert shard_tag("job", 1, 3).startswith("job#1")
     assert shard_tag("job", 1, 3) == shard_tag("job", 1, 3)  # stable (and cached)
+
+
+def test_a_lease_asks_each_shard_for_its_share() -> None:
+    assert _shares(100, [8, 8, 0, 16]) == [25, 25, 0, 50]
+    assert _shares(7, [1, 2, 0]) == [3, 4, 0]  # all of it, in proportion
+    assert _shares(2, [3, 1, 0, 2]) == [1, 1, 0, 0]  # never more than asked for
+    assert _shares(4, [1, 1, 1, 10]) == [1, 1, 1, 1]
 
 
 def test_job_names_may_not_hold_the_shard_separator() -> None:
@@ -244,6 +251,7 @@ def test_what_reads_a_job_sees_every_shard(redis_server_url: str, key_prefix: st
         assert counters["enqueued"] == queued
         snap = await snapshot(client, keys)
         assert (snap.queued, snap.leased, snap.sites) == (queued - 4, 4, len(sites))
+        assert snap.shards == 3 and snap.to_json()["shards"] == 3
         assert sorted(snap.top_sites) == sorted(
             (s, i_of(s) - sum(e.site == s for e in got.entries)) for s in sites
         )

@@ -129,7 +129,7 @@ def render(snaps: list[JobSnapshot], width: int = WIDE_COLUMNS) -> Group:
         summary.add_column("value", justify="right")
         summary.add_row("queued", str(s.queued))
         summary.add_row("leased", f"{s.leased} ({s.overdue_leases} overdue)")
-        summary.add_row("sites", str(s.sites))
+        summary.add_row("sites", str(s.sites) + (f" in {s.shards} shards" if s.shards > 1 else ""))
         summary.add_row("malformed set aside", str(s.malformed))
         summary.add_row(
             "nodes alive / dead", f"{len(s.live_nodes)} / {len(s.nodes) - len(s.live_nodes)}"

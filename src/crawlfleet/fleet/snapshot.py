@@ -71,6 +71,8 @@ class JobSnapshot:
     polite_site: str | None = None
     #: site of top_sites -> its rate limit (requests/s), sites that have one
     site_limits: dict[str, float] = field(default_factory=dict)
+    #: the shards the job's queues, leases and seen-filter are split over
+    shards: int = 1
 
     @property
     def live_nodes(self) -> list[str]:
@@ -129,6 +131,7 @@ class JobSnapshot:
             "leased": self.leased,
             "overdue_leases": self.overdue_leases,
             "sites": self.sites,
+            "shards": self.shards,
             "top_sites": [{"site": s, "queued": n} for s, n in self.top_sites],
             "sites_scanned": self.sites_scanned,
             "malformed_set_aside": self.malformed,
@@ -293,6 +296,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         polite_seconds=polite_seconds,
         polite_site=polite_site,
         site_limits=site_limits,
+        shards=count,
     )
 
 

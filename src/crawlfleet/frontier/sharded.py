@@ -82,10 +82,16 @@ def interleave(lists: Sequence[Sequence[str]], size: int) -> list[str]:
 
 
 def _shares(n: int, sizes: Sequence[int]) -> list[int]:
-    """*n* split in proportion to *sizes* (each non-zero size gets at least 1)."""
+    """*n* split in proportion to *sizes*: each non-zero size gets at least 1 while
+    there are enough (the first ones), the rest goes to the first ones too."""
     total = sum(sizes)
-    shares = [max(1, n * s // total) if s else 0 for s in sizes]
-    left = n - sum(shares)
+    shares = [0] * len(sizes)
+    given = 0
+    for i, size in enumerate(sizes):
+        if size and given < n:
+            shares[i] = min(n - given, max(1, n * size // total))
+            given += shares[i]
+    left = n - given
     for i, s in enumerate(sizes):
         if left <= 0:
             break
@@ -360,7 +366,7 @@ class JobFrontier:
         for i, site in enumerate(sites):
             groups[shard_of(site, count)].append(i)
         shares = _shares(n, [len(g) for g in groups])
-        asked = [s for s in range(count) if groups[s]]
+        asked = [s for s in range(count) if shares[s]]
         peeked = [s for s in self._rotation(count) if not groups[s]][:PEEKS_PER_LEASE]
 
         def pick(values: Sequence[Any] | None, group: list[int]) -> list[Any] | None:
