@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from crawlfleet.benchmark.cluster import run_cluster
 from crawlfleet.fleet.limits import set_limits
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing, SeenConfig
@@ -145,3 +146,32 @@ def test_a_cluster_that_serves_no_slot_is_one_line(tmp_path: Path) -> None:
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "slots are not covered" in lines[0], r.stderr
+
+
+def test_the_cluster_benchmark_measures_one_shard_and_several() -> None:
+    """`crawlfleet bench --only cluster`, small: both runs lease and acknowledge what they
+    asked for, each master's share is measured, and a sharded job spreads over them."""
+    one, sharded = run_cluster(shards=3, queued=3000, sites=60, leases=1500)
+    for r in (one, sharded):
+        assert (r.queued, r.leased, r.masters) == (3000, 1500, 3)
+        assert abs(sum(r.master_shares) - 1) < 1e-6 and r.capacity_per_second > 0
+        assert r.redis_us_per_queued > 0 and r.redis_us_per_leased > 0
+    assert (one.shards, sharded.shards) == (1, 3)
+    assert max(one.master_shares) > 0.8  # one job, one master
+    assert min(sharded.master_shares) > 0.1  # every master does some of it
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--cluster-shards", "1"), ("--cluster-queued", "0")]
+)
+def test_bad_cluster_benchmark_options_are_one_line(option: str, value: str) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "crawlfleet.cli.main", "bench", "--only", "cluster", option, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and option in lines[0], lines
