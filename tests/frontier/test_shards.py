@@ -17,10 +17,11 @@ from redis.crc import key_slot
 
 from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.snapshot import snapshot
+from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.sharded import JobFrontier, _shares, interleave, shard_of
-from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.connection import REDIS_ERRORS, make_client
 from crawlfleet.redis.keys import JobKeys, shard_tag
 from crawlfleet.settings.config import validate_job_name
 
@@ -295,3 +296,105 @@ def test_reset_deletes_every_key_of_every_shard(redis_server_url: str, key_prefi
         run(redis_server_url, body)
     finally:
         plain.close()
+
+
+def site_in(shard: int, shards: int, tag: str) -> str:
+    """A site name of shard *shard*."""
+    return next(
+        f"{tag}{i}.test" for i in range(1000) if shard_of(f"{tag}{i}.test", shards) == shard
+    )
+
+
+def shard_down(f: JobFrontier, shard: int) -> Any:
+    """Shard *shard* of *f* as reached through a client of a port that refuses
+    connections (a master down); returns its client, to close."""
+    assert f._parts is not None
+    client = make_client("redis://127.0.0.1:1/0")
+    f._parts[shard] = Frontier(client, f.keys.in_shard(shard, len(f._parts)), f.home.seen)
+    return client
+
+
+def test_a_commit_done_in_part_says_what_was_done(redis_server_url: str, key_prefix: str) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    a, b, d = site_in(0, 3, "a"), site_in(1, 3, "b"), site_in(2, 3, "d")
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=3)
+        await f.commit("n1", [out(f"https://{a}/", a)])
+        page = (await f.lease("n1", 5, [a], per_site=5, **KW)).entries[0].rid
+        down = shard_down(f, 1)
+        retry = Outgoing(b"", d, 0, b"a retry of d")  # bypasses the seen-filter
+        batch = [out(f"https://{b}/link", b), retry]
+        with pytest.raises(PartialCommit) as raised:
+            await f.commit("n1", batch, acks=[page])
+        part = raised.value
+        # shard 2 queued its request; the page is not acknowledged while its link waits
+        assert part.requests == {1} and part.acks == set() and part.result.queued == 1
+        assert isinstance(part, REDIS_ERRORS)
+        await down.aclose()
+        f._parts = None  # the master is back
+        # the node sends the rest again: nothing twice, nothing lost
+        rest = [r for i, r in enumerate(batch) if i not in part.requests]
+        done = await f.commit("n1", rest, acks=[page])
+        assert (done.queued, done.acked) == (1, 1)
+        counters = await f.counters()
+        assert (counters["enqueued"], counters["queued"], counters["acked"]) == (3, 2, 1)
+
+    run(redis_server_url, body)
+
+
+def test_a_lease_keeps_what_the_shards_that_answer_leased(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    keys = JobKeys.of(key_prefix, "job")
+    sites = [site_in(k, 3, "s") for k in range(3)]
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=3)
+        await f.commit("n1", [out(f"https://{s}/{i}", s) for s in sites for i in range(3)])
+        offer = await f.offer(10)
+        down = [shard_down(f, 1)]
+        try:
+            r = await f.lease("n1", 9, offer, per_site=3, **KW)
+            assert sorted(e.site for e in r.entries) == sorted([sites[0], sites[2]] * 3)
+            assert sites[1] not in r.offer  # until shard 1 answers again
+            assert (await JobFrontier(client, keys).counters())["leased"] == 6
+            down += [shard_down(f, 0), shard_down(f, 2)]
+            with pytest.raises(REDIS_ERRORS):  # nothing answers: an outage
+                await f.lease("n1", 9, offer, per_site=3, **KW)
+        finally:
+            for c in down:
+                await c.aclose()
+
+    run(redis_server_url, body)
+
+
+def test_a_small_lease_reaches_the_shards_that_are_ready(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    """Three shards' sites are paced and not ready, one shard's are: a node that wants
+    one request at a time finds it within a few leases, and never spins."""
+    keys = JobKeys.of(key_prefix, "job")
+    paced = [site_in(k, 4, "p") for k in range(3)]
+    free = site_in(3, 4, "f")
+
+    async def body(client: Any) -> None:
+        f = JobFrontier(client, keys, shards=4)
+        await f.commit("n1", [out(f"https://{s}/{i}", s) for s in [*paced, free] for i in range(3)])
+        for s in paced:  # their next slot is 10 s away
+            await f.lease("n1", 1, [s], per_site=1, intervals=[10_000_000], **KW)
+        offer = await f.offer(8)
+        got: list[str] = []
+        leases = 0
+        while leases < 8:
+            leases += 1
+            gaps = [0 if s == free else 10_000_000 for s in offer]
+            r = await f.lease("n1", 1, offer, per_site=1, intervals=gaps, **KW)
+            got += [e.site for e in r.entries]
+            if got:
+                break
+            assert r.ready_in_us >= 0
+            offer = r.offer
+        assert got == [free] and leases <= 4
+
+    run(redis_server_url, body)

@@ -99,10 +99,10 @@ def private_redis(server: str | None = None) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="crawlfleet-scale-") as workdir:
         process = RedisProcess(Path(workdir), persist=False, server=server)
         try:
-            process.start()
-        except RuntimeError as exc:
-            raise CommandFailed(f"the scale run's Redis did not start: {exc}") from None
-        try:
+            try:
+                process.start()
+            except RuntimeError as exc:
+                raise CommandFailed(f"the scale run's Redis did not start: {exc}") from None
             yield process.url
         finally:
             process.stop()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from scrapy import Request
 
 from crawlfleet.exceptions import MalformedEntry
+from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.serialization import RequestCodec, payload_priority, with_meta
 from crawlfleet.frontier.sharded import JobFrontier
@@ -84,7 +85,7 @@ async def recrawl_errors(
         take_for_recrawl, db, job, reason=reason, limit=limit, max_recrawls=max_recrawls
     )
     result = RecrawlResult()
-    done = 0
+    queued: set[int] = set()  # indexes of the rows queued
     try:
         if rows:
             await frontier.register_job()
@@ -95,10 +96,16 @@ async def recrawl_errors(
                 out.append(request)
                 if not stored:
                     result.by_url.append(eid)
-            committed = await frontier.commit("recrawl", out)
+            try:
+                committed = await frontier.commit("recrawl", out)
+            except PartialCommit as part:  # some shards queued their part
+                queued.update(i + j for j in part.requests)
+                result.queued += part.result.queued
+                raise
             result.queued += committed.queued
-            done = i + len(out)
+            queued.update(range(i, i + len(out)))
     finally:
-        if done < len(rows):
-            await asyncio.to_thread(reopen_errors, db, job, [r[0] for r in rows[done:]])
+        if len(queued) < len(rows):
+            left = [r[0] for n, r in enumerate(rows) if n not in queued]
+            await asyncio.to_thread(reopen_errors, db, job, left)
     return result

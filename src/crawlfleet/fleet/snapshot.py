@@ -24,7 +24,7 @@ from crawlfleet.frontier.records import counter_value, parse_throttle
 from crawlfleet.frontier.sharded import interleave, shard_of
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
-from crawlfleet.settings.config import rate_limit_margin
+from crawlfleet.settings.config import MAX_SHARDS, rate_limit_margin
 
 __all__ = [
     "JOBS_MAX",
@@ -204,7 +204,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         shards,
     ) = await pipe.execute()
     now = int(t[0]) * 1000 + int(t[1]) // 1000
-    count = max(1, counter_value(shards))
+    count = min(max(1, counter_value(shards)), MAX_SHARDS)
     queued, leased = counter_value(queued), int(leased)
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
     site_names = [text(s) for s in sites]
@@ -223,7 +223,8 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         scanned = [site_names]
         for i in range(0, len(found), 7):
             q, n, first, late, ns, names, b = found[i : i + 7]
-            queued, leased, overdue = queued + counter_value(q), leased + int(n), overdue + late
+            queued, leased = queued + max(0, counter_value(q)), leased + int(n)
+            overdue += int(late)
             oldest = sorted([*oldest, *first], key=lambda pair: pair[1])[:1]
             nsites, bad = int(nsites) + int(ns), int(bad) + int(b)
             scanned.append([text(s) for s in names])

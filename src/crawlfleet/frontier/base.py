@@ -6,7 +6,9 @@ Two implementations pass the same contract tests (tests/frontier/test_contract.p
 Redis one, which every node of a fleet shares, and :class:`~crawlfleet.frontier.memory.
 MemoryFrontier`, one job in this process's memory, which lets the node's parts be
 tested without Redis. Every method may raise the connection errors of
-``crawlfleet.redis.connection.REDIS_ERRORS``; callers decide how to wait.
+``crawlfleet.redis.connection.REDIS_ERRORS``; callers decide how to wait. A commit of a
+job in several shards may raise :class:`PartialCommit` (one of them) when it was done
+in part: the caller sends only the rest again.
 """
 
 from __future__ import annotations
@@ -14,9 +16,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from crawlfleet.frontier.records import CommitResult, JobState, LeaseResult, Outgoing
 
-__all__ = ["FrontierBackend"]
+__all__ = ["FrontierBackend", "PartialCommit"]
+
+
+class PartialCommit(RedisConnectionError):
+    """A commit of a sharded job failed in some shards after others did their part:
+    *result* is what was done, *requests* the indexes (in the batch) of the requests
+    queued or found duplicates, *acks* the acknowledgements applied. The rest was not
+    done. *cause*: the first failure. Caught as a Redis outage (REDIS_ERRORS)."""
+
+    def __init__(
+        self, cause: BaseException, result: CommitResult, requests: set[int], acks: set[str]
+    ) -> None:
+        super().__init__(f"a commit was done in part ({cause!r})")
+        self.cause = cause
+        self.result = result
+        self.requests = frozenset(requests)
+        self.acks = frozenset(acks)
 
 
 class FrontierBackend(Protocol):

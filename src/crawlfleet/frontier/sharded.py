@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from crawlfleet.exceptions import CommandFailed
+from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
     CommitResult,
@@ -49,6 +50,7 @@ from crawlfleet.frontier.records import (
     counter_value,
     text,
 )
+from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import MAX_SHARDS
 
@@ -101,6 +103,32 @@ def _shares(n: int, sizes: Sequence[int]) -> list[int]:
     return shares
 
 
+class _Committed:
+    """What the shards of one commit did so far (request indexes by shard: *where*)."""
+
+    def __init__(self, where: list[list[int]]) -> None:
+        self.where = where
+        self.queued = self.duplicates = self.acked = 0
+        self.dups: list[int] = []
+        self.requests: set[int] = set()
+        self.acks: set[str] = set()
+
+    @property
+    def anything(self) -> bool:
+        return bool(self.requests or self.acks or self.queued or self.acked)
+
+    def add(self, shard: int, r: CommitResult, *, with_requests: bool) -> None:
+        self.queued += r.queued
+        self.duplicates += r.duplicates
+        self.acked += r.acked
+        if with_requests:
+            self.requests.update(self.where[shard])
+            self.dups += [self.where[shard][i] for i in r.duplicate_indexes]
+
+    def result(self) -> CommitResult:
+        return CommitResult(self.queued, self.duplicates, self.acked, sorted(self.dups))
+
+
 #: Shards that are not in a lease's offer asked for their next sites by that lease.
 PEEKS_PER_LEASE = 4
 
@@ -119,7 +147,7 @@ class _ShardsView:
 
     def heard(self, shard: int, r: LeaseResult, now: float, *, tried: bool) -> None:
         self.offers[shard] = list(r.offer)
-        self.queued[shard], self.leased[shard] = r.queued, r.leased
+        self.queued[shard], self.leased[shard] = max(0, r.queued), max(0, r.leased)
         if shard == 0:
             self.control_seq = r.control_seq
         if not tried:
@@ -130,6 +158,11 @@ class _ShardsView:
             self.ready_at[shard] = now + r.ready_in_us / 1_000_000
         else:
             self.ready_at[shard] = None
+
+    def failed(self, shard: int) -> None:
+        """*shard* did not answer: its sites leave the offer until it answers again."""
+        self.offers[shard] = []
+        self.ready_at[shard] = None
 
     def _may_be_ready(self, shard: int, now: float) -> bool:
         at = self.ready_at[shard]
@@ -216,8 +249,8 @@ class JobFrontier:
             count = self.wanted
             if count > 1:
                 self._own_trips += 1
-                if await self.client.exists(k.counters):
-                    count = 1
+                if await self.client.hexists(k.counters, "seq"):
+                    count = 1  # it queued requests before shards existed
             self._own_trips += 2
             await self.client.set(k.shards_key, count, nx=True)
             raw = await self.client.get(k.shards_key)
@@ -250,16 +283,16 @@ class JobFrontier:
             self._parts = [self.home]
         return self._parts
 
-    def _split(self, rids: Iterable[str], count: int) -> list[list[str]]:
-        """Request ids ("<shard>:<id>") by shard, without their shard (an id of no shard
-        goes to shard 0 as it is: it matches nothing there)."""
-        out: list[list[str]] = [[] for _ in range(count)]
+    def _split(self, rids: Iterable[str], count: int) -> list[list[tuple[str, str]]]:
+        """Request ids ("<shard>:<id>") by shard: (the id as given, the shard's own id).
+        An id of no shard goes to shard 0 as it is (it matches nothing there)."""
+        out: list[list[tuple[str, str]]] = [[] for _ in range(count)]
         for rid in rids:
             head, sep, tail = rid.partition(":")
             if sep and head.isdigit() and int(head) < count:
-                out[int(head)].append(tail)
+                out[int(head)].append((rid, tail))
             else:
-                out[0].append(rid)
+                out[0].append((rid, rid))
         return out
 
     @staticmethod
@@ -285,9 +318,12 @@ class JobFrontier:
         acks: Sequence[str] = (),
         bad: Sequence[str] = (),
     ) -> CommitResult:
-        """As :meth:`Frontier.commit`, each shard's part in one script, all at once. On a
-        failure the whole batch may be committed again: acks apply once, and requests
-        queued the first time count as duplicates the second."""
+        """As :meth:`Frontier.commit`: one script per shard concerned, at once. The
+        acknowledgements go with the requests only when these are all in one shard, else
+        after every shard has queued its part, so that a page is never acknowledged
+        while a link it yielded is not queued. When some shards fail after others did
+        their part, :class:`PartialCommit` says what was done: send only the rest again
+        (requests that bypass the seen-filter would otherwise be queued twice)."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
             return await self.home.commit(node, requests, acks, bad)
@@ -299,18 +335,41 @@ class JobFrontier:
             reqs[s].append(r)
             where[s].append(i)
         acks_by, bad_by = self._split(acks, count), self._split(bad, count)
-        touched = [s for s in range(count) if reqs[s] or acks_by[s] or bad_by[s]]
-        results = await self._each(
-            [parts[s].commit(node, reqs[s], acks_by[s], bad_by[s]) for s in touched]
-        )
-        pairs = zip(touched, results, strict=True)
-        dups = sorted(where[s][i] for s, r in pairs for i in r.duplicate_indexes)
-        return CommitResult(
-            sum(r.queued for r in results),
-            sum(r.duplicates for r in results),
-            sum(r.acked for r in results),
-            dups,
-        )
+        first = [s for s in range(count) if reqs[s] or bad_by[s]]
+        # acknowledgements ride along only where nothing else can fail without them
+        riding = set(first) if len(first) == 1 else set()
+        then = [s for s in range(count) if acks_by[s] and s not in riding]
+        total = _Committed(where)
+
+        async def phase(shards: list[int], *, with_requests: bool) -> None:
+            calls = [
+                parts[s].commit(
+                    node,
+                    reqs[s] if with_requests else (),
+                    [rid for _, rid in acks_by[s]] if (s in riding or not with_requests) else (),
+                    [rid for _, rid in bad_by[s]] if with_requests else (),
+                )
+                for s in shards
+            ]
+            outcomes = await asyncio.gather(*calls, return_exceptions=True)
+            failed: BaseException | None = None
+            for s, outcome in zip(shards, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    failed = failed or outcome
+                    continue
+                total.add(s, outcome, with_requests=with_requests)
+                if s in riding or not with_requests:
+                    total.acks.update(original for original, _ in acks_by[s])
+            if failed is not None:
+                if total.anything and isinstance(failed, REDIS_ERRORS):
+                    raise PartialCommit(failed, total.result(), total.requests, total.acks)
+                raise failed
+
+        if first:
+            await phase(first, with_requests=True)
+        if then:
+            await phase(then, with_requests=False)
+        return total.result()
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, as a lease offers them (asks every
@@ -362,12 +421,14 @@ class JobFrontier:
                 **pacing,
             )
         count = len(parts)
-        groups: list[list[int]] = [[] for _ in parts]
+        groups: dict[int, list[int]] = {}  # shards in the order the offer names them
         for i, site in enumerate(sites):
-            groups[shard_of(site, count)].append(i)
-        shares = _shares(n, [len(g) for g in groups])
-        asked = [s for s in range(count) if shares[s]]
-        peeked = [s for s in self._rotation(count) if not groups[s]][:PEEKS_PER_LEASE]
+            groups.setdefault(shard_of(site, count), []).append(i)
+        shares = dict(zip(groups, _shares(n, [len(g) for g in groups.values()]), strict=True))
+        asked = [s for s in groups if shares[s]]
+        peeked = [s for s in self._rotation(count) if s not in groups][:PEEKS_PER_LEASE]
+        if 0 not in asked and 0 not in peeked:
+            peeked.append(0)  # the job's control sequence is shard 0's
 
         def pick(values: Sequence[Any] | None, group: list[int]) -> list[Any] | None:
             return None if values is None else [values[i] for i in group]
@@ -388,25 +449,37 @@ class JobFrontier:
             for s in asked
         ]
         calls += [parts[s].peek(offer_size) for s in peeked]
-        results = await self._each(calls)
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
         now = time.monotonic()
         view = self._view(count)
-        for s, r in zip([*asked, *peeked], results, strict=True):
-            view.heard(s, r, now, tried=s in asked)
+        heard: list[LeaseResult] = []
+        entries: list[Leased] = []
+        failed: BaseException | None = None
+        for s, outcome in zip([*asked, *peeked], outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                failed = failed or outcome
+                view.failed(s)
+                continue
+            heard.append(outcome)
+            view.heard(s, outcome, now, tried=s in asked)
+            entries += [
+                Leased(f"{s}:{e.rid}", e.site, e.payload, e.slot_us, e.late_us)
+                for e in outcome.entries
+            ]
+        # a shard that fails (its master is down) leaves the offer until it answers a
+        # peek again; what the others leased is the node's (raised only when none did)
+        if failed is not None and (not heard or not isinstance(failed, REDIS_ERRORS)):
+            raise failed
         self._cursor = (self._cursor + 1) % count
         return LeaseResult(
-            max(r.now_us for r in results),
-            [
-                Leased(f"{s}:{e.rid}", e.site, e.payload, e.slot_us, e.late_us)
-                for s, r in zip(asked, results, strict=False)
-                for e in r.entries
-            ],
+            max(r.now_us for r in heard),
+            entries,
             view.offer(self._rotation(count), offer_size, now),
             sum(view.queued),
             sum(view.leased),
             view.ready_in_us(now),
             view.control_seq,
-            [site for r in results for site in r.backoff_ended],
+            [site for r in heard for site in r.backoff_ended],
         )
 
     def _rotation(self, count: int) -> list[int]:
@@ -429,7 +502,7 @@ class JobFrontier:
         by = self._split([rid for rid, _ in pairs], len(parts))
         back = await self._each(
             [
-                parts[s].release(node, [(rid, sites.get(f"{s}:{rid}", "")) for rid in rids])
+                parts[s].release(node, [(rid, sites.get(given, "")) for given, rid in rids])
                 for s, rids in enumerate(by)
                 if rids
             ]
@@ -437,7 +510,8 @@ class JobFrontier:
         return sum(back)
 
     async def reclaim_expired(self, limit: int = 1000, *, grace_ms: int = 0) -> int:
-        """As :meth:`Frontier.reclaim_expired`, in every shard (up to *limit* each)."""
+        """As :meth:`Frontier.reclaim_expired`, in every shard (up to *limit* each; a
+        shard's failure is raised once the others are done)."""
         parts = await self.shards()
         back = await self._each([p.reclaim_expired(limit, grace_ms=grace_ms) for p in parts])
         return sum(back)
@@ -469,7 +543,7 @@ class JobFrontier:
                     status=status if s == 0 or status == "leaving" else "{}",
                     busy=busy,
                     lease_ms=lease_ms,
-                    renew=by[s],
+                    renew=[rid for _, rid in by[s]],
                     fleet=s == 0,
                 )
                 for s, p in enumerate(parts)
@@ -477,9 +551,9 @@ class JobFrontier:
         )
         return dataclasses.replace(
             states[0],
-            queued=sum(st.queued for st in states),
-            leased=sum(st.leased for st in states),
-            leased_total=sum(st.leased_total for st in states),
+            queued=sum(max(0, st.queued) for st in states),
+            leased=sum(max(0, st.leased) for st in states),
+            leased_total=sum(max(0, st.leased_total) for st in states),
         )
 
     # -- the job's own state (shard 0) ---------------------------------------------------

@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 from scrapy import Request, Spider
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.base import FrontierBackend, PartialCommit
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
-from crawlfleet.frontier.records import JobState, Outgoing
+from crawlfleet.frontier.records import CommitResult, JobState, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.engine import EngineHooks
@@ -145,6 +145,8 @@ class SyncLoop:
         self._logged_dup = False
         #: requests handed in by feed(), committed by the loop in order
         self._feeds: list[tuple[list[tuple[Request, Outgoing]], asyncio.Future[int]]] = []
+        #: requests of the first feed queued by a commit done in part (PartialCommit)
+        self._fed_before = 0
         #: reasons the job must not count as finished for this node (see hold())
         self.holds: set[str] = set()
 
@@ -381,7 +383,15 @@ class SyncLoop:
             Outgoing(fp, self.sites.site(request), request.priority, payload, delay)
             for request, fp, payload, delay in batch
         ]
-        result = await self.frontier.commit(self.node_id, outgoing, acks, bad)
+        try:
+            result = await self.frontier.commit(self.node_id, outgoing, acks, bad)
+        except PartialCommit as part:
+            # some shards took their part: only the rest is sent again (requests that
+            # bypass the seen-filter must not be queued twice)
+            self._committed(batch, part.result)
+            ledger.out[: len(batch)] = [e for i, e in enumerate(batch) if i not in part.requests]
+            ledger.acks[:] = [rid for rid in ledger.acks if rid not in part.acks]
+            raise
         delays = [delay for *_rest, delay in batch if delay > 0]
         if delays:  # reclaim them (with any other due lease) once the first one is due
             due = time.monotonic() + min(delays) / 1000 + WAITING_REACH_SECONDS
@@ -391,6 +401,10 @@ class SyncLoop:
         if send_acks:
             del ledger.acks[: len(acks)]
         del ledger.bad[: len(bad)]
+        self._committed(batch, result)
+
+    def _committed(self, batch: list[Outbound], result: CommitResult) -> None:
+        """Count what a commit of *batch* (ledger entries) did."""
         self.stats.inc("crawlfleet/frontier/queued", result.queued)
         self.stats.inc("crawlfleet/frontier/acked", result.acked)
         if result.queued:
@@ -424,12 +438,18 @@ class SyncLoop:
                 outgoing.append(
                     Outgoing(out.fp, self.sites.site(request), out.priority, out.payload)
                 )
-            result = await self.frontier.commit(self.node_id, outgoing)
+            try:
+                result = await self.frontier.commit(self.node_id, outgoing)
+            except PartialCommit as part:  # sent again: only what was not done
+                self._feeds[0] = ([p for i, p in enumerate(pairs) if i not in part.requests], done)
+                self._fed_before += part.result.queued
+                raise
             self._feeds.pop(0)
-            if result.queued:
+            queued, self._fed_before = result.queued + self._fed_before, 0
+            if queued:
                 self.leaser.work_arrived()
             if not done.done():
-                done.set_result(result.queued)
+                done.set_result(queued)
 
     def count_duplicate(self, request: Request) -> None:
         """*request* was a duplicate (known here, or to the shared seen-filter)."""

@@ -112,7 +112,7 @@ class FleetKeys:
         return f"{self.base}:throttle"
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=65536)
 def shard_tag(job: str, shard: int, shards: int) -> str:
     """The hash tag of shard *shard* of a job of *shards* shards: the job's name for
     shard 0; for shard k, ``<job>#k`` with, if needed, ``.<salt>``: the smallest salt
