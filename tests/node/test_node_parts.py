@@ -17,11 +17,16 @@ from scrapy import Request, Spider
 from scrapy.utils.request import RequestFingerprinter
 
 from crawlfleet.exceptions import ItemNotDurable
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
+from tests.frontier.test_shards import shard_down, site_in
 
 FAST = {
     "CRAWLFLEET_FLUSH_SECONDS": 0.01,
@@ -374,5 +379,57 @@ def test_an_item_a_store_gave_up_is_not_a_failure_but_a_dropped_one_is(tmp_path:
         writer.close()
         assert writer.written == 1
         await scheduler.stop("finished")
+
+    run(body)
+
+
+def test_a_commit_done_in_part_is_finished_without_queueing_anything_twice(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    """A job of three shards, one of them down when a node commits a link to it and a
+    retry that bypasses the seen-filter to another: the node keeps the link and sends
+    it again once the shard is back, and the retry is queued once."""
+    link_site, retry_site = site_in(1, 3, "link"), site_in(2, 3, "retry")
+
+    async def body() -> None:
+        client = make_client(redis_server_url)
+        keys = JobKeys.of(key_prefix, "job")
+        frontier = JobFrontier(client, keys, shards=3)
+        s = settings_with_defaults(FAST)
+        scheduler = Scheduler(
+            config=FrontierConfig.from_settings(s, "job"),
+            redis_config=RedisConfig.from_settings(s),
+            fingerprint=RequestFingerprinter().fingerprint,
+            frontier=frontier,
+        )
+        engine = Engine()
+        scheduler.bind_engine(engine.hooks(), [])
+        await scheduler.start(Spider("job"))
+        down = shard_down(frontier, 1)
+        try:
+            scheduler.enqueue_request(Request(f"http://{link_site}/"))
+            scheduler.enqueue_request(Request(f"http://{retry_site}/", dont_filter=True))
+            reader = JobFrontier(client, keys)
+
+            async def enqueued() -> int:
+                return (await reader.counters()).get("enqueued", 0)
+
+            deadline = time.monotonic() + 5
+            while await enqueued() < 1:  # the shard that answers took its part
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # the node tries again (and fails) meanwhile
+            assert await enqueued() == 1 and len(scheduler.ledger.out) == 1
+            assert frontier._parts is not None
+            frontier._parts[1] = Frontier(client, keys.in_shard(1, 3), frontier.home.seen)
+            while await enqueued() < 2:  # the shard is back: the rest goes
+                assert time.monotonic() < deadline + 10
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)
+            assert await enqueued() == 2 and not scheduler.ledger.out
+            await scheduler.stop("shutdown")
+        finally:
+            await down.aclose()
+            await client.aclose()
 
     run(body)
