@@ -12,11 +12,15 @@ keys (as one script on one Redis, as three on a cluster: crawlfleet.frontier.cli
 job's shard count once (a key in shard 0; a job created before shards existed has
 none and is one shard) and then:
 
-- commits, releases, renewals and reclaims go to the shards concerned, in parallel;
-- a lease asks every shard at once: those with sites in the offer for their share of
-  the requests wanted, the others for their next sites (so that a shard that had
-  nothing and gets new requests is offered at the next lease); the sites offered next
-  alternate between shards, so each gets its turn;
+- commits, releases, renewals and reclaims go to the shards concerned, in parallel; a
+  commit acknowledges only after every shard queued its part, and one that fails
+  midway says what was done (:class:`~crawlfleet.frontier.base.PartialCommit`);
+- a lease asks the shards of its offer, in parallel, for their shares of the requests
+  wanted, and a few other shards, in turn, for their next sites; the offer it returns
+  holds sites of a few shards, those that may be ready first, the others in turn, so
+  that every shard gets leased from and a lease calls a few shards, not all; a shard
+  that fails leaves the offer until it answers again, and what the others leased is
+  kept;
 - a request id is ``<shard>:<id>`` so that its ack finds its shard;
 - the node registry, control commands, run-time limits and summaries are the job's, in
   shard 0; every shard keeps the nodes that hold its leases, so that it can reclaim
