@@ -23,7 +23,6 @@ import asyncio
 import math
 import os
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,9 @@ import scrapy
 
 from crawlfleet.benchmark.scale import (
     COMMIT_BATCH,
-    LEASE_SITES,
-    LEASE_WANT,
     cpu_us,
     in_parallel,
+    lease_then_ack,
     url_of,
 )
 from crawlfleet.exceptions import CommandFailed
@@ -104,34 +102,15 @@ async def _one_run(
         before = _masters_us(cluster)
         enqueue_seconds = await in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
         queue_us = _since(cluster, before)
-        leased: list[str] = []
-        offer = await frontier.offer(LEASE_SITES)
-        before = _masters_us(cluster)
-        started = time.perf_counter()
-        while len(leased) < leases and offer:
-            r = await frontier.lease(
-                "bench",
-                min(LEASE_WANT, leases - len(leased)),
-                offer,
-                lease_ms=3_600_000,
-                per_site=max(1, math.ceil(LEASE_WANT / len(offer))),
-                offer_size=LEASE_SITES,
-            )
-            leased += [e.rid for e in r.entries]
-            offer = r.offer
-        lease_seconds = time.perf_counter() - started
-        lease_us = _since(cluster, before)
 
-        async def ack(i: int) -> None:
-            await frontier.commit("bench", acks=leased[i * COMMIT_BATCH : (i + 1) * COMMIT_BATCH])
+        async def cpu() -> list[float]:
+            return _masters_us(cluster)
 
-        before = _masters_us(cluster)
-        ack_seconds = await in_parallel(math.ceil(len(leased) / COMMIT_BATCH), ack)
-        ack_us = _since(cluster, before)
+        done = await lease_then_ack(frontier, leases, cpu)
         await frontier.reset()
     finally:
         await client.aclose()
-    n = max(len(leased), 1)
+    n, lease_us, ack_us = max(done.leased, 1), done.lease_us, done.ack_us
     # one request's cost on each master: its queueing, its lease and its ack
     per_request = [
         q / queued + lu / n + a / n for q, lu, a in zip(queue_us, lease_us, ack_us, strict=True)
@@ -142,10 +121,10 @@ async def _one_run(
         shards=shards,
         queued=queued,
         sites=sites,
-        leased=len(leased),
+        leased=done.leased,
         enqueued_per_second=queued / enqueue_seconds,
-        leased_per_second=len(leased) / lease_seconds if lease_seconds else 0.0,
-        acked_per_second=len(leased) / ack_seconds if ack_seconds else 0.0,
+        leased_per_second=done.leased / done.lease_seconds if done.lease_seconds else 0.0,
+        acked_per_second=done.leased / done.ack_seconds if done.ack_seconds else 0.0,
         redis_us_per_queued=sum(queue_us) / queued,
         redis_us_per_leased=sum(lease_us) / n,
         redis_us_per_acked=sum(ack_us) / n,

@@ -141,6 +141,49 @@ def url_of(n: int, sites: int) -> tuple[str, str]:
     return site, f"https://{site}/catalogue/item-{n:09d}?page=2"
 
 
+@dataclass
+class LeasedAndAcked:
+    leased: int
+    lease_seconds: float
+    ack_seconds: float
+    #: CPU µs spent leasing and acknowledging, per Redis server measured
+    lease_us: list[float]
+    ack_us: list[float]
+
+
+async def lease_then_ack(
+    frontier: Any, count: int, cpu: Callable[[], Awaitable[list[float]]]
+) -> LeasedAndAcked:
+    """Lease *count* queued requests as nodes do (offers of LEASE_SITES sites, LEASE_WANT
+    a call), then acknowledge them in batches of COMMIT_BATCH, CLIENTS at a time; *cpu*
+    reads the CPU µs used so far by each Redis server measured."""
+    leased: list[str] = []
+    offer = await frontier.offer(LEASE_SITES)
+    before = await cpu()
+    started = time.perf_counter()
+    while len(leased) < count and offer:
+        r = await frontier.lease(
+            "bench",
+            min(LEASE_WANT, count - len(leased)),
+            offer,
+            lease_ms=3_600_000,
+            per_site=max(1, math.ceil(LEASE_WANT / len(offer))),
+            offer_size=LEASE_SITES,
+        )
+        leased += [e.rid for e in r.entries]
+        offer = r.offer
+    lease_seconds = time.perf_counter() - started
+    after = await cpu()
+    lease_us = [a - b for a, b in zip(after, before, strict=True)]
+
+    async def ack(i: int) -> None:
+        await frontier.commit("bench", acks=leased[i * COMMIT_BATCH : (i + 1) * COMMIT_BATCH])
+
+    ack_seconds = await in_parallel(math.ceil(len(leased) / COMMIT_BATCH), ack)
+    ack_us = [a - b for a, b in zip(await cpu(), after, strict=True)]
+    return LeasedAndAcked(len(leased), lease_seconds, ack_seconds, lease_us, ack_us)
+
+
 async def _bloom(url: str, prefix: str, urls: int, error_rate: float) -> dict[str, Any]:
     client = make_client(url, socket_timeout=120)
     keys = JobKeys.of(prefix, "scale-bloom")
@@ -192,30 +235,13 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
         enqueue_seconds = await in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
         queue_us = await _redis_us(client) - spent
         after = int((await client.info("memory"))["used_memory"])
-        leased: list[str] = []
-        offer = await frontier.offer(LEASE_SITES)
-        spent = await _redis_us(client)
-        started = time.perf_counter()
-        while len(leased) < sample and offer:
-            r = await frontier.lease(
-                "scale",
-                min(LEASE_WANT, sample - len(leased)),
-                offer,
-                lease_ms=3_600_000,
-                per_site=max(1, math.ceil(LEASE_WANT / len(offer))),
-                offer_size=LEASE_SITES,
-            )
-            leased += [e.rid for e in r.entries]
-            offer = r.offer
-        lease_seconds = time.perf_counter() - started
-        lease_us = await _redis_us(client) - spent
 
-        async def ack(i: int) -> None:
-            await frontier.commit("scale", acks=leased[i * COMMIT_BATCH : (i + 1) * COMMIT_BATCH])
+        async def cpu() -> list[float]:
+            return [await _redis_us(client)]
 
-        spent = await _redis_us(client)
-        ack_seconds = await in_parallel(math.ceil(len(leased) / COMMIT_BATCH), ack)
-        ack_us = await _redis_us(client) - spent
+        done = await lease_then_ack(frontier, sample, cpu)
+        leased, lease_seconds, ack_seconds = done.leased, done.lease_seconds, done.ack_seconds
+        lease_us, ack_us = done.lease_us[0], done.ack_us[0]
         peak = int((await client.info("memory"))["used_memory_peak"])
         version = str((await client.info("server"))["redis_version"])
         await frontier.reset()
@@ -225,13 +251,13 @@ async def _queue(url: str, prefix: str, queued: int, sites: int, sample: int) ->
             "payload_bytes": payload / max(queued, 1),
             "queued_bytes_per_request": (after - before) / max(queued, 1),
             "enqueued_per_second": queued / enqueue_seconds,
-            "leased": len(leased),
-            "leased_per_second": len(leased) / lease_seconds if lease_seconds else 0.0,
-            "acked_per_second": len(leased) / ack_seconds if ack_seconds else 0.0,
+            "leased": leased,
+            "leased_per_second": leased / lease_seconds if lease_seconds else 0.0,
+            "acked_per_second": leased / ack_seconds if ack_seconds else 0.0,
             "used_memory_peak_bytes": peak,
             "redis_us_per_queued": queue_us / max(queued, 1),
-            "redis_us_per_leased": lease_us / max(len(leased), 1),
-            "redis_us_per_acked": ack_us / max(len(leased), 1),
+            "redis_us_per_leased": lease_us / max(leased, 1),
+            "redis_us_per_acked": ack_us / max(leased, 1),
         }
     finally:
         await client.aclose()
