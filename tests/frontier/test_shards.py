@@ -352,9 +352,12 @@ def test_a_lease_keeps_what_the_shards_that_answer_leased(
     async def body(client: Any) -> None:
         f = JobFrontier(client, keys, shards=3)
         await f.commit("n1", [out(f"https://{s}/{i}", s) for s in sites for i in range(3)])
-        offer = await f.offer(10)
+        await f.shards()
         down = [shard_down(f, 1)]
         try:
+            offer = await f.offer(10)  # without shard 1's sites: it does not answer
+            assert sorted(offer) == sorted([sites[0], sites[2]])
+            offer.append(sites[1])  # as a lease before the fail-over would have offered
             r = await f.lease("n1", 9, offer, per_site=3, **KW)
             assert sorted(e.site for e in r.entries) == sorted([sites[0], sites[2]] * 3)
             assert sites[1] not in r.offer  # until shard 1 answers again

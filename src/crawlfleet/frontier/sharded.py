@@ -240,8 +240,9 @@ class JobFrontier:
     # -- the shards ----------------------------------------------------------------------
     async def shards(self, *, create: bool = False) -> list[Frontier]:
         """The job's shards, shard 0 first. With *create*, a job that has no shard count
-        yet gets one (this object's, or 1 for a job that already has counters: it was
-        created before shards existed); without, such a job is read as one shard."""
+        yet gets one (this object's, or 1 for a job that queued requests before shards
+        existed); without, such a job is read as one shard. CommandFailed when the count
+        in Redis is not one."""
         if self._parts is not None:
             return self._parts
         k = self.keys
@@ -377,15 +378,22 @@ class JobFrontier:
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, as a lease offers them (asks every
-        shard: a node's first lease, or one after its job had nothing queued)."""
+        shard: a node's first lease, or one after its job had nothing queued; a shard
+        that fails is left out, unless all do)."""
         parts = await self.shards()
         if len(parts) == 1:
             return await self.home.offer(size)
         view = self._view(len(parts))
-        heard = await self._each([p.peek(size) for p in parts])
+        outcomes = await asyncio.gather(*(p.peek(size) for p in parts), return_exceptions=True)
         now = time.monotonic()
-        for s, r in enumerate(heard):
-            view.heard(s, r, now, tried=False)
+        for s, outcome in enumerate(outcomes):
+            if isinstance(outcome, BaseException):
+                view.failed(s)  # as in a lease: the others are offered meanwhile
+            else:
+                view.heard(s, outcome, now, tried=False)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        if errors and (len(errors) == len(outcomes) or not isinstance(errors[0], REDIS_ERRORS)):
+            raise errors[0]
         return view.offer(self._rotation(len(parts)), size, now)
 
     async def lease(
