@@ -72,6 +72,14 @@ def test_start_urls_argument_overrides_the_spec(tmp_path: Path) -> None:
     assert SpecSpider(spec=path, start_urls=[]).start_urls == []
 
 
+def test_allowed_domains_argument_overrides_the_spec_for_links_too(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, SPEC)
+    spider = SpecSpider(spec=path, allowed_domains="shop.example, other.example")
+    assert spider.allowed_domains == ["shop.example", "other.example"]
+    assert spider.extractor.spec.allowed_domains == ("shop.example", "other.example")
+    assert SpecSpider(spec=path).allowed_domains == list(SpecSpider(spec=path).spec.allowed_domains)
+
+
 def test_spec_settings_apply_at_spider_priority(tmp_path: Path) -> None:
     crawler = Crawler(SpecSpider, Settings({"DOWNLOAD_DELAY": 5}))
     spider = SpecSpider.from_crawler(crawler, spec=write_spec(tmp_path, SPEC))

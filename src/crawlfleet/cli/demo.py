@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -102,13 +103,16 @@ def run(args: argparse.Namespace) -> int:
             "CRAWLFLEET_SQL_URL": f"sqlite:///{out_dir / 'items.sqlite3'}",
         }
         node_settings.update(dict(item.split("=", 1) for item in args.settings))
+        spider_args = {"start_urls": ",".join(seeds)}
+        if args.spider == SPEC:  # its allowed_domains name the site's first 3 hosts
+            spider_args["allowed_domains"] = ",".join(urlsplit(u).hostname or "" for u in seeds)
         procs = [
             start_node(
                 args.spider,
                 job=job,
                 redis_url=url,
                 log=out_dir / f"node-{i}.log",
-                spider_args={"start_urls": ",".join(seeds)},
+                spider_args=spider_args,
                 settings=node_settings,
                 output=out_dir / f"items-{i}.jsonl",
             )

@@ -15,7 +15,8 @@ Three ways to run one:
   :class:`~crawlfleet.spiders.spec.Spec` object), or ``SpecSpider.from_spec(spec)``
   which returns a named subclass;
 - ``scrapy crawl <name> -a spec=other.yaml`` replaces a subclass's spec for one run, and
-  ``-a start_urls=URL,URL`` its start URLs.
+  ``-a start_urls=URL,URL`` its start URLs, ``-a allowed_domains=HOST,HOST`` its
+  allowed domains (both replace the spec's).
 
 Every request goes to :meth:`SpecSpider.parse`; its role (item types, depth) travels in
 request meta, so requests that go through the shared frontier keep it. Seeds without
@@ -28,6 +29,7 @@ once, under vanilla Scrapy as with crawlfleet's seen-filter.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -108,6 +110,7 @@ class SpecSpider(Spider):
         *args: Any,
         spec: Spec | str | Path | None = None,
         start_urls: str | list[str] | None = None,
+        allowed_domains: str | list[str] | None = None,
         **kwargs: Any,
     ):
         if spec is not None:
@@ -122,6 +125,10 @@ class SpecSpider(Spider):
         kwargs.setdefault("name", loaded.name)
         super().__init__(*args, **kwargs)
         self.spec = loaded
+        if isinstance(allowed_domains, str):
+            allowed_domains = [d.strip() for d in allowed_domains.split(",") if d.strip()]
+        if allowed_domains is not None:  # offsite filtering and link rules use them
+            loaded = dataclasses.replace(loaded, allowed_domains=tuple(allowed_domains))
         self.allowed_domains = list(loaded.allowed_domains)
         if isinstance(start_urls, str):
             start_urls = [url.strip() for url in start_urls.split(",") if url.strip()]
