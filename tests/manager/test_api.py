@@ -4,6 +4,7 @@ same functions as the CLI."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,10 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.manager.app import create_app
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.events import list_events
 from crawlfleet.state.tokens import create_token, revoke_token
@@ -112,6 +116,24 @@ def test_seeds_then_the_job_and_its_figures(manager: Manager) -> None:
     assert "no valid seed" in assert_error(bad, 400, "invalid")["message"]
     empty = manager.client.post("/api/v1/jobs/news/seeds", json={"seeds": []}, headers=op)
     assert_error(empty, 422, "invalid_request")
+
+
+def test_a_sharded_job_is_seen_and_seeded_whole(manager: Manager) -> None:
+    async def create() -> None:  # a job created by a node configured with 3 shards
+        client = make_client(manager.redis_url)
+        try:
+            await JobFrontier(client, JobKeys.of(manager.prefix, "wide"), shards=3).register_job()
+        finally:
+            await client.aclose()
+
+    asyncio.run(create())
+    op, viewer = manager.as_("operator"), manager.as_("viewer")
+    r = manager.client.post("/api/v1/jobs/wide/seeds", json={"seeds": SEEDS}, headers=op)
+    assert r.json()["queued"] == 12, r.text
+    job = manager.client.get("/api/v1/jobs/wide", headers=viewer).json()
+    assert (job["shards"], job["queued"], job["sites"]) == (3, 12, 3)
+    assert sorted(s["site"] for s in job["top_sites"]) == ["site0.test", "site1.test", "site2.test"]
+    assert job["counters"]["enqueued"] == 12
 
 
 def test_unknown_jobs_bad_names_and_bad_bodies_get_one_error_shape(manager: Manager) -> None:

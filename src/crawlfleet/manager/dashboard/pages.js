@@ -224,7 +224,8 @@ export function jobPage(job) {
         card("leased", num(data.leased), "leased"),
         card("live nodes", num(data.live_nodes), "live_nodes"),
         card("errors", num(data.live.errors), "errors"),
-        card("set aside", num(data.malformed_set_aside), "malformed"));
+        card("set aside", num(data.malformed_set_aside), "malformed"),
+        data.shards > 1 && card("shards", num(data.shards), "shards"));
       fill(chartBox, chart(series.get(job) || [], "pages/s", chartBox.clientWidth - 32));
       const queued = new Map(data.top_sites.map((s) => [s.site, s.queued]));
       const siteNames = [...new Set([...queued.keys(), ...Object.keys(data.site_live)])];
