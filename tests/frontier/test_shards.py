@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,16 +44,15 @@ def run(redis_url: str, body: Callable[[Any], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
+def sites_in(shard: int, shards: int, tag: str = "site", n: int = 1) -> list[str]:
+    """The first *n* site names "<tag><i>.test" of shard *shard*."""
+    names = (f"{tag}{i}.test" for i in range(100_000))
+    return list(itertools.islice((x for x in names if shard_of(x, shards) == shard), n))
+
+
 def sites_in_every_shard(shards: int, per_shard: int = 2) -> list[str]:
     """Site names, *per_shard* of them in each shard."""
-    found: dict[int, list[str]] = {k: [] for k in range(shards)}
-    i = 0
-    while any(len(v) < per_shard for v in found.values()):
-        name = f"site{i}.test"
-        if len(found[shard_of(name, shards)]) < per_shard:
-            found[shard_of(name, shards)].append(name)
-        i += 1
-    return [s for k in range(shards) for s in found[k]]
+    return [site for k in range(shards) for site in sites_in(k, shards, n=per_shard)]
 
 
 async def lease_everything(f: JobFrontier, node: str = "n1") -> list[Any]:
@@ -300,9 +300,7 @@ def test_reset_deletes_every_key_of_every_shard(redis_server_url: str, key_prefi
 
 def site_in(shard: int, shards: int, tag: str) -> str:
     """A site name of shard *shard*."""
-    return next(
-        f"{tag}{i}.test" for i in range(1000) if shard_of(f"{tag}{i}.test", shards) == shard
-    )
+    return sites_in(shard, shards, tag)[0]
 
 
 def shard_down(f: JobFrontier, shard: int) -> Any:

@@ -78,10 +78,6 @@ def _masters_us(cluster: LocalCluster) -> list[float]:
     return [cpu_us(cluster.client(i).info("cpu")) for i in range(cluster.masters)]
 
 
-def _since(cluster: LocalCluster, before: list[float]) -> list[float]:
-    return [after - b for after, b in zip(_masters_us(cluster), before, strict=True)]
-
-
 async def _one_run(
     cluster: LocalCluster, job: str, shards: int, queued: int, sites: int, leases: int
 ) -> ClusterResult:
@@ -99,13 +95,12 @@ async def _one_run(
                 batch.append(Outgoing(os.urandom(16), site, 0, codec.encode(scrapy.Request(link))))
             await frontier.commit("bench", batch)
 
-        before = _masters_us(cluster)
-        enqueue_seconds = await in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
-        queue_us = _since(cluster, before)
-
         async def cpu() -> list[float]:
             return _masters_us(cluster)
 
+        before = await cpu()
+        enqueue_seconds = await in_parallel(math.ceil(queued / COMMIT_BATCH), commit)
+        queue_us = [after - b for after, b in zip(await cpu(), before, strict=True)]
         done = await lease_then_ack(frontier, leases, cpu)
         await frontier.reset()
     finally:

@@ -36,7 +36,7 @@ import dataclasses
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Container, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -167,6 +167,30 @@ class _ShardsView:
         """*shard* did not answer: its sites leave the offer until it answers again."""
         self.offers[shard] = []
         self.ready_at[shard] = None
+
+    def hear(
+        self,
+        shards: Iterable[int],
+        outcomes: Sequence[LeaseResult | BaseException],
+        now: float,
+        *,
+        tried: Container[int],
+    ) -> list[tuple[int, LeaseResult]]:
+        """Note the replies of *shards* (leased from if in *tried*, else peeked) and
+        those that failed (see :meth:`failed`); (shard, reply) of those that answered.
+        Raises the first failure when none answered, or when it is not an outage."""
+        answered: list[tuple[int, LeaseResult]] = []
+        first: BaseException | None = None
+        for shard, outcome in zip(shards, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                first = first or outcome
+                self.failed(shard)
+            else:
+                self.heard(shard, outcome, now, tried=shard in tried)
+                answered.append((shard, outcome))
+        if first is not None and (not answered or not isinstance(first, REDIS_ERRORS)):
+            raise first
+        return answered
 
     def _may_be_ready(self, shard: int, now: float) -> bool:
         at = self.ready_at[shard]
@@ -386,14 +410,7 @@ class JobFrontier:
         view = self._view(len(parts))
         outcomes = await asyncio.gather(*(p.peek(size) for p in parts), return_exceptions=True)
         now = time.monotonic()
-        for s, outcome in enumerate(outcomes):
-            if isinstance(outcome, BaseException):
-                view.failed(s)  # as in a lease: the others are offered meanwhile
-            else:
-                view.heard(s, outcome, now, tried=False)
-        errors = [o for o in outcomes if isinstance(o, BaseException)]
-        if errors and (len(errors) == len(outcomes) or not isinstance(errors[0], REDIS_ERRORS)):
-            raise errors[0]
+        view.hear(range(len(parts)), outcomes, now, tried=())
         return view.offer(self._rotation(len(parts)), size, now)
 
     async def lease(
@@ -464,34 +481,22 @@ class JobFrontier:
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
         now = time.monotonic()
         view = self._view(count)
-        heard: list[LeaseResult] = []
-        entries: list[Leased] = []
-        failed: BaseException | None = None
-        for s, outcome in zip([*asked, *peeked], outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                failed = failed or outcome
-                view.failed(s)
-                continue
-            heard.append(outcome)
-            view.heard(s, outcome, now, tried=s in asked)
-            entries += [
-                Leased(f"{s}:{e.rid}", e.site, e.payload, e.slot_us, e.late_us)
-                for e in outcome.entries
-            ]
-        # a shard that fails (its master is down) leaves the offer until it answers a
-        # peek again; what the others leased is the node's (raised only when none did)
-        if failed is not None and (not heard or not isinstance(failed, REDIS_ERRORS)):
-            raise failed
+        # what the shards that answered leased is the node's, even if others failed
+        heard = view.hear([*asked, *peeked], outcomes, now, tried=asked)
         self._cursor = (self._cursor + 1) % count
         return LeaseResult(
-            max(r.now_us for r in heard),
-            entries,
+            max(r.now_us for _, r in heard),
+            [
+                Leased(f"{s}:{e.rid}", e.site, e.payload, e.slot_us, e.late_us)
+                for s, r in heard
+                for e in r.entries
+            ],
             view.offer(self._rotation(count), offer_size, now),
             sum(view.queued),
             sum(view.leased),
             view.ready_in_us(now),
             view.control_seq,
-            [site for r in heard for site in r.backoff_ended],
+            [site for _, r in heard for site in r.backoff_ended],
         )
 
     def _rotation(self, count: int) -> list[int]:
@@ -620,17 +625,19 @@ class JobFrontier:
 
     async def sizes(self) -> dict[str, int]:
         """The job's leases, sites with queued requests and entries set aside as
-        malformed, over its shards."""
-        out = {"leased": 0, "sites": 0, "malformed": 0}
+        malformed, over its shards (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
         for part in await self.shards():
-            pipe = self.client.pipeline(transaction=False)
             pipe.zcard(part.keys.leases)
             pipe.zcard(part.keys.sites)
             pipe.llen(part.keys.bad)
-            self._own_trips += 1
-            for name, value in zip(out, await pipe.execute(), strict=True):
-                out[name] += int(value)
-        return out
+        self._own_trips += 1
+        found = [int(v) for v in await pipe.execute()]
+        return {
+            "leased": sum(found[0::3]),
+            "sites": sum(found[1::3]),
+            "malformed": sum(found[2::3]),
+        }
 
     async def seen_check(
         self, fingerprints: Sequence[bytes], *, add: bool, sites: Sequence[str] | None = None

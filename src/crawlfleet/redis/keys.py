@@ -158,8 +158,8 @@ class JobKeys:
         """The politeness keys this job shares with every other job of its prefix."""
         return FleetKeys(self.prefix)
 
-    @property
-    def base(self) -> str:
+    @functools.cached_property
+    def base(self) -> str:  # every key starts with it: worked out once per object
         return f"{self.prefix}:{self.tag}"
 
     @property
