@@ -219,7 +219,7 @@ def test_paced_shards_are_tried_once_then_the_lease_waits(
     async def body(client: Any) -> None:
         f = JobFrontier(client, keys, shards=4)
         await f.commit("n1", [out(f"https://{s}/{i}", s) for s in sites for i in range(5)])
-        paced = {"horizon_us": 100_000}
+        paced: dict[str, Any] = {"horizon_us": 100_000}
         offer = await f.offer(32)
         r = await f.lease("n1", 8, offer, per_site=8, intervals=[1_000_000] * 4, **paced, **KW)
         assert len(r.entries) == 4  # one slot of each site, the next ones a second away
