@@ -13,6 +13,7 @@ __all__ = [
     "EmbeddedRedisError",
     "ItemNotDurable",
     "MalformedEntry",
+    "NotFound",
     "SerializationError",
     "UnknownJob",
 ]
@@ -26,7 +27,12 @@ class ConfigError(CrawlfleetError, ValueError):
     """A setting or a file is wrong; the message names it and says what is expected."""
 
 
-class UnknownJob(ConfigError):
+class NotFound(ConfigError):
+    """A command or API call named something that does not exist (a timer, an alert
+    rule, a Scrapyd, a token, a campaign): 404 from the manager."""
+
+
+class UnknownJob(NotFound):
     """A command or API call named a job that this Redis has never seen."""
 
 

@@ -115,7 +115,7 @@ def test_seeds_then_the_job_and_its_figures(manager: Manager) -> None:
     bad = manager.client.post("/api/v1/jobs/news/seeds", json={"seeds": ["nope"]}, headers=op)
     assert "no valid seed" in assert_error(bad, 400, "invalid")["message"]
     empty = manager.client.post("/api/v1/jobs/news/seeds", json={"seeds": []}, headers=op)
-    assert_error(empty, 422, "invalid_request")
+    assert_error(empty, 400, "invalid_request")
 
 
 def test_a_sharded_job_is_seen_and_seeded_whole(manager: Manager) -> None:
@@ -146,13 +146,13 @@ def test_unknown_jobs_bad_names_and_bad_bodies_get_one_error_shape(manager: Mana
     r = manager.client.post("/api/v1/jobs/ghost/control", json={"command": "pause"}, headers=op)
     assert_error(r, 404, "unknown_job")
     r = manager.client.post("/api/v1/jobs/ghost/control", json={"command": "explode"}, headers=op)
-    assert "command" in assert_error(r, 422, "invalid_request")["message"]
+    assert "command" in assert_error(r, 400, "invalid_request")["message"]
     r = manager.client.post(
         "/api/v1/jobs/ghost/control", json={"command": "pause", "extra": 1}, headers=op
     )
-    assert "extra" in assert_error(r, 422, "invalid_request")["message"]
+    assert "extra" in assert_error(r, 400, "invalid_request")["message"]
     r = manager.client.post("/api/v1/jobs/ghost/reset", content=b"{not json", headers=op)
-    assert_error(r, 422, "invalid_request")
+    assert_error(r, 400, "invalid_request")
     assert_error(manager.client.get("/api/v1/nope", headers=viewer), 404, "not_found")
 
 

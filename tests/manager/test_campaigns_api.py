@@ -52,6 +52,6 @@ def test_campaigns_through_the_api(manager: Manager) -> None:
     status = manager.get("/api/v1/campaigns/c-api")
     assert status["units"]["done"] == 0 and status["failed"] == []
     unknown = manager.client.get("/api/v1/campaigns/nope", headers=op)
-    assert unknown.status_code == 400 and "unknown campaign 'nope'" in unknown.text
+    assert unknown.status_code == 404 and "unknown campaign 'nope'" in unknown.text
     events = [e["action"] for e in manager.get("/api/v1/events")["events"]]
     assert {"campaign.create", "campaign.pause", "campaign.extend", "campaign.stop"} <= set(events)

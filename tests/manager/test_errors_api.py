@@ -81,4 +81,4 @@ def test_errors_are_listed_counted_and_recrawled(manager: Manager) -> None:
     events = manager.get("/api/v1/jobs/e-job/events")["events"]
     assert [e["action"] for e in events].count("job.errors.recrawl") == 3
     bad = manager.client.get("/api/v1/jobs/e-job/errors?reason=nope", headers=manager.as_("viewer"))
-    assert bad.status_code == 422
+    assert bad.status_code == 400

@@ -18,24 +18,33 @@ from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.spiders.seeding import parse_seed
 
-__all__ = ["BATCH", "SeedResult", "parse_entries", "queue_seeds"]
+__all__ = ["BATCH", "EXCERPT", "INVALID_SHOWN", "SeedResult", "parse_entries", "queue_seeds"]
 
 #: Requests committed per script call.
 BATCH = 500
+#: Invalid entries listed in an answer (the rest are counted: ``invalid_count``).
+INVALID_SHOWN = 20
+#: Characters of an invalid entry, and of what is wrong with it, that are shown.
+EXCERPT = 200
 
 
 @dataclass
 class SeedResult:
     queued: int = 0
     duplicates: int = 0
-    #: (1-based position, entry cut to 200 characters, why) of each entry skipped
+    #: (1-based position, entry and why, each cut to EXCERPT characters) of each
+    #: entry skipped
     invalid: list[tuple[int, str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
+        """The figures, with the first INVALID_SHOWN invalid entries (all are counted)."""
         return {
             "queued": self.queued,
             "duplicates": self.duplicates,
-            "invalid": [{"entry": n, "text": t, "error": e} for n, t, e in self.invalid],
+            "invalid": [
+                {"entry": n, "text": t, "error": e} for n, t, e in self.invalid[:INVALID_SHOWN]
+            ],
+            "invalid_count": len(self.invalid),
         }
 
 
@@ -46,7 +55,7 @@ def parse_entries(entries: Iterable[str], result: SeedResult) -> list[Request]:
         try:
             requests.append(parse_seed(entry))
         except ValueError as exc:
-            result.invalid.append((n, entry[:200], str(exc)))
+            result.invalid.append((n, entry[:EXCERPT], str(exc)[:EXCERPT]))
     return requests
 
 

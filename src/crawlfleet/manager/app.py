@@ -23,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import crawlfleet
 from crawlfleet.manager import metrics
 from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.edge import Edge
 from crawlfleet.manager.errors import install_error_handlers
 from crawlfleet.manager.routes import (
     alerts,
@@ -41,6 +42,7 @@ from crawlfleet.manager.routes import (
 from crawlfleet.manager.watcher import watch
 from crawlfleet.manager.web import install_dashboard
 from crawlfleet.redis.connection import REDIS_FAILURES, make_client
+from crawlfleet.settings.access import get_int
 from crawlfleet.state.db import StateDB
 
 __all__ = ["create_app"]
@@ -108,6 +110,11 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
     ):
         app.include_router(module.router)
     install_dashboard(app)
+    app.add_middleware(  # outermost: bounds, the caller, headers, JSON 500s
+        Edge,
+        max_body=get_int(settings, "CRAWLFLEET_MANAGER_MAX_BODY", minimum=1024),
+        max_egg=get_int(settings, "CRAWLFLEET_MANAGER_MAX_EGG", minimum=1024),
+    )
 
     @app.get("/healthz", tags=["health"], summary="whether Redis and the state DB answer")
     async def healthz() -> JSONResponse:

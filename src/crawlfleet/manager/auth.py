@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
@@ -23,15 +24,18 @@ from crawlfleet.state.sessions import SessionInfo, session_of
 from crawlfleet.state.tokens import ROLES, TokenInfo, authenticate, role_allows
 
 __all__ = [
+    "CALLER_SCOPE_KEY",
     "CSRF_HEADER",
     "SESSION_COOKIE",
     "Admin",
+    "Caller",
     "Ctx",
     "Operator",
     "Viewer",
     "bearer",
     "check_csrf",
     "context",
+    "identify",
     "require",
     "session_from",
 ]
@@ -71,28 +75,62 @@ def check_csrf(request: Request, session: SessionInfo) -> None:
         raise HTTPException(403, f"the {CSRF_HEADER} header is missing or wrong")
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who made a request: its token, and the dashboard session it came through (None
+    for a bearer token)."""
+
+    token: TokenInfo
+    session: SessionInfo | None
+
+
+#: Where :func:`identify` keeps the request's caller in its ASGI scope, so that the
+#: edge (which checks the caller before a body is read) and the route's role check
+#: look the token up once.
+CALLER_SCOPE_KEY = "crawlfleet.caller"
+
+
+async def identify(request: Request) -> Caller:
+    """The caller of *request* (a bearer token, else the session cookie), remembered in
+    its scope; HTTPException 401 when there is none or it is unknown, revoked or ended."""
+    known: Caller | None = request.scope.get(CALLER_SCOPE_KEY)
+    if known is not None:
+        return known
+    ctx = context(request)
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    credentials = credentials.strip() if scheme.lower() == "bearer" else ""
+    session: SessionInfo | None = None
+    if not credentials and request.cookies.get(SESSION_COOKIE):
+        session = await session_from(request)
+        if session is None:
+            raise HTTPException(401, "the dashboard session has ended: sign in again")
+        token = session.token
+    else:
+        if not credentials:
+            raise HTTPException(401, "an API token is needed: Authorization: Bearer TOKEN")
+        found = await ctx.in_db(authenticate, ctx.db, credentials)
+        if found is None:
+            raise HTTPException(401, "the API token is not valid (unknown or revoked)")
+        token = found
+    caller = Caller(token, session)
+    request.scope[CALLER_SCOPE_KEY] = caller
+    return caller
+
+
 def require(role: str) -> Callable[..., Awaitable[TokenInfo]]:
-    """A dependency that yields the caller's token if its role allows *role*."""
+    """A dependency that yields the caller's token if its role allows *role* (a change
+    through a dashboard session must also pass :func:`check_csrf`)."""
     assert role in ROLES, role
 
     async def dependency(
         request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        # declared for the OpenAPI document (its security scheme); read by identify()
+        _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> TokenInfo:
-        ctx = context(request)
-        token: TokenInfo | None
-        if credentials is None and request.cookies.get(SESSION_COOKIE):
-            session = await session_from(request)
-            if session is None:
-                raise HTTPException(401, "the dashboard session has ended: sign in again")
-            check_csrf(request, session)
-            token = session.token
-        else:
-            if credentials is None or credentials.scheme.lower() != "bearer":
-                raise HTTPException(401, "an API token is needed: Authorization: Bearer TOKEN")
-            token = await ctx.in_db(authenticate, ctx.db, credentials.credentials)
-            if token is None:
-                raise HTTPException(401, "the API token is not valid (unknown or revoked)")
+        caller = await identify(request)
+        if caller.session is not None:
+            check_csrf(request, caller.session)
+        token = caller.token
         if not role_allows(token.role, role):
             raise HTTPException(
                 403, f"token {token.name!r} ({token.role}) may not do this: {role} needed"

@@ -13,11 +13,11 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException  # also raised for unknown paths
 
-from crawlfleet.exceptions import CommandFailed, ConfigError, CrawlfleetError, UnknownJob
+from crawlfleet.exceptions import CommandFailed, ConfigError, NotFound, UnknownJob
 from crawlfleet.manager.scrapyd import ScrapydError
 from crawlfleet.redis.connection import redact
 
-__all__ = ["NotFound", "error_response", "install_error_handlers"]
+__all__ = ["MESSAGE_MAX_CHARS", "NotFound", "error_response", "install_error_handlers"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,17 +28,21 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
-    422: "invalid_request",
+    413: "too_large",
+    500: "internal_error",
     502: "scrapyd_error",
     503: "unavailable",
 }
 
 
-class NotFound(CrawlfleetError):
-    """Something named in a request does not exist (404)."""
+#: Characters of an error's message that are sent: an error never echoes back more than
+#: an excerpt of what it refuses.
+MESSAGE_MAX_CHARS = 500
 
 
 def error_response(status: int, message: str, code: str | None = None) -> JSONResponse:
+    if len(message) > MESSAGE_MAX_CHARS:
+        message = message[: MESSAGE_MAX_CHARS - 1] + "…"
     body = {"error": {"code": code or _CODES.get(status, "error"), "message": message}}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse(body, status_code=status, headers=headers)
@@ -52,9 +56,9 @@ def _one_line(text: str) -> str:
 #: status's). A subclass's entry wins over its base's (UnknownJob over ConfigError).
 _SAID_AS_IS: tuple[tuple[type[Exception], int, str | None], ...] = (
     (UnknownJob, 404, "unknown_job"),
+    (NotFound, 404, None),
     (ConfigError, 400, None),
     (CommandFailed, 409, "refused"),
-    (NotFound, 404, None),
     (ScrapydError, 502, None),
 )
 
@@ -75,11 +79,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        """400: ``invalid`` for a name or value that crawlfleet's own checks refuse,
+        ``invalid_request`` for a request that does not fit the route's schema."""
         parts = []
-        for err in exc.errors()[:5]:
-            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-            parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", ""))
-        return error_response(422, "; ".join(parts) or "invalid request")
+        errors = exc.errors()
+        for err in errors[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "path"))
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            parts.append(f"{where}: {msg}" if where else msg)
+        ours = all(err.get("type") == "value_error" for err in errors)
+        code = "invalid" if errors and ours else "invalid_request"
+        return error_response(400, "; ".join(parts) or "invalid request", code)
 
     for cls, status, code in _SAID_AS_IS:
         app.add_exception_handler(cls, _said_as_is(status, code))

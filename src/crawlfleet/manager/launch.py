@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from crawlfleet.exceptions import NotFound
 from crawlfleet.fleet.jobs import list_jobs
 from crawlfleet.fleet.snapshot import JOBS_MAX, snapshot
 from crawlfleet.manager.context import ManagerContext
-from crawlfleet.manager.errors import NotFound
 from crawlfleet.manager.routes.models import RunBody
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, least_loaded, loads
 from crawlfleet.redis.connection import redact

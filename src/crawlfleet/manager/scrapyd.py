@@ -7,7 +7,7 @@ import asyncio
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -87,7 +87,7 @@ class ScrapydClient:
             "GET", "/listjobs.json", params={"project": project} if project else None
         )
 
-    async def addversion(self, project: str, version: str, egg: bytes) -> dict[str, Any]:
+    async def addversion(self, project: str, version: str, egg: bytes | BinaryIO) -> dict[str, Any]:
         return await self._call(
             "POST",
             "/addversion.json",

@@ -1,6 +1,5 @@
 """The dashboard's files: ``/`` (the page) and ``/assets/NAME`` (its scripts, style and
-icon), all from the package (no build step, nothing from outside), and the security
-headers every answer of the manager carries.
+icon), all from the package (no build step, nothing from outside).
 
 The page is one static shell; its scripts (ES modules) sign in through ``/session``
 and draw everything from the API, putting what comes from crawled pages into the page
@@ -11,7 +10,6 @@ manager alone, and no inline script or style.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
 from importlib import resources
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request, Response
@@ -19,27 +17,8 @@ from starlette.middleware.gzip import GZipMiddleware
 
 import crawlfleet
 
-__all__ = ["CSP", "install_dashboard"]
+__all__ = ["ASSETS", "install_dashboard"]
 
-CSP = "; ".join(
-    (
-        "default-src 'none'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data:",
-        "connect-src 'self'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    )
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Cross-Origin-Opener-Policy": "same-origin",
-}
 #: The dashboard's assets: name -> media type (nothing else is served from the folder).
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
@@ -57,7 +36,7 @@ def _read(name: str) -> bytes:
 
 
 def install_dashboard(app: FastAPI) -> None:
-    """Serve the dashboard at ``/`` and add the security headers to every answer."""
+    """Serve the dashboard at ``/`` and its assets (gzipped where that helps)."""
     page = _read("index.html").replace(b"{{version}}", crawlfleet.__version__.encode())
     assets = {name: _read(name) for name in ASSETS}
     # the scripts import each other by plain names: a browser asks again each time
@@ -82,12 +61,3 @@ def install_dashboard(app: FastAPI) -> None:
 
     app.include_router(router)
     app.add_middleware(GZipMiddleware, minimum_size=1000)
-
-    @app.middleware("http")
-    async def security_headers(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        for name, value in SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-        return response

@@ -65,7 +65,7 @@ def settings_with_defaults(values: dict[str, Any] | None = None) -> Settings:
 #: ("project", 20), below spiders' custom_settings (30) and the command line (40).
 ENV_PRIORITY = 25
 #: Settings that the environment variable of the same name sets.
-ENV_SETTINGS = ("CRAWLFLEET_REDIS_URL", "CRAWLFLEET_STATE_DB_URL")
+ENV_SETTINGS = ("CRAWLFLEET_REDIS_URL", "CRAWLFLEET_STATE_DB_URL", "CRAWLFLEET_SECRET_KEY")
 
 
 def apply_defaults(settings: BaseSettings) -> None:
@@ -353,11 +353,19 @@ RESERVED_JOB_NAMES = ("polite", "proxies")
 
 
 def validate_job_name(job: str) -> str:
-    """Job names become part of a Redis hash tag: no braces, no whitespace, none of the
-    fleet's own tags."""
-    if not job or any(c in job for c in "{}# \t\r\n") or len(job) > 200:
+    """Job names become part of a Redis hash tag and of the manager's URLs: 1-200
+    printable characters, no braces, '#', '/' or whitespace, not dots only, none of the
+    fleet's own tags. ConfigError (a ValueError) otherwise."""
+    if (
+        not job
+        or len(job) > 200
+        or any(c in job for c in "{}#/ ")
+        or not job.isprintable()
+        or not job.strip(".")
+    ):
         raise ConfigError(
-            f"job name must be 1-200 characters without braces, '#' or whitespace, got {job!r}"
+            "job name must be 1-200 printable characters without braces, '#', '/' or "
+            f"whitespace, and not dots only; got {job[:200]!r}"
         )
     if job in RESERVED_JOB_NAMES:
         raise ConfigError(

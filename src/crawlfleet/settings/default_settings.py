@@ -21,6 +21,16 @@ CRAWLFLEET_STATE_DB_URL = ""
 CRAWLFLEET_MANAGER_WATCH_SECONDS = 5.0
 #: How long a dashboard sign-in lasts (hours).
 CRAWLFLEET_MANAGER_SESSION_HOURS = 12.0
+#: Largest request body the manager reads (bytes; JSON bodies): larger is a 413,
+#: answered before any of it is read, and before the token is checked only for the size.
+CRAWLFLEET_MANAGER_MAX_BODY = 1048576
+#: Largest egg ``POST /api/v1/deploy`` takes (bytes), streamed to a temporary file.
+CRAWLFLEET_MANAGER_MAX_EGG = 104857600
+#: Keys that seal the secrets the state DB keeps (Scrapyd passwords, webhook URLs,
+#: alert signing secrets): Fernet keys, comma-separated, the first seals, all unseal.
+#: Empty: the key file secret.key under CRAWLFLEET_DATA_DIR, made on first use.
+#: Env CRAWLFLEET_SECRET_KEY wins.
+CRAWLFLEET_SECRET_KEY = ""
 #: Prefix of every Redis key crawlfleet writes (see crawlfleet.redis.keys).
 CRAWLFLEET_KEY_PREFIX = "cf"
 #: First and longest wait between reconnection attempts while Redis is unreachable.

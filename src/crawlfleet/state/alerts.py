@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import Alert, AlertRule, Delivery, check_name, iso, utcnow
 
@@ -129,7 +129,7 @@ def delete_rule(db: StateDB, name: str) -> None:
     with db.session() as s:
         rid = s.scalar(select(AlertRule.id).where(AlertRule.name == name))
         if rid is None:
-            raise ConfigError(f"no alert rule named {name!r}")
+            raise NotFound(f"no alert rule named {name!r}")
         ids = select(Alert.id).where(Alert.rule_id == rid)
         s.execute(delete(Delivery).where(Delivery.alert_id.in_(ids)))
         s.execute(delete(Alert).where(Alert.rule_id == rid))

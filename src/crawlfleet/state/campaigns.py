@@ -31,7 +31,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from crawlfleet.campaigns.space import ParamSpace, Unit, check_template
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import _conflict
 from crawlfleet.state.models import Campaign, CampaignUnit, check_name, iso, utcnow
@@ -82,7 +82,7 @@ def _lock(s: Session, name: str) -> Campaign:
     s.execute(update(Campaign).where(Campaign.name == name).values(updated_at=utcnow()))
     row = s.scalars(select(Campaign).where(Campaign.name == name).with_for_update()).first()
     if row is None:
-        raise ConfigError(f"unknown campaign {name!r} (crawlfleet campaign list)")
+        raise NotFound(f"unknown campaign {name!r} (crawlfleet campaign list)")
     return row
 
 
@@ -405,7 +405,7 @@ def campaign_status(db: StateDB, name: str) -> dict[str, Any]:
     with db.session() as s:
         row = s.scalars(select(Campaign).where(Campaign.name == name)).first()
         if row is None:
-            raise ConfigError(f"unknown campaign {name!r} (crawlfleet campaign list)")
+            raise NotFound(f"unknown campaign {name!r} (crawlfleet campaign list)")
         return _describe(s, row, failed_units=True)
 
 

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import Process, ScrapydNode, check_name, iso, utcnow
 
@@ -98,7 +98,7 @@ def remove_scrapyd(db: StateDB, name: str) -> None:
     with db.session() as s:
         gone = s.execute(delete(ScrapydNode).where(ScrapydNode.name == name))
         if not getattr(gone, "rowcount", 0):
-            raise ConfigError(f"no Scrapyd named {name!r}")
+            raise NotFound(f"no Scrapyd named {name!r}")
 
 
 def record_process(

@@ -13,7 +13,7 @@ from croniter import croniter
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.redis.connection import redact
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import Timer, TimerFire, check_name, iso, utcnow
@@ -109,7 +109,7 @@ def list_timers(db: StateDB) -> list[dict[str, Any]]:
 def _timer_id(s: Any, name: str) -> int:
     tid = s.scalar(select(Timer.id).where(Timer.name == name))
     if tid is None:
-        raise ConfigError(f"no timer named {name!r}")
+        raise NotFound(f"no timer named {name!r}")
     return int(tid)
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import Token, iso, utcnow
 
@@ -105,7 +105,7 @@ def revoke_token(db: StateDB, name: str) -> None:
     with db.session() as s:
         row = s.scalar(select(Token).where(Token.name == name, Token.revoked_at.is_(None)))
         if row is None:
-            raise ConfigError(f"no active token named {name!r}")
+            raise NotFound(f"no active token named {name!r}")
         row.revoked_at = utcnow()
 
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from crawlfleet.manager.alerts import METRICS
 from crawlfleet.manager.auth import Admin, Ctx, Viewer
-from crawlfleet.manager.routes.models import AlertRuleBody
+from crawlfleet.manager.routes.models import AlertRuleBody, NamePath
 from crawlfleet.state.alerts import create_rule, delete_rule, list_alerts, list_rules
 from crawlfleet.state.events import record_event
 
@@ -54,7 +54,7 @@ async def rules(ctx: Ctx, _: Viewer) -> dict[str, Any]:
 
 
 @router.delete("/rules/{name}", summary="delete a rule, its alerts and their deliveries")
-async def remove(name: str, ctx: Ctx, token: Admin) -> dict[str, Any]:
+async def remove(name: NamePath, ctx: Ctx, token: Admin) -> dict[str, Any]:
     await ctx.in_db(delete_rule, ctx.db, name)
     await ctx.in_db(record_event, ctx.db, token.name, "alert.delete", None, {"name": name})
     return {"removed": name}

@@ -14,7 +14,7 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.control import command_value
 from crawlfleet.frontier.control import ALL_NODES
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
-from crawlfleet.manager.routes.models import CampaignBody, ExtendBody
+from crawlfleet.manager.routes.models import CampaignBody, ExtendBody, NamePath
 from crawlfleet.state import campaigns as c
 from crawlfleet.state.events import record_event
 
@@ -61,12 +61,12 @@ async def create(body: CampaignBody, ctx: Ctx, token: Operator) -> dict[str, Any
 
 
 @router.get("/{name}", summary="a campaign's progress, rate, ETA and failed units")
-async def status(name: str, ctx: Ctx, _: Viewer) -> dict[str, Any]:
+async def status(name: NamePath, ctx: Ctx, _: Viewer) -> dict[str, Any]:
     return await ctx.in_db(c.campaign_status, ctx.db, name)
 
 
 @router.post("/{name}/extend", summary="move a campaign's end date later")
-async def extend(name: str, body: ExtendBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
+async def extend(name: NamePath, body: ExtendBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     done = await ctx.in_db(c.extend_campaign, ctx.db, name, body.to)
     await ctx.in_db(
         record_event,
@@ -82,7 +82,7 @@ async def extend(name: str, body: ExtendBody, ctx: Ctx, token: Operator) -> dict
 # after /extend: a path parameter would take "extend" for a command
 @router.post("/{name}/{command}", summary="pause, resume or stop a campaign")
 async def steer(
-    name: str, command: Literal["pause", "resume", "stop"], ctx: Ctx, token: Operator
+    name: NamePath, command: Literal["pause", "resume", "stop"], ctx: Ctx, token: Operator
 ) -> dict[str, Any]:
     current = await ctx.in_db(c.campaign_status, ctx.db, name)  # unknown: 400, one line
     c.check_command(name, current["state"], command)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from crawlfleet.fleet.errors import recrawl_errors
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
-from crawlfleet.manager.routes.models import ErrorReason, RecrawlBody
+from crawlfleet.manager.routes.models import ErrorReason, JobPath, RecrawlBody
 from crawlfleet.state.errors import error_stats, list_errors
 from crawlfleet.state.events import record_event
 
@@ -23,13 +23,13 @@ State = Literal["open", "queued", "resolved", "all"]
 
 @router.get("", summary="the job's failed requests, the latest failure first")
 async def errors(
-    job: str,
+    job: JobPath,
     ctx: Ctx,
     _: Viewer,
     reason: ErrorReason | None = None,
     state: State = "open",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> dict[str, Any]:
     ctx.keys(job)
     rows = await ctx.in_db(
@@ -45,13 +45,13 @@ async def errors(
 
 
 @router.get("/stats", summary="counts of the job's failed requests by state, reason, site")
-async def stats(job: str, ctx: Ctx, _: Viewer) -> dict[str, Any]:
+async def stats(job: JobPath, ctx: Ctx, _: Viewer) -> dict[str, Any]:
     ctx.keys(job)
     return await ctx.in_db(error_stats, ctx.db, job)
 
 
 @router.post("/recrawl", summary="queue the job's open failures again (of one reason)")
-async def recrawl(job: str, body: RecrawlBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
+async def recrawl(job: JobPath, body: RecrawlBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     result = await recrawl_errors(ctx.frontier(job), ctx.db, reason=body.reason, limit=body.limit)
     detail = {"reason": body.reason, **result.as_dict()}
     await ctx.in_db(record_event, ctx.db, token.name, "job.errors.recrawl", job, detail)

@@ -15,7 +15,7 @@ from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
-from crawlfleet.manager.routes.models import ControlBody, LimitsBody, ResetBody, SeedsBody
+from crawlfleet.manager.routes.models import ControlBody, JobPath, LimitsBody, ResetBody, SeedsBody
 from crawlfleet.state.events import list_events, record_event
 from crawlfleet.state.runs import list_runs
 
@@ -136,7 +136,7 @@ async def jobs(
 
 @router.get("/{job}", summary="one job: queues, leases, nodes, rate, ETA, per-site figures")
 async def job(
-    job: str,
+    job: JobPath,
     ctx: Ctx,
     _: Viewer,
 ) -> dict[str, Any]:
@@ -146,7 +146,7 @@ async def job(
 
 @router.post("/{job}/seeds", summary="queue seed URLs (or JSON seed entries)")
 async def seeds(
-    job: str,
+    job: JobPath,
     body: SeedsBody,
     ctx: Ctx,
     token: Operator,
@@ -171,7 +171,7 @@ async def seeds(
 
 @router.post("/{job}/control", summary="pause, resume, drain or stop the job's nodes")
 async def control(
-    job: str,
+    job: JobPath,
     body: ControlBody,
     ctx: Ctx,
     token: Operator,
@@ -189,7 +189,7 @@ async def control(
 
 @router.get("/{job}/limits", summary="the job's own run-time rate limits")
 async def limits(
-    job: str,
+    job: JobPath,
     ctx: Ctx,
     _: Viewer,
 ) -> dict[str, Any]:
@@ -202,7 +202,7 @@ async def limits(
     summary="give the job its own budget for these sites (each pattern's; others kept)",
 )
 async def put_limits(
-    job: str,
+    job: JobPath,
     body: LimitsBody,
     ctx: Ctx,
     token: Operator,
@@ -215,7 +215,7 @@ async def put_limits(
 
 @router.delete("/{job}/limits", summary="lift the job's own limits (the given patterns, or all)")
 async def delete_limits(
-    job: str,
+    job: JobPath,
     ctx: Ctx,
     token: Operator,
     pattern: Annotated[list[str] | None, Query()] = None,
@@ -229,7 +229,7 @@ async def delete_limits(
 
 @router.post("/{job}/reset", summary="delete the job's shared state (refused while nodes live)")
 async def reset(
-    job: str,
+    job: JobPath,
     body: ResetBody,
     ctx: Ctx,
     token: Operator,
@@ -250,7 +250,7 @@ async def reset(
 
 @router.get("/{job}/runs", summary="the job's runs (start, finish, nodes, figures), newest first")
 async def runs(
-    job: str,
+    job: JobPath,
     ctx: Ctx,
     _: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
@@ -261,7 +261,7 @@ async def runs(
 
 @router.get("/{job}/events", summary="changes made to the job through the manager, newest first")
 async def events(
-    job: str,
+    job: JobPath,
     ctx: Ctx,
     _: Viewer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

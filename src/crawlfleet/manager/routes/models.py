@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Path
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from crawlfleet.settings.config import validate_job_name
+from crawlfleet.state.models import check_name
 
 __all__ = [
     "AlertRuleBody",
@@ -13,28 +17,71 @@ __all__ = [
     "ControlBody",
     "ErrorReason",
     "ExtendBody",
+    "IdPath",
+    "JobName",
+    "JobPath",
     "LimitsBody",
+    "NamePath",
     "NodeControlBody",
+    "ProjectName",
     "RecrawlBody",
     "ResetBody",
     "RunBody",
     "ScrapydBody",
     "SeedsBody",
     "SignInBody",
+    "SpiderName",
     "TimerBody",
     "TimerPatch",
+    "plain_name",
 ]
 
 Command = Literal["pause", "resume", "drain", "stop", "concurrency"]
+
+
+def plain_name(value: str) -> str:
+    """*value* if it can name a file or a path segment elsewhere (a Scrapyd project,
+    version or spider): printable, no '/' or '\\', not dots only; else ValueError."""
+    if not value.isprintable() or "/" in value or "\\" in value or not value.strip("."):
+        raise ValueError("must be printable, without '/' or '\\', and not dots only")
+    return value
+
+
+def _record_name(value: str) -> str:
+    return check_name("the", value)
+
+
+#: A job's name in a path or a body (crawlfleet.settings.config.validate_job_name).
+JobName = Annotated[str, AfterValidator(validate_job_name)]
+JobPath = Annotated[str, Path(description="the job's name"), AfterValidator(validate_job_name)]
+#: The name of a timer, alert rule, Scrapyd or campaign in a path: 1-64 letters,
+#: digits, . _ - (what such a name may be; one that does not exist is a 404).
+NamePath = Annotated[str, Path(max_length=64), AfterValidator(_record_name)]
+#: A row id of the state DB in a path (SQL integers stop at 2**63 - 1).
+IdPath = Annotated[int, Path(ge=1, le=2**62)]
+#: A Scrapyd project (scrapy.cfg's [deploy] project), version or spider name.
+ProjectName = Annotated[
+    str,
+    Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$"),
+    AfterValidator(plain_name),
+]
+SpiderName = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(plain_name)]
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: Longest seed entry the API takes (a URL, or a JSON entry with its meta).
+SEED_MAX_CHARS = 8192
+
+
 class SeedsBody(_Body):
-    #: URLs or JSON seed entries, as `crawlfleet seed` takes them
-    seeds: list[str] = Field(min_length=1, max_length=10_000)
+    #: URLs or JSON seed entries, as `crawlfleet seed` takes them (the body is at most
+    #: CRAWLFLEET_MANAGER_MAX_BODY bytes)
+    seeds: list[Annotated[str, Field(max_length=SEED_MAX_CHARS)]] = Field(
+        min_length=1, max_length=10_000
+    )
 
 
 class ControlBody(_Body):
@@ -51,7 +98,7 @@ class NodeControlBody(_Body):
     command: Command
     value: int | None = None
     #: the node's job, when the node id is on several
-    job: str | None = None
+    job: JobName | None = None
     wait_seconds: float = Field(default=0.0, ge=0, le=60)
 
 
@@ -78,9 +125,9 @@ class ScrapydBody(_Body):
 
 
 class RunBody(_Body):
-    spider: str = Field(min_length=1, max_length=200)
+    spider: SpiderName
     #: the Scrapyd project (scrapy.cfg's [deploy] project)
-    project: str = Field(min_length=1, max_length=200)
+    project: ProjectName
     #: "all", "least-loaded" (from Scrapyd's running jobs and the nodes' CPU), or names
     nodes: Literal["all", "least-loaded"] | list[str] = "least-loaded"
     #: processes per node named ("all" or a list), or processes in all ("least-loaded")
@@ -98,7 +145,7 @@ class CancelBody(_Body):
 
 class TimerBody(_Body):
     name: str = Field(min_length=1, max_length=64)
-    job: str = Field(min_length=1, max_length=200)
+    job: JobName
     action: Literal["run", "pause", "resume", "drain", "stop"]
     #: 5 fields (minute hour day month weekday; UTC), or 6 with seconds last
     cron: str = Field(min_length=1, max_length=200)
@@ -113,7 +160,7 @@ class TimerPatch(_Body):
 class AlertRuleBody(_Body):
     name: str = Field(min_length=1, max_length=64)
     #: one job, or every job (null)
-    job: str | None = Field(default=None, max_length=200)
+    job: JobName | None = None
     #: one of GET /api/v1/alerts/metrics
     metric: str = Field(min_length=1, max_length=64)
     op: Literal[">", ">=", "<", "<=", "==", "!="]
@@ -145,7 +192,7 @@ class CampaignBody(_Body):
     """A new campaign, as ``crawlfleet campaign create`` takes it."""
 
     name: str = Field(min_length=1, max_length=64)
-    job: str = Field(min_length=1, max_length=200)
+    job: JobName
     #: start URL template: {date} ({date:%Y/%m/%d}), {category}, {keyword}
     url: str = Field(default="", max_length=2000)
     spider: str = Field(default="", max_length=500)

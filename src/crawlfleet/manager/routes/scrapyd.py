@@ -5,15 +5,25 @@ follow, cancel and read those processes (``/api/v1/jobs/{job}/processes``)."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
+from pydantic import AfterValidator
 
 from crawlfleet.manager.auth import Admin, Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.launch import cpu_by_host, scrapyd_nodes, start_processes
-from crawlfleet.manager.routes.models import CancelBody, RunBody, ScrapydBody
+from crawlfleet.manager.routes.models import (
+    CancelBody,
+    IdPath,
+    JobPath,
+    NamePath,
+    RunBody,
+    ScrapydBody,
+    plain_name,
+)
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, loads, log_levels
 from crawlfleet.state.events import record_event
 from crawlfleet.state.scrapyd import (
@@ -31,8 +41,6 @@ __all__ = ["router"]
 
 router = APIRouter(tags=["scrapyd"])
 EGG = {"schema": {"type": "string", "format": "binary"}}
-#: Largest egg accepted by /api/v1/deploy.
-EGG_MAX_BYTES = 100 * 1024 * 1024
 #: Seconds given to a process to stop after SIGKILL before the cancel is reported failed.
 KILL_WAIT_SECONDS = 5.0
 
@@ -74,7 +82,7 @@ async def list_nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
 
 
 @router.delete("/api/v1/scrapyd/{name}", summary="forget a Scrapyd")
-async def unregister(name: str, ctx: Ctx, token: Admin) -> dict[str, Any]:
+async def unregister(name: NamePath, ctx: Ctx, token: Admin) -> dict[str, Any]:
     await ctx.in_db(remove_scrapyd, ctx.db, name)
     await ctx.in_db(record_event, ctx.db, token.name, "scrapyd.remove", None, {"name": name})
     return {"removed": name}
@@ -96,26 +104,40 @@ async def deploy(
     request: Request,
     ctx: Ctx,
     token: Admin,
-    project: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")],
-    version: Annotated[str, Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.+-]+$")],
+    project: Annotated[
+        str,
+        Query(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$"),
+        AfterValidator(plain_name),
+    ],
+    version: Annotated[
+        str,
+        Query(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.+-]+$"),
+        AfterValidator(plain_name),
+    ],
     nodes: Annotated[str, Query(description="'all' or names, comma-separated")] = "all",
 ) -> dict[str, Any]:
-    egg = await request.body()
-    if not egg:
-        raise HTTPException(400, "the request body must be the egg (crawlfleet deploy builds it)")
-    if len(egg) > EGG_MAX_BYTES:
-        raise HTTPException(400, f"the egg is larger than {EGG_MAX_BYTES // 2**20} MB")
     targets = await scrapyd_nodes(ctx, nodes)
+    # the egg goes to a temporary file as it arrives (the edge bounds it at
+    # CRAWLFLEET_MANAGER_MAX_EGG), and each Scrapyd reads its own handle on it
+    with tempfile.NamedTemporaryFile(prefix="crawlfleet-egg-") as spool:
+        async for chunk in request.stream():
+            spool.write(chunk)
+        spool.flush()
+        if not spool.tell():
+            raise HTTPException(
+                400, "the request body must be the egg (crawlfleet deploy builds it)"
+            )
 
-    async def one(node: ScrapydInfo) -> dict[str, Any]:
-        async with ScrapydClient(node) as client:
-            try:
-                body = await client.addversion(project, version, egg)
-                return {"scrapyd": node.name, "ok": True, "spiders": body.get("spiders")}
-            except ScrapydError as exc:
-                return {"scrapyd": node.name, "ok": False, "error": str(exc)}
+        async def one(node: ScrapydInfo) -> dict[str, Any]:
+            with open(spool.name, "rb") as egg:
+                async with ScrapydClient(node) as client:
+                    try:
+                        body = await client.addversion(project, version, egg)
+                        return {"scrapyd": node.name, "ok": True, "spiders": body.get("spiders")}
+                    except ScrapydError as exc:
+                        return {"scrapyd": node.name, "ok": False, "error": str(exc)}
 
-    results = list(await asyncio.gather(*(one(n) for n in targets)))
+        results = list(await asyncio.gather(*(one(n) for n in targets)))
     detail = {"project": project, "version": version, "results": results}
     await ctx.in_db(record_event, ctx.db, token.name, "deploy", None, detail)
     if not any(r["ok"] for r in results):
@@ -124,12 +146,12 @@ async def deploy(
 
 
 @router.post("/api/v1/jobs/{job}/run", summary="start crawlfleet nodes of the job through Scrapyd")
-async def run(job: str, body: RunBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
+async def run(job: JobPath, body: RunBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     return await start_processes(ctx, job, body, token.name)
 
 
 @router.get("/api/v1/jobs/{job}/processes", summary="nodes started for the job through Scrapyd")
-async def processes(job: str, ctx: Ctx, _: Viewer) -> dict[str, Any]:
+async def processes(job: JobPath, ctx: Ctx, _: Viewer) -> dict[str, Any]:
     ctx.keys(job)
     return {"job": job, "processes": await ctx.in_db(list_processes, ctx.db, job)}
 
@@ -148,7 +170,9 @@ async def _process(ctx: ManagerContext, job: str, pid: int) -> tuple[dict[str, A
     "/api/v1/jobs/{job}/processes/{pid}/cancel",
     summary="stop a process: TERM, then KILL after the grace period, verified",
 )
-async def cancel(job: str, pid: int, body: CancelBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
+async def cancel(
+    job: JobPath, pid: IdPath, body: CancelBody, ctx: Ctx, token: Operator
+) -> dict[str, Any]:
     process, node = await _process(ctx, job, pid)
     project, sid = process["project"], process["scrapyd_job"]
     async with ScrapydClient(node) as client:  # ScrapydError: 502
@@ -191,8 +215,8 @@ async def _wait_stopped(
 
 @router.get("/api/v1/jobs/{job}/processes/{pid}/log", summary="the end of a process's log")
 async def log(
-    job: str,
-    pid: int,
+    job: JobPath,
+    pid: IdPath,
     ctx: Ctx,
     _: Viewer,
     tail_bytes: Annotated[int, Query(ge=1, le=10 * 2**20)] = 65536,

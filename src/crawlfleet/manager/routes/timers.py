@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query
 
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
-from crawlfleet.manager.routes.models import TimerBody, TimerPatch
+from crawlfleet.manager.routes.models import NamePath, TimerBody, TimerPatch
 from crawlfleet.state.events import record_event
 from crawlfleet.state.timers import create_timer, delete_timer, list_fires, list_timers, set_enabled
 
@@ -37,7 +37,7 @@ async def timers(ctx: Ctx, _: Viewer) -> dict[str, Any]:
 
 
 @router.patch("/{name}", summary="enable or disable a timer")
-async def patch(name: str, body: TimerPatch, ctx: Ctx, token: Operator) -> dict[str, Any]:
+async def patch(name: NamePath, body: TimerPatch, ctx: Ctx, token: Operator) -> dict[str, Any]:
     timer = await ctx.in_db(set_enabled, ctx.db, name, body.enabled)
     detail = {"name": name, "enabled": body.enabled}
     await ctx.in_db(record_event, ctx.db, token.name, "timer.enable", timer["job"], detail)
@@ -45,7 +45,7 @@ async def patch(name: str, body: TimerPatch, ctx: Ctx, token: Operator) -> dict[
 
 
 @router.delete("/{name}", summary="delete a timer and its history")
-async def remove(name: str, ctx: Ctx, token: Operator) -> dict[str, Any]:
+async def remove(name: NamePath, ctx: Ctx, token: Operator) -> dict[str, Any]:
     await ctx.in_db(delete_timer, ctx.db, name)
     await ctx.in_db(record_event, ctx.db, token.name, "timer.delete", None, {"name": name})
     return {"removed": name}
@@ -53,6 +53,6 @@ async def remove(name: str, ctx: Ctx, token: Operator) -> dict[str, Any]:
 
 @router.get("/{name}/fires", summary="a timer's due times: fired, failed or missed")
 async def fires(
-    name: str, ctx: Ctx, _: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    name: NamePath, ctx: Ctx, _: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> dict[str, Any]:
     return {"name": name, "fires": await ctx.in_db(list_fires, ctx.db, name, limit=limit)}
