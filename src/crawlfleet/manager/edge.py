@@ -78,6 +78,15 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
+def _has_body(scope: Scope) -> bool:
+    """Whether the request says it carries a body (a non-zero length, or chunks)."""
+    for name, value in scope.get("headers", []):
+        lowered = name.lower()
+        if lowered == b"transfer-encoding" or (lowered == b"content-length" and value != b"0"):
+            return True
+    return False
+
+
 class Edge:
     """The middleware; *max_body* and *max_egg* in bytes."""
 
@@ -100,38 +109,49 @@ class Edge:
             await self.app(scope, receive, send)
             return
         started = False
+        unread = _has_body(scope)  # True until the body's last part has been received
 
         async def send_with_headers(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                have = {name.lower() for name, _ in message.get("headers", [])}
-                message["headers"] = [
-                    *message.get("headers", []),
-                    *(h for h in _HEADERS_RAW if h[0] not in have),
-                ]
+                headers = list(message.get("headers", []))
+                have = {name.lower() for name, _ in headers}
+                headers += [h for h in _HEADERS_RAW if h[0] not in have]
+                if unread and b"connection" not in have:
+                    # the rest of the body is not wanted: the server closes the
+                    # connection instead of reading it to keep the connection alive
+                    headers.append((b"connection", b"close"))
+                message["headers"] = headers
             await send(message)
+
+        async def tracked() -> Message:
+            nonlocal unread
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                unread = False
+            return message
 
         try:
             refusal = await self._check(scope)
             if refusal is not None:
-                await refusal(scope, receive, send_with_headers)
+                await refusal(scope, tracked, send_with_headers)
                 return
-            await self.app(scope, self._bounded(scope, receive), send_with_headers)
+            await self.app(scope, self._bounded(scope, tracked), send_with_headers)
         except Exception:
             logger.exception("manager: %s %s failed", scope.get("method"), scope.get("path"))
             if not started:
                 answer = error_response(500, "the manager failed on this request (logged)")
-                await answer(scope, receive, send_with_headers)
+                await answer(scope, tracked, send_with_headers)
 
     async def _check(
         self, scope: Scope
     ) -> Callable[[Scope, Receive, Send], Awaitable[None]] | None:
         """An answer that refuses the request before its body is read, or None."""
+        if not _has_body(scope):
+            return None
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         length_text = headers.get(b"content-length")
-        if length_text is None and b"transfer-encoding" not in headers:
-            return None  # no body
         limit = self.limit_of(scope["method"], scope["path"])
         if length_text is not None:
             try:
@@ -140,8 +160,6 @@ class Edge:
                 return error_response(400, "Content-Length is not a number")
             if length > limit:
                 return error_response(413, f"the request body is larger than {_size(limit)}")
-            if length == 0:
-                return None
         if (scope["method"], scope["path"].rstrip("/")) == SIGN_IN:
             return None
         try:
