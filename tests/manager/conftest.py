@@ -22,6 +22,7 @@ from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import apply_defaults
 from crawlfleet.state.db import StateDB
+from crawlfleet.state.sealing import new_key
 from crawlfleet.state.tokens import create_token
 from tests.state.conftest import fresh_database_url
 
@@ -72,10 +73,16 @@ class Manager:
         asyncio.run(go())
 
 
+#: The tests' managers seal the state DB's secrets with this key (never a key file in
+#: the working directory).
+SECRET_KEY = new_key()
+
+
 def manager_settings(prefix: str, **extra: object) -> Settings:
     settings = Settings()
     apply_defaults(settings)
     settings.set("CRAWLFLEET_KEY_PREFIX", prefix, priority="cmdline")
+    settings.set("CRAWLFLEET_SECRET_KEY", SECRET_KEY, priority="cmdline")
     for name, value in extra.items():
         settings.set(name, value, priority="cmdline")
     return settings

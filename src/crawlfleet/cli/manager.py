@@ -1,9 +1,12 @@
-"""``crawlfleet manager serve|token``: the manager service and its API tokens.
+"""``crawlfleet manager serve|token|key``: the manager service, its API tokens and the
+key that seals the secrets of its state DB.
 
     crawlfleet manager serve [--host 127.0.0.1] [--port 7700] [--db URL]
     crawlfleet manager token create NAME --role viewer|operator|admin   (token: last line)
     crawlfleet manager token list [--all]
     crawlfleet manager token revoke NAME
+    crawlfleet manager key new        (a key for CRAWLFLEET_SECRET_KEY)
+    crawlfleet manager key rotate     (every secret of the state DB sealed with a new key)
 
 Every one takes ``--db URL`` (default: ``CRAWLFLEET_STATE_DB_URL``, the setting or the
 environment variable; else SQLite under ``CRAWLFLEET_DATA_DIR``) and brings the state
@@ -29,10 +32,11 @@ from crawlfleet.cli.options import (
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings.config import RedisConfig
 from crawlfleet.state.db import StateDB, state_db_url
+from crawlfleet.state.sealing import Sealer, new_key, rotate
 from crawlfleet.state.tokens import ROLES, create_token, list_tokens, revoke_token
 
 NAME = "manager"
-HELP = "the manager service (HTTP API and web dashboard over the fleet) and its API tokens"
+HELP = "the manager service (HTTP API and web dashboard over the fleet), its API tokens and key"
 
 logger = logging.getLogger(__name__)
 
@@ -66,19 +70,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--all", action="store_true", help="revoked ones too")
     revoke = tsub.add_parser("revoke", help="revoke a token by name (at once)")
     revoke.add_argument("name")
-    for p in (serve, create, listing, revoke):
+    key = sub.add_parser("key", help="the key that seals the state DB's secrets")
+    ksub = key.add_subparsers(dest="key_action", required=True, metavar="ACTION")
+    ksub.add_parser("new", help="print a new key (for CRAWLFLEET_SECRET_KEY)")
+    rotating = ksub.add_parser(
+        "rotate",
+        help="seal every secret with a new key (a new key file's, or the first of "
+        "CRAWLFLEET_SECRET_KEY)",
+    )
+    for p in (serve, create, listing, revoke, rotating):
         p.add_argument("--db", metavar="URL", help="state DB URL (default CRAWLFLEET_STATE_DB_URL)")
         add_settings_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "key" and args.key_action == "new":
+        print(new_key())
+        return 0
     settings = command_settings(args)
+    # the key before the DB: a missing key is one line, and nothing is migrated for it
+    sealer = Sealer.from_settings(settings, create=False) if args.action == "key" else None
     db = open_state_db(state_db_url(settings))
     if args.action == "serve":
         return _serve(args, settings, db)
     console = Console()
     try:
-        if args.token_action == "create":
+        if sealer is not None:
+            written, said = rotate(db, sealer)
+            console.print(f"{written} secrets of {db.shown} sealed again: {said}", highlight=False)
+        elif args.token_action == "create":
             token = create_token(db, args.name, args.role)
             console.print(
                 f"token {args.name!r} ({args.role}) created in {db.shown}; it is shown "

@@ -44,6 +44,7 @@ from crawlfleet.manager.web import install_dashboard
 from crawlfleet.redis.connection import REDIS_FAILURES, make_client
 from crawlfleet.settings.access import get_int
 from crawlfleet.state.db import StateDB
+from crawlfleet.state.sealing import Sealer, reseal
 
 __all__ = ["create_app"]
 
@@ -54,19 +55,25 @@ REDIS_TIMEOUT_SECONDS = 5.0
 
 
 def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
-    """The application; ConfigError now for a wrong setting. The Redis client is made
-    and the state DB migrated when it starts (lifespan); *db* is closed when it stops."""
+    """The application; ConfigError now for a wrong setting. The Redis client is made,
+    the state DB migrated and its secrets sealed when it starts (lifespan); *db* is
+    closed when it stops. *db* gets the sealer of *settings* unless it has one."""
     client: Redis = make_client(
         redis_url,
         socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
         socket_timeout=REDIS_TIMEOUT_SECONDS,
     )
     ctx = ManagerContext.build(settings, client, redis_url, db)
+    if db.sealer is None:
+        db.sealer = Sealer.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         revision = await ctx.in_db(db.upgrade)
         logger.info("state DB %s at schema revision %s", db.shown, revision)
+        sealed = await ctx.in_db(reseal, db, db.secrets)
+        if sealed:
+            logger.info("state DB %s: %d secrets kept in clear are sealed now", db.shown, sealed)
         try:
             await client.ping()
         except REDIS_FAILURES as exc:  # serve anyway: /healthz says so until Redis is back

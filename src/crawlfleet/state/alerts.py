@@ -50,7 +50,7 @@ def shown_url(url: str) -> str:
     return f"{parts.scheme}://{host}{port}/..."
 
 
-def _rule_view(r: AlertRule) -> dict[str, Any]:
+def _rule_view(r: AlertRule, db: StateDB) -> dict[str, Any]:
     return {
         "name": r.name,
         "job": r.job,
@@ -58,7 +58,7 @@ def _rule_view(r: AlertRule) -> dict[str, Any]:
         "op": r.op,
         "threshold": r.threshold,
         "for_seconds": r.for_seconds,
-        "webhook": shown_url(r.webhook_url),
+        "webhook": shown_url(db.secrets.unseal(r.webhook_url)),
         "enabled": r.enabled,
         "created_by": r.created_by,
         "created_at": iso(r.created_at),
@@ -97,8 +97,8 @@ def create_rule(
         op=op,
         threshold=threshold,
         for_seconds=for_seconds,
-        webhook_url=webhook_url,
-        secret=secret,
+        webhook_url=db.secrets.seal(webhook_url),
+        secret=db.secrets.seal(secret),
         enabled=True,
         created_by=actor,
         created_at=utcnow(),
@@ -108,19 +108,24 @@ def create_rule(
             s.add(row)
     except IntegrityError:
         raise ConfigError(f"an alert rule is already named {name!r}") from None
-    return _rule_view(row), secret
+    return _rule_view(row, db), secret
 
 
 def list_rules(db: StateDB) -> list[dict[str, Any]]:
     with db.session() as s:
-        return [_rule_view(r) for r in s.scalars(select(AlertRule).order_by(AlertRule.name))]
+        return [_rule_view(r, db) for r in s.scalars(select(AlertRule).order_by(AlertRule.name))]
 
 
 def rules_enabled(db: StateDB) -> list[dict[str, Any]]:
     """Enabled rules with what evaluation and delivery need (URL and secret included)."""
     with db.session() as s:
         return [
-            {**_rule_view(r), "id": r.id, "webhook_url": r.webhook_url, "secret": r.secret}
+            {
+                **_rule_view(r, db),
+                "id": r.id,
+                "webhook_url": db.secrets.unseal(r.webhook_url),
+                "secret": db.secrets.unseal(r.secret),
+            }
             for r in s.scalars(select(AlertRule).where(AlertRule.enabled.is_(True)))
         ]
 

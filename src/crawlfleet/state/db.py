@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +28,8 @@ from crawlfleet.state.url import ENV_VAR, state_db_url
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+    from crawlfleet.state.sealing import Sealer
 
 __all__ = ["ENV_VAR", "MIGRATIONS", "StateDB", "state_db_url"]
 
@@ -47,6 +51,19 @@ class StateDB:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.sessions = sessionmaker(engine, expire_on_commit=False)
+        #: seals the secrets the DB keeps (crawlfleet.state.sealing): set by the
+        #: manager and the commands that read or write them
+        self.sealer: Sealer | None = None
+
+    @property
+    def secrets(self) -> Sealer:
+        """The sealer; ConfigError when this DB was opened without one."""
+        if self.sealer is None:
+            raise ConfigError(
+                "the state DB's secrets need its key (CRAWLFLEET_SECRET_KEY or the key "
+                "file): opened without it"
+            )
+        return self.sealer
 
     @classmethod
     def open(cls, url: str) -> StateDB:
@@ -61,7 +78,7 @@ class StateDB:
             ) from None
         shown = parsed.render_as_string(hide_password=True)
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _owner_only(Path(parsed.database))
         try:
             engine = create_engine(parsed, pool_pre_ping=True, future=True)
         except (NoSuchModuleError, ImportError) as exc:
@@ -153,6 +170,26 @@ class StateDB:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _owner_only(path: Path) -> None:
+    """Make the SQLite file *path* owner-only (0600) before SQLite opens it, in a folder
+    made 0700 when crawlfleet makes it (a folder that exists is left as it is); a file
+    that exists readable by others is made 0600, and said so. (SQLite gives its journal
+    the database file's mode.)"""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        return
+    except FileExistsError:
+        pass
+    except OSError as exc:  # SQLite will say the same, in its own words
+        logger.debug("state DB %s: %s", path, exc)
+        return
+    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        path.chmod(0o600)
+        logger.warning("state DB %s was readable by others: made 0600 (it holds secrets)", path)
 
 
 def _revision(conn: Connection) -> str | None:

@@ -134,7 +134,8 @@ class ScrapydNode(Base):
     name: Mapped[str] = mapped_column(String(64))
     url: Mapped[str] = mapped_column(String(500))
     username: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    password: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    #: sealed (crawlfleet.state.sealing)
+    password: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime)
 
 
@@ -174,7 +175,8 @@ class Timer(Base):
     #: run, pause, resume, drain, stop
     action: Mapped[str] = mapped_column(String(16))
     cron: Mapped[str] = mapped_column(String(200))
-    #: the run's parameters (JSON), as POST /api/v1/jobs/{job}/run takes them
+    #: the run's parameters (JSON, sealed: crawlfleet.state.sealing), as
+    #: POST /api/v1/jobs/{job}/run takes them
     params: Mapped[str] = mapped_column(Text, default="{}")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     created_by: Mapped[str] = mapped_column(String(64))
@@ -212,8 +214,9 @@ class AlertRule(Base):
     op: Mapped[str] = mapped_column(String(2))
     threshold: Mapped[float] = mapped_column(Float)
     for_seconds: Mapped[float] = mapped_column(Float)
-    webhook_url: Mapped[str] = mapped_column(String(1000))
-    secret: Mapped[str] = mapped_column(String(200))
+    #: both sealed (crawlfleet.state.sealing)
+    webhook_url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(Text)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     created_by: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime)

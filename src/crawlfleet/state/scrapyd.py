@@ -77,7 +77,11 @@ def add_scrapyd(
         with db.session() as s:
             s.add(
                 ScrapydNode(
-                    name=name, url=clean, username=username, password=password, created_at=utcnow()
+                    name=name,
+                    url=clean,
+                    username=username,
+                    password=db.secrets.seal_optional(password),
+                    created_at=utcnow(),
                 )
             )
     except IntegrityError:
@@ -88,7 +92,7 @@ def add_scrapyd(
 def list_scrapyd(db: StateDB) -> list[ScrapydInfo]:
     with db.session() as s:
         return [
-            ScrapydInfo(n.name, n.url, n.username, n.password)
+            ScrapydInfo(n.name, n.url, n.username, db.secrets.unseal_optional(n.password))
             for n in s.scalars(select(ScrapydNode).order_by(ScrapydNode.name))
         ]
 

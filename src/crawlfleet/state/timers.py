@@ -54,13 +54,16 @@ def due_times(cron: str, first: datetime, until: datetime) -> list[datetime]:
     return out
 
 
-def _view(t: Timer) -> dict[str, Any]:
+def _view(t: Timer, db: StateDB, *, raw: bool = False) -> dict[str, Any]:
+    """What is shown of *t* (a URL's password in its params as ***), or with *raw*
+    its params as they are, to fire it."""
+    params = db.secrets.unseal(t.params)
     return {
         "name": t.name,
         "job": t.job,
         "action": t.action,
         "cron": t.cron,
-        "params": json.loads(redact(t.params)),  # a URL's password never served
+        "params": json.loads(params if raw else redact(params)),
         "enabled": t.enabled,
         "created_by": t.created_by,
         "created_at": iso(t.created_at),
@@ -87,7 +90,7 @@ def create_timer(
         job=job,
         action=action,
         cron=cron,
-        params=json.dumps(params, sort_keys=True),
+        params=db.secrets.seal(json.dumps(params, sort_keys=True)),
         enabled=True,
         created_by=actor,
         created_at=now,
@@ -98,12 +101,12 @@ def create_timer(
             s.add(row)
     except IntegrityError:
         raise ConfigError(f"a timer is already named {name!r}") from None
-    return _view(row)
+    return _view(row, db)
 
 
 def list_timers(db: StateDB) -> list[dict[str, Any]]:
     with db.session() as s:
-        return [_view(t) for t in s.scalars(select(Timer).order_by(Timer.name))]
+        return [_view(t, db) for t in s.scalars(select(Timer).order_by(Timer.name))]
 
 
 def _timer_id(s: Any, name: str) -> int:
@@ -129,7 +132,7 @@ def set_enabled(db: StateDB, name: str, enabled: bool) -> dict[str, Any]:
         if enabled and not row.enabled:
             row.next_fire_at = next_due(row.cron, utcnow())
         row.enabled = enabled
-        return _view(row)
+        return _view(row, db)
 
 
 def due_timers(db: StateDB, now: datetime) -> list[dict[str, Any]]:
@@ -137,7 +140,7 @@ def due_timers(db: StateDB, now: datetime) -> list[dict[str, Any]]:
     query = select(Timer).where(Timer.enabled.is_(True), Timer.next_fire_at <= now)
     with db.session() as s:
         return [
-            {**_view(t), "id": t.id, "due_at": t.next_fire_at}
+            {**_view(t, db, raw=True), "id": t.id, "due_at": t.next_fire_at}
             for t in s.scalars(query.order_by(Timer.next_fire_at))
         ]
 
