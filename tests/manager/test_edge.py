@@ -161,7 +161,9 @@ def test_numbers_out_of_range_are_400_in_json(manager: Manager) -> None:
 
 
 @SQLITE
-def test_an_unexpected_failure_is_a_json_500_with_the_headers(manager: Manager) -> None:
+def test_an_unexpected_failure_is_a_json_500_with_the_headers(
+    manager: Manager, caplog: pytest.LogCaptureFixture
+) -> None:
     async def broken() -> None:
         raise RuntimeError("a bug, with a secret: redis://:hunter2@h/0")
 
@@ -169,3 +171,6 @@ def test_an_unexpected_failure_is_a_json_500_with_the_headers(manager: Manager) 
     r = manager.client.get("/api/v1/broken-for-test")
     error = refused(r, 500, "internal_error")
     assert "hunter2" not in r.text and "logged" in error["message"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "crawlfleet.manager.edge"]
+    assert len(logged) == 1 and "RuntimeError: a bug" in logged[0], logged
+    assert "hunter2" not in caplog.text

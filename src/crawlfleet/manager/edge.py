@@ -17,14 +17,17 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import HTTPException
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 
 from crawlfleet.manager.auth import identify
 from crawlfleet.manager.errors import error_response
+from crawlfleet.redis.connection import redact
 
 __all__ = ["CSP", "SECURITY_HEADERS", "SIGN_IN_MAX_BYTES", "BodyTooLarge", "Edge"]
 
@@ -138,8 +141,12 @@ class Edge:
                 await refusal(scope, tracked, send_with_headers)
                 return
             await self.app(scope, self._bounded(scope, tracked), send_with_headers)
-        except Exception:
-            logger.exception("manager: %s %s failed", scope.get("method"), scope.get("path"))
+        except Exception as exc:
+            # the traceback, its secrets redacted (a URL's password in a message)
+            trace = redact("".join(traceback.format_exception(exc)).rstrip())
+            logger.error(
+                "manager: %s %s failed:\n%s", scope.get("method"), scope.get("path"), trace
+            )
             if not started:
                 answer = error_response(500, "the manager failed on this request (logged)")
                 await answer(scope, tracked, send_with_headers)
@@ -166,6 +173,11 @@ class Edge:
             await identify(Request(scope))
         except HTTPException as exc:
             return error_response(exc.status_code, str(exc.detail))
+        except SQLAlchemyError as exc:
+            logger.warning("state DB: %s", type(exc).__name__)
+            return error_response(
+                503, "the state DB did not answer; try again", "state_db_unavailable"
+            )
         return None
 
     def _bounded(self, scope: Scope, receive: Receive) -> Receive:
