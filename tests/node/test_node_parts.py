@@ -433,3 +433,45 @@ def test_a_commit_done_in_part_is_finished_without_queueing_anything_twice(
             await client.aclose()
 
     run(body)
+
+
+def test_a_leased_entry_without_separators_is_set_aside_saying_so(
+    redis_server_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queued item that lost its separators: the node that leases it logs its key and
+    what is wrong (not "unknown format version b''"), sets it aside, goes on."""
+
+    async def body() -> None:
+        client = make_client(redis_server_url)
+        keys = JobKeys.of(key_prefix, "job")
+        frontier = Frontier(client, keys)
+        await frontier.commit("seed", [])
+        await client.rpush(keys.fifo("a.test"), b"no separator at all")
+        await client.zadd(keys.sites, {"a.test": 0})
+        await client.hset(keys.counters, "queued", 1)
+        s = settings_with_defaults(FAST)
+        scheduler = Scheduler(
+            config=FrontierConfig.from_settings(s, "job"),
+            redis_config=RedisConfig.from_settings(s),
+            fingerprint=RequestFingerprinter().fingerprint,
+            frontier=frontier,
+        )
+        engine = Engine()
+        scheduler.bind_engine(engine.hooks(), [])
+        await scheduler.start(Spider("job"))
+        try:
+            await until(lambda: "set aside" in caplog.text)
+            deadline = time.monotonic() + 3
+            while await client.llen(keys.bad) < 1:  # the next commit moves it
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            await scheduler.stop("shutdown")
+        finally:
+            await client.aclose()
+
+    with caplog.at_level("ERROR", logger="crawlfleet.node.leasing"):
+        run(body)
+    said = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"in {JobKeys.of(key_prefix, 'job').req} set aside (job job)" in said[0]
+    assert "no separator" in said[0] and "format version" not in said[0]

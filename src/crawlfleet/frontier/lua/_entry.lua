@@ -19,6 +19,21 @@ local function entry_parts(entry)
   return score, string.sub(entry, a + 1, b - 1), string.sub(entry, b + 1)
 end
 
+-- what is wrong with *entry* (nil: nothing), for the log of whoever sets it aside;
+-- the same words as records.entry_fault
+local function entry_fault(entry)
+  if not entry then return 'its entry is gone' end
+  local a = string.find(entry, '\0', 1, true)
+  if not a then return 'no separator (not "<score>\\0<site>\\0<payload>")' end
+  local b = string.find(entry, '\0', a + 1, true)
+  if not b then return 'one separator only (not "<score>\\0<site>\\0<payload>")' end
+  local head = string.sub(entry, 1, a - 1)
+  if not tonumber(head) then
+    return "score '" .. string.sub(head, 1, 40) .. "' is not a number"
+  end
+  return nil
+end
+
 -- whether a request of this score goes to its site's FIFO list (priority 0)
 local function fifo_score(score)
   return score >= 0 and score < SEQ_SPAN
