@@ -218,11 +218,21 @@ def test_seeds_are_read_from_the_list_and_invalid_ones_skipped() -> None:
         scheduler = node(store, engine, {"CRAWLFLEET_START_URLS_KEY": "job:start_urls"})
         frontier = MemoryFrontier("job", store)
         await frontier.push_seeds(
-            "job:start_urls", [b"http://a.test/1", b"not a url", b'{"url": "http://a.test/2"}']
+            "job:start_urls",
+            [
+                b"http://a.test/1",
+                b"not a url",
+                b'{"url": "http://a.test/2"}',
+                b"http://",  # no host
+                b"http:///path",
+                b"\xff\xfe binary",
+            ],
         )
         await scheduler.start(Spider("job"))
         got = await take(scheduler, engine, 2)
         assert sorted(r.url for r in got) == ["http://a.test/1", "http://a.test/2"]
+        await asyncio.sleep(0.2)
+        assert scheduler.next_request() is None  # nothing else was queued
         assert await frontier.read_seeds("job:start_urls", 10) == []
         assert scheduler.stats.get("crawlfleet/seeds/invalid") == 0  # no stats collector
         await scheduler.stop("finished")
