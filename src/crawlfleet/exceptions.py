@@ -13,6 +13,7 @@ __all__ = [
     "EmbeddedRedisError",
     "ItemNotDurable",
     "MalformedEntry",
+    "RedisUnreachable",
     "SerializationError",
     "UnknownJob",
 ]
@@ -37,6 +38,11 @@ class CommandFailed(CrawlfleetError):
 
 class EmbeddedRedisError(CrawlfleetError):
     """The embedded Redis could not be started or joined."""
+
+
+class RedisUnreachable(CrawlfleetError):
+    """A node could not reach Redis within CRAWLFLEET_REDIS_START_TIMEOUT of its start
+    (once it has, an outage is waited out); the message says where and why."""
 
 
 class SerializationError(CrawlfleetError):

@@ -25,6 +25,7 @@ from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
 from tests.frontier.test_shards import shard_down, site_in
 
@@ -485,3 +486,45 @@ def test_a_leased_entry_without_separators_is_set_aside_saying_so(
     assert len(said) == 1, said
     assert f"in {JobKeys.of(key_prefix, 'job').req} set aside (job job)" in said[0]
     assert "no separator" in said[0] and "format version" not in said[0]
+
+
+def test_the_end_of_a_redis_hang_counts_from_its_start(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis hangs (SIGSTOP) for 4 s under a node whose calls time out after 1 s: the
+    line that says Redis is back counts the whole stall, not from when the first call
+    timed out (which would say about 3 s or less)."""
+    server = RedisProcess(tmp_path / "redis", persist=False)
+    server.start()
+
+    async def body() -> None:
+        client = make_client(server.url, socket_timeout=1, socket_connect_timeout=1)
+        s = settings_with_defaults({**FAST, "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS": 0.5})
+        scheduler = Scheduler(
+            config=FrontierConfig.from_settings(s, "job"),
+            redis_config=RedisConfig.from_settings(s),
+            fingerprint=RequestFingerprinter().fingerprint,
+            frontier=JobFrontier(client, JobKeys.of("cf", "job")),
+        )
+        engine = Engine()
+        scheduler.bind_engine(engine.hooks(), [])
+        await scheduler.start(Spider("job"))
+        try:
+            await asyncio.sleep(0.3)
+            server.freeze()
+            await asyncio.sleep(4)
+            server.thaw()
+            await until(lambda: "reachable again" in caplog.text, 10)
+            await scheduler.stop("shutdown")
+        finally:
+            await client.aclose()
+
+    try:
+        with caplog.at_level("WARNING", logger="crawlfleet.retry"):
+            run(body)
+    finally:
+        server.close()
+    said = [r.getMessage() for r in caplog.records if "reachable again" in r.getMessage()]
+    assert len(said) == 1, said
+    seconds = float(said[0].split("reachable again after ")[1].split("s")[0])
+    assert 3.6 <= seconds < 6, said[0]
