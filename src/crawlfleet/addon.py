@@ -31,7 +31,7 @@ from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["ITEM_STAGES", "STORES", "Addon", "check"]
+__all__ = ["ITEM_STAGES", "STORES", "Addon", "check", "fail_command"]
 
 logger = logging.getLogger(__name__)
 

@@ -113,11 +113,11 @@ class ScriptSet:
         reply = await self._scripts[name](keys=keys, args=args)
         if name not in self._wrapped:
             return reply
-        log_repairs(reply[0])
+        _log_repairs(reply[0])
         return reply[1] if len(reply) > 1 else None
 
 
-def log_repairs(flat: list[Any]) -> None:
+def _log_repairs(flat: list[Any]) -> None:
     """Log the repairs a script reports: key, field, old value, new value each."""
     for i in range(0, len(flat) - 3, 4):
         key, field, old, new = (_text(v) for v in flat[i : i + 4])
