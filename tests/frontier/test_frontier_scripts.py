@@ -13,7 +13,7 @@ import pytest
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
-from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.frontier.records import Outgoing, SeenConfig, text
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -399,6 +399,32 @@ def test_a_counter_that_is_not_a_number_costs_a_figure_not_the_crawl(
         assert c["repaired"] >= 3 and c["leased"] == 3
         res = await f.lease("n1", 1, ["a"], lease_ms=1000, per_site=1, offer_size=10)
         assert res.entries == []
+
+    run_redis(body)
+
+
+def test_a_request_whose_entry_is_gone_is_dropped_and_logged(
+    run_redis: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="crawlfleet.redis.scripts")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
+
+    async def body(f: Frontier) -> None:
+        # queued at priority 5 (its entry in the req hash), the entry deleted by hand
+        await f.commit("n1", [out("u1", priority=5), out("u2", priority=5)])
+        rids = await f.client.zrange(f.keys.queue("a"), 0, -1)
+        await f.client.hdel(f.keys.req, rids[0])
+        res = await f.lease("n1", 5, ["a"], lease_ms=60000, per_site=5, offer_size=10)
+        assert [e.payload for e in res.entries] == [b"u2"]
+        assert len(said()) == 1 and f"request {text(rids[0])} dropped" in said()[0]
+        assert f"its entry in {f.keys.req} is gone" in said()[0]
+        # leased, then its entry deleted: given back, it is dropped and said too
+        await f.client.hdel(f.keys.req, res.entries[0].rid)
+        assert await f.release("n1", [(res.entries[0].rid, "a")]) == 0
+        assert len(said()) == 2 and f"request {res.entries[0].rid} dropped" in said()[1]
+        assert (await f.counters())["leased"] == 0
 
     run_redis(body)
 

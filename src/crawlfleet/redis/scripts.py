@@ -12,8 +12,10 @@ library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked 
 that is not a number), ``-- uses: pace`` and ``-- uses: pop`` the two halves of a lease
 (``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests).
 A script that uses ``counters`` is run wrapped: its body becomes a function, and the
-reply is ``{repairs, reply}``; :class:`ScriptSet` logs each counter repaired (key, field,
-old and new value) and returns the script's own reply.
+reply is ``{repairs, reply}`` (``{repairs, reply, gone}`` if it uses ``entry`` too);
+:class:`ScriptSet` logs each counter repaired (key, field, old and new value) and each
+request dropped because its entry was gone (key, rid), and returns the script's own
+reply.
 Scripts are registered with redis-py, which runs them by SHA and re-sends a script the
 server has forgotten (NOSCRIPT after a restart).
 """
@@ -70,9 +72,8 @@ def script_source(name: str, seen_mode: str | None = None) -> str:
         raise ValueError(f"script {name} uses unknown libraries {sorted(unknown)}")
     if "counters" in uses:
         # the body's own locals and returns stay as they are, inside a function
-        body = (
-            f"local function main()\n{body}\nend\nlocal reply = main()\nreturn {{REPAIRS, reply}}\n"
-        )
+        notes = "REPAIRS, reply, GONE" if "entry" in uses else "REPAIRS, reply"
+        body = f"local function main()\n{body}\nend\nlocal reply = main()\nreturn {{{notes}}}\n"
     for library in LIBRARIES:
         if library in uses:
             body = _read(f"_{library}.lua") + "\n" + body
@@ -114,6 +115,8 @@ class ScriptSet:
         if name not in self._wrapped:
             return reply
         _log_repairs(reply[0])
+        if len(reply) > 2:
+            _log_gone(reply[2])
         return reply[1] if len(reply) > 1 else None
 
 
@@ -127,6 +130,16 @@ def _log_repairs(flat: list[Any]) -> None:
             key,
             old,
             new,
+        )
+
+
+def _log_gone(flat: list[Any]) -> None:
+    """Log the requests a script dropped because their entry was gone: key, rid each."""
+    for i in range(0, len(flat) - 1, 2):
+        logger.warning(
+            "Frontier request %s dropped: its entry in %s is gone (a hand edit or a bug)",
+            _text(flat[i + 1]),
+            _text(flat[i]),
         )
 
 

@@ -5,6 +5,16 @@
 
 local SEQ_SPAN = 4294967296
 
+-- {key, rid, ...}: requests whose entry in *key* was gone when a script came to them (a
+-- hand edit, a bug): dropped. A script that uses counters too returns it to its caller,
+-- who logs each one (see _counters.lua).
+local GONE = {}
+
+local function note_gone(key, rid)
+  GONE[#GONE + 1] = key
+  GONE[#GONE + 1] = rid
+end
+
 -- (score, site, payload) of *entry*; nil when it is absent or malformed (no
 -- separators, no numeric score): such an entry is set aside, never allowed to stop a
 -- script

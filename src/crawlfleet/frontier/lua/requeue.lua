@@ -83,7 +83,9 @@ for i = 4, #ARGV, 2 do
       back = back + 1
       if was_waiting then came_due = came_due + 1 end
     else
-      if entry then
+      if not entry then
+        note_gone(KEYS[2], rid)
+      else
         redis.call('RPUSH', KEYS[7], entry)
         count(KEYS[5], 'bad', 1)
         set_aside[#set_aside + 1] = rid
