@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from types import FrameType
 
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["ITEM_STAGES", "STORES", "Addon", "check"]
+__all__ = ["ITEM_STAGES", "STORES", "Addon", "check", "fail_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +176,28 @@ class _ConfigErrorLine(logging.Filter):
             record.msg, record.args = "crawlfleet: %s", (exc,)
             record.exc_info, record.exc_text = None, None
         return True
+
+
+def fail_command(status: int) -> None:
+    """Under ``scrapy crawl`` (``scrapy.cmdline``): make the command exit with *status*
+    (a node that could not start). Scrapy's crawl command exits 0 for any spider that
+    opened, whatever its close reason; the status it exits with is its command object's
+    ``exitcode``, which only ``scrapy.cmdline.execute`` holds: it is found on the call
+    stack (the crawl runs inside it). Elsewhere (``crawlfleet crawl``, a program running
+    Scrapy) nothing is done: those read the spider's close reason."""
+    if "scrapy.cmdline" not in sys.modules:
+        return
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "execute" and frame.f_globals.get("__name__") in (
+            "scrapy.cmdline",
+            "__main__",
+        ):
+            command = frame.f_locals.get("cmd")
+            if command is not None and hasattr(command, "exitcode"):
+                command.exitcode = max(int(command.exitcode or 0), status)
+                return
+        frame = frame.f_back
 
 
 def _one_line_config_errors() -> None:

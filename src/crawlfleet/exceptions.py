@@ -14,6 +14,7 @@ __all__ = [
     "ItemNotDurable",
     "MalformedEntry",
     "NotFound",
+    "RedisUnreachable",
     "SerializationError",
     "UnknownJob",
 ]
@@ -43,6 +44,11 @@ class CommandFailed(CrawlfleetError):
 
 class EmbeddedRedisError(CrawlfleetError):
     """The embedded Redis could not be started or joined."""
+
+
+class RedisUnreachable(CrawlfleetError):
+    """A node could not reach Redis within CRAWLFLEET_REDIS_START_TIMEOUT of its start
+    (once it has, an outage is waited out); the message says where and why."""
 
 
 class SerializationError(CrawlfleetError):

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
 
-__all__ = ["Backoff", "Outage", "until_reachable"]
+__all__ = ["Backoff", "GaveUp", "Outage", "until_reachable"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +39,49 @@ class Backoff:
         self.delay = self.first
 
 
-async def until_reachable(what: str, call: Callable[[], Awaitable[T]], backoff: Backoff) -> T:
+#: The least time the last attempt of a bounded :func:`until_reachable` is given.
+LAST_ATTEMPT_SECONDS = 1.0
+
+
+class GaveUp(Exception):
+    """:func:`until_reachable` gave up: Redis did not answer within its time limit;
+    ``last`` is the last error, ``seconds`` how long it tried."""
+
+    def __init__(self, last: BaseException, seconds: float) -> None:
+        super().__init__(f"{type(last).__name__}: {redact(str(last))}")
+        self.last = last
+        self.seconds = seconds
+
+
+async def until_reachable(
+    what: str,
+    call: Callable[[], Awaitable[T]],
+    backoff: Backoff,
+    *,
+    give_up_after: float | None = None,
+) -> T:
     """``await call()`` until Redis answers, waiting by *backoff* and saying each time
-    that it cannot *what*."""
+    that it cannot *what*. With *give_up_after* (seconds), it tries until that long after
+    the first attempt (the last attempt may run LAST_ATTEMPT_SECONDS past it), then
+    raises :class:`GaveUp` (the last failure is not logged: the caller says it once)."""
+    started = time.monotonic()
+    deadline = None if give_up_after is None else started + give_up_after
     while True:
         try:
-            result = await call()
-        except REDIS_ERRORS as exc:
+            if deadline is None:
+                result = await call()
+            else:
+                left = max(deadline - time.monotonic(), LAST_ATTEMPT_SECONDS)
+                result = await asyncio.wait_for(call(), left)
+        except (TimeoutError, *REDIS_ERRORS) as exc:
             delay = backoff.next()
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if not str(exc):  # wait_for's own timeout says nothing
+                        exc = TimeoutError("no answer")
+                    raise GaveUp(exc, time.monotonic() - started) from None
+                delay = min(delay, left)
             logger.warning(
                 "Redis unreachable, cannot %s (%s); retrying in %.1fs",
                 what,
@@ -61,8 +96,10 @@ async def until_reachable(what: str, call: Callable[[], Awaitable[T]], backoff: 
 
 class Outage:
     """An outage of *service* as a loop sees it: said at once, then every
-    *every* seconds while it lasts, and its end with its duration. *holding* says
-    what waits meanwhile (called when a line is logged)."""
+    *every* seconds while it lasts, and its end with its duration, counted from the
+    start of the first call that failed or hung (not from when its failure was seen: a
+    hung call is seen only at its socket timeout). *holding* says what waits meanwhile
+    (called when a line is logged)."""
 
     def __init__(self, service: str, holding: Callable[[], str], every: float = 60.0) -> None:
         self.service = service
@@ -72,11 +109,14 @@ class Outage:
         self.since: float | None = None
         self._logged = 0.0
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException, began: float | None = None) -> None:
+        """A call failed with *exc*; *began*: when it started (``time.monotonic()``;
+        default: now)."""
         now = time.monotonic()
         what = f"{type(exc).__name__}: {redact(str(exc))}"
         if self.since is None:
-            self.since = self._logged = now
+            self.since = min(now, began) if began is not None else now
+            self._logged = now
             logger.warning(
                 "%s unreachable (%s): the node goes on with what it holds and retries; %s, "
                 "nothing is lost",

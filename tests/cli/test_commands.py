@@ -60,6 +60,42 @@ def test_seed_reports_invalid_entries_and_queues_the_rest(
     assert "shop" in cli("job", "list", *common).stdout
 
 
+def test_a_seed_without_a_host_is_refused(redis_server_url: str, key_prefix: str) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    r = cli("seed", "hosts", "http://", "https:///path", '{"url": "http://:80/"}', *common)
+    assert r.returncode == 1, r.stderr
+    for n, url in ((1, "http://"), (2, "https:///path"), (3, "http://:80/")):
+        assert f"seed {n} skipped" in r.stderr and f"seed URL has no host: {url}" in r.stderr
+    assert "0 queued, 0 already seen, 3 invalid" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"https://a.example/\n\xff\xd8\xff\xe0 JFIF\n", "not UTF-8 text: byte 0xff at offset 19"),
+        (b"\x00\x01\x02 binary\n", "binary: a NUL byte"),
+        (None, "Is a directory"),
+        (b"", "No such file or directory"),
+    ],
+    ids=["not-utf8", "nul", "directory", "missing"],
+)
+def test_a_seed_file_that_cannot_be_read_is_one_line(
+    redis_server_url: str, key_prefix: str, tmp_path: Path, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / "seeds"
+    if content is None:
+        path.mkdir()
+    elif content:
+        path.write_bytes(content)
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    r = cli("seed", "files", "--file", str(path), *common)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("crawlfleet seed: error: "), r.stderr
+    assert str(path) in lines[0] and message in lines[0], r.stderr
+
+
 def test_reset_is_refused_while_nodes_live(
     redis_server_url: str, key_prefix: str, tmp_path: Path
 ) -> None:

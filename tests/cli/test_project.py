@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,36 @@ def test_a_setting_error_under_scrapy_crawl_is_one_line(
     assert "Traceback" not in r.stderr and "s3cr3t" not in r.stderr, r.stderr[-3000:]
     errors = [line for line in r.stderr.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and message in errors[0], r.stderr[-3000:]
+
+
+def test_scrapy_crawl_gives_up_on_an_unreachable_redis_at_start(tmp_path: Path) -> None:
+    """No Redis at start: CRAWLFLEET_REDIS_START_TIMEOUT later the node gives up with one
+    line (no secret), the spider closes with reason redis_unreachable, the exit is
+    non-zero. (Before: a retry every 10 s, for ever.)"""
+    make_project(
+        tmp_path, f"CRAWLFLEET_REDIS_URL = {UNREACHABLE!r}\nCRAWLFLEET_REDIS_START_TIMEOUT = 2\n"
+    )
+    (tmp_path / "proj" / "spiders" / "s.py").write_text(
+        "import scrapy\n\nclass S(scrapy.Spider):\n    name = 's'\n"
+    )
+    started = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    took = time.monotonic() - started
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "s3cr3t" not in r.stderr, r.stderr[-3000:]
+    errors = [line for line in r.stderr.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, r.stderr[-3000:]
+    assert "crawlfleet: Redis at redis://:***@127.0.0.1:1/0 unreachable for " in errors[0]
+    assert "CRAWLFLEET_REDIS_START_TIMEOUT = 2" in errors[0]
+    assert "'finish_reason': 'redis_unreachable'" in r.stderr, r.stderr[-3000:]
+    assert 2 <= took < 30, took
 
 
 def test_a_component_setting_error_under_crawlfleet_crawl_is_one_line(

@@ -184,7 +184,8 @@ def test_malformed_entry_is_set_aside_and_the_crawl_goes_on(
     procs = start_nodes(2, site, redis_server_url, tmp_path, node_settings(node_env))
     finish(procs, tmp_path)
     assert_complete(site, tmp_path)
-    assert "Malformed frontier entry 999999 set aside" in logs(tmp_path)
+    said = f"Malformed frontier entry 999999 in {keys.req} set aside (job crawl): "
+    assert said in logs(tmp_path)
     assert sync_redis.lrange(keys.bad, 0, -1) == [b"0\x00127.0.0.1\x00\x01garbage"]
 
 

@@ -13,7 +13,7 @@ import pytest
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
-from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.frontier.records import Outgoing, SeenConfig, text
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -63,6 +63,11 @@ def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., A
 def run_redis(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
     """As ``run``, on Redis only: for what looks at Redis's keys."""
     return _runner(request.param, redis_server_url, key_prefix)
+
+
+def set_aside_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The log lines that say an entry was set aside."""
+    return [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
 
 
 async def lease_all(f: Frontier, node: str = "n1", n: int = 100, **kw: Any) -> list[str]:
@@ -302,7 +307,11 @@ def test_keys_share_the_job_hash_tag(key_prefix: str) -> None:
         assert "{myjob}" in key
 
 
-def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run_redis: Callable[..., Any]) -> None:
+def test_a_malformed_entry_is_set_aside_and_blocks_nothing(
+    run_redis: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("ERROR", logger="crawlfleet.frontier.client")
+
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out(f"u{i}") for i in range(4)])
         rids = [
@@ -317,6 +326,13 @@ def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run_redis: Callable[.
         # the node dies: every lease is reclaimed; the malformed ones go to the bad list
         assert await f.release("n1", [(rid, "a") for rid in rids]) == 2
         assert await f.client.llen(f.keys.bad) == 2
+        # each one logged, naming its key and what is wrong with it
+        said = set_aside_lines(caplog)
+        assert len(said) == 2, said
+        assert all(f.keys.req in line and f.keys.bad in line for line in said)
+        assert f"entry {rids[0]} " in said[0] and "no separator" in said[0]
+        assert f"entry {rids[1]} " in said[1] and "score 'x' is not a number" in said[1]
+        assert "format version" not in caplog.text
         again = await f.lease("n2", 4, ["a"], lease_ms=1, per_site=4, offer_size=10)
         assert len(again.entries) == 2
         # an entry malformed while leased: the lease still returns it (site ""), expired
@@ -325,6 +341,9 @@ def test_a_malformed_entry_is_set_aside_and_blocks_nothing(run_redis: Callable[.
         await asyncio.sleep(0.01)
         assert await f.reclaim_expired() == 1
         assert await f.client.llen(f.keys.bad) == 3
+        said = set_aside_lines(caplog)
+        assert len(said) == 3 and f"entry {again.entries[0].rid} " in said[2]
+        assert "no separator" in said[2]
         last = await f.lease("n3", 4, ["a"], lease_ms=60000, per_site=4, offer_size=10)
         assert [e.payload for e in last.entries] == [again.entries[1].payload]
         await f.client.hset(f.keys.req, last.entries[0].rid, b"no separators")
@@ -380,6 +399,64 @@ def test_a_counter_that_is_not_a_number_costs_a_figure_not_the_crawl(
         assert c["repaired"] >= 3 and c["leased"] == 3
         res = await f.lease("n1", 1, ["a"], lease_ms=1000, per_site=1, offer_size=10)
         assert res.entries == []
+
+    run_redis(body)
+
+
+def test_a_request_whose_entry_is_gone_is_dropped_and_logged(
+    run_redis: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="crawlfleet.redis.scripts")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
+
+    async def body(f: Frontier) -> None:
+        # queued at priority 5 (its entry in the req hash), the entry deleted by hand
+        await f.commit("n1", [out("u1", priority=5), out("u2", priority=5)])
+        rids = await f.client.zrange(f.keys.queue("a"), 0, -1)
+        await f.client.hdel(f.keys.req, rids[0])
+        res = await f.lease("n1", 5, ["a"], lease_ms=60000, per_site=5, offer_size=10)
+        assert [e.payload for e in res.entries] == [b"u2"]
+        assert len(said()) == 1 and f"request {text(rids[0])} dropped" in said()[0]
+        assert f"its entry in {f.keys.req} is gone" in said()[0]
+        # leased, then its entry deleted: given back, it is dropped and said too
+        await f.client.hdel(f.keys.req, res.entries[0].rid)
+        assert await f.release("n1", [(res.entries[0].rid, "a")]) == 0
+        assert len(said()) == 2 and f"request {res.entries[0].rid} dropped" in said()[1]
+        assert (await f.counters())["leased"] == 0
+
+    run_redis(body)
+
+
+def test_a_repaired_counter_is_logged_and_never_below_zero(
+    run_redis: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="crawlfleet.redis.scripts")
+
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out(f"u{i}") for i in range(3)])
+        await f.client.hset(f.keys.counters, "queued", "abc")
+        await f.lease("n1", 3, ["a"], lease_ms=60000, per_site=3, offer_size=10)
+        c = await f.counters()
+        assert c["queued"] == 0 and c["repaired"] == 1  # not -3
+        said = [r.getMessage() for r in caplog.records if "repaired" in r.getMessage()]
+        assert len(said) == 1 and f"Counter queued of {f.keys.counters}" in said[0]
+        assert "it was 'abc'" in said[0] and "it is now 0" in said[0]
+        # a count that drifted below what it counts: it stops at 0, said with its values
+        await f.commit("n1", [out(f"v{i}") for i in range(3)])
+        await f.client.hset(f.keys.counters, "queued", 1)
+        await f.lease("n1", 3, ["a"], lease_ms=60000, per_site=3, offer_size=10)
+        c = await f.counters()
+        assert c["queued"] == 0 and c["repaired"] == 2
+        said = [r.getMessage() for r in caplog.records if "repaired" in r.getMessage()]
+        assert len(said) == 2 and "it was '1'" in said[1] and "it is now 0" in said[1]
+        # an unreadable sequence: its old and new value
+        await f.client.hset(f.keys.counters, "seq", "zz")
+        await f.commit("n1", [out("w1")])
+        said = [r.getMessage() for r in caplog.records if "repaired" in r.getMessage()]
+        assert len(said) == 3 and "Counter seq" in said[2] and "it was 'zz'" in said[2]
+        assert (await f.counters())["seq"] > 1_000_000
 
     run_redis(body)
 
@@ -476,6 +553,9 @@ def test_a_malformed_fifo_item_is_set_aside_and_blocks_nothing(
         res = await f.lease("n1", 5, ["a"], lease_ms=60000, per_site=5, offer_size=10)
         sites = [e.site for e in res.entries]
         assert sites == ["", "a"] and res.entries[1].payload == b"u2"
+        # the lease says what is wrong with it, and where it is (the node logs both)
+        assert res.entries[0].fault.startswith("no separator")
+        assert res.entries[0].where == f.keys.req and res.entries[1].fault == ""
         await f.commit("n1", acks=[res.entries[1].rid], bad=[res.entries[0].rid])
         assert await f.client.lrange(f.keys.bad, 0, -1) == [b"no separator at all"]
         c = await f.counters()

@@ -97,7 +97,7 @@ def test_generic_spider_callbacks_travel() -> None:
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        (b"", "unknown format version"),
+        (b"", "empty payload"),
         (b"\x02abc", "unknown format version"),
         (VERSION + b"\xc1", "undecodable"),
         (VERSION + msgpack.packb([1, 2]), "no url"),

@@ -25,6 +25,7 @@ from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
 from tests.frontier.test_shards import shard_down, site_in
 
@@ -218,11 +219,21 @@ def test_seeds_are_read_from_the_list_and_invalid_ones_skipped() -> None:
         scheduler = node(store, engine, {"CRAWLFLEET_START_URLS_KEY": "job:start_urls"})
         frontier = MemoryFrontier("job", store)
         await frontier.push_seeds(
-            "job:start_urls", [b"http://a.test/1", b"not a url", b'{"url": "http://a.test/2"}']
+            "job:start_urls",
+            [
+                b"http://a.test/1",
+                b"not a url",
+                b'{"url": "http://a.test/2"}',
+                b"http://",  # no host
+                b"http:///path",
+                b"\xff\xfe binary",
+            ],
         )
         await scheduler.start(Spider("job"))
         got = await take(scheduler, engine, 2)
         assert sorted(r.url for r in got) == ["http://a.test/1", "http://a.test/2"]
+        await asyncio.sleep(0.2)
+        assert scheduler.next_request() is None  # nothing else was queued
         assert await frontier.read_seeds("job:start_urls", 10) == []
         assert scheduler.stats.get("crawlfleet/seeds/invalid") == 0  # no stats collector
         await scheduler.stop("finished")
@@ -433,3 +444,87 @@ def test_a_commit_done_in_part_is_finished_without_queueing_anything_twice(
             await client.aclose()
 
     run(body)
+
+
+def test_a_leased_entry_without_separators_is_set_aside_saying_so(
+    redis_server_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queued item that lost its separators: the node that leases it logs its key and
+    what is wrong (not "unknown format version b''"), sets it aside, goes on."""
+
+    async def body() -> None:
+        client = make_client(redis_server_url)
+        keys = JobKeys.of(key_prefix, "job")
+        frontier = Frontier(client, keys)
+        await frontier.commit("seed", [])
+        await client.rpush(keys.fifo("a.test"), b"no separator at all")
+        await client.zadd(keys.sites, {"a.test": 0})
+        await client.hset(keys.counters, "queued", 1)
+        s = settings_with_defaults(FAST)
+        scheduler = Scheduler(
+            config=FrontierConfig.from_settings(s, "job"),
+            redis_config=RedisConfig.from_settings(s),
+            fingerprint=RequestFingerprinter().fingerprint,
+            frontier=frontier,
+        )
+        engine = Engine()
+        scheduler.bind_engine(engine.hooks(), [])
+        await scheduler.start(Spider("job"))
+        try:
+            await until(lambda: "set aside" in caplog.text)
+            deadline = time.monotonic() + 3
+            while await client.llen(keys.bad) < 1:  # the next commit moves it
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            await scheduler.stop("shutdown")
+        finally:
+            await client.aclose()
+
+    with caplog.at_level("ERROR", logger="crawlfleet.node.leasing"):
+        run(body)
+    said = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"in {JobKeys.of(key_prefix, 'job').req} set aside (job job)" in said[0]
+    assert "no separator" in said[0] and "format version" not in said[0]
+
+
+def test_the_end_of_a_redis_hang_counts_from_its_start(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis hangs (SIGSTOP) for 4 s under a node whose calls time out after 1 s: the
+    line that says Redis is back counts the whole stall, not from when the first call
+    timed out (which would say about 3 s or less)."""
+    server = RedisProcess(tmp_path / "redis", persist=False)
+    server.start()
+
+    async def body() -> None:
+        client = make_client(server.url, socket_timeout=1, socket_connect_timeout=1)
+        s = settings_with_defaults({**FAST, "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS": 0.5})
+        scheduler = Scheduler(
+            config=FrontierConfig.from_settings(s, "job"),
+            redis_config=RedisConfig.from_settings(s),
+            fingerprint=RequestFingerprinter().fingerprint,
+            frontier=JobFrontier(client, JobKeys.of("cf", "job")),
+        )
+        engine = Engine()
+        scheduler.bind_engine(engine.hooks(), [])
+        await scheduler.start(Spider("job"))
+        try:
+            await asyncio.sleep(0.3)
+            server.freeze()
+            await asyncio.sleep(4)
+            server.thaw()
+            await until(lambda: "reachable again" in caplog.text, 10)
+            await scheduler.stop("shutdown")
+        finally:
+            await client.aclose()
+
+    try:
+        with caplog.at_level("WARNING", logger="crawlfleet.retry"):
+            run(body)
+    finally:
+        server.close()
+    said = [r.getMessage() for r in caplog.records if "reachable again" in r.getMessage()]
+    assert len(said) == 1, said
+    seconds = float(said[0].split("reachable again after ")[1].split("s")[0])
+    assert 3.6 <= seconds < 6, said[0]

@@ -406,3 +406,11 @@ def test_full_example_in_the_docs_is_valid(tmp_path: Path) -> None:
     spec = load_spec(write_spec(tmp_path, block))
     assert set(spec.items) == {"book", "author", "listing"}
     assert spec.items["listing"].key == ("isbn",)
+
+
+def test_a_start_url_without_a_host_is_refused(tmp_path: Path) -> None:
+    text = GOOD.replace("[http://books.example/]", '["http://:80/", "http://user@/x"]')
+    assert problems_of(tmp_path, text).splitlines() == [
+        "spec.yaml:2: start_urls[0]: not an http(s) URL: 'http://:80/'",
+        "spec.yaml:2: start_urls[1]: not an http(s) URL: 'http://user@/x'",
+    ]

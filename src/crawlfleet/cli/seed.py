@@ -14,6 +14,7 @@ from crawlfleet.cli.options import (
     command_settings,
     run_on_frontier,
 )
+from crawlfleet.exceptions import CommandFailed
 from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.settings.config import FrontierConfig
@@ -40,11 +41,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _entries(args: argparse.Namespace) -> list[str]:
     entries = list(args.urls)
     for path in args.file:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text("utf-8")
+        text = _read(path)
         entries += [
             line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
         ]
     return entries
+
+
+def _read(path: Path) -> str:
+    """The text of seed file *path* ('-': stdin). CommandFailed for a file that is not
+    UTF-8 text (a binary file, another encoding); OSError (with its file name) for one
+    that cannot be read."""
+    stdin = str(path) == "-"
+    data = sys.stdin.buffer.read() if stdin else path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommandFailed(
+            f"{'stdin' if stdin else path}: not a seed file (not UTF-8 text: byte "
+            f"0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    if "\0" in text:
+        raise CommandFailed(f"{'stdin' if stdin else path}: not a seed file (binary: a NUL byte)")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,7 +34,8 @@ async def watch(
     """Collect and show every *interval* seconds until *count* refreshes (0: until
     Ctrl-C). On a terminal one screen is redrawn; piped, each refresh is printed under a
     time rule, or with *as_json* as one JSON document a line. A Redis outage is said
-    (piped: once on stderr when it starts, once when it ends) and watched through.
+    (piped: once on stderr when it starts, once when it ends, with its length from the
+    start of the refresh that failed or hung) and watched through.
 
     Returns 1 if Redis did not answer the last refresh, else 0."""
     live = (
@@ -46,12 +47,13 @@ async def watch(
         live.start()
     try:
         while True:
+            began = time.time()  # an outage counts from the refresh that failed or hung
             try:
                 view = await collect()
             except REDIS_ERRORS as exc:  # keep watching: say so, try again
                 now = time.time()
                 if down_since is None:
-                    down_since = now
+                    down_since = began
                     if not live:
                         _note(f"{redis_problem(exc)}; still watching")
                 if live:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -29,7 +30,9 @@ from crawlfleet.frontier.records import (
     Outgoing,
     SeenConfig,
     counter_value,
+    entry_fault,
     parse_throttle,
+    printable,
     split_entry,
     text,
 )
@@ -39,28 +42,31 @@ from crawlfleet.redis.scripts import ScriptSet
 
 __all__ = ["Frontier"]
 
+logger = logging.getLogger(__name__)
+
 #: Unused Bloom layer keys passed with each call, so that one batch can fill several
 #: layers (each new layer is at least twice as large as the one before).
 BLOOM_SPARES = 4
 _STALE = re.compile(r"CFSTALE (\d+)")
 
 
-def _leased(flat: Sequence[Any]) -> list[Leased]:
-    """The leased requests of a lease script's reply: rid, entry, slot, late each."""
+def _leased(flat: Sequence[Any], where: str) -> list[Leased]:
+    """The leased requests of a lease script's reply: rid, entry, slot, late each; their
+    entries are in the hash *where*. A malformed entry comes with its fault (the node
+    sets it aside)."""
     entries = []
     for i in range(0, len(flat), 4):
-        try:
-            site, payload = split_entry(flat[i + 1])
-        except ValueError:
-            site, payload = "", b""  # malformed: the scheduler sets it aside
+        fault = entry_fault(flat[i + 1])
+        site, payload = ("", b"") if fault else split_entry(flat[i + 1])
         slot = int(flat[i + 2])
-        entries.append(
-            Leased(text(flat[i]), site, payload, None if slot < 0 else slot, int(flat[i + 3]))
-        )
+        late = int(flat[i + 3])
+        rid = text(flat[i])
+        entries.append(Leased(rid, site, payload, None if slot < 0 else slot, late, fault, where))
     return entries
 
 
 def _lease_result(
+    where: str,
     now: Any,
     flat: Sequence[Any],
     offer: Sequence[Any],
@@ -70,10 +76,11 @@ def _lease_result(
     control_seq: Any,
     ended: Sequence[Any],
 ) -> LeaseResult:
-    """A LeaseResult from the parts of a lease script's reply."""
+    """A LeaseResult from the parts of a lease script's reply (entries in the hash
+    *where*)."""
     return LeaseResult(
         int(now),
-        _leased(flat),
+        _leased(flat, where),
         [text(s) for s in offer],
         int(queued),
         int(leased),
@@ -245,7 +252,7 @@ class Frontier:
         now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
             "lease", keys, args
         )
-        return _lease_result(now, flat, offer, queued, leased, ready_in, control_seq, ended)
+        return _lease_result(k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def _lease_paced(
         self,
@@ -288,7 +295,7 @@ class Frontier:
             # failing, the slots stay lost to the budget; what was leased is the node's
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.scripts("pace_return", polite, unused)
-        return _lease_result(now, flat, offer, queued, leased, ready_in, control_seq, ended)
+        return _lease_result(k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def peek(self, size: int) -> LeaseResult:
         """What a lease of nothing replies: up to *size* sites with queued requests, the
@@ -419,7 +426,16 @@ class Frontier:
             *(key for s in qindex for key in k.site_queues(s)),
         ]
         self.round_trips += 1
-        back, waited = await self.scripts("requeue", keys, args)
+        back, waited, set_aside = await self.scripts("requeue", keys, args)
+        for i in range(0, len(set_aside), 2):
+            logger.error(
+                "Malformed frontier entry %s in %s set aside to %s (job %s): %s",
+                text(set_aside[i]),
+                k.req,
+                k.bad,
+                k.job,
+                printable(set_aside[i + 1]),
+            )
         self.came_due += int(waited)
         return int(back) - int(waited)
 

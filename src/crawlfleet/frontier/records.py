@@ -22,7 +22,9 @@ __all__ = [
     "Outgoing",
     "SeenConfig",
     "counter_value",
+    "entry_fault",
     "parse_throttle",
+    "printable",
     "split_entry",
     "text",
 ]
@@ -73,6 +75,11 @@ class Leased:
     slot_us: int | None = None
     #: how late after its slot it may still be sent (µs)
     late_us: int = 0
+    #: what is wrong with its stored entry ("": nothing found; the payload is decoded
+    #: later): the node sets such a request aside
+    fault: str = ""
+    #: the key that holds its entry while leased ("": not in Redis), for logs
+    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,31 @@ def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
         if number.isdigit() and kind in ("b", "r"):
             out["backoff" if kind == "b" else "robots"][site] = int(number)
     return out
+
+
+def printable(value: bytes | str, limit: int = 200) -> str:
+    """*value* cut to *limit* characters, for a log line: what does not print (control
+    characters, bytes that are not UTF-8) is escaped."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "backslashreplace")
+    value = value[:limit]
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
+def entry_fault(entry: bytes) -> str:
+    """What is wrong with a stored ``<score>\\0<site>\\0<payload>`` entry ("": nothing);
+    the same words as ``entry_fault`` of ``lua/_entry.lua``."""
+    shape = '(not "<score>\\0<site>\\0<payload>")'
+    a = entry.find(b"\0")
+    if a < 0:
+        return f"no separator {shape}"
+    if entry.find(b"\0", a + 1) < 0:
+        return f"one separator only {shape}"
+    try:
+        float(entry[:a])
+    except ValueError:
+        return f"score '{printable(entry[:a], 40)}' is not a number"
+    return ""
 
 
 def split_entry(entry: bytes) -> tuple[str, bytes]:

@@ -162,6 +162,8 @@ class RequestCodec:
 
 
 def _unpack(payload: bytes) -> dict[str, Any]:
+    if not payload:
+        raise MalformedEntry("empty payload")
     if payload[:1] != VERSION:
         raise MalformedEntry(f"unknown format version {payload[:1]!r}")
     try:

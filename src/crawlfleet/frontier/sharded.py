@@ -47,7 +47,6 @@ from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
     CommitResult,
     JobState,
-    Leased,
     LeaseResult,
     Outgoing,
     SeenConfig,
@@ -486,11 +485,7 @@ class JobFrontier:
         self._cursor = (self._cursor + 1) % count
         return LeaseResult(
             max(r.now_us for _, r in heard),
-            [
-                Leased(f"{s}:{e.rid}", e.site, e.payload, e.slot_us, e.late_us)
-                for s, r in heard
-                for e in r.entries
-            ],
+            [dataclasses.replace(e, rid=f"{s}:{e.rid}") for s, r in heard for e in r.entries],
             view.offer(self._rotation(count), offer_size, now),
             sum(view.queued),
             sum(view.leased),

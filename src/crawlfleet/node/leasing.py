@@ -17,7 +17,7 @@ import time
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.limits import LATE_SHARE, Budgets, RateLimits
-from crawlfleet.frontier.records import LeaseResult
+from crawlfleet.frontier.records import Leased, LeaseResult, printable
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.ledger import Ledger
@@ -155,16 +155,11 @@ class Leaser:
         for entry in result.entries:
             ledger.hold(entry.rid, entry.site)
             try:
+                if entry.fault:
+                    raise MalformedEntry(entry.fault)
                 request = self.codec.decode(entry.payload)
             except MalformedEntry as exc:
-                logger.error(
-                    "Malformed frontier entry %s set aside (job %s): %s",
-                    entry.rid,
-                    self.config.job,
-                    exc,
-                )
-                self.stats.inc("crawlfleet/frontier/malformed")
-                ledger.set_aside(entry.rid)
+                self._set_aside(entry, str(exc))
                 continue
             if entry.slot_us is None:
                 ledger.add_ready(request, entry.rid)
@@ -189,3 +184,16 @@ class Leaser:
                 ledger.add_slotted(at, late, request, entry.rid)
         self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
         self.engine.wake()
+
+    def _set_aside(self, entry: Leased, fault: str) -> None:
+        """Log *entry* (a lease whose entry is not a request: *fault*) and have it set
+        aside in the job's list of malformed entries with the next commit."""
+        logger.error(
+            "Malformed frontier entry %s in %s set aside (job %s): %s",
+            entry.rid,
+            entry.where or "the frontier",
+            self.config.job,
+            printable(fault),
+        )
+        self.stats.inc("crawlfleet/frontier/malformed")
+        self.ledger.set_aside(entry.rid)

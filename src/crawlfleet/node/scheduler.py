@@ -31,13 +31,20 @@ from redis.asyncio import Redis
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.crawler import Crawler
+from scrapy.exceptions import CloseSpider
 from scrapy.settings import BaseSettings
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.internet.defer import Deferred
 
 from crawlfleet import __version__
-from crawlfleet.exceptions import ConfigError, ItemNotDurable, SerializationError
+from crawlfleet.addon import fail_command
+from crawlfleet.exceptions import (
+    ConfigError,
+    ItemNotDurable,
+    RedisUnreachable,
+    SerializationError,
+)
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
@@ -60,6 +67,8 @@ __all__ = ["ROBOTS_PROBE_MS", "NodeHandle", "Scheduler", "new_node_id", "status_
 
 logger = logging.getLogger(__name__)
 
+#: The finish reason of a node that could not reach Redis at its start.
+REDIS_UNREACHABLE = "redis_unreachable"
 #: With ROBOTSTXT_OBEY, a site whose robots.txt no node has read yet gives one request
 #: per this long (crawlfleet.middlewares.throttle.ROBOTS_PROBE_SECONDS).
 ROBOTS_PROBE_MS = 10_000
@@ -189,6 +198,8 @@ class Scheduler(BaseScheduler):
             status=self.node_status,
         )
         self._started = time.time()
+        #: the node gave up reaching Redis at its start
+        self.start_failed = False
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -216,6 +227,7 @@ class Scheduler(BaseScheduler):
         )
         scheduler.bind_engine(engine_hooks(crawler), status_providers(crawler))
         crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
+        crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
         scheduler.robots_probe_ms = robots_probe_ms(settings)
         #: middlewares and extensions find the node here (see NodeHandle)
         crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
@@ -245,11 +257,31 @@ class Scheduler(BaseScheduler):
 
     # -- Scrapy's scheduler interface -------------------------------------------------
     def open(self, spider: Spider) -> Deferred[None]:
+        """Start the node (:meth:`start`). If Redis stays unreachable for
+        CRAWLFLEET_REDIS_START_TIMEOUT: one ERROR line, and the spider closes with reason
+        ``redis_unreachable`` once it is open (:meth:`spider_opened`)."""
         self.spider = spider
-        return deferred_from_coro(self.start(spider))
+        return deferred_from_coro(self._open(spider))
+
+    async def _open(self, spider: Spider) -> None:
+        try:
+            await self.start(spider)
+        except RedisUnreachable as exc:
+            logger.error("crawlfleet: %s", exc)
+            self.start_failed = True
+
+    def spider_opened(self, spider: Spider) -> None:
+        """A node that could not reach Redis at its start closes its spider (reason
+        ``redis_unreachable``) and makes ``scrapy crawl`` exit with status 1. (Asked
+        here, not by :meth:`open`: Scrapy closes a spider cleanly only once every
+        component has opened.)"""
+        if self.start_failed:
+            fail_command(1)
+            raise CloseSpider(REDIS_UNREACHABLE)
 
     async def start(self, spider: Spider) -> None:
-        """:meth:`open` as a coroutine: join the job, start the sync loop."""
+        """Join the job, start the sync loop. RedisUnreachable when Redis does not answer
+        within CRAWLFLEET_REDIS_START_TIMEOUT."""
         await self.sync.open(spider)
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",

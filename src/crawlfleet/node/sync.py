@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from scrapy import Request, Spider
 
-from crawlfleet.exceptions import ConfigError
+from crawlfleet.exceptions import ConfigError, RedisUnreachable
 from crawlfleet.frontier.base import FrontierBackend, PartialCommit
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
@@ -43,7 +43,7 @@ from crawlfleet.node.seeds import SeedReader, request_from_seed
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
-from crawlfleet.retry import Backoff, Outage, until_reachable
+from crawlfleet.retry import Backoff, GaveUp, Outage, until_reachable
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 
 __all__ = ["SyncLoop"]
@@ -152,10 +152,23 @@ class SyncLoop:
 
     # -- start and stop --------------------------------------------------------------
     async def open(self, spider: Spider | None) -> None:
+        """Join the job and start the loop. Redis is tried for CRAWLFLEET_REDIS_START_TIMEOUT
+        (retrying with back-off); then RedisUnreachable, saying where and why (the loop
+        is not started; :meth:`close` then has nothing to hand back)."""
         self.spider = spider
         self.leaser.codec = RequestCodec(spider)
         self._opened = True
-        await until_reachable("open the frontier", self.frontier.register_job, self.backoff)
+        limit = self.redis_config.start_timeout_seconds
+        try:
+            await until_reachable(
+                "open the frontier", self.frontier.register_job, self.backoff, give_up_after=limit
+            )
+        except GaveUp as exc:
+            where = redact(self.redis_config.url) or "the embedded Redis"
+            raise RedisUnreachable(
+                f"Redis at {where} unreachable for {exc.seconds:.1f}s at start, giving up "
+                f"(CRAWLFLEET_REDIS_START_TIMEOUT = {limit:g}): {exc}"
+            ) from None
         self._task = asyncio.ensure_future(self._run())
 
     async def close(self, reason: str, summary: Callable[[str], dict[str, Any]]) -> None:
@@ -163,8 +176,9 @@ class SyncLoop:
         node's *summary* (bounded by CLOSE_FLUSH_SECONDS while Redis is unreachable)."""
         self.lifecycle.closing = True
         self.kick(closing=True)
-        if self._task is not None:
-            await self._task
+        if self._task is None:
+            return  # never reached Redis (or never opened): nothing held, nothing to say
+        await self._task
         self._collect_finished()
         ledger = self.ledger
         ledger.abandon_handed()
@@ -233,13 +247,14 @@ class SyncLoop:
     # -- the loop --------------------------------------------------------------------
     async def _run(self) -> None:
         while not self.lifecycle.closing:
+            began = time.monotonic()  # an outage counts from the round that failed
             try:
                 await self._tick()
                 self.outage.succeeded(lambda: f"{len(self.ledger.out)} new requests waited locally")
                 self.backoff.reset()
             except REDIS_ERRORS as exc:
                 self.stats.inc("crawlfleet/redis/errors")
-                self.outage.failed(exc)
+                self.outage.failed(exc, began)
                 await self._sleep(self.backoff.next(), wake_on_work=False)
                 continue
             except Exception:

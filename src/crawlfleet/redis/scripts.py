@@ -11,12 +11,18 @@ library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked 
 ``-- uses: counters`` prepends ``_counters.lua`` (the job's counters, robust to a value
 that is not a number), ``-- uses: pace`` and ``-- uses: pop`` the two halves of a lease
 (``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests).
+A script that uses ``counters`` is run wrapped: its body becomes a function, and the
+reply is ``{repairs, reply}`` (``{repairs, reply, gone}`` if it uses ``entry`` too);
+:class:`ScriptSet` logs each counter repaired (key, field, old and new value) and each
+request dropped because its entry was gone (key, rid), and returns the script's own
+reply.
 Scripts are registered with redis-py, which runs them by SHA and re-sends a script the
 server has forgotten (NOSCRIPT after a restart).
 """
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -25,6 +31,8 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 __all__ = ["SEEN_MODES", "ScriptSet", "script_source"]
+
+logger = logging.getLogger(__name__)
 
 SEEN_MODES = ("exact", "bloom")
 
@@ -62,6 +70,10 @@ def script_source(name: str, seen_mode: str | None = None) -> str:
     unknown = set(uses) - {*LIBRARIES, "seen"}
     if unknown:
         raise ValueError(f"script {name} uses unknown libraries {sorted(unknown)}")
+    if "counters" in uses:
+        # the body's own locals and returns stay as they are, inside a function
+        notes = "REPAIRS, reply, GONE" if "entry" in uses else "REPAIRS, reply"
+        body = f"local function main()\n{body}\nend\nlocal reply = main()\nreturn {{{notes}}}\n"
     for library in LIBRARIES:
         if library in uses:
             body = _read(f"_{library}.lua") + "\n" + body
@@ -94,6 +106,42 @@ class ScriptSet:
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(script_source(name, seen_mode)) for name in self.NAMES
         }
+        #: the scripts whose reply comes wrapped with the counters they repaired
+        self._wrapped = {name for name in self.NAMES if "counters" in _uses(_read(f"{name}.lua"))}
 
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        return await self._scripts[name](keys=keys, args=args)
+        """The reply of script *name*; the counters it repaired are logged."""
+        reply = await self._scripts[name](keys=keys, args=args)
+        if name not in self._wrapped:
+            return reply
+        _log_repairs(reply[0])
+        if len(reply) > 2:
+            _log_gone(reply[2])
+        return reply[1] if len(reply) > 1 else None
+
+
+def _log_repairs(flat: list[Any]) -> None:
+    """Log the repairs a script reports: key, field, old value, new value each."""
+    for i in range(0, len(flat) - 3, 4):
+        key, field, old, new = (_text(v) for v in flat[i : i + 4])
+        logger.warning(
+            "Counter %s of %s repaired: it was %r (not a number, or below 0), it is now %s",
+            field,
+            key,
+            old,
+            new,
+        )
+
+
+def _log_gone(flat: list[Any]) -> None:
+    """Log the requests a script dropped because their entry was gone: key, rid each."""
+    for i in range(0, len(flat) - 1, 2):
+        logger.warning(
+            "Frontier request %s dropped: its entry in %s is gone (a hand edit or a bug)",
+            _text(flat[i + 1]),
+            _text(flat[i]),
+        )
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -99,6 +99,8 @@ class RedisConfig:
     key_prefix: str
     retry_min_seconds: float
     retry_max_seconds: float
+    #: how long a starting node tries to reach Redis (seconds)
+    start_timeout_seconds: float = 30.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RedisConfig:
@@ -117,12 +119,14 @@ class RedisConfig:
             )
         lo = get_float(settings, "CRAWLFLEET_REDIS_RETRY_MIN_SECONDS", minimum=0, strict=True)
         hi = get_float(settings, "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS", minimum=lo)
+        start = get_float(settings, "CRAWLFLEET_REDIS_START_TIMEOUT", minimum=0, strict=True)
         return cls(
             url=url,
             data_dir=Path(str(settings.get("CRAWLFLEET_DATA_DIR"))),
             key_prefix=prefix,
             retry_min_seconds=lo,
             retry_max_seconds=hi,
+            start_timeout_seconds=start,
         )
 
 

@@ -36,6 +36,10 @@ CRAWLFLEET_KEY_PREFIX = "cf"
 #: First and longest wait between reconnection attempts while Redis is unreachable.
 CRAWLFLEET_REDIS_RETRY_MIN_SECONDS = 0.5
 CRAWLFLEET_REDIS_RETRY_MAX_SECONDS = 10.0
+#: Seconds a starting node tries to reach Redis before it gives up (one ERROR line, the
+#: spider closes with reason "redis_unreachable", a non-zero exit). Once it has reached
+#: Redis, an outage is waited out, however long.
+CRAWLFLEET_REDIS_START_TIMEOUT = 30.0
 
 #: Write the node's final Scrapy stats as JSON to this file when it closes. Empty: off.
 CRAWLFLEET_STATS_FILE = ""

@@ -9,6 +9,7 @@ seed files (one entry per line).
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 from scrapy import Request
 
@@ -18,7 +19,9 @@ SEED_KEYS = frozenset({"url", "meta", "priority"})
 
 
 def parse_seed(raw: bytes | str) -> Request:
-    """The request for one seed entry. Raises ValueError saying what is wrong."""
+    """The request for one seed entry: an http(s) URL with a host. Raises ValueError
+    saying what is wrong (a seed that is not UTF-8 text, not a URL, not http(s), with no
+    host, or a JSON entry of the wrong shape)."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     text = text.strip()
     if not text:
@@ -42,6 +45,9 @@ def parse_seed(raw: bytes | str) -> Request:
         request = Request(data["url"], meta=meta, priority=priority)
     else:
         request = Request(text)
-    if request.url.split(":", 1)[0] not in ("http", "https"):
+    parts = urlsplit(request.url)
+    if parts.scheme not in ("http", "https"):
         raise ValueError(f"seed URL must be http or https: {request.url}")
+    if not parts.hostname:
+        raise ValueError(f"seed URL has no host: {request.url}")
     return request

@@ -307,8 +307,9 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[Problem]:
 
 
 def _is_http_url(url: str) -> bool:
+    """An http(s) URL with a host (as seeds must be: crawlfleet.spiders.seeding)."""
     parts = urlsplit(url)
-    return parts.scheme in ("http", "https") and bool(parts.netloc)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _item_types_problems(

@@ -5,6 +5,16 @@
 
 local SEQ_SPAN = 4294967296
 
+-- {key, rid, ...}: requests whose entry in *key* was gone when a script came to them (a
+-- hand edit, a bug): dropped. A script that uses counters too returns it to its caller,
+-- who logs each one (see _counters.lua).
+local GONE = {}
+
+local function note_gone(key, rid)
+  GONE[#GONE + 1] = key
+  GONE[#GONE + 1] = rid
+end
+
 -- (score, site, payload) of *entry*; nil when it is absent or malformed (no
 -- separators, no numeric score): such an entry is set aside, never allowed to stop a
 -- script
@@ -17,6 +27,21 @@ local function entry_parts(entry)
   local score = tonumber(string.sub(entry, 1, a - 1))
   if not score then return nil end
   return score, string.sub(entry, a + 1, b - 1), string.sub(entry, b + 1)
+end
+
+-- what is wrong with *entry* (nil: nothing), for the log of whoever sets it aside;
+-- the same words as records.entry_fault
+local function entry_fault(entry)
+  if not entry then return 'its entry is gone' end
+  local a = string.find(entry, '\0', 1, true)
+  if not a then return 'no separator (not "<score>\\0<site>\\0<payload>")' end
+  local b = string.find(entry, '\0', a + 1, true)
+  if not b then return 'one separator only (not "<score>\\0<site>\\0<payload>")' end
+  local head = string.sub(entry, 1, a - 1)
+  if not tonumber(head) then
+    return "score '" .. string.sub(head, 1, 40) .. "' is not a number"
+  end
+  return nil
 end
 
 -- whether a request of this score goes to its site's FIFO list (priority 0)

@@ -6,6 +6,13 @@
 -- FIFO item gets one here). A served site moves behind every other site (round robin);
 -- an emptied site leaves the sites zset.
 
+-- the req entry of queued request *rid* (nil, noted in GONE: it is gone)
+local function entry_of(req, rid)
+  local entry = redis.call('HGET', req, rid)
+  if not entry then note_gone(req, rid) end
+  return entry
+end
+
 -- take up to *take* requests of *site* (its queue zset *qkey*, its FIFO list *fifo*),
 -- calling leased(rid, entry) for each in order (entry nil: its request is gone);
 -- returns how many were taken off the queues
@@ -13,7 +20,7 @@ local function pop_site(sites, req, counters, site, qkey, fifo, take, leased)
   local popped = 0
   local high = redis.call('ZRANGEBYSCORE', qkey, '-inf', '(' .. SEQ_SPAN, 'LIMIT', 0, take)
   for _, rid in ipairs(high) do redis.call('ZREM', qkey, rid) end
-  for _, rid in ipairs(high) do leased(rid, redis.call('HGET', req, rid)) end
+  for _, rid in ipairs(high) do leased(rid, entry_of(req, rid)) end
   popped = #high
   if popped < take then
     local items = redis.call('LPOP', fifo, take - popped) or {}
@@ -37,7 +44,7 @@ local function pop_site(sites, req, counters, site, qkey, fifo, take, leased)
   end
   if popped < take then
     local low = redis.call('ZPOPMIN', qkey, take - popped)
-    for j = 1, #low, 2 do leased(low[j], redis.call('HGET', req, low[j])) end
+    for j = 1, #low, 2 do leased(low[j], entry_of(req, low[j])) end
     popped = popped + #low / 2
   end
   if redis.call('EXISTS', qkey, fifo) == 0 then

@@ -26,7 +26,7 @@
 -- counts as leased and as "waiting".
 --
 -- Returns {queued (waiting included), duplicates, acked, {1-based indexes of duplicate requests},
---          new bloom layers}
+--          new bloom layers} (wrapped with the counters' repairs: see _counters.lua)
 -- An ack is applied only if the lease is still this node's (a reclaimed lease is
 -- left to its new holder or queue).
 
@@ -72,7 +72,9 @@ if not seq then
   -- sequence used so far, so that no request id is given twice
   local t = redis.call('TIME')
   seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  count(KEYS[5], 'repaired', 1)
+  local was = redis.call('HGET', KEYS[5], 'seq')
+  redis.call('HSET', KEYS[5], 'seq', string.format('%.0f', seq))
+  note_repair(KEYS[5], 'seq', was, string.format('%.0f', seq))
 end
 for i = 1, R do
   local fp, qi, site, prio, payload = ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2],

@@ -22,14 +22,17 @@
 --         its requests is queued only once its time has come (counter "waiting")
 -- ARGV[4 ..] pairs: rid, site index (1-based: its keys are KEYS[6 + 2i], KEYS[7 + 2i];
 --            0 = request gone or malformed)
--- Returns {requests returned to a queue, of which waiting ones whose time had come}
+-- Returns {requests returned to a queue, of which waiting ones whose time had come,
+--          {rid, what is wrong, ...} of the entries set aside}
 -- (a waiting entry found malformed is set aside: it leaves "waiting", is not counted).
--- A malformed entry is moved to the bad list (counter "bad"), never requeued.
+-- A malformed entry is moved to the bad list (counter "bad"), never requeued; the
+-- caller logs each one.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
 local back, dropped, left_waiting, came_due = 0, 0, 0, 0
+local set_aside = {}
 local fronts = {}  -- site index -> {{seq, FIFO item}, ...}
 for i = 4, #ARGV, 2 do
   local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
@@ -80,9 +83,14 @@ for i = 4, #ARGV, 2 do
       back = back + 1
       if was_waiting then came_due = came_due + 1 end
     else
-      if entry then
+      if not entry then
+        note_gone(KEYS[2], rid)
+      else
         redis.call('RPUSH', KEYS[7], entry)
         count(KEYS[5], 'bad', 1)
+        set_aside[#set_aside + 1] = rid
+        set_aside[#set_aside + 1] = entry_fault(entry)
+          or 'its site was not given (it was listed while malformed)'
       end
       redis.call('HDEL', KEYS[2], rid)
       dropped = dropped + 1
@@ -96,4 +104,4 @@ if back > 0 then
   count(KEYS[5], 'queued', back)
   if back > came_due then count(KEYS[5], 'requeued', back - came_due) end
 end
-return {back, came_due}
+return {back, came_due, set_aside}
