@@ -1,11 +1,12 @@
-"""Unstored work: the items that wait for item stores that are down.
+"""Unstored work: the items a node holds that its item stores have not written yet.
 
-A page is acknowledged only once its items are durable, so every item that waits for
-a store that is down is a page a crash would have fetched again. The node keeps that
-bounded: once ``CRAWLFLEET_ITEMS_PENDING_MAX`` items wait for stores that are down it
-stops leasing (and hands its ready requests back) until they are written. The store
-pipelines register their sinks with :func:`item_stores`; the sync loop asks
-:meth:`Backlog.over`.
+A page is acknowledged only once its items are durable, so every item a store has not
+written is a page a crash would have fetched again. The node keeps that bounded: once
+``CRAWLFLEET_ITEMS_PENDING_MAX`` items wait for a store (one that is down, or slower
+than the crawl), it leases nothing and hands its engine nothing until they are
+written; while a store is down it also gives back the requests it holds ready. The
+store pipelines register their sinks with :func:`item_stores`; the sync loop and the
+scheduler ask :meth:`Backlog.over`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def item_stores(crawler: Crawler) -> list[StoreGauge]:
 
 
 class Backlog:
-    """The items waiting for *stores* that are down, against the bound *limit*."""
+    """The items waiting for *stores*, against the bound *limit*."""
 
     def __init__(self, limit: int, stores: list[StoreGauge] | None = None) -> None:
         if limit < 1:
@@ -61,9 +62,10 @@ class Backlog:
         return [store for store in self.stores if store.unreachable]
 
     def waiting(self) -> int:
-        """Items that wait for a store that is down."""
-        return sum(store.pending for store in self.down())
+        """Items not written yet by the store that has most of them (each item goes to
+        every store: a page is done once the slowest store wrote its items)."""
+        return max((store.pending for store in self.stores), default=0)
 
     def over(self) -> bool:
-        """At least ``limit`` items wait for stores that are down: take no more work."""
-        return bool(self.stores) and self.waiting() >= self.limit
+        """At least ``limit`` items wait for a store: take no more work."""
+        return self.waiting() >= self.limit

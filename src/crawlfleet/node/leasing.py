@@ -5,8 +5,8 @@ rate-limited sites get slots only for what its downloader can start on time. Wit
 nothing to lease it looks again soon while other nodes hold work (their pages bring
 links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
 only rate-limited sites wait, it comes back exactly when the first one is ready.
-While too many items wait for an item store that is down (:mod:`crawlfleet.node.backlog`)
-it leases nothing.
+While too many items wait for the item stores (:mod:`crawlfleet.node.backlog`) it
+leases nothing.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Leaser:
         self.node_id = node_id
         self.engine = engine
         self.stats = stats
-        #: items waiting for item stores that are down: past its bound, lease nothing
+        #: items waiting for the item stores: past its bound, lease nothing
         self.backlog = backlog or Backlog(config.items_pending_max)
         self.codec = RequestCodec(None)
         self.budgets = Budgets(config.rate_limits, RateLimits({}), config.budget_scope, config.job)
@@ -81,12 +81,12 @@ class Leaser:
 
     def low(self) -> bool:
         """The leased requests the node holds are at most half its prefetch (never
-        while too many items wait for a store that is down)."""
+        while too many items wait for the item stores)."""
         return self.ledger.ready <= self.steering.prefetch // 2 and not self.backlog.over()
 
     def wanted(self) -> int:
         """How many requests to lease now: what the prefetch lacks; 0 while too many
-        items wait for a store that is down."""
+        items wait for the item stores."""
         if self.backlog.over():
             return 0
         return self.steering.prefetch - self.ledger.ready

@@ -10,7 +10,7 @@ where the stores return only once an item is durable), and in the same batch as,
 after, those new requests: a node killed at any moment loses nothing, its leases come
 back once it misses its heartbeats (or they expire). A request one of whose items a
 store gave up (ItemNotDurable: stopping while the store is down) is not acknowledged
-but released, back to its queue. While too many items wait for a store that is down
+but released, back to its queue. While too many items wait for the item stores
 (``CRAWLFLEET_ITEMS_PENDING_MAX``), the engine gets nothing and the node leases nothing.
 
 Middlewares and extensions reach the node through this object, found as

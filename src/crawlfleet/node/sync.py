@@ -14,9 +14,10 @@ One task on the reactor's asyncio loop. Each round it:
 It sleeps between rounds until woken (:meth:`SyncLoop.kick`: new work, a low buffer)
 or until the next slot or lease is due. While the frontier is unreachable it keeps what
 it holds, says so at once and every minute, and retries with back-off. While
-``CRAWLFLEET_ITEMS_PENDING_MAX`` items or more wait for an item store that is down, it
-leases nothing and gives back the requests it holds ready (the node's state says
-:data:`~crawlfleet.node.backlog.WAITING_FOR_STORE`); it goes on once they are written.
+``CRAWLFLEET_ITEMS_PENDING_MAX`` items or more wait for the item stores, it leases
+nothing (and gives back the requests it holds ready while a store is down); the node's
+state says :data:`~crawlfleet.node.backlog.WAITING_FOR_STORE`. It goes on once they
+are written.
 """
 
 from __future__ import annotations
@@ -111,10 +112,11 @@ class SyncLoop:
         self.fingerprint = fingerprint
         self.status = status
         self.spider: Spider | None = None
-        #: items waiting for item stores that are down (the stores register with it)
+        #: items waiting for the item stores (the stores register with it)
         self.backlog = Backlog(config.items_pending_max)
         #: the backlog is over its bound: no lease, nothing handed to the engine
         self.waiting_for_store = False
+        self._said_store_wait = False  # a store that is down was named in a WARNING
         #: when and how much to lease (its ``budgets``: the configured limits with the
         #: fleet's run-time limits over them, and the job's own)
         self.leaser = Leaser(
@@ -357,31 +359,45 @@ class SyncLoop:
         return not (self.ledger.busy or self.engine.starting())
 
     def _watch_stores(self) -> None:
-        """Once too many items wait for a store that is down, take no more work and
-        give back the requests held ready (a crash now fetches again only the pages of
-        those items and the ones in flight); once they are written, go on."""
+        """Once too many items wait for the item stores, take no more work (a crash now
+        fetches again only the pages of those items and the ones in flight); while a
+        store is down, give back the requests held ready too. Go on once they are
+        written."""
         over = self.backlog.over()
+        down = self.backlog.down() if over else []
+        if over and down and self.ledger.ready:
+            self.ledger.release.extend(self.ledger.drain_ready())
         if over == self.waiting_for_store:
             return
         self.waiting_for_store = over
         self._next_heartbeat = 0.0  # the status says so at once
-        if over:
-            down = ", ".join(store.target for store in self.backlog.down())
+        if not over:
+            if self._said_store_wait:
+                self._said_store_wait = False
+                logger.info("Items written: node %s takes work again", self.node_id)
+            self.leaser.work_arrived()
+            self.engine.wake()
+            return
+        self.stats.inc("crawlfleet/node/store_waits")
+        if down:
+            self._said_store_wait = True
             logger.warning(
                 "Item store %s is unreachable and %d items wait for it "
                 "(CRAWLFLEET_ITEMS_PENDING_MAX %d): node %s is waiting for the item store, "
-                "leasing nothing until it is back",
-                down,
+                "taking no work until they are written",
+                ", ".join(store.target for store in down),
                 self.backlog.waiting(),
                 self.backlog.limit,
                 self.node_id,
             )
-            self.stats.inc("crawlfleet/node/store_waits")
-            self.ledger.release.extend(self.ledger.drain_ready())
-        else:
-            logger.info("Item stores written: node %s leases again", self.node_id)
-            self.leaser.work_arrived()
-            self.engine.wake()
+        else:  # a store slower than the crawl: back-pressure, usually for a moment
+            logger.debug(
+                "%d items wait for the item stores (CRAWLFLEET_ITEMS_PENDING_MAX %d): "
+                "node %s takes no work until they are written",
+                self.backlog.waiting(),
+                self.backlog.limit,
+                self.node_id,
+            )
 
     # -- finished requests -------------------------------------------------------------
     def _collect_finished(self) -> None:

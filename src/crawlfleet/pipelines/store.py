@@ -13,10 +13,11 @@ as the document. The item itself is returned unchanged, so later pipelines see i
 Redis stream): the scheduler acknowledges a request only after its items went through
 every pipeline, so no acknowledged page has an item that a crash could lose. While the
 store is down, items wait in the sink's buffer; once ``CRAWLFLEET_ITEMS_PENDING_MAX``
-wait, the node stops leasing until the store is back (:mod:`crawlfleet.node.backlog`),
-so a crash during an outage fetches at most so many pages again (plus those in
-flight); the sink's full buffer is the last back-pressure. Once a stop was asked for
-(Ctrl-C, a control command) while the store is down, the waiting items are given up with
+wait, the node takes no more work until they are written
+(:mod:`crawlfleet.node.backlog`), so a crash during an outage fetches at most so many
+pages again (plus those in flight); the sink's full buffer is the last back-pressure.
+Once a stop was asked for (Ctrl-C, a control command) while the store is down, the
+waiting items are given up with
 :class:`~crawlfleet.exceptions.ItemNotDurable` (a DropItem): the scheduler then puts
 their pages back in the frontier instead of acknowledging them.
 """
