@@ -38,7 +38,11 @@ PAGES = 30
 
 
 def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
-    redis_server_url: str, key_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    redis_server_url: str,
+    key_prefix: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     path = tmp_path / "items.sqlite3"
     sink = SqlSink(
@@ -137,7 +141,12 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
             await client.aclose()
 
     try:
-        run(body)
+        with caplog.at_level("INFO", logger="crawlfleet.node.sync"):
+            run(body)
     finally:
         lock.close()
     assert sink.count() == PAGES
+    said = [r.getMessage() for r in caplog.records if r.name == "crawlfleet.node.sync"]
+    waiting = [m for m in said if "is waiting for the item store" in m]
+    assert len(waiting) == 1 and f"(CRAWLFLEET_ITEMS_PENDING_MAX {BOUND})" in waiting[0]
+    assert any("takes work again" in m for m in said), said

@@ -365,39 +365,40 @@ class SyncLoop:
         written."""
         over = self.backlog.over()
         down = self.backlog.down() if over else []
-        if over and down and self.ledger.ready:
-            self.ledger.release.extend(self.ledger.drain_ready())
+        if down:
+            if self.ledger.ready:
+                self.ledger.release.extend(self.ledger.drain_ready())
+            if not self._said_store_wait:
+                self._said_store_wait = True
+                logger.warning(
+                    "Item store %s is unreachable and %d items wait for it "
+                    "(CRAWLFLEET_ITEMS_PENDING_MAX %d): node %s is waiting for the item "
+                    "store, taking no work until they are written",
+                    ", ".join(store.target for store in down),
+                    self.backlog.waiting(),
+                    self.backlog.limit,
+                    self.node_id,
+                )
         if over == self.waiting_for_store:
             return
         self.waiting_for_store = over
         self._next_heartbeat = 0.0  # the status says so at once
-        if not over:
-            if self._said_store_wait:
-                self._said_store_wait = False
-                logger.info("Items written: node %s takes work again", self.node_id)
-            self.leaser.work_arrived()
-            self.engine.wake()
+        if over:
+            self.stats.inc("crawlfleet/node/store_waits")
+            if not down:  # a store slower than the crawl: back-pressure, for a moment
+                logger.debug(
+                    "%d items wait for the item stores (CRAWLFLEET_ITEMS_PENDING_MAX %d): "
+                    "node %s takes no work until they are written",
+                    self.backlog.waiting(),
+                    self.backlog.limit,
+                    self.node_id,
+                )
             return
-        self.stats.inc("crawlfleet/node/store_waits")
-        if down:
-            self._said_store_wait = True
-            logger.warning(
-                "Item store %s is unreachable and %d items wait for it "
-                "(CRAWLFLEET_ITEMS_PENDING_MAX %d): node %s is waiting for the item store, "
-                "taking no work until they are written",
-                ", ".join(store.target for store in down),
-                self.backlog.waiting(),
-                self.backlog.limit,
-                self.node_id,
-            )
-        else:  # a store slower than the crawl: back-pressure, usually for a moment
-            logger.debug(
-                "%d items wait for the item stores (CRAWLFLEET_ITEMS_PENDING_MAX %d): "
-                "node %s takes no work until they are written",
-                self.backlog.waiting(),
-                self.backlog.limit,
-                self.node_id,
-            )
+        if self._said_store_wait:
+            self._said_store_wait = False
+            logger.info("Items written: node %s takes work again", self.node_id)
+        self.leaser.work_arrived()
+        self.engine.wake()
 
     # -- finished requests -------------------------------------------------------------
     def _collect_finished(self) -> None:
