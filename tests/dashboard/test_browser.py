@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from crawlfleet.node.backlog import WAITING_FOR_STORE
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.state.errors import Failure, record_failures
@@ -294,6 +295,25 @@ def test_what_comes_from_crawled_pages_is_shown_as_text_and_runs_nothing(
         finally:
             node.kill()
             node.wait(30)
+    assert browser.outside == []
+
+
+def test_a_node_waiting_for_its_item_store_says_so(
+    live_manager: LiveManager, browser: Browser
+) -> None:
+    """The node list shows a node's "waiting for the item store" state, coloured as a
+    waiting one, on the job's page and on the nodes page."""
+    job = "stalled"
+    live_manager.beat(
+        job, "node-w", {"state": WAITING_FOR_STORE, "items_waiting": 212, "host": "h"}
+    )
+    page = browser.page()
+    sign_in(page, live_manager, "viewer")
+    for where in (f"#/job/{job}", "#/nodes"):
+        page.goto(f"{live_manager.url}/{where}")
+        shown = page.locator("span.badge.waiting", has_text=WAITING_FOR_STORE)
+        shown.wait_for()
+        assert shown.inner_text() == WAITING_FOR_STORE
     assert browser.outside == []
 
 

@@ -20,6 +20,7 @@ def test_defaults_are_valid() -> None:
     config = frontier()
     assert config.job == "spider" and config.seen_mode == "exact"
     assert config.prefetch == 16  # Scrapy's CONCURRENT_REQUESTS
+    assert config.items_pending_max == 200
 
 
 @pytest.mark.parametrize(
@@ -59,6 +60,11 @@ def test_defaults_are_valid() -> None:
             "CRAWLFLEET_BACKOFF_MAX_SECONDS must be at least CRAWLFLEET_BACKOFF_START_SECONDS",
         ),
         ({"CRAWLFLEET_BACKOFF_LATENCY_FACTOR": 0.5}, "must be 0 (off) or above 1"),
+        ({"CRAWLFLEET_ITEMS_PENDING_MAX": 0}, "CRAWLFLEET_ITEMS_PENDING_MAX must be >= 1, got 0"),
+        (
+            {"CRAWLFLEET_ITEMS_PENDING_MAX": "many"},
+            "CRAWLFLEET_ITEMS_PENDING_MAX must be an integer, got 'many'",
+        ),
     ],
 )
 def test_bad_values_name_the_setting(values: dict[str, Any], message: str) -> None:

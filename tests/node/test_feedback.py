@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scrapy import Request
+from scrapy.utils.test import get_crawler
 
-from crawlfleet.node.feedback import CALM_INTERVALS, Controller, Limits, Sample
+from crawlfleet.node.feedback import CALM_INTERVALS, Controller, Feedback, Limits, Sample
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
+from tests.node.test_node_parts import Engine, node
 
 CALM = Sample(
     latency=0.1,
@@ -93,6 +96,31 @@ def test_errors_bans_cpu_and_memory() -> None:
     assert c.step(calm(cpu_percent=100, loop_lag_ms=60), 8) == 4
     assert c.step(calm(rss_mb=900), 8) == 3
     assert "memory 900 MB" in c.reason
+
+
+def test_the_limit_holds_while_the_node_waits_for_its_item_store() -> None:
+    """Pages stuck waiting for a store that is down keep a node "busy": those intervals
+    say nothing of its capacity, so the limit neither grows nor shrinks."""
+    crawler = get_crawler(settings_dict={"CRAWLFLEET_FEEDBACK_INTERVAL_SECONDS": 1})
+    ext = Feedback.from_crawler(crawler)
+    scheduler = node({}, Engine())
+    ext.scheduler, ext.controller = scheduler, Controller(scheduler.steering.ceiling)
+    ext.controller.limit = 4  # below its ceiling (16): calm and busy intervals grow it
+    for request in (Request(f"http://a.test/{i}") for i in range(16)):
+        scheduler.ledger.handed[request] = "rid"  # every slot busy with a page
+
+    def intervals(n: int) -> int:
+        for _ in range(n):
+            for _ in range(4):
+                ext._lag(0.001)
+            ext.tick()
+        assert ext.controller is not None
+        return ext.controller.limit
+
+    scheduler.sync.waiting_for_store = True
+    assert intervals(3 * CALM_INTERVALS) == 4
+    scheduler.sync.waiting_for_store = False
+    assert intervals(CALM_INTERVALS) == 5
 
 
 # -- real nodes ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -258,6 +259,45 @@ def test_store_down_and_back_loses_nothing(harness: Harness) -> None:
     for i in (0, 19, 20, 59):
         stored = sink.get(f"key{i:04d}")
         assert stored is not None and stored.document["version"] == (1 if i < 20 else 2)
+
+
+def test_the_recovery_line_counts_every_waiting_record_before_writing(harness: Harness) -> None:
+    """'Item store ... is back after N s; writing M waiting items': M is the whole
+    backlog, said before the first of them is written; the sink says it is unreachable
+    meanwhile (the node watches that)."""
+    said: list[tuple[str, int]] = []
+
+    class Spy(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if " is back after " in message:
+                written = harness.stats.get_value(harness.stat("written")) or 0
+                said.append((message, int(written)))
+
+    spy = Spy(logging.WARNING)
+    source = logging.getLogger("crawlfleet.pipelines.buffered")
+    source.addHandler(spy)
+    sink = harness.sink(batch_items=10)
+    try:
+        sink.open()
+        assert not sink.unreachable
+        harness.begin_outage()
+        try:
+            _run(_put_all(sink, [_record(i) for i in range(45)]))
+            assert wait_until(lambda: (harness.stats.get_value(harness.stat("retries")) or 0) >= 2)
+            assert sink.unreachable and sink.pending == 45
+        finally:
+            harness.end_outage()
+        assert wait_until(lambda: sink.pending == 0, timeout=15)
+        assert not sink.unreachable
+        assert _run(sink.close()) == 0
+    finally:
+        source.removeHandler(spy)
+    assert len(said) == 1, said
+    message, written_before = said[0]
+    assert message.endswith("; writing 45 waiting items"), message
+    assert written_before == 0, "said after a batch was written"
+    assert sink.count() == 45
 
 
 def test_full_buffer_makes_put_wait(harness: Harness) -> None:

@@ -35,7 +35,7 @@ from crawlfleet.testsite import model as site_model
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 
-__all__ = ["FAULTS", "FaultResult", "run_fault_trial"]
+__all__ = ["FAULTS", "FaultResult", "drop_table", "fetched_pages", "run_fault_trial", "stored_urls"]
 
 FAULTS = ("kill", "interrupt")
 #: What Scrapy logs on the first Ctrl-C.
@@ -70,11 +70,13 @@ class FaultResult:
         return {**asdict(self), "ok": self.ok}
 
 
-def _fetched(site: TestSite) -> int:
+def fetched_pages(site: TestSite) -> int:
+    """Content pages of *site* fetched at least once."""
     return int(site.stats(brief=True)["content_fetched"])
 
 
-def _rows(sql_url: str, table: str) -> list[str | None]:
+def stored_urls(sql_url: str, table: str) -> list[str | None]:
+    """The URL of every row of *table* ([] before it exists)."""
     engine = sa.create_engine(sql_url, poolclass=sa.NullPool)
     try:
         with engine.connect() as conn:
@@ -85,7 +87,8 @@ def _rows(sql_url: str, table: str) -> list[str | None]:
         engine.dispose()
 
 
-def _drop(sql_url: str, table: str) -> None:
+def drop_table(sql_url: str, table: str) -> None:
+    """Drop the items table *table* if it exists."""
     engine = sa.create_engine(sql_url, poolclass=sa.NullPool)
     try:
         items_table(table).drop(engine, checkfirst=True)
@@ -151,11 +154,11 @@ def run_fault_trial(
             # the fault hits somewhere in the middle 80 % of the crawl
             hit_at = rng.randint(pages // 10, pages * 9 // 10)
             deadline = time.monotonic() + timeout
-            while _fetched(site) < hit_at and time.monotonic() < deadline:
+            while fetched_pages(site) < hit_at and time.monotonic() < deadline:
                 if all(p.poll() is not None for p in procs):
                     break
                 time.sleep(POLL_SECONDS)
-            hit_at = _fetched(site)
+            hit_at = fetched_pages(site)
             index = rng.randrange(len(procs))
             victim = procs.pop(index)
             if fault == "kill":
@@ -171,13 +174,13 @@ def run_fault_trial(
             victim_code = wait_all([victim], 30)[0]
             codes = wait_all(procs, max(1.0, deadline - time.monotonic()))
             stats = site.stats(brief=True)
-            urls = _rows(sql_url, table)
+            urls = stored_urls(sql_url, table)
         finally:
             for p in procs:
                 if p.poll() is None:
                     p.kill()
                     p.wait(10)
-            _drop(sql_url, table)
+            drop_table(sql_url, table)
         expected = {site.url(n) for n in range(pages)}
     return FaultResult(
         fault=fault,

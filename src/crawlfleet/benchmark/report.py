@@ -14,6 +14,7 @@ from crawlfleet.benchmark.cluster import ClusterResult
 from crawlfleet.benchmark.crawl import CrawlResult
 from crawlfleet.benchmark.faults import FaultResult
 from crawlfleet.benchmark.items import ItemsResult
+from crawlfleet.benchmark.outage import OutageResult
 from crawlfleet.benchmark.polite import PoliteResult
 from crawlfleet.benchmark.scale import ScaleResult
 
@@ -22,6 +23,7 @@ __all__ = [
     "crawl_report",
     "faults_report",
     "items_report",
+    "outage_report",
     "polite_report",
     "scale_report",
     "scaling_report",
@@ -87,6 +89,44 @@ def faults_report(console: Console, results: list[FaultResult]) -> dict[str, boo
         f"faults: every other node finished (seen {unfinished} trials with one that did not)": (
             unfinished == 0
         ),
+    }
+
+
+def outage_report(console: Console, r: OutageResult) -> dict[str, bool]:
+    """The store-outage trial: nothing lost, and a kill during the outage costs at most
+    the killed node's bound plus what it had in flight in pages fetched again."""
+    table = Table(
+        title=f"store outage: {r.store} down {r.outage_seconds:.0f} s, a node killed "
+        f"{r.kill_after_seconds:.0f} s in (CRAWLFLEET_ITEMS_PENDING_MAX {r.pending_max})"
+    )
+    for col in (
+        "pages",
+        "rows",
+        "fetched down/kill/back",
+        "killed node held",
+        "fetched again",
+        "bound",
+        "recovery counts",
+        "seconds",
+    ):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(r.pages),
+        str(r.rows),
+        f"{r.fetched_at_down}/{r.fetched_at_kill}/{r.fetched_at_back}",
+        f"{r.victim_held} ({escape(r.victim_state)})",
+        str(r.fetched_again),
+        str(r.refetch_bound),
+        " ".join(str(n) for n in r.recovery_counts),
+        f"{r.seconds:.1f}",
+    )
+    console.print(table)
+    lost = r.never_fetched + r.items_lost + r.duplicate_rows
+    return {
+        f"outage: 0 pages or items lost, no row twice (seen {lost})": lost == 0,
+        f"outage: pages fetched again <= bound + in flight ({r.fetched_again} <= "
+        f"{r.refetch_bound})": r.fetched_again <= r.refetch_bound,
+        "outage: every other node finished": all(c == 0 for c in r.exit_codes[1:]),
     }
 
 

@@ -6,7 +6,10 @@ per URL (exact and Bloom) and the Bloom filter's measured false-positive rate; t
 item pipeline: items/s into each store (SQLite, PostgreSQL when one answers, the Redis
 stream, an item worker moving the stream into SQLite), text-extraction quality and
 legacy-encoding correctness on the bundled site; then fault trials (nodes storing into
-SQL killed with SIGKILL or a double Ctrl-C at random moments: nothing may be lost).
+SQL killed with SIGKILL or a double Ctrl-C at random moments: nothing may be lost) and
+the store-outage trial (PostgreSQL down 30 s, a node killed 15 s in: nothing lost, at
+most the killed node's CRAWLFLEET_ITEMS_PENDING_MAX plus its in-flight pages fetched
+again).
 Prints tables and writes the figures as JSON.
 """
 
@@ -29,12 +32,14 @@ from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV, find_postgres, run_items
 from crawlfleet.benchmark.memory import measure_seen
+from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
 from crawlfleet.benchmark.report import (
     balance_report,
     cluster_report,
     crawl_report,
     faults_report,
+    outage_report,
     polite_report,
     scale_report,
     scaling_report,
@@ -359,8 +364,10 @@ def run(args: argparse.Namespace) -> int:
             progress=lambda line: console.print(line, markup=False),
         )
     faults: list[FaultResult] = []
+    outage: OutageResult | None = None
     if "faults" not in args.skip:
         faults = _fault_trials(console, args, url, prefix)
+        outage = _outage_trial(console, args, url, prefix)
     scale = None
     if "scale" not in args.skip:
         console.print(
@@ -402,6 +409,8 @@ def run(args: argparse.Namespace) -> int:
         _add_part(console, report, "balance", balance, balance_report(console, balance))
     if faults:
         _add_part(console, report, "faults", faults, faults_report(console, faults))
+    if outage is not None:
+        _add_part(console, report, "outage", [outage], outage_report(console, outage))
     report["command"] = "crawlfleet bench " + " ".join(
         f"--{k.replace('_', '-')}={v}"
         for k, values in sorted(vars(args).items())
@@ -469,6 +478,24 @@ def _fault_trials(
             )
         )
     return results
+
+
+def _outage_trial(
+    console: Console, args: argparse.Namespace, redis_url: str, prefix: str
+) -> OutageResult | None:
+    """The store-outage trial (PostgreSQL down 30 s, a node killed 15 s in); None without
+    a PostgreSQL (the outage is a proxy in front of it)."""
+    import tempfile
+
+    postgres, why = find_postgres(args.items_postgres_url)
+    if postgres is None:
+        console.print(f"no store-outage trial: {escape(why)}")
+        return None
+    console.print("store-outage trial: PostgreSQL down 30 s, a node killed 15 s in ...")
+    workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-outage-"))
+    return run_outage_trial(
+        postgres_url=postgres, redis_url=redis_url, workdir=workdir, key_prefix=prefix
+    )
 
 
 def _add_part(

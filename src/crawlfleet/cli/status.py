@@ -217,7 +217,8 @@ def _site_list(intervals: dict[str, int], most: int = 5) -> str:
 
 
 def _node_state(info: dict[str, Any]) -> str:
-    """running / paused / draining / stopped for a live node, "dead Ns" otherwise."""
+    """running / paused / draining / stopped / waiting for the item store for a live
+    node, "dead Ns" otherwise."""
     if not info["alive"]:
         return f"dead {-info['expires_in_s']:.0f}s"
     return str(info.get("state", "alive"))

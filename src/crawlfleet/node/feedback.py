@@ -22,8 +22,11 @@ interval just past and decides (AIMD, additive increase / multiplicative decreas
 The scheduler runs ``min(ceiling, limit)`` requests at once and keeps a prefetch buffer
 of the same size, so a node never holds more leased work than it can start soon: a
 slow or overloaded node takes less from the shared frontier and the others take the
-rest. The decision, its reason and the figures are published in the node status
-(``feedback``) and counted in stats (``crawlfleet/feedback/*``).
+rest. While the node waits for its item store (:mod:`crawlfleet.node.backlog`) the
+limit stays as it is: its pages wait for the store, not for the node, so an interval
+then says nothing of the node's capacity. The decision, its reason and the figures are
+published in the node status (``feedback``) and counted in stats
+(``crawlfleet/feedback/*``).
 """
 
 from __future__ import annotations
@@ -250,6 +253,9 @@ class Feedback:
         """Close the current interval: sample, step the controller, apply the limit."""
         controller, scheduler = self.controller, self.scheduler
         if controller is None or scheduler is None:
+            return
+        if scheduler.sync.waiting_for_store:
+            self._reset_interval()  # busy with pages that wait for the store: no sample
             return
         errors = self._stat("downloader/exception_count") - self._errors0
         sample = Sample(

@@ -5,6 +5,8 @@ rate-limited sites get slots only for what its downloader can start on time. Wit
 nothing to lease it looks again soon while other nodes hold work (their pages bring
 links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
 only rate-limited sites wait, it comes back exactly when the first one is ready.
+While too many items wait for the item stores (:mod:`crawlfleet.node.backlog`) it
+leases nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.limits import LATE_SHARE, Budgets, RateLimits
 from crawlfleet.frontier.records import Leased, LeaseResult, printable
 from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.stats import NodeStats
@@ -52,6 +55,7 @@ class Leaser:
         node_id: str,
         engine: EngineHooks,
         stats: NodeStats,
+        backlog: Backlog | None = None,
     ) -> None:
         self.frontier = frontier
         self.ledger = ledger
@@ -60,6 +64,8 @@ class Leaser:
         self.node_id = node_id
         self.engine = engine
         self.stats = stats
+        #: items waiting for the item stores: past its bound, lease nothing
+        self.backlog = backlog or Backlog(config.items_pending_max)
         self.codec = RequestCodec(None)
         self.budgets = Budgets(config.rate_limits, RateLimits({}), config.budget_scope, config.job)
         self.robots_probe_ms = 0
@@ -74,8 +80,16 @@ class Leaser:
         self._warned_late: set[str] = set()
 
     def low(self) -> bool:
-        """The leased requests the node holds are at most half its prefetch."""
-        return self.ledger.ready <= self.steering.prefetch // 2
+        """The leased requests the node holds are at most half its prefetch (never
+        while too many items wait for the item stores)."""
+        return self.ledger.ready <= self.steering.prefetch // 2 and not self.backlog.over()
+
+    def wanted(self) -> int:
+        """How many requests to lease now: what the prefetch lacks; 0 while too many
+        items wait for the item stores."""
+        if self.backlog.over():
+            return 0
+        return self.steering.prefetch - self.ledger.ready
 
     def now(self) -> None:
         """Lease at the next chance (work arrived, a pause ended, a site may be free)."""
@@ -98,7 +112,7 @@ class Leaser:
         """Lease what the node lacks; the job's control sequence as the lease read it
         (None: no lease was asked for)."""
         ledger, steering, config = self.ledger, self.steering, self.config
-        want = steering.prefetch - ledger.ready
+        want = self.wanted()
         if want <= 0:
             return None
         # slots of rate-limited sites only for what the downloader can start on time

@@ -10,7 +10,8 @@ where the stores return only once an item is durable), and in the same batch as,
 after, those new requests: a node killed at any moment loses nothing, its leases come
 back once it misses its heartbeats (or they expire). A request one of whose items a
 store gave up (ItemNotDurable: stopping while the store is down) is not acknowledged
-but released, back to its queue.
+but released, back to its queue. While too many items wait for the item stores
+(``CRAWLFLEET_ITEMS_PENDING_MAX``), the engine gets nothing and the node leases nothing.
 
 Middlewares and extensions reach the node through this object, found as
 ``crawler.crawlfleet_scheduler``; what they may use is :class:`NodeHandle`.
@@ -49,6 +50,7 @@ from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
 from crawlfleet.node.engine import EngineHooks, engine_hooks
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
@@ -226,6 +228,7 @@ class Scheduler(BaseScheduler):
             ),
         )
         scheduler.bind_engine(engine_hooks(crawler), status_providers(crawler))
+        scheduler.sync.backlog.stores = item_stores(crawler)
         crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
         scheduler.robots_probe_ms = robots_probe_ms(settings)
@@ -340,7 +343,7 @@ class Scheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        if self.steering.state in ("paused", "stopped"):
+        if self.steering.state in ("paused", "stopped") or self.sync.backlog.over():
             return None
         leased, late = self.ledger.take(asyncio.get_event_loop().time())
         if late:
@@ -398,6 +401,7 @@ class Scheduler(BaseScheduler):
             "items": self.stats.get("item_scraped_count"),
             "done": self.stats.get("crawlfleet/frontier/acked"),
             "sites": self.site_rates.figures(ledger.held.values()),
+            "items_waiting": self.sync.backlog.waiting(),
         }
         for provider in self.status_providers:
             try:
@@ -405,6 +409,8 @@ class Scheduler(BaseScheduler):
             except Exception:
                 logger.exception("node status provider %r failed", provider)
         status.update(self.steering.status())
+        if status["state"] == "running" and self.sync.waiting_for_store:
+            status["state"] = WAITING_FOR_STORE
         return status
 
     # -- NodeHandle: what middlewares and extensions use --------------------------------

@@ -13,7 +13,11 @@ One task on the reactor's asyncio loop. Each round it:
 
 It sleeps between rounds until woken (:meth:`SyncLoop.kick`: new work, a low buffer)
 or until the next slot or lease is due. While the frontier is unreachable it keeps what
-it holds, says so at once and every minute, and retries with back-off.
+it holds, says so at once and every minute, and retries with back-off. While
+``CRAWLFLEET_ITEMS_PENDING_MAX`` items or more wait for the item stores, it leases
+nothing (and gives back the requests it holds ready while a store is down); the node's
+state says :data:`~crawlfleet.node.backlog.WAITING_FOR_STORE`. It goes on once they
+are written.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import CommitResult, JobState, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.leasing import Leaser
 from crawlfleet.node.ledger import Ledger, Outbound
@@ -107,6 +112,11 @@ class SyncLoop:
         self.fingerprint = fingerprint
         self.status = status
         self.spider: Spider | None = None
+        #: items waiting for the item stores (the stores register with it)
+        self.backlog = Backlog(config.items_pending_max)
+        #: the backlog is over its bound: no lease, nothing handed to the engine
+        self.waiting_for_store = False
+        self._said_store_wait = False  # a store that is down was named in a WARNING
         #: when and how much to lease (its ``budgets``: the configured limits with the
         #: fleet's run-time limits over them, and the job's own)
         self.leaser = Leaser(
@@ -117,6 +127,7 @@ class SyncLoop:
             node_id=node_id,
             engine=engine,
             stats=stats,
+            backlog=self.backlog,
         )
         self.backoff = Backoff(redis_config.retry_min_seconds, redis_config.retry_max_seconds)
         self.outage = Outage("Redis", self._waiting, OUTAGE_LOG_SECONDS)
@@ -311,6 +322,7 @@ class SyncLoop:
 
     async def _tick(self) -> None:
         self._collect_finished()
+        self._watch_stores()
         await self._release_given_back()
         if not self._was_idle and self.locally_idle():
             # just ran out of work: say so now, the job may be finished
@@ -360,6 +372,48 @@ class SyncLoop:
     def locally_idle(self) -> bool:
         """This node holds nothing and the engine reads no start requests."""
         return not (self.ledger.busy or self.engine.starting())
+
+    def _watch_stores(self) -> None:
+        """Once too many items wait for the item stores, take no more work (a crash now
+        fetches again only the pages of those items and the ones in flight); while a
+        store is down, give back the requests held ready too. Go on once they are
+        written."""
+        over = self.backlog.over()
+        down = self.backlog.down() if over else []
+        if down:
+            if self.ledger.ready:
+                self.ledger.release.extend(self.ledger.drain_ready())
+            if not self._said_store_wait:
+                self._said_store_wait = True
+                logger.warning(
+                    "Item store %s is unreachable and %d items wait for it "
+                    "(CRAWLFLEET_ITEMS_PENDING_MAX %d): node %s is waiting for the item "
+                    "store, taking no work until they are written",
+                    ", ".join(store.target for store in down),
+                    self.backlog.waiting(),
+                    self.backlog.limit,
+                    self.node_id,
+                )
+        if over == self.waiting_for_store:
+            return
+        self.waiting_for_store = over
+        self._next_heartbeat = 0.0  # the status says so at once
+        if over:
+            self.stats.inc("crawlfleet/node/store_waits")
+            if not down:  # a store slower than the crawl: back-pressure, for a moment
+                logger.debug(
+                    "%d items wait for the item stores (CRAWLFLEET_ITEMS_PENDING_MAX %d): "
+                    "node %s takes no work until they are written",
+                    self.backlog.waiting(),
+                    self.backlog.limit,
+                    self.node_id,
+                )
+            return
+        if self._said_store_wait:
+            self._said_store_wait = False
+            logger.info("Items written: node %s takes work again", self.node_id)
+        self.leaser.work_arrived()
+        self.engine.wake()
 
     # -- finished requests -------------------------------------------------------------
     def _collect_finished(self) -> None:

@@ -10,7 +10,11 @@ leaves the buffer only after its batch was written, so:
 
 - a store that is down (transient error, see :meth:`~BufferedSink.is_transient`) is
   retried with exponential back-off (``retry_min_seconds`` doubling up to
-  ``retry_max_seconds``), with one WARNING when it goes down and one when it is back;
+  ``retry_max_seconds``), with one WARNING when it goes down and one when it is back
+  (once :meth:`~BufferedSink.setup` succeeds again, before anything is written: it
+  counts every record waiting); :attr:`~BufferedSink.unreachable` says so meanwhile
+  (the node stops leasing past ``CRAWLFLEET_ITEMS_PENDING_MAX`` waiting records, see
+  :mod:`crawlfleet.node.backlog`);
 - when the buffer is full, :meth:`~BufferedSink.put` waits: back-pressure on the crawl;
 - a batch that fails for another reason (bad data) is written record by record, and only
   the records the store refuses are set aside: ERROR log, stats ``rejected``, and a line
@@ -140,6 +144,7 @@ class BufferedSink(ItemSink):
         self._deadline = float("inf")
         self._full_logged_at = -float("inf")
         self._down_since: float | None = None  # set by the worker while the store is down
+        self._back_said = False  # the worker said the store is back (nothing written yet)
         self._replay_files: list[Path] = []
         self._replay_left = 0
         self._run_suffix = f"{time.strftime('%Y%m%dT%H%M%S')}-{id(self):x}"
@@ -160,7 +165,8 @@ class BufferedSink(ItemSink):
     @abstractmethod
     def setup(self) -> None:
         """Prepare the store (connect, create tables). Called before the first write and
-        again after any failure; must be idempotent."""
+        again after any failure; must be idempotent, and must reach the store (raise if
+        it is unreachable): once it succeeds after a failure, the store counts as back."""
 
     @abstractmethod
     def write_batch(self, records: Sequence[StoredItem]) -> None:
@@ -185,6 +191,12 @@ class BufferedSink(ItemSink):
     def pending(self) -> int:
         """Records accepted but not yet written."""
         return len(self._buffer)
+
+    @property
+    def unreachable(self) -> bool:
+        """The store is down: its last attempt failed and nothing was written since.
+        Safe from any thread."""
+        return self._down_since is not None
 
     def open(self) -> None:
         """Load spill files of an earlier run, then start the worker thread."""
@@ -315,6 +327,7 @@ class BufferedSink(ItemSink):
                     if not ready:
                         self.setup()
                         ready = True
+                        self._say_back()
                     refused = self._write_isolating(batch)
                 except Exception as exc:
                     ready = False
@@ -345,13 +358,8 @@ class BufferedSink(ItemSink):
                     continue
                 self._done(len(batch), refused)
                 if self._down_since is not None:
-                    logger.warning(
-                        "Item store %s is back after %.1f s; writing %d waiting items",
-                        self.target,
-                        time.monotonic() - self._down_since,
-                        len(self._buffer),
-                    )
                     self._down_since = None
+                    self._back_said = False
                     delay = self.options.retry_min_seconds
         except BaseException:
             logger.exception(
@@ -365,6 +373,19 @@ class BufferedSink(ItemSink):
                 self.teardown()
             except Exception:
                 logger.exception("Item store %s: error while closing", self.target)
+
+    def _say_back(self) -> None:
+        """The store answers again after being down (setup succeeded): say so once,
+        with every record waiting, before the first of them is written."""
+        if self._down_since is None or self._back_said:
+            return
+        self._back_said = True
+        logger.warning(
+            "Item store %s is back after %.1f s; writing %d waiting items",
+            self.target,
+            time.monotonic() - self._down_since,
+            len(self._buffer),
+        )
 
     def _pause(self, seconds: float) -> None:
         """Sleep before a retry (cut short by close); every second, give up the awaited

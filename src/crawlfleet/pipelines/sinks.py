@@ -153,6 +153,11 @@ class ItemSink(ABC):
     def pending(self) -> int:
         """Records accepted but not yet written."""
 
+    @property
+    def unreachable(self) -> bool:
+        """The store is down (its records wait in memory). Safe from any thread."""
+        return False
+
     @abstractmethod
     def get(self, key: str) -> StoredItem | None:
         """The stored record with *key*, or None if there is none. Blocking: for tools and

@@ -12,9 +12,12 @@ as the document. The item itself is returned unchanged, so later pipelines see i
 ``process_item`` returns once the item is durable in the store (committed, or in the
 Redis stream): the scheduler acknowledges a request only after its items went through
 every pipeline, so no acknowledged page has an item that a crash could lose. While the
-store is down, items wait in the sink's bounded buffer and the crawl slows to a stop
-(back-pressure). Once a stop was asked for (Ctrl-C, a control command) while the store
-is down, the waiting items are given up with
+store is down, items wait in the sink's buffer; once ``CRAWLFLEET_ITEMS_PENDING_MAX``
+wait, the node takes no more work until they are written
+(:mod:`crawlfleet.node.backlog`), so a crash during an outage fetches at most so many
+pages again (plus those in flight); the sink's full buffer is the last back-pressure.
+Once a stop was asked for (Ctrl-C, a control command) while the store is down, the
+waiting items are given up with
 :class:`~crawlfleet.exceptions.ItemNotDurable` (a DropItem): the scheduler then puts
 their pages back in the frontier instead of acknowledging them.
 """
@@ -30,6 +33,7 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 
+from crawlfleet.node.backlog import item_stores
 from crawlfleet.node.engine import is_stopping
 from crawlfleet.pipelines._util import item_type, item_url
 from crawlfleet.pipelines.buffered import BufferedSink
@@ -71,6 +75,8 @@ class StorePipeline(ABC):
             keyer=ItemKeyer(get_dict(crawler.settings, "CRAWLFLEET_KEY_FIELDS")),
         )
         pipeline.crawler = crawler
+        # the node stops leasing while too many items wait for a store that is down
+        item_stores(crawler).append(sink)
         if isinstance(sink, BufferedSink):
             # Once a running crawl is asked to stop (Ctrl-C, a control command), items
             # that wait for a store that is down are given up (their pages requeued)

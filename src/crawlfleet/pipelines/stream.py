@@ -39,8 +39,8 @@ import datetime as dt
 import hashlib
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import redis
 from redis.asyncio import Redis as AsyncRedis
@@ -69,6 +69,8 @@ __all__ = [
     "is_transient_redis_error",
     "stream_status",
 ]
+
+_T = TypeVar("_T")
 
 #: Version written in the ``v`` field of every entry.
 ENTRY_VERSION = 1
@@ -245,7 +247,15 @@ class RedisStreamSink(BufferedSink):
     # --- worker-thread operations ----------------------------------------------------
 
     def setup(self) -> None:
-        """Nothing to prepare: streams are created by their first entry."""
+        """Check that Redis answers (PING); streams are created by their first entry."""
+        if self._async_client is None:
+            self._client().ping()
+        else:
+            self._run_on_loop(self._async_ping)
+
+    async def _async_ping(self) -> None:
+        assert self._async_client is not None
+        await self._async_client.ping()
 
     def _client(self) -> redis.Redis:
         with self._blocking_lock:
@@ -288,17 +298,21 @@ class RedisStreamSink(BufferedSink):
             jobs = self._queue(pipe, records)
             _raise_unexpected(pipe.execute(raise_on_error=False))
         else:
-            jobs = self._run_on_loop(self._async_client, records)
+            client = self._async_client
+            jobs = self._run_on_loop(lambda: self._write_async(client, records))
         if jobs:  # a new set, not in place: get() and count() may read it meanwhile
             self._registered = self._registered | jobs
 
-    def _run_on_loop(self, client: AsyncRedis, records: Sequence[StoredItem]) -> set[str]:
+    def _run_on_loop(self, work: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+        """Run the coroutine *work* makes on the shared client's loop; wait for it."""
         loop = self._loop
         if loop is None or loop.is_closed():
             raise _LoopUnavailable("the event loop of the shared Redis client is gone")
+        coro = work()
         try:
-            future = asyncio.run_coroutine_threadsafe(self._write_async(client, records), loop)
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
         except RuntimeError as exc:
+            coro.close()
             raise _LoopUnavailable(f"cannot schedule on the event loop: {exc}") from None
         try:
             return future.result(_LOOP_WRITE_TIMEOUT_SECONDS)

@@ -219,6 +219,9 @@ class FrontierConfig:
     #: this node's egress IP (CRAWLFLEET_NODE_IP, else the address it reaches Redis from)
     node_ip: str
     backoff: BackoffConfig
+    #: items waiting for item stores that are down past which the node stops leasing
+    #: (CRAWLFLEET_ITEMS_PENDING_MAX)
+    items_pending_max: int
 
     @property
     def seen(self) -> SeenConfig:
@@ -288,6 +291,7 @@ class FrontierConfig:
             budget_scope=budget_scope(settings, spider_name or job),
             node_ip=node_ip(settings),
             backoff=BackoffConfig.from_settings(settings),
+            items_pending_max=get_int(settings, "CRAWLFLEET_ITEMS_PENDING_MAX", minimum=1),
         )
 
 

@@ -306,6 +306,11 @@ CRAWLFLEET_STORE_RETRY_MAX_SECONDS = 30.0
 #: On close, how long a store may take to write what it holds; what is left is
 #: saved to CRAWLFLEET_DATA_DIR/unwritten/ and written at the next start.
 CRAWLFLEET_STORE_CLOSE_TIMEOUT_SECONDS = 60.0
+#: A node takes no more work once this many items wait for an item store (one that is
+#: down, or slower than the crawl); it says "waiting for the item store" and goes on
+#: once they are written: a crash during an outage fetches at most so many pages
+#: again, plus those in flight.
+CRAWLFLEET_ITEMS_PENDING_MAX = 200
 #: Redis stream store (RedisStreamPipeline): trim each job's item stream to about this
 #: many entries, dropping the oldest even if no item worker stored them. 0: never trim
 #: (items are never lost; workers delete what every group has stored).

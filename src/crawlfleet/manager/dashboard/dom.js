@@ -83,7 +83,9 @@ export function text(value) {
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 export function badge(state) {
-  const known = /^[a-z_]+$/.test(String(state)) ? String(state) : "";
+  // a state's first word is its colour: "waiting for the item store" is a waiting one
+  const word = String(state).split(" ")[0];
+  const known = /^[a-z_]+$/.test(word) ? word : "";
   return h("span", { class: `badge ${known}` }, text(state));
 }
 export function link(url) {
