@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "bundle.json"
+#: Every patch release of a Python minor version there may ever be.
+PATCH_RELEASES = range(100)
 
 
 def _fail(message: str) -> None:
@@ -84,10 +86,11 @@ def _refuse_missing(archive: Path, missing: list[dict[str, Any]]) -> None:
     major, minor = sys.version_info[:2]
     names = ", ".join(f"{m['requirement']} ({m['marker']})" for m in lacking)
     quoted = " ".join(f"'{m['requirement']}'" for m in lacking)
-    fine = [p for p in range(patch + 1, 100) if all(p not in m["patches"] for m in lacking)]
+    last = PATCH_RELEASES[-1]
+    fine = [p for p in range(patch + 1, last + 1) if all(p not in m["patches"] for m in lacking)]
     other = ""
     if fine:
-        later = " or later" if fine == list(range(fine[0], 100)) else ""
+        later = " or later" if fine == list(range(fine[0], last + 1)) else ""
         other = f"; or run it with Python {major}.{minor}.{fine[0]}{later}"
     _fail(
         f"{archive.name} lacks {names}, which Python {major}.{minor}.{patch} needs: build "

@@ -51,8 +51,8 @@ _SKIPPED_PREFIXES = ("__editable__",)
 
 
 #: Patch releases of the bundle's Python minor version whose requirements it follows
-#: (markers such as ``python_full_version < "3.11.3"``): every one there may ever be.
-PATCH_RELEASES = range(100)
+#: (markers such as ``python_full_version < "3.11.3"``).
+PATCH_RELEASES = bootstrap.PATCH_RELEASES
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,9 @@ class Missing:
 
 @dataclass(frozen=True)
 class Resolved:
-    """What a bundle holds: distributions installed here, then those downloaded for other
-    patch releases (into a directory the caller removes), and what it lacks."""
+    """What a bundle holds: distributions installed here or downloaded for other patch
+    releases (into a directory the caller removes once they are copied), the names and
+    versions of those downloaded, and what it lacks."""
 
     distributions: list[metadata.Distribution]
     downloaded: list[str]
@@ -175,12 +176,12 @@ def resolve(root: str = "crawlfleet", *, download_into: Path | None = None) -> R
         found[key] = dist
         for line in dist.requires or []:
             sub = Requirement(line)
-            needs = needed_on(sub.marker, extra)
             if extra and (sub.marker is None or "extra" not in str(sub.marker)):
                 continue  # a base requirement: followed with extra ""
+            # needed where its marker holds and its parent is needed
+            needs = tuple(p for p in needed_on(sub.marker, extra) if p in patches)
             if not needs:
                 continue
-            needs = tuple(sorted(set(needs) & set(patches)))  # needed where its parent is
             todo.append((sub, "", needs))
             todo += [(sub, e, needs) for e in sub.extras]
     dists = sorted(found.values(), key=lambda d: canonicalize_name(d.metadata["Name"]))
