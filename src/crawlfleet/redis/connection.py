@@ -93,12 +93,15 @@ def release_embedded() -> None:
     down). For a process about to end; more calls do nothing."""
     global _releasing
     _releasing = True
-    while _embedded:
-        _key, handle = _embedded.popitem()
-        try:
-            handle.release()
-        except (OSError, RedisError) as exc:
-            logger.warning("could not stop the embedded Redis in %s: %s", handle.dir, exc)
+    try:
+        while _embedded:
+            _key, handle = _embedded.popitem()
+            try:
+                handle.release()
+            except (OSError, RedisError) as exc:
+                logger.warning("could not stop the embedded Redis in %s: %s", handle.dir, exc)
+    finally:
+        _releasing = False
 
 
 def _release_on_signals() -> None:
