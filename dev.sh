@@ -28,15 +28,16 @@ bootstrap() {
     fi
 }
 
-# The dashboard's browser tests drive Debian's chromium (never a downloaded browser).
-# Installed here when missing and apt-get may be used (root, or sudo without a
-# password); otherwise those tests are skipped, saying why. CRAWLFLEET_NO_APT=1: never.
-ensure_chromium() {
-    if [ -x /usr/bin/chromium ] || [ -n "${CRAWLFLEET_CHROMIUM:-}" ] || [ "${CRAWLFLEET_NO_APT:-}" = 1 ]; then
+# apt-get install PACKAGE, saying WHAT it is for: when apt-get may be used (root, or sudo
+# without a password); otherwise the tests that need it are skipped, saying why.
+# CRAWLFLEET_NO_APT=1: never.
+apt_install() {
+    local package="$1" what="$2"
+    if [ "${CRAWLFLEET_NO_APT:-}" = 1 ]; then
         return
     fi
     if ! command -v apt-get >/dev/null 2>&1; then
-        echo "no apt-get here: the dashboard's browser tests will be skipped (no chromium)" >&2
+        echo "no apt-get here: $what will be skipped (no $package)" >&2
         return
     fi
     local sudo=""
@@ -44,17 +45,38 @@ ensure_chromium() {
         if sudo -n true 2>/dev/null; then
             sudo="sudo -n"
         else
-            echo "chromium is missing and apt-get needs root: the dashboard's browser tests will be skipped (apt-get install chromium)" >&2
+            echo "$package is missing and apt-get needs root: $what will be skipped (apt-get install $package)" >&2
             return
         fi
     fi
-    echo "installing Debian's chromium for the dashboard's browser tests (CRAWLFLEET_NO_APT=1 skips this)" >&2
-    local install=($sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+    echo "installing Debian's $package for $what (CRAWLFLEET_NO_APT=1 skips this)" >&2
+    local install=($sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$package")
     if ! "${install[@]}" >/dev/null 2>&1; then
         $sudo apt-get update -q >/dev/null 2>&1 || true
         if ! "${install[@]}" >/dev/null 2>&1; then
-            echo "could not install chromium with apt-get: the dashboard's browser tests will be skipped" >&2
+            echo "could not install $package with apt-get: $what will be skipped" >&2
         fi
+    fi
+}
+
+# The dashboard's browser tests drive Debian's chromium (never a downloaded browser).
+ensure_chromium() {
+    if [ -x /usr/bin/chromium ] || [ -n "${CRAWLFLEET_CHROMIUM:-}" ]; then
+        return
+    fi
+    apt_install chromium "the dashboard's browser tests"
+}
+
+# The one-file node's test runs it on another patch release of the venv's Python minor
+# version: Debian's, when the venv's Python is another build (pyenv, python.org).
+ensure_debian_python() {
+    local minor
+    minor="$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    if [ -x "/usr/bin/python$minor" ] || ! command -v apt-cache >/dev/null 2>&1; then
+        return
+    fi
+    if apt-cache policy "python$minor" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        apt_install "python$minor" "the bundle's test on another patch release of Python"
     fi
 }
 
@@ -68,6 +90,7 @@ case "${1:-}" in
         shift
         bootstrap
         ensure_chromium
+        ensure_debian_python
         set +e
         "$VENV/bin/python" -m pytest "$@"
         status=$?

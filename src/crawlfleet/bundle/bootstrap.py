@@ -1,6 +1,11 @@
 """The ``__main__.py`` of a crawlfleet bundle (standard library only: nothing else can
 be imported before it has run).
 
+It runs with any patch release of the Python minor version that built it: a
+requirement that only some patch releases need is in it (see
+:func:`crawlfleet.bundle.builder.resolve`), or, if it could not be had, the bundle
+refuses to start on those in one line naming it.
+
 On its first run on a machine it extracts the bundle's packages into
 ``$XDG_CACHE_HOME/crawlfleet/bundles/<bundle id>`` (``~/.cache`` by default), once,
 atomically (nodes started together share one extraction); every run then puts them
@@ -20,8 +25,11 @@ import sysconfig
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 MANIFEST = "bundle.json"
+#: Every patch release of a Python minor version there may ever be.
+PATCH_RELEASES = range(100)
 
 
 def _fail(message: str) -> None:
@@ -68,6 +76,28 @@ def _unpack(archive: Path, work: Path) -> None:
                 os.chmod(work / name, mode)
 
 
+def _refuse_missing(archive: Path, missing: list[dict[str, Any]]) -> None:
+    """Stop in one line if this patch release of Python needs a requirement that the
+    bundle could not include (see crawlfleet.bundle.builder.resolve)."""
+    patch = sys.version_info.micro
+    lacking = [m for m in missing if patch in m["patches"]]
+    if not lacking:
+        return
+    major, minor = sys.version_info[:2]
+    names = ", ".join(f"{m['requirement']} ({m['marker']})" for m in lacking)
+    quoted = " ".join(f"'{m['requirement']}'" for m in lacking)
+    last = PATCH_RELEASES[-1]
+    fine = [p for p in range(patch + 1, last + 1) if all(p not in m["patches"] for m in lacking)]
+    other = ""
+    if fine:
+        later = " or later" if fine == list(range(fine[0], last + 1)) else ""
+        other = f"; or run it with Python {major}.{minor}.{fine[0]}{later}"
+    _fail(
+        f"{archive.name} lacks {names}, which Python {major}.{minor}.{patch} needs: build "
+        f"it again where pip can download that, or pip install {quoted} there first{other}"
+    )
+
+
 def main() -> None:
     archive = Path(__file__).resolve().parent
     try:
@@ -84,6 +114,7 @@ def main() -> None:
     here = sysconfig.get_platform()
     if manifest.get("platform", here) != here:
         _fail(f"{archive.name} was built for {manifest['platform']}; this machine is {here}")
+    _refuse_missing(archive, manifest.get("missing", []))
     home = _cache_root() / manifest["id"]
     try:
         _extract(archive, home)

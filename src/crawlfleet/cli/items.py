@@ -36,6 +36,7 @@ from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.stream import stream_status
 from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport, store_for_url
 from crawlfleet.pipelines.workers import ItemWorker
+from crawlfleet.redis.connection import release_embedded
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import RedisConfig, check_unknown, validate_job_name
 
@@ -143,6 +144,7 @@ async def _work(
         if worker.stopping:
             # second signal: stop at once; the batch in hand stays pending (not lost)
             loop.remove_signal_handler(signum)
+            release_embedded()  # not left running by a process ended by a signal
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return

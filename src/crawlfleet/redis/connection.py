@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import re
+import signal
+import threading
 from typing import Any, cast
 
 from redis import Redis as SyncRedis
@@ -35,6 +38,7 @@ __all__ = [
     "make_client",
     "redact",
     "refuse_cluster",
+    "release_embedded",
     "resolve_url",
     "shared_client",
 ]
@@ -59,10 +63,17 @@ logger = logging.getLogger(__name__)
 
 _embedded: dict[str, EmbeddedRedis] = {}
 
+#: Signals that end a process unless it handles them: a process that uses an embedded
+#: Redis and leaves them to their default releases it first, then ends as they would
+#: have ended it (SIGINT needs nothing: KeyboardInterrupt unwinds to atexit).
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_releasing = False
+
 
 def resolve_url(config: RedisConfig) -> str:
     """The Redis URL to use: the configured one, or the embedded Redis's (started on
-    first use, released when the process exits)."""
+    first use, released when the process exits: normally, by an exception, Ctrl-C,
+    SIGTERM or SIGHUP; the last process using it shuts it down)."""
     if config.url:
         return config.url.replace("valkey://", "redis://", 1)
     key = str(config.data_dir.resolve())
@@ -70,9 +81,46 @@ def resolve_url(config: RedisConfig) -> str:
     if handle is None:
         handle = EmbeddedRedis(config.data_dir)
         handle.acquire()
+        if not _embedded:
+            atexit.register(release_embedded)
+            _release_on_signals()
         _embedded[key] = handle
-        atexit.register(handle.release)
     return handle.url
+
+
+def release_embedded() -> None:
+    """Release every embedded Redis this process uses (the last user of one shuts it
+    down). For a process about to end; more calls do nothing."""
+    global _releasing
+    _releasing = True
+    try:
+        while _embedded:
+            _key, handle = _embedded.popitem()
+            try:
+                handle.release()
+            except (OSError, RedisError) as exc:
+                logger.warning("could not stop the embedded Redis in %s: %s", handle.dir, exc)
+    finally:
+        _releasing = False
+
+
+def _release_on_signals() -> None:
+    """Release the embedded Redis before an ending signal that this process leaves to its
+    default action (one that a server or Scrapy handles ends the process normally, or
+    restores this handler and raises the signal again, as uvicorn does)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; atexit still releases
+    for signum in _ENDING_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _end_by_signal)
+
+
+def _end_by_signal(signum: int, _frame: object) -> None:
+    if _releasing:
+        return  # the process is ending and releasing already: let it finish
+    release_embedded()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # ends the process as the signal would have
 
 
 _SECRET_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", re.IGNORECASE)
