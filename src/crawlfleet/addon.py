@@ -17,6 +17,10 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
   size, decompressed included (``DOWNLOAD_MAXSIZE``; a gzip bomb is dropped, not
   inflated to gigabytes), with a warning from 16 MiB (``DOWNLOAD_WARNSIZE``).
 
+A scrapy-redis project's ``SCHEDULER`` and ``DUPEFILTER_CLASS`` are replaced, whatever
+their priority, and every scrapy-redis setting found is listed in one WARNING with
+what crawlfleet does with it (:mod:`crawlfleet.settings.scrapy_redis`).
+
 Component dicts (``ITEM_PIPELINES``, ``EXTENSIONS``, ...) are merged: an entry the project
 already has, including ``None`` to disable one of ours, is kept.
 """
@@ -120,6 +124,7 @@ class Addon:
         # the environment beats settings files (deployment), not -s on the command line
         apply_defaults(settings)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
+        _take_over_scrapy_redis(settings)
         for name, value in SCRAPY_DEFAULTS.items():
             settings.set(name, value, priority="addon")
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
@@ -164,6 +169,26 @@ class Addon:
     def _component(settings: BaseSettings, setting: str, path: str, order: int) -> None:
         if path not in settings[setting]:
             settings[setting][path] = order
+
+
+#: The scrapy-redis WARNINGs said in this process (a node says it once, however many
+#: times its settings are built).
+_said: set[str] = set()
+
+
+def _take_over_scrapy_redis(settings: BaseSettings) -> None:
+    """crawlfleet's scheduler and seen-filter over scrapy-redis's, whatever their
+    priority; one WARNING saying what is done with each scrapy-redis setting found."""
+    from crawlfleet.settings.config import redis_url_from
+    from crawlfleet.settings.scrapy_redis import take_over
+
+    lines = take_over(settings, redis_url_from(settings)[1])
+    if not lines:
+        return
+    message = "crawlfleet takes over from scrapy-redis:\n  " + "\n  ".join(lines)
+    if message not in _said:
+        _said.add(message)
+        logger.warning("%s", message)
 
 
 class _ConfigErrorLine(logging.Filter):

@@ -234,7 +234,9 @@ def test_seeds_are_read_from_the_list_and_invalid_ones_skipped() -> None:
         assert sorted(r.url for r in got) == ["http://a.test/1", "http://a.test/2"]
         await asyncio.sleep(0.2)
         assert scheduler.next_request() is None  # nothing else was queued
-        assert await frontier.read_seeds("job:start_urls", 10) == []
+        assert (await frontier.read_seeds("job:start_urls", 10, "n", 1000)).entries == []
+        aside = await frontier.read_seeds("{job:start_urls}:crawlfleet:unreadable", 10, "n", 1)
+        assert len(aside.entries) == 4  # set aside, not lost
         assert scheduler.stats.get("crawlfleet/seeds/invalid") == 0  # no stats collector
         await scheduler.stop("finished")
 

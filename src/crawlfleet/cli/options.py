@@ -210,7 +210,12 @@ def resolved_url(args: argparse.Namespace, config: RedisConfig, *, quiet: bool =
     global _redis_url
     _redis_url = resolve_url(config)
     if config.url or quiet:
-        logger.debug("Redis: %s (key prefix %s)", redact(_redis_url), config.key_prefix)
+        logger.debug(
+            "Redis: %s from %s (key prefix %s)",
+            redact(_redis_url),
+            config.url_source if config.url else "no setting: the embedded Redis",
+            config.key_prefix,
+        )
     else:
         logger.info(
             "no CRAWLFLEET_REDIS_URL: using the embedded Redis %s (data in %s, key prefix %s)",

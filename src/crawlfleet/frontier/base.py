@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from crawlfleet.frontier.records import CommitResult, JobState, LeaseResult, Outgoing
+from crawlfleet.frontier.records import CommitResult, JobState, LeaseResult, Outgoing, SeedBatch
 
 __all__ = ["FrontierBackend", "PartialCommit"]
 
@@ -122,12 +122,26 @@ class FrontierBackend(Protocol):
         :attr:`came_due`, not in the result)."""
         ...
 
-    async def read_seeds(self, key: str, n: int) -> list[bytes]:
-        """Up to *n* entries of the seed list *key* (not removed)."""
+    async def live_nodes(self) -> list[str]:
+        """The nodes of the job that are alive now."""
         ...
 
-    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
-        """Remove *entries*, read by :meth:`read_seeds`, from the seed list."""
+    async def reset(self, *, keep_limits: bool = False) -> int:
+        """Delete the job's crawl state (the caller makes sure no node works on it);
+        the keys deleted."""
+        ...
+
+    async def read_seeds(self, key: str, n: int, node: str, lock_ms: int) -> SeedBatch:
+        """Up to *n* entries of the seed key *key* (a list, set or sorted set; not
+        removed), read by *node*, which then reads that key alone for *lock_ms* or until
+        :meth:`done_seeds`."""
+        ...
+
+    async def done_seeds(
+        self, key: str, node: str, batch: SeedBatch, unreadable: Sequence[bytes] = ()
+    ) -> int:
+        """*node* queued *batch*: remove its entries from *key*, set *unreadable* (some of
+        them) aside, let other nodes read the key. Returns the entries removed."""
         ...
 
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:

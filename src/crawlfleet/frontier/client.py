@@ -28,6 +28,7 @@ from crawlfleet.frontier.records import (
     Leased,
     LeaseResult,
     Outgoing,
+    SeedBatch,
     SeenConfig,
     counter_value,
     entry_fault,
@@ -37,7 +38,7 @@ from crawlfleet.frontier.records import (
     text,
 )
 from crawlfleet.redis.connection import REDIS_ERRORS, refuse_cluster
-from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.redis.keys import JobKeys, jobs_key, seed_keys
 from crawlfleet.redis.scripts import ScriptSet
 
 __all__ = ["Frontier"]
@@ -524,20 +525,28 @@ class Frontier:
         return await self._json_hash(self.keys.nodeinfo)
 
     # -- seed lists (scrapy-redis compatible) ---------------------------------------
-    async def read_seeds(self, key: str, n: int) -> list[bytes]:
-        """The first *n* entries of the seed list *key*, left in place."""
+    async def read_seeds(self, key: str, n: int, node: str, lock_ms: int) -> SeedBatch:
+        """Up to *n* entries of the seed key *key*, left in place; *node* reads the key
+        alone until :meth:`done_seeds` or for *lock_ms*."""
+        keys = seed_keys(key)
         self.round_trips += 1
-        return [
-            e if isinstance(e, bytes) else e.encode()
-            for e in await self.client.lrange(key, 0, n - 1)
-        ]
+        reply = await self.scripts("seeds_read", [keys.seed, keys.reader], [node, n, lock_ms])
+        entries = [e if isinstance(e, bytes) else str(e).encode() for e in reply[2:]]
+        return SeedBatch(text(reply[0]), int(reply[1]), entries)
 
-    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
-        """Drop *entries* (read by ``read_seeds``) from the list's head, if still there."""
-        if not entries:
-            return False
+    async def done_seeds(
+        self, key: str, node: str, batch: SeedBatch, unreadable: Sequence[bytes] = ()
+    ) -> int:
+        """Remove *batch* (queued by *node*) from *key*, set *unreadable* aside."""
+        keys = seed_keys(key)
         self.round_trips += 1
-        return bool(await self.scripts("trim_seeds", [key], [len(entries), entries[0]]))
+        return int(
+            await self.scripts(
+                "seeds_done",
+                [keys.seed, keys.reader, keys.unreadable],
+                [node, batch.kind, len(batch.entries), *batch.entries, *unreadable],
+            )
+        )
 
     # -- inspection and administration -----------------------------------------------
     async def seen_check(self, fingerprints: Sequence[bytes], *, add: bool) -> list[bool]:

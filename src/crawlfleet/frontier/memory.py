@@ -27,7 +27,9 @@ from crawlfleet.frontier.records import (
     Leased,
     LeaseResult,
     Outgoing,
+    SeedBatch,
 )
+from crawlfleet.redis.keys import seed_keys
 
 __all__ = ["MemoryFrontier"]
 
@@ -352,6 +354,17 @@ class MemoryFrontier:
         return back - due
 
     # -- nodes and control -------------------------------------------------------------------
+    async def live_nodes(self) -> list[str]:
+        now = _now_us() // 1000
+        return [n for n, until in self._job.nodes.items() if until >= now]
+
+    async def reset(self, *, keep_limits: bool = False) -> int:
+        """Forget the job's crawl state (its seed lists are the user's: kept)."""
+        seeds = self._job.seeds
+        self._job.__init__()  # type: ignore[misc]
+        self._job.seeds = seeds
+        return 1
+
     async def heartbeat(
         self,
         node: str,
@@ -442,17 +455,25 @@ class MemoryFrontier:
         """Add *entries* to the seed list *key* (as ``crawlfleet seed --list`` does)."""
         self._job.seeds.setdefault(key, []).extend(entries)
 
-    async def read_seeds(self, key: str, n: int) -> list[bytes]:
+    async def read_seeds(self, key: str, n: int, node: str, lock_ms: int) -> SeedBatch:
         self.round_trips += 1
-        return list(self._job.seeds.get(key, [])[:n])
+        listed = self._job.seeds.get(key)
+        if not listed:
+            return SeedBatch("none", 0, [])
+        return SeedBatch("list", len(listed), list(listed[:n]))
 
-    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
+    async def done_seeds(
+        self, key: str, node: str, batch: SeedBatch, unreadable: Sequence[bytes] = ()
+    ) -> int:
         self.round_trips += 1
         listed = self._job.seeds.get(key, [])
-        if listed[: len(entries)] != list(entries):
-            return False
-        del listed[: len(entries)]
-        return True
+        removed = 0
+        for entry in batch.entries:
+            if entry in listed:
+                listed.remove(entry)
+                removed += 1
+        self._job.seeds.setdefault(seed_keys(key).unreadable, []).extend(unreadable)
+        return removed
 
     # -- sites ---------------------------------------------------------------------------
     async def backoff(

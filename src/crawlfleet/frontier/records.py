@@ -20,6 +20,7 @@ __all__ = [
     "LeaseResult",
     "Leased",
     "Outgoing",
+    "SeedBatch",
     "SeenConfig",
     "counter_value",
     "entry_fault",
@@ -80,6 +81,22 @@ class Leased:
     fault: str = ""
     #: the key that holds its entry while leased ("": not in Redis), for logs
     where: str = ""
+
+
+#: Kinds of seed key read (:class:`SeedBatch`); "busy" and "none" mean nothing was read.
+SEED_KINDS = ("list", "set", "zset")
+
+
+@dataclass(frozen=True)
+class SeedBatch:
+    """What a node read of a seed key: *kind* "list", "set" or "zset" (the key's type),
+    "none" (no such key), "busy" (another node reads it now: nothing read) or another
+    Redis type (a key seeds cannot be in); *left*: the entries in the key, these
+    included (they stay there until the node has queued them)."""
+
+    kind: str
+    left: int
+    entries: list[bytes]
 
 
 @dataclass(frozen=True)

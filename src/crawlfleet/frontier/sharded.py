@@ -49,6 +49,7 @@ from crawlfleet.frontier.records import (
     JobState,
     LeaseResult,
     Outgoing,
+    SeedBatch,
     SeenConfig,
     counter_value,
     text,
@@ -587,11 +588,13 @@ class JobFrontier:
     async def live_nodes(self) -> list[str]:
         return await self.home.live_nodes()
 
-    async def read_seeds(self, key: str, n: int) -> list[bytes]:
-        return await self.home.read_seeds(key, n)
+    async def read_seeds(self, key: str, n: int, node: str, lock_ms: int) -> SeedBatch:
+        return await self.home.read_seeds(key, n, node, lock_ms)
 
-    async def trim_seeds(self, key: str, entries: Sequence[bytes]) -> bool:
-        return await self.home.trim_seeds(key, entries)
+    async def done_seeds(
+        self, key: str, node: str, batch: SeedBatch, unreadable: Sequence[bytes] = ()
+    ) -> int:
+        return await self.home.done_seeds(key, node, batch, unreadable)
 
     # -- the fleet's politeness (not the job's: shard 0's client reaches it) ------------
     async def backoff(self, slow: Mapping[str, int | tuple[int, int]], **kw: Any) -> dict[str, int]:

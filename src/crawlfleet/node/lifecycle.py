@@ -36,6 +36,8 @@ class Lifecycle:
         self._close_asked = False
         self._empty_since: float | None = None
         self._next_no_work_log = 0.0
+        #: the seed key this node reads ("" for none), named while it waits for seeds
+        self.seed_key = ""
 
     def update(self, state: JobState, idle: bool, seeds_waiting: bool, now: float) -> None:
         """Take in the job's *state* as a heartbeat read it (*idle*: this node holds
@@ -47,9 +49,11 @@ class Lifecycle:
             # first seed wait for it
             if now >= self._next_no_work_log:
                 self._next_no_work_log = now + NO_WORK_LOG_SECONDS
+                where = f"in {self.seed_key} or " if self.seed_key else ""
                 logger.info(
-                    "Job %r has no work yet: waiting for seeds (crawlfleet seed %s URL...)",
+                    "Job %r has no work yet: waiting for seeds (%scrawlfleet seed %s URL...)",
                     self.config.job,
+                    where,
                     self.config.job,
                 )
             empty = False

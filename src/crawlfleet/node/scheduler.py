@@ -26,6 +26,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -54,13 +55,14 @@ from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
 from crawlfleet.node.engine import EngineHooks, engine_hooks
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
+from crawlfleet.node.redisspider import adopt, seed_source
 from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.siterates import SiteRates
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
-from crawlfleet.redis.connection import shared_client
+from crawlfleet.redis.connection import REDIS_ERRORS, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
@@ -71,6 +73,8 @@ logger = logging.getLogger(__name__)
 
 #: The finish reason of a node that could not reach Redis at its start.
 REDIS_UNREACHABLE = "redis_unreachable"
+#: The finish reason of a node whose settings were refused at its start.
+REFUSED = "refused"
 #: With ROBOTSTXT_OBEY, a site whose robots.txt no node has read yet gives one request
 #: per this long (crawlfleet.middlewares.throttle.ROBOTS_PROBE_SECONDS).
 ROBOTS_PROBE_MS = 10_000
@@ -200,8 +204,11 @@ class Scheduler(BaseScheduler):
             status=self.node_status,
         )
         self._started = time.time()
-        #: the node gave up reaching Redis at its start
-        self.start_failed = False
+        #: the node could not start: why (its spider's close reason), else ""
+        self.start_failed = ""
+        #: scrapy-redis's SCHEDULER_FLUSH_ON_START: reset the job before joining it
+        #: (refused while other nodes work on it)
+        self.flush_on_start = False
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -215,6 +222,18 @@ class Scheduler(BaseScheduler):
         spider_name = crawler.spider.name if crawler.spider else ""
         config = FrontierConfig.from_settings(settings, spider_name)
         redis_config = RedisConfig.from_settings(settings)
+        # the spider's own start-URL key (a scrapy-redis spider's redis_key) and batch
+        seeds = seed_source(crawler.spider, settings, config.start_urls_key)
+        config = replace(config, start_urls_key=seeds.key, start_urls_batch=seeds.batch)
+        if crawler.spider is not None and adopt(crawler, crawler.spider):
+            logger.info(
+                "%s is a scrapy-redis spider: the node reads %s (its %s) through the "
+                "frontier, %d entries at a time; its own reading and idle hook are off",
+                type(crawler.spider).__name__,
+                seeds.key,
+                seeds.origin,
+                seeds.batch,
+            )
         assert crawler.request_fingerprinter is not None
         scheduler = cls(
             client=shared_client(crawler, redis_config),
@@ -232,6 +251,7 @@ class Scheduler(BaseScheduler):
         crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
         scheduler.robots_probe_ms = robots_probe_ms(settings)
+        scheduler.flush_on_start = settings.getbool("SCHEDULER_FLUSH_ON_START")
         #: middlewares and extensions find the node here (see NodeHandle)
         crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
         return scheduler
@@ -271,20 +291,26 @@ class Scheduler(BaseScheduler):
             await self.start(spider)
         except RedisUnreachable as exc:
             logger.error("crawlfleet: %s", exc)
-            self.start_failed = True
+            self.start_failed = REDIS_UNREACHABLE
+        except ConfigError as exc:  # a setting whose meaning cannot be kept
+            logger.error("crawlfleet: %s", exc)
+            self.start_failed = REFUSED
 
     def spider_opened(self, spider: Spider) -> None:
         """A node that could not reach Redis at its start closes its spider (reason
-        ``redis_unreachable``) and makes ``scrapy crawl`` exit with status 1. (Asked
-        here, not by :meth:`open`: Scrapy closes a spider cleanly only once every
-        component has opened.)"""
+        ``redis_unreachable``) and makes ``scrapy crawl`` exit with status 1; one
+        whose settings were refused (reason ``refused``), with status 2. (Asked here,
+        not by :meth:`open`: Scrapy closes a spider cleanly only once every component
+        has opened.)"""
         if self.start_failed:
-            fail_command(1)
-            raise CloseSpider(REDIS_UNREACHABLE)
+            fail_command(2 if self.start_failed == REFUSED else 1)
+            raise CloseSpider(self.start_failed)
 
     async def start(self, spider: Spider) -> None:
         """Join the job, start the sync loop. RedisUnreachable when Redis does not answer
         within CRAWLFLEET_REDIS_START_TIMEOUT."""
+        if self.flush_on_start:
+            await self._flush_job()
         await self.sync.open(spider)
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
@@ -293,6 +319,30 @@ class Scheduler(BaseScheduler):
             self.config.seen_mode,
             self.config.site_key,
             self.config.prefetch,
+        )
+
+    async def _flush_job(self) -> None:
+        """SCHEDULER_FLUSH_ON_START, as scrapy-redis means it (a crawl starting from
+        nothing): the job is reset before this node joins it, unless other nodes work
+        on it: ConfigError then (their work would be lost)."""
+        job = self.config.job
+        try:
+            live = await self.frontier.live_nodes()
+        except REDIS_ERRORS as exc:
+            raise RedisUnreachable(f"Redis unreachable at start: {exc}") from None
+        if live:
+            raise ConfigError(
+                f"SCHEDULER_FLUSH_ON_START = True would delete job {job!r} while "
+                f"{len(live)} other node(s) work on it: remove the setting (the job's "
+                f"state persists), and to start over stop its nodes and run "
+                f"`crawlfleet job reset {job}`"
+            )
+        deleted = await self.frontier.reset(keep_limits=True)
+        logger.warning(
+            "SCHEDULER_FLUSH_ON_START: job %r reset before this node joined it "
+            "(%d keys deleted; no other node was alive)",
+            job,
+            deleted,
         )
 
     def close(self, reason: str) -> Deferred[None]:

@@ -1,74 +1,156 @@
-"""The seed list a node reads (scrapy-redis compatible): CRAWLFLEET_START_URLS_KEY
-names a Redis list of URLs or JSON seeds; nodes queue them into the frontier, then
-remove them from the list (queued first: a crash in between reads them again and the
-seen-filter drops the repeats)."""
+"""The seed key a node reads (scrapy-redis compatible): the spider's start-URL key (see
+:mod:`crawlfleet.node.redisspider`), a Redis list, set or sorted set of URLs or JSON
+seeds. One node at a time reads a batch (the key's reader lock), queues it into the
+frontier (seen-filter, priority, politeness), then removes it from the key: queued
+first, so a node that dies in between leaves the batch to the next reader and the
+seen-filter drops what it had queued already. An entry no request can be made from is
+set aside (``<key>:crawlfleet:unreadable``) with a WARNING naming the key."""
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from scrapy import Request, Spider
 
-from crawlfleet.exceptions import SerializationError
 from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.records import SEED_KINDS
 from crawlfleet.node.ledger import Outbound
 from crawlfleet.node.stats import NodeStats
+from crawlfleet.redis.keys import seed_keys
 from crawlfleet.spiders.seeding import parse_seed
 
-__all__ = ["SeedReader", "request_from_seed"]
+__all__ = ["BUSY_RETRY_SECONDS", "SeedReader", "requests_from_seed"]
 
 logger = logging.getLogger(__name__)
 
+#: While another node reads the seed key, look again this soon.
+BUSY_RETRY_SECONDS = 0.2
 
-def request_from_seed(spider: Spider | None, raw: bytes) -> Request:
-    """The request of seed *raw*: the spider's ``make_request_from_data`` where it has
-    one (scrapy-redis spiders decide themselves), else :func:`parse_seed`."""
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """*raw* as a JSON object, or None when it is not one."""
+    if not raw.lstrip().startswith(b"{"):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _scrapy_redis_own(spider: Spider) -> bool:
+    """The spider makes its requests with scrapy-redis's own ``make_request_from_data``
+    (not one of its own), which turns every JSON key it does not know into form data."""
+    module = sys.modules.get("scrapy_redis.spiders")
+    mixin = getattr(module, "RedisMixin", None)
+    own = getattr(type(spider), "make_request_from_data", None)
+    return mixin is not None and own is mixin.make_request_from_data
+
+
+def requests_from_seed(spider: Spider | None, raw: bytes) -> list[Request]:
+    """The requests of seed entry *raw*, as read from Redis (bytes). With the spider's
+    ``make_request_from_data`` where it has one (a scrapy-redis spider decides itself:
+    a request, several, or none), else :func:`parse_seed`. A JSON entry's integer
+    ``"priority"`` is kept: given to requests made at priority 0 (scrapy-redis's own
+    method does not see it: it would send it as form data)."""
     make = getattr(spider, "make_request_from_data", None)
-    if callable(make):
-        request = make(raw)
+    if spider is None or not callable(make):
+        return [parse_seed(raw)]
+    entry = _json_object(raw)
+    priority = entry.get("priority") if entry is not None else None
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise ValueError("seed 'priority' must be an integer")
+    data = raw
+    if entry is not None and priority is not None and _scrapy_redis_own(spider):
+        data = json.dumps({k: v for k, v in entry.items() if k != "priority"}).encode()
+    made = make(data)
+    if isinstance(made, Request):
+        requests = [made]
+    elif isinstance(made, Iterable) and not isinstance(made, str | bytes | dict):
+        requests = list(made)
+    elif made is None:
+        requests = []
+    else:
+        raise TypeError(f"make_request_from_data returned {type(made).__name__}")
+    for request in requests:
         if not isinstance(request, Request):
-            raise TypeError(f"make_request_from_data returned {type(request).__name__}")
-        return request
-    return parse_seed(raw)
+            raise TypeError(f"make_request_from_data gave a {type(request).__name__}")
+    if not requests:
+        raise ValueError("make_request_from_data made no request of it")
+    if priority is not None:
+        requests = [r.replace(priority=priority) if r.priority == 0 else r for r in requests]
+    return requests
 
 
 class SeedReader:
-    """Reads batches of *key* while it has entries, else looks again after a while."""
+    """Reads batches of seed key *key* while it has entries, else looks again after a
+    while; *node_id* holds the key's reader lock for *lock_ms* at most per batch."""
 
-    def __init__(self, frontier: FrontierBackend, key: str, batch: int, stats: NodeStats) -> None:
+    def __init__(
+        self,
+        frontier: FrontierBackend,
+        key: str,
+        batch: int,
+        stats: NodeStats,
+        node_id: str = "",
+        lock_ms: int = 30_000,
+    ) -> None:
         self.frontier = frontier
         self.key = key
         self.batch = batch
         self.stats = stats
-        #: the list had entries at the last read (the job is not finished)
+        self.node_id = node_id
+        self.lock_ms = lock_ms
+        #: the key had entries at the last read (the job is not finished)
         self.waiting = False
         #: monotonic time of the next read
         self.next_at = 0.0
+        self._said_kind = ""
 
     async def pull(
         self,
-        make: Callable[[bytes], Outbound],
+        make: Callable[[bytes], list[Outbound]],
         queue: Callable[[list[Outbound]], Awaitable[None]],
         idle_delay: float,
     ) -> None:
-        """Read one batch; *make* turns an entry into an outbound request, *queue*
+        """Read one batch; *make* turns an entry into outbound requests, *queue*
         commits them to the frontier; with nothing to read, wait *idle_delay* (at
         least 1 s) before the next read."""
-        entries = await self.frontier.read_seeds(self.key, self.batch)
-        self.waiting = bool(entries)
-        if not entries:
-            self.next_at = time.monotonic() + max(idle_delay, 1.0)
+        batch = await self.frontier.read_seeds(self.key, self.batch, self.node_id, self.lock_ms)
+        self.waiting = batch.left > 0
+        if batch.kind not in SEED_KINDS:
+            if batch.kind not in ("none", "busy") and batch.kind != self._said_kind:
+                self._said_kind = batch.kind
+                logger.warning(
+                    "Seed key %s is a Redis %s: seeds are read from a list, a set or a "
+                    "sorted set; nothing read from it",
+                    self.key,
+                    batch.kind,
+                )
+            wait = BUSY_RETRY_SECONDS if batch.kind == "busy" else max(idle_delay, 1.0)
+            self.next_at = time.monotonic() + wait
             return
         outgoing: list[Outbound] = []
-        for raw in entries:
+        unreadable: list[bytes] = []
+        for raw in batch.entries:
             try:
-                outgoing.append(make(raw))
-            except (ValueError, TypeError, SerializationError) as exc:
-                logger.warning("Invalid seed %r in %s skipped: %s", raw[:200], self.key, exc)
+                outgoing.extend(make(raw))
+            except Exception as exc:  # the spider's own code too: set aside, go on
+                logger.warning(
+                    "Unreadable seed %r in %s set aside in %s: %s",
+                    raw[:200],
+                    self.key,
+                    seed_keys(self.key).unreadable,
+                    exc,
+                )
+                unreadable.append(raw)
                 self.stats.inc("crawlfleet/seeds/invalid")
         await queue(outgoing)
-        await self.frontier.trim_seeds(self.key, entries)
-        self.stats.inc("crawlfleet/seeds/read", len(entries))
+        await self.frontier.done_seeds(self.key, self.node_id, batch, unreadable)
+        self.stats.inc("crawlfleet/seeds/read", len(batch.entries))
         self.next_at = 0.0

@@ -44,7 +44,7 @@ from crawlfleet.node.leasing import Leaser
 from crawlfleet.node.ledger import Ledger, Outbound
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.reports import SiteReports
-from crawlfleet.node.seeds import SeedReader, request_from_seed
+from crawlfleet.node.seeds import SeedReader, requests_from_seed
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
@@ -134,10 +134,18 @@ class SyncLoop:
         #: what this node learned about sites (back-off, robots.txt), to send
         self.reports = SiteReports(config.backoff, stats.inc)
         self.seeds = (
-            SeedReader(frontier, config.start_urls_key, config.start_urls_batch, stats)
+            SeedReader(
+                frontier,
+                config.start_urls_key,
+                config.start_urls_batch,
+                stats,
+                node_id,
+                lock_ms=int(config.lease_seconds * 1000),
+            )
             if config.start_urls_key
             else None
         )
+        lifecycle.seed_key = config.start_urls_key
         self.state: JobState | None = None
         self._limits_raw: tuple[dict[str, str], dict[str, str]] = ({}, {})
         self._task: asyncio.Task[None] | None = None
@@ -532,9 +540,14 @@ class SyncLoop:
             )
             self._logged_dup = True
 
-    def _seed_outbound(self, raw: bytes) -> Outbound:
-        request = request_from_seed(self.spider, raw)
-        return request, self.fingerprint(request), self.leaser.codec.encode(request), 0
+    def _seed_outbound(self, raw: bytes) -> list[Outbound]:
+        """The requests of seed entry *raw*, ready to queue: each through the seen-filter
+        (a scrapy-redis spider's seeds are dont_filter: a seed read again after a crash,
+        or linked from a page, must not be fetched twice)."""
+        return [
+            (request, self.fingerprint(request), self.leaser.codec.encode(request), 0)
+            for request in requests_from_seed(self.spider, raw)
+        ]
 
     async def _queue_now(self, outgoing: list[Outbound]) -> None:
         self.ledger.out.extend(outgoing)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import re
 import signal
 import threading
 from typing import Any, cast
@@ -27,7 +26,7 @@ from scrapy import signals
 
 from crawlfleet.exceptions import CommandFailed
 from crawlfleet.redis.embedded import EmbeddedRedis
-from crawlfleet.settings.config import RedisConfig
+from crawlfleet.settings.config import RedisConfig, redact_url
 
 __all__ = [
     "CLUSTER_REPLIES",
@@ -123,13 +122,10 @@ def _end_by_signal(signum: int, _frame: object) -> None:
     os.kill(os.getpid(), signum)  # ends the process as the signal would have
 
 
-_SECRET_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", re.IGNORECASE)
-
-
 def redact(text: str) -> str:
     """*text* with the password of every URL in it replaced by ``***``
     (``redis://:secret@host`` -> ``redis://:***@host``)."""
-    return _SECRET_IN_URL.sub(r"\1***@", text)
+    return redact_url(text)
 
 
 #: A Redis Cluster node reached through a plain client.

@@ -67,8 +67,15 @@ keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
 The item streams are output, not crawl state: they are not in ``JobKeys.fixed()``, so
 resetting a job's crawl keeps the items that workers have not stored yet.
 
-The seed list read for scrapy-redis compatibility (``<spider>:start_urls``) is the
-user's own key and lives outside this schema.
+The seed key read for scrapy-redis compatibility (the spider's ``redis_key``, by default
+``<spider>:start_urls``: a list, set or sorted set) is the user's own key and lives
+outside this schema. Two keys of crawlfleet's sit in its hash slot (see
+:func:`seed_keys`)::
+
+    <seed key>:crawlfleet:reader       string node id reading the seed key (expires)
+    <seed key>:crawlfleet:unreadable   list   entries no request could be made from
+
+(with ``{<seed key>}`` in place of ``<seed key>`` when the key has no hash tag of its own).
 """
 
 from __future__ import annotations
@@ -78,7 +85,7 @@ from dataclasses import dataclass
 
 from redis.crc import key_slot
 
-__all__ = ["FleetKeys", "JobKeys", "jobs_key", "shard_tag"]
+__all__ = ["FleetKeys", "JobKeys", "SeedKeys", "jobs_key", "seed_keys", "shard_tag"]
 
 #: Hash slots of a Redis Cluster.
 SLOTS = 16384
@@ -87,6 +94,32 @@ SLOTS = 16384
 def jobs_key(prefix: str) -> str:
     """The set of job names known to this Redis (for listings; not used in scripts)."""
     return f"{prefix}:jobs"
+
+
+@dataclass(frozen=True)
+class SeedKeys:
+    """A seed key and crawlfleet's keys beside it (in its hash slot)."""
+
+    #: the user's key (list, set or sorted set of start URLs)
+    seed: str
+    #: node id of the node reading it (see frontier/lua/seeds_read.lua)
+    reader: str
+    #: entries set aside as unreadable
+    unreadable: str
+
+
+def _has_tag(key: str) -> bool:
+    """*key* has a hash tag: a ``{...}`` with something inside (Redis Cluster's rule)."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return end > start + 1
+
+
+def seed_keys(seed: str) -> SeedKeys:
+    """The keys of seed key *seed*, all in its hash slot: its hash tag when it has one,
+    else the whole key as the tag of crawlfleet's."""
+    base = seed if _has_tag(seed) else f"{{{seed}}}"
+    return SeedKeys(seed, f"{base}:crawlfleet:reader", f"{base}:crawlfleet:unreadable")
 
 
 @dataclass(frozen=True)

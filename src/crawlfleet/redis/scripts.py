@@ -97,7 +97,8 @@ class ScriptSet:
         "requeue",
         "heartbeat",
         "seen",
-        "trim_seeds",
+        "seeds_read",
+        "seeds_done",
         "control",
         "throttle",
     )

@@ -12,11 +12,12 @@ import difflib
 import ipaddress
 import json
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from scrapy.settings import BaseSettings, Settings
 
@@ -42,11 +43,21 @@ __all__ = [
     "apply_defaults",
     "check_unknown",
     "defaults",
+    "redact_url",
+    "redis_url_from",
     "settings_with_defaults",
 ]
 
 SITE_KEYS = ("host", "domain", "ip")
 SEEN_MODES = ("exact", "bloom")
+
+
+_SECRET_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", re.IGNORECASE)
+
+
+def redact_url(text: str) -> str:
+    """*text* with the password of every URL in it replaced by ``***``."""
+    return _SECRET_IN_URL.sub(r"\1***@", text)
 
 
 def settings_with_defaults(values: dict[str, Any] | None = None) -> Settings:
@@ -90,6 +101,64 @@ def check_unknown(settings: BaseSettings) -> None:
             raise ConfigError(f"unknown setting {name}{hint}")
 
 
+#: REDIS_PARAMS that only tune scrapy-redis's client: crawlfleet's has its own.
+_CLIENT_TUNING = frozenset(
+    {
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "retry_on_timeout",
+        "health_check_interval",
+        "encoding",
+        "encoding_errors",
+        "decode_responses",
+        "client_name",
+        "redis_cls",
+        "max_connections",
+    }
+)
+
+
+def redis_url_from(settings: BaseSettings) -> tuple[str, str]:
+    """crawlfleet's Redis URL and the setting it came from: CRAWLFLEET_REDIS_URL, else
+    scrapy-redis's REDIS_URL, else its REDIS_HOST/REDIS_PORT (with REDIS_DB and the
+    password, username, db and ssl of REDIS_PARAMS), else ("", "embedded").
+    ConfigError for REDIS_PARAMS that a URL cannot say."""
+    own = str(settings.get("CRAWLFLEET_REDIS_URL") or "")
+    if own:
+        return own, "CRAWLFLEET_REDIS_URL"
+    url = str(settings.get("REDIS_URL") or "")
+    if url:
+        return url, "REDIS_URL"
+    if not (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
+        return "", "embedded"
+    try:
+        params = dict(settings.getdict("REDIS_PARAMS"))
+    except ValueError:
+        raise ConfigError("REDIS_PARAMS must be a dict") from None
+    unknown = sorted(set(params) - _CLIENT_TUNING - {"password", "username", "db", "ssl"})
+    if unknown:
+        raise ConfigError(
+            f"REDIS_PARAMS has {', '.join(unknown)}, which crawlfleet cannot take: set "
+            "CRAWLFLEET_REDIS_URL (redis://[user:password@]host:port/db, rediss:// for TLS)"
+        )
+    host = str(settings.get("REDIS_HOST") or "localhost")
+    port = settings.get("REDIS_PORT") or 6379
+    db = settings.get("REDIS_DB") or params.get("db") or 0
+    user, password = params.get("username"), params.get("password")
+    auth = ""
+    if user or password:
+        auth = f"{quote(str(user or ''), safe='')}:{quote(str(password or ''), safe='')}@"
+    scheme = "rediss" if params.get("ssl") else "redis"
+    host = f"[{host}]" if ":" in host else host
+    try:
+        return f"{scheme}://{auth}{host}:{int(port)}/{int(db)}", "REDIS_HOST/REDIS_PORT"
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"REDIS_PORT and REDIS_DB must be integers, got {port!r} and {db!r}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class RedisConfig:
     """Where the shared Redis is, or where the embedded one lives."""
@@ -101,15 +170,17 @@ class RedisConfig:
     retry_max_seconds: float
     #: how long a starting node tries to reach Redis (seconds)
     start_timeout_seconds: float = 30.0
+    #: the setting *url* came from (see :func:`redis_url_from`)
+    url_source: str = "CRAWLFLEET_REDIS_URL"
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> RedisConfig:
         # the environment variable is installed as a setting by the add-on (priority 25:
         # above settings files, below -s on the command line)
-        url = str(settings.get("CRAWLFLEET_REDIS_URL") or "")
+        url, source = redis_url_from(settings)
         if url and not url.startswith(("redis://", "rediss://", "unix://", "valkey://")):
             raise ConfigError(
-                f"CRAWLFLEET_REDIS_URL must start with redis://, rediss:// or unix://, got {url!r}"
+                f"{source} must start with redis://, rediss:// or unix://, got {redact_url(url)!r}"
             )
         prefix = str(settings.get("CRAWLFLEET_KEY_PREFIX"))
         if not prefix or any(c in prefix for c in "{}: "):
@@ -127,6 +198,7 @@ class RedisConfig:
             retry_min_seconds=lo,
             retry_max_seconds=hi,
             start_timeout_seconds=start,
+            url_source=source,
         )
 
 
@@ -335,7 +407,7 @@ def node_ip(settings: BaseSettings) -> str:
             raise ConfigError(
                 f"CRAWLFLEET_NODE_IP must be an IP address, got {configured!r}"
             ) from None
-    url = urlparse(str(settings.get("CRAWLFLEET_REDIS_URL") or ""))
+    url = urlparse(redis_url_from(settings)[0])
     host = url.hostname if url.scheme in ("redis", "rediss") and url.hostname else "127.0.0.1"
     try:
         with socket.socket(
