@@ -311,5 +311,9 @@ def test_a_node_started_before_the_first_seed_waits_for_it(
             if node.poll() is None:
                 node.kill()
     text = logs(tmp_path)
-    assert "Job 'later' has no work yet: waiting for seeds (in later:start_urls or crawlfleet seed later URL...)" in text
+    line = (
+        "Job 'later' has no work yet: waiting for seeds "
+        "(in pagelist:start_urls or crawlfleet seed later URL...)"
+    )
+    assert line in text
     assert "Spider closed (finished)" in text
