@@ -31,6 +31,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
+from scrapy_redis.spiders import RedisSpider
 
 from crawlfleet import addon as addon_module
 from crawlfleet.addon import SCHEDULER, Addon
@@ -51,9 +52,6 @@ from crawlfleet.settings.config import (
 )
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
-
-scrapy_redis_spiders = pytest.importorskip("scrapy_redis.spiders")
-RedisSpider = scrapy_redis_spiders.RedisSpider
 
 SCRAPY_REDIS_SETTINGS = {
     "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
@@ -175,7 +173,7 @@ class DefaultRedisSpider(RedisSpider):  # type: ignore[misc]
     name = "default_redis"
 
 
-def built(spidercls: type[Spider], values: dict[str, Any], **kwargs: Any) -> tuple[Any, Spider]:
+def built(spidercls: type[Spider], values: dict[str, Any], **kwargs: Any) -> tuple[Any, Any]:
     settings = {**values}
     crawler = get_crawler(spidercls, settings)
     crawler.settings.frozen = False
