@@ -308,7 +308,8 @@ def test_flush_on_start_is_refused_while_other_nodes_work(
     redis_server_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """With another node alive on the job, SCHEDULER_FLUSH_ON_START is refused in one
-    line saying what to do instead; with none, the job starts over."""
+    line saying what to do instead; with none, the job starts over, reset by one of
+    the nodes that start together (the others are refused)."""
 
     async def body() -> None:
         client = make_client(redis_server_url)
@@ -343,10 +344,16 @@ def test_flush_on_start_is_refused_while_other_nodes_work(
             await frontier.heartbeat(
                 "other", ttl_ms=5000, status="leaving", busy=False, lease_ms=1000, renew=[]
             )
-            fresh = scheduler()
-            await fresh.start(Spider("flushed"))
+            # two nodes starting together: one resets the job, the other is refused
+            both = [scheduler(), scheduler()]
+            results = await asyncio.gather(
+                *(s.start(Spider("flushed")) for s in both), return_exceptions=True
+            )
+            assert sorted(type(r).__name__ for r in results) == ["ConfigError", "NoneType"]
             assert (await frontier.counters()).get("queued", 0) == 0
-            await fresh.stop("finished")
+            started = both[results.index(None)]
+            assert started.node_id in await frontier.live_nodes()  # the reset kept it
+            await started.stop("finished")
         finally:
             await client.aclose()
 
@@ -547,3 +554,43 @@ def test_a_scrapy_redis_project_switches_by_the_addon_alone(
                 p.wait(10)
         stop_site_process(site)
         sync_redis.delete(seed_key, seed_keys(seed_key).reader, seed_keys(seed_key).unreadable)
+
+
+def test_flush_on_start_under_scrapy_crawl_is_one_line(
+    redis_server_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    """The refusal under `scrapy crawl`: one ERROR line saying what to do instead, no
+    traceback, exit status 2, the job left as it was."""
+    from tests.cli.test_project import make_project
+
+    make_project(
+        tmp_path / "proj",
+        f"SCHEDULER = 'scrapy_redis.scheduler.Scheduler'\nSCHEDULER_FLUSH_ON_START = True\n"
+        f"REDIS_URL = {redis_server_url!r}\nCRAWLFLEET_KEY_PREFIX = {key_prefix!r}\n",
+    )
+    (tmp_path / "proj" / "proj" / "spiders" / "redis_spiders.py").write_text(SPIDERS)
+
+    async def other_node() -> None:
+        client = make_client(redis_server_url)
+        frontier = Frontier(client, JobKeys.of(key_prefix, "myspider_redis"))
+        await frontier.heartbeat("other", ttl_ms=60_000, status="{}", busy=True, lease_ms=1000)
+        await client.aclose()
+
+    asyncio.run(other_node())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "CRAWLFLEET_"))}
+    r = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "myspider_redis", "-s", "LOG_LEVEL=ERROR"],
+        cwd=tmp_path / "proj",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert lines[0].endswith(
+        "crawlfleet: SCHEDULER_FLUSH_ON_START = True would delete job 'myspider_redis' while "
+        "1 other node(s) work on it: remove the setting (the job's state persists), and to "
+        "start over stop its nodes and run `crawlfleet job reset myspider_redis`"
+    ), lines[0]

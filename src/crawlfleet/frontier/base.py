@@ -126,9 +126,14 @@ class FrontierBackend(Protocol):
         """The nodes of the job that are alive now."""
         ...
 
-    async def reset(self, *, keep_limits: bool = False) -> int:
-        """Delete the job's crawl state (the caller makes sure no node works on it);
-        the keys deleted."""
+    async def join_alone(self, node: str, ttl_ms: int) -> list[str]:
+        """Register *node* as alive for *ttl_ms* unless other nodes are alive on the
+        job, in one step: those other nodes, else [] (registered)."""
+        ...
+
+    async def reset(self, *, keep_limits: bool = False, keep_nodes: bool = False) -> int:
+        """Delete the job's crawl state (the caller makes sure no node works on it),
+        its registry of live nodes unless *keep_nodes*; the keys deleted."""
         ...
 
     async def read_seeds(self, key: str, n: int, node: str, lock_ms: int) -> SeedBatch:

@@ -576,17 +576,25 @@ class Frontier:
         now = int(now_s) * 1000 + int(now_us) // 1000
         return [text(n) for n in await self.client.zrangebyscore(self.keys.nodes, now, "+inf")]
 
-    async def reset(self, *, keep_limits: bool = False) -> int:
+    async def join_alone(self, node: str, ttl_ms: int) -> list[str]:
+        """Register *node* as alive for *ttl_ms* unless other nodes are alive on the
+        job (one step): those nodes, else [] (registered)."""
+        self.round_trips += 1
+        reply = await self.scripts("join_alone", [self.keys.nodes], [node, ttl_ms])
+        return [text(n) for n in reply]
+
+    async def reset(self, *, keep_limits: bool = False, keep_nodes: bool = False) -> int:
         """Delete every key of the job (queues, leases, seen-filter, counters, control
         commands, run-time rate limits and its place in the list of jobs unless
-        *keep_limits*).
+        *keep_limits*; the registry of live nodes unless *keep_nodes*).
 
         The caller makes sure no node works on the job. Returns the keys deleted."""
         k = self.keys
         sites = [text(s) for s in await self.client.zrange(k.sites, 0, -1)]
         layers = int(await self.client.hget(k.bloom, "layers") or 0)
+        kept = {k.nodes, k.nodeinfo} if keep_nodes else set()
         doomed = [
-            *k.fixed(),
+            *(key for key in k.fixed() if key not in kept),
             *(() if keep_limits else (k.limits,)),
             *(key for s in sites for key in k.site_queues(s)),
             *(k.bloom_layer(i) for i in range(1, layers + 1)),

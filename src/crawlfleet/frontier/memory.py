@@ -358,11 +358,19 @@ class MemoryFrontier:
         now = _now_us() // 1000
         return [n for n, until in self._job.nodes.items() if until >= now]
 
-    async def reset(self, *, keep_limits: bool = False) -> int:
+    async def join_alone(self, node: str, ttl_ms: int) -> list[str]:
+        others = [n for n in await self.live_nodes() if n != node]
+        if not others:
+            self._job.nodes[node] = _now_us() // 1000 + ttl_ms
+        return others
+
+    async def reset(self, *, keep_limits: bool = False, keep_nodes: bool = False) -> int:
         """Forget the job's crawl state (its seed lists are the user's: kept)."""
-        seeds = self._job.seeds
+        seeds, nodes = self._job.seeds, self._job.nodes
         self._job.__init__()  # type: ignore[misc]
         self._job.seeds = seeds
+        if keep_nodes:
+            self._job.nodes = nodes
         return 1
 
     async def heartbeat(

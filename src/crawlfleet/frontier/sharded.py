@@ -660,14 +660,17 @@ class JobFrontier:
                 out[i] = flag
         return out
 
-    async def reset(self, *, keep_limits: bool = False) -> int:
+    async def join_alone(self, node: str, ttl_ms: int) -> list[str]:
+        return await self.home.join_alone(node, ttl_ms)
+
+    async def reset(self, *, keep_limits: bool = False, keep_nodes: bool = False) -> int:
         """As :meth:`Frontier.reset`, every shard (shard 0 last: its shard count goes
         with it, so an interrupted reset can be run again)."""
         parts = await self.shards()
         deleted = 0
         for p in parts[1:]:
             deleted += await p.reset(keep_limits=True)
-        deleted += await self.home.reset(keep_limits=keep_limits)
+        deleted += await self.home.reset(keep_limits=keep_limits, keep_nodes=keep_nodes)
         self._parts = None
         self.home.seen = self.seen
         return deleted

@@ -62,7 +62,7 @@ from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
-from crawlfleet.redis.connection import REDIS_ERRORS, shared_client
+from crawlfleet.redis.connection import REDIS_ERRORS, redact, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
@@ -326,10 +326,13 @@ class Scheduler(BaseScheduler):
         nothing): the job is reset before this node joins it, unless other nodes work
         on it: ConfigError then (their work would be lost)."""
         job = self.config.job
+        ttl_ms = int(self.config.node_timeout_seconds * 1000)
         try:
-            live = await self.frontier.live_nodes()
+            # registered first, in one step with the check: a node starting meanwhile
+            # sees this one, and the reset keeps it registered
+            live = await self.frontier.join_alone(self.node_id, ttl_ms)
         except REDIS_ERRORS as exc:
-            raise RedisUnreachable(f"Redis unreachable at start: {exc}") from None
+            raise RedisUnreachable(f"Redis unreachable at start: {redact(str(exc))}") from None
         if live:
             raise ConfigError(
                 f"SCHEDULER_FLUSH_ON_START = True would delete job {job!r} while "
@@ -337,7 +340,7 @@ class Scheduler(BaseScheduler):
                 f"state persists), and to start over stop its nodes and run "
                 f"`crawlfleet job reset {job}`"
             )
-        deleted = await self.frontier.reset(keep_limits=True)
+        deleted = await self.frontier.reset(keep_limits=True, keep_nodes=True)
         logger.warning(
             "SCHEDULER_FLUSH_ON_START: job %r reset before this node joined it "
             "(%d keys deleted; no other node was alive)",

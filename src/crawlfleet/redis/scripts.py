@@ -99,6 +99,7 @@ class ScriptSet:
         "seen",
         "seeds_read",
         "seeds_done",
+        "join_alone",
         "control",
         "throttle",
     )
