@@ -61,6 +61,7 @@ SCRAPY_REDIS_SETTINGS = {
     "REDIS_START_URLS_AS_SET": True,
     "REDIS_URL": "redis://:s3cret@127.0.0.1:6379/0",
     "ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 300},
+    "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
 }
 
 
@@ -94,6 +95,7 @@ def test_the_addon_takes_over_and_says_so_once(caplog: pytest.LogCaptureFixture)
         "SCHEDULER_QUEUE_CLASS: not used",
         "REDIS_START_URLS_AS_SET: True: a list, a set or a sorted set is read by the key's",
         "REDIS_URL: used: crawlfleet's Redis is here",
+        "STATS_CLASS: kept",
     ):
         assert name in text, text
     assert "s3cret" not in text

@@ -8,8 +8,9 @@ Each setting is documented in ``docs/settings.md``; names carry their unit.
 from __future__ import annotations
 
 # --- Redis --------------------------------------------------------------------------
-#: URL of the shared Redis (``redis://``, ``rediss://``, ``unix://``). Empty: start
-#: (or join) the embedded Redis under CRAWLFLEET_DATA_DIR. Env CRAWLFLEET_REDIS_URL wins.
+#: URL of the shared Redis (``redis://``, ``rediss://``, ``unix://``). Empty: scrapy-redis's
+#: REDIS_URL, else REDIS_HOST/REDIS_PORT, else start (or join) the embedded Redis under
+#: CRAWLFLEET_DATA_DIR. Env CRAWLFLEET_REDIS_URL wins.
 CRAWLFLEET_REDIS_URL = ""
 #: Directory for local state: the embedded Redis (AOF files, socket, pid), item files.
 CRAWLFLEET_DATA_DIR = ".crawlfleet"
@@ -231,11 +232,13 @@ CRAWLFLEET_RECRAWL_REASONS = ["http", "exception", "ban"]
 CRAWLFLEET_CAMPAIGN = ""
 
 # --- Seeding ------------------------------------------------------------------------
-#: Redis list read for seeds, compatible with scrapy-redis: plain URLs or JSON objects
-#: {"url": ..., "meta": ..., "priority": ...}. "%(spider)s" is replaced by the spider
-#: name. Empty: no list is read.
+#: Redis key read for seeds when the spider has no redis_key and REDIS_START_URLS_KEY is
+#: not set, compatible with scrapy-redis: a list, set or sorted set of plain URLs or
+#: JSON objects {"url": ..., "meta": ..., "priority": ...}. "%(spider)s" is replaced by
+#: the spider name. Empty: no key is read.
 CRAWLFLEET_START_URLS_KEY = "%(spider)s:start_urls"
-#: Entries taken from that list per batch.
+#: Entries read from that key per batch (unless redis_batch_size or
+#: REDIS_START_URLS_BATCH_SIZE).
 CRAWLFLEET_START_URLS_BATCH = 100
 
 # ======================= item pipeline (see docs/pipelines.md) ======================

@@ -43,6 +43,10 @@ SETTINGS: dict[str, str] = {
     "REDIS_ENCODING": "kept: the spider's make_request_from_data decodes seeds with {}",
     "REDIS_ITEMS_KEY": "kept: RedisPipeline writes items to {}",
     "REDIS_ITEMS_SERIALIZER": "kept: RedisPipeline serialises items with it",
+    "STATS_CLASS": "kept: Scrapy's stats of each node also go to its Redis hash "
+    "(crawlfleet's job figures: `crawlfleet job status`)",
+    "STATS_KEY": "kept: RedisStatsCollector writes to {}",
+    "REDIS_DECODE_RESPONSES": "kept for the project's own clients",
     "REDIS_URL": "{}",
     "REDIS_HOST": "{}",
     "REDIS_PORT": "{}",
@@ -90,6 +94,8 @@ def take_over(settings: BaseSettings, redis_source: str) -> list[str]:
             lines.append(f"{name} {_path(value)}: {what}")
             continue
         if not _found(settings, name):
+            continue
+        if name == "STATS_CLASS" and not is_scrapy_redis(settings.get(name)):
             continue
         value = settings.get(name)
         if name in _REDIS_LOCATION:
