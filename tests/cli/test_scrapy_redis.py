@@ -305,6 +305,26 @@ def test_a_seed_key_is_read_by_one_node_at_a_time(
     asyncio.run(body())
 
 
+def test_a_job_is_finished_only_once_its_seed_key_was_read_empty() -> None:
+    """Seeds pushed while the job winds down are not left behind: the job counts as
+    finished only after a read of the seed key that began once it looked finished."""
+    from crawlfleet.frontier.records import JobState
+    from crawlfleet.node.engine import EngineHooks
+    from crawlfleet.node.lifecycle import Lifecycle
+
+    config = FrontierConfig.from_settings(
+        settings_with_defaults({"CRAWLFLEET_FINISH_GRACE_SECONDS": 0.3}), "job"
+    )
+    lifecycle = Lifecycle(config, EngineHooks(), "n")
+    done = JobState(now_ms=0, queued=0, leased=0, live_nodes=1, busy_others=0, leased_total=5)
+    lifecycle.update(done, True, False, 10.0, seeds_read_at=9.0)
+    assert lifecycle.empty_since == 10.0
+    lifecycle.update(done, True, False, 11.0, seeds_read_at=9.0)  # grace over, no new read
+    assert not lifecycle.finished
+    lifecycle.update(done, True, False, 11.1, seeds_read_at=10.5)
+    assert lifecycle.finished
+
+
 # -- SCHEDULER_FLUSH_ON_START -----------------------------------------------------------
 def test_flush_on_start_is_refused_while_other_nodes_work(
     redis_server_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 from crawlfleet.frontier.records import JobState
 from crawlfleet.node.engine import EngineHooks
@@ -39,10 +40,19 @@ class Lifecycle:
         #: the seed key this node reads ("" for none), named while it waits for seeds
         self.seed_key = ""
 
-    def update(self, state: JobState, idle: bool, seeds_waiting: bool, now: float) -> None:
+    def update(
+        self,
+        state: JobState,
+        idle: bool,
+        seeds_waiting: bool,
+        now: float,
+        seeds_read_at: float = math.inf,
+    ) -> None:
         """Take in the job's *state* as a heartbeat read it (*idle*: this node holds
-        nothing; *seeds_waiting*: more work is on its way: its seed list is not empty, or
-        a campaign holds the job open; *now*: monotonic)."""
+        nothing; *seeds_waiting*: more work is on its way: its seed key is not empty, or
+        a campaign holds the job open; *now*: monotonic; *seeds_read_at*: when the seed
+        key was last read (monotonic; inf: no key): the job is finished only once it
+        was read, and found empty, after the job looked finished)."""
         empty = idle and state.empty and not seeds_waiting
         if empty and state.leased_total == 0:
             # a job that never had work is not finished: nodes started before the
@@ -63,7 +73,11 @@ class Lifecycle:
             return
         if self._empty_since is None:
             self._empty_since = now
-        if not self.finished and now - self._empty_since >= self.config.finish_grace_seconds:
+        if (
+            not self.finished
+            and now - self._empty_since >= self.config.finish_grace_seconds
+            and seeds_read_at >= self._empty_since
+        ):
             self.finished = True
             if self.config.close_when_finished:
                 logger.info(
@@ -71,6 +85,11 @@ class Lifecycle:
                     self.config.job,
                 )
             self.engine.wake()
+
+    @property
+    def empty_since(self) -> float | None:
+        """Since when (monotonic) the job has looked finished to this node, if it does."""
+        return self._empty_since
 
     def close_once(self, reason: str) -> None:
         """Ask the engine to close the spider (once; not while closing already)."""

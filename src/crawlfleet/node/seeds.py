@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -110,6 +111,8 @@ class SeedReader:
         self.waiting = False
         #: monotonic time of the next read
         self.next_at = 0.0
+        #: monotonic time the last read began that saw the whole key (not "busy")
+        self.read_at = -math.inf
         self._said_kind = ""
 
     async def pull(
@@ -121,8 +124,11 @@ class SeedReader:
         """Read one batch; *make* turns an entry into outbound requests, *queue*
         commits them to the frontier; with nothing to read, wait *idle_delay* (at
         least 1 s) before the next read."""
+        began = time.monotonic()
         batch = await self.frontier.read_seeds(self.key, self.batch, self.node_id, self.lock_ms)
         self.waiting = batch.left > 0
+        if batch.kind != "busy":
+            self.read_at = began
         if batch.kind not in SEED_KINDS:
             if batch.kind not in ("none", "busy") and batch.kind != self._said_kind:
                 self._said_kind = batch.kind

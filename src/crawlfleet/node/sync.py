@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -580,8 +581,15 @@ class SyncLoop:
         self._was_idle = idle
         if state.queued > 0 and not self.ledger.ready:
             self.leaser.now()
-        waiting = bool(self.holds or self._feeds) or (self.seeds is not None and self.seeds.waiting)
-        self.lifecycle.update(state, idle, waiting, now)
+        seeds = self.seeds
+        waiting = bool(self.holds or self._feeds) or (seeds is not None and seeds.waiting)
+        read_at = seeds.read_at if seeds is not None else math.inf
+        self.lifecycle.update(state, idle, waiting, now, read_at)
+        since = self.lifecycle.empty_since
+        if seeds is not None and since is not None and read_at < since:
+            # the job looks finished: read the seed key once more first (seeds pushed
+            # since the last read must not be left behind)
+            seeds.next_at = 0.0
 
     def _note_control_seq(self, seq: int) -> None:
         """The job's command sequence as just read: a new command is read (with a
