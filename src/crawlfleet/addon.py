@@ -106,6 +106,9 @@ def check(settings: BaseSettings) -> None:
 class Addon:
     """Turns a Scrapy project into a crawlfleet node."""
 
+    #: say nothing (a command checking the settings before Scrapy applies the add-on)
+    quiet = False
+
     def update_settings(self, settings: BaseSettings) -> None:
         try:
             self._update_settings(settings)
@@ -124,7 +127,7 @@ class Addon:
         # the environment beats settings files (deployment), not -s on the command line
         apply_defaults(settings)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
-        _take_over_scrapy_redis(settings)
+        _take_over_scrapy_redis(settings, say=not self.quiet)
         for name, value in SCRAPY_DEFAULTS.items():
             settings.set(name, value, priority="addon")
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
@@ -176,14 +179,15 @@ class Addon:
 _said: set[str] = set()
 
 
-def _take_over_scrapy_redis(settings: BaseSettings) -> None:
+def _take_over_scrapy_redis(settings: BaseSettings, *, say: bool = True) -> None:
     """crawlfleet's scheduler and seen-filter over scrapy-redis's, whatever their
-    priority; one WARNING saying what is done with each scrapy-redis setting found."""
+    priority; one WARNING saying what is done with each scrapy-redis setting found
+    (unless not *say*)."""
     from crawlfleet.settings.config import redis_url_from
     from crawlfleet.settings.scrapy_redis import take_over
 
     lines = take_over(settings, redis_url_from(settings)[1])
-    if not lines:
+    if not lines or not say:
         return
     message = "crawlfleet takes over from scrapy-redis:\n  " + "\n  ".join(lines)
     if message not in _said:

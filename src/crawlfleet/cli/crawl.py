@@ -154,7 +154,9 @@ def check_settings(settings: Settings, spidercls: type[Spider]) -> RedisConfig:
     Scrapy starts, so that a mistake is one clear line, not a traceback; returns where
     the node's Redis is."""
     probe = settings.copy()
-    Addon().update_settings(probe)  # Scrapy applies add-ons only when it builds the crawler
+    addon = Addon()
+    addon.quiet = True  # the node says what it takes over once its logging is set up
+    addon.update_settings(probe)  # Scrapy applies add-ons only when it builds the crawler
     spidercls.update_settings(probe)
     FrontierConfig.from_settings(probe, getattr(spidercls, "name", "") or "")
     return RedisConfig.from_settings(probe)

@@ -174,6 +174,7 @@ class Scheduler(BaseScheduler):
                 shards=config.shards,
             )
         self.config = config
+        self.redis_config = redis_config
         self.node_id = node_id or new_node_id()
         self.frontier = frontier
         self.fingerprint = fingerprint
@@ -319,6 +320,12 @@ class Scheduler(BaseScheduler):
             self.config.seen_mode,
             self.config.site_key,
             self.config.prefetch,
+        )
+        rc = self.redis_config
+        logger.debug(
+            "Redis: %s from %s",
+            redact(rc.url) if rc.url else "the embedded Redis",
+            rc.url_source if rc.url else f"no setting (data in {rc.data_dir})",
         )
 
     async def _flush_job(self) -> None:
