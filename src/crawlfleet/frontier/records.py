@@ -14,6 +14,7 @@ __all__ = [
     "DELAY_META",
     "FINGERPRINT_BYTES",
     "PRIORITY_LIMIT",
+    "SEED_KINDS",
     "WAITING",
     "CommitResult",
     "JobState",
