@@ -23,7 +23,7 @@ from crawlfleet.frontier.records import Outgoing, SeenConfig
 from crawlfleet.frontier.sharded import shard_of
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
-from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.keys import JobKeys, seed_keys
 from crawlfleet.redis.localcluster import LocalCluster, RedisProcess, local_cluster
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
@@ -64,6 +64,36 @@ def test_a_lease_paces_apart_from_the_job_and_gives_back_unused_slots(
             assert st.fleet_limits == {"*.shop.com": "5/1s"} and st.leased == 2
             assert await a.reset() > 0
         finally:
+            await client.aclose()
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+def test_a_seed_key_is_read_on_a_cluster(
+    cluster: LocalCluster, key_prefix: str, tagged: bool
+) -> None:
+    """A scrapy-redis start-URL key (with a hash tag of its own or none) is read, taken
+    and its unreadable entries set aside in its own slot, wherever the job's keys are."""
+
+    async def body() -> None:
+        client = make_client(cluster.url)
+        seed = f"{{{key_prefix}}}:start_urls" if tagged else f"{key_prefix}:start_urls"
+        keys = seed_keys(seed)
+        frontier = Frontier(client, JobKeys.of(key_prefix, "job"))
+        try:
+            await client.sadd(seed, b"http://a.test/1", b"bad")
+            batch = await frontier.read_seeds(seed, 10, "n1", 5000)
+            assert (batch.kind, sorted(batch.entries)) == ("set", [b"bad", b"http://a.test/1"])
+            assert (await frontier.read_seeds(seed, 10, "n2", 5000)).kind == "busy"
+            assert await frontier.done_seeds(seed, "n1", batch, [b"bad"]) == 2
+            assert await client.lrange(keys.unreadable, 0, -1) == [b"bad"]
+            assert await frontier.join_alone("n1", 5000) == []
+            assert await frontier.join_alone("n2", 5000) == ["n1"]
+        finally:
+            for key in (seed, keys.reader, keys.unreadable):
+                await client.delete(key)
+            await frontier.reset()
             await client.aclose()
 
     asyncio.run(body())
