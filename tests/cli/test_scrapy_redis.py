@@ -132,6 +132,11 @@ def test_a_scheduler_of_the_projects_own_is_left_alone() -> None:
             "rediss://localhost:6380/0",
             "REDIS_HOST/REDIS_PORT",
         ),
+        (
+            {"REDIS_URL": "redis://b:2/3", "REDIS_PARAMS": {"password": "pw"}},
+            "redis://:pw@b:2/3",
+            "REDIS_URL",
+        ),
         ({}, "", "embedded"),
     ],
 )

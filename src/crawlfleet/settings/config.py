@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, urlparse, urlsplit, urlunsplit
 
 from scrapy.settings import BaseSettings, Settings
 
@@ -121,21 +121,30 @@ _CLIENT_TUNING = frozenset(
 
 def redis_url_from(settings: BaseSettings) -> tuple[str, str]:
     """crawlfleet's Redis URL and the setting it came from: CRAWLFLEET_REDIS_URL, else
-    scrapy-redis's REDIS_URL, else its REDIS_HOST/REDIS_PORT (with REDIS_DB and the
-    password, username, db and ssl of REDIS_PARAMS), else ("", "embedded").
+    scrapy-redis's REDIS_URL (with the password and username of REDIS_PARAMS when it has
+    none), else its REDIS_HOST/REDIS_PORT (with REDIS_DB and the password, username, db
+    and ssl of REDIS_PARAMS), else ("", "embedded").
     ConfigError for REDIS_PARAMS that a URL cannot say."""
     own = str(settings.get("CRAWLFLEET_REDIS_URL") or "")
     if own:
         return own, "CRAWLFLEET_REDIS_URL"
-    url = str(settings.get("REDIS_URL") or "")
-    if url:
-        return url, "REDIS_URL"
-    if not (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
-        return "", "embedded"
     try:
         params = dict(settings.getdict("REDIS_PARAMS"))
     except ValueError:
         raise ConfigError("REDIS_PARAMS must be a dict") from None
+    user, password = params.get("username"), params.get("password")
+    auth = ""
+    if user or password:
+        auth = f"{quote(str(user or ''), safe='')}:{quote(str(password or ''), safe='')}@"
+    url = str(settings.get("REDIS_URL") or "")
+    if url:
+        parts = urlsplit(url)
+        if auth and parts.scheme in ("redis", "rediss") and "@" not in parts.netloc:
+            # scrapy-redis passes REDIS_PARAMS to its client: they fill what the URL lacks
+            url = urlunsplit(parts._replace(netloc=auth + parts.netloc))
+        return url, "REDIS_URL"
+    if not (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
+        return "", "embedded"
     unknown = sorted(set(params) - _CLIENT_TUNING - {"password", "username", "db", "ssl"})
     if unknown:
         raise ConfigError(
@@ -145,10 +154,6 @@ def redis_url_from(settings: BaseSettings) -> tuple[str, str]:
     host = str(settings.get("REDIS_HOST") or "localhost")
     port = settings.get("REDIS_PORT") or 6379
     db = settings.get("REDIS_DB") or params.get("db") or 0
-    user, password = params.get("username"), params.get("password")
-    auth = ""
-    if user or password:
-        auth = f"{quote(str(user or ''), safe='')}:{quote(str(password or ''), safe='')}@"
     scheme = "rediss" if params.get("ssl") else "redis"
     host = f"[{host}]" if ":" in host else host
     try:
