@@ -367,7 +367,7 @@ class MemoryFrontier:
     async def reset(self, *, keep_limits: bool = False, keep_nodes: bool = False) -> int:
         """Forget the job's crawl state (its seed lists are the user's: kept)."""
         seeds, nodes = self._job.seeds, self._job.nodes
-        self._job.__init__()  # type: ignore[misc]
+        self._job.__init__()  # type: ignore[misc]  # in place: other frontiers share it
         self._job.seeds = seeds
         if keep_nodes:
             self._job.nodes = nodes
