@@ -35,7 +35,16 @@ from crawlfleet.testsite import model as site_model
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 
-__all__ = ["FAULTS", "FaultResult", "drop_table", "fetched_pages", "run_fault_trial", "stored_urls"]
+__all__ = [
+    "FAULTS",
+    "FaultResult",
+    "NodeStarter",
+    "drop_table",
+    "fetched_pages",
+    "run_fault_trial",
+    "stored_urls",
+    "trial_settings",
+]
 
 FAULTS = ("kill", "interrupt")
 #: What Scrapy logs on the first Ctrl-C.
@@ -96,6 +105,48 @@ def drop_table(sql_url: str, table: str) -> None:
         engine.dispose()
 
 
+def trial_settings(
+    key_prefix: str, workdir: Path, concurrency: int, sql_url: str, table: str
+) -> dict[str, Any]:
+    """The settings of a trial's nodes: quick heartbeats and reclaims, storing into
+    *table* of *sql_url*, state under *workdir*."""
+    return {
+        "CRAWLFLEET_KEY_PREFIX": key_prefix,
+        "CRAWLFLEET_DATA_DIR": str(workdir / "data"),
+        "CONCURRENT_REQUESTS": concurrency,
+        "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": False,
+        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
+        "CRAWLFLEET_RECLAIM_SECONDS": 0.5,
+        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 2,
+        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+        "CRAWLFLEET_STORES": "sql",
+        "CRAWLFLEET_SQL_URL": sql_url,
+        "CRAWLFLEET_SQL_TABLE": table,
+    }
+
+
+class NodeStarter:
+    """Starts the trial's nodes of *job* (``crawlfleet crawl`` of the bundled site's
+    spec from ``seeds``), each logging to ``nodeN.log`` in *workdir*."""
+
+    def __init__(self, job: str, redis_url: str, workdir: Path, settings: dict[str, Any]):
+        self.job, self.redis_url, self.workdir, self.settings = job, redis_url, workdir, settings
+        self.seeds: list[str] = []
+        self.count = 0
+
+    def __call__(self) -> subprocess.Popen[bytes]:
+        self.count += 1
+        return start_node(
+            str(SPEC),
+            job=self.job,
+            redis_url=self.redis_url,
+            log=self.workdir / f"node{self.count}.log",
+            spider_args={"start_urls": ",".join(self.seeds)},
+            settings=self.settings,
+        )
+
+
 def run_fault_trial(
     fault: str,
     *,
@@ -118,37 +169,13 @@ def run_fault_trial(
     tag = uuid.uuid4().hex[:8]
     table = f"cf_fault_{tag}"
     workdir.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = {
-        "CRAWLFLEET_KEY_PREFIX": key_prefix,
-        "CRAWLFLEET_DATA_DIR": str(workdir / "data"),
-        "CONCURRENT_REQUESTS": concurrency,
-        "LOG_LEVEL": "INFO",
-        "TELNETCONSOLE_ENABLED": False,
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
-        "CRAWLFLEET_RECLAIM_SECONDS": 0.5,
-        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 2,
-        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-        "CRAWLFLEET_STORES": "sql",
-        "CRAWLFLEET_SQL_URL": sql_url,
-        "CRAWLFLEET_SQL_TABLE": table,
-    }
+    settings = trial_settings(key_prefix, workdir, concurrency, sql_url, table)
     model = SiteModel(pages=pages, hosts=3, problems=False)
     started = time.monotonic()
-    count = 0
-
-    def node() -> subprocess.Popen[bytes]:
-        nonlocal count
-        count += 1
-        return start_node(
-            str(SPEC),
-            job=f"faults-{tag}",
-            redis_url=redis_url,
-            log=workdir / f"node{count}.log",
-            spider_args={"start_urls": ",".join(site.seed_urls)},
-            settings=settings,
-        )
+    node = NodeStarter(f"faults-{tag}", redis_url, workdir, settings)
 
     with TestSite(model, latency_seconds=latency, timeout_seconds=10) as site:
+        node.seeds = site.seed_urls
         procs = [node() for _ in range(NODES)]
         try:
             # the fault hits somewhere in the middle 80 % of the crawl

@@ -27,9 +27,15 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
-from crawlfleet.benchmark.faults import SPEC, drop_table, fetched_pages, stored_urls
+from crawlfleet.benchmark.faults import (
+    NodeStarter,
+    drop_table,
+    fetched_pages,
+    stored_urls,
+    trial_settings,
+)
 from crawlfleet.node.backlog import WAITING_FOR_STORE
-from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.node.launcher import wait_all
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
@@ -116,40 +122,16 @@ def run_outage_trial(
     tag = uuid.uuid4().hex[:8]
     table = f"cf_outage_{tag}"
     workdir.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = {
-        "CRAWLFLEET_KEY_PREFIX": key_prefix,
-        "CRAWLFLEET_DATA_DIR": str(workdir / "data"),
-        "CONCURRENT_REQUESTS": concurrency,
-        "LOG_LEVEL": "INFO",
-        "TELNETCONSOLE_ENABLED": False,
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
-        "CRAWLFLEET_RECLAIM_SECONDS": 0.5,
-        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 2,
-        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-        "CRAWLFLEET_STORES": "sql",
-        "CRAWLFLEET_SQL_URL": via_proxy,
-        "CRAWLFLEET_SQL_TABLE": table,
-        "CRAWLFLEET_STORE_RETRY_MIN_SECONDS": 0.2,
-        "CRAWLFLEET_STORE_RETRY_MAX_SECONDS": 1,
-        "CRAWLFLEET_ITEMS_PENDING_MAX": pending_max,
-    }
+    settings = trial_settings(key_prefix, workdir, concurrency, via_proxy, table)
+    settings["CRAWLFLEET_STORE_RETRY_MIN_SECONDS"] = 0.2
+    settings["CRAWLFLEET_STORE_RETRY_MAX_SECONDS"] = 1
+    settings["CRAWLFLEET_ITEMS_PENDING_MAX"] = pending_max
     model = SiteModel(pages=pages, hosts=3, problems=False)
     started = time.monotonic()
-    count = 0
-
-    def node() -> subprocess.Popen[bytes]:
-        nonlocal count
-        count += 1
-        return start_node(
-            str(SPEC),
-            job=f"outage-{tag}",
-            redis_url=redis_url,
-            log=workdir / f"node{count}.log",
-            spider_args={"start_urls": ",".join(site.seed_urls)},
-            settings=settings,
-        )
+    node = NodeStarter(f"outage-{tag}", redis_url, workdir, settings)
 
     with TestSite(model, latency_seconds=latency, timeout_seconds=10) as site:
+        node.seeds = site.seed_urls
         procs = [node() for _ in range(NODES)]
         victim: subprocess.Popen[bytes] | None = None
         try:
