@@ -17,6 +17,7 @@ from scrapy import Request, Spider
 from scrapy.utils.request import RequestFingerprinter
 
 from crawlfleet.exceptions import ItemNotDurable
+from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.frontier.sharded import JobFrontier
@@ -64,12 +65,20 @@ class Engine:
 def node(
     store: dict[str, Any], engine: Engine, settings: dict[str, Any] | None = None
 ) -> Scheduler:
+    """A node of job "job" on the in-memory frontier *store*."""
+    return node_on(MemoryFrontier("job", store), engine, settings)
+
+
+def node_on(
+    frontier: FrontierBackend, engine: Engine, settings: dict[str, Any] | None = None
+) -> Scheduler:
+    """A node of job "job" on *frontier*, with FAST and *settings*, bound to *engine*."""
     s = settings_with_defaults({**FAST, **(settings or {})})
     scheduler = Scheduler(
         config=FrontierConfig.from_settings(s, "job"),
         redis_config=RedisConfig.from_settings(s),
         fingerprint=RequestFingerprinter().fingerprint,
-        frontier=MemoryFrontier("job", store),
+        frontier=frontier,
     )
     scheduler.bind_engine(engine.hooks(), [])
     return scheduler
@@ -326,14 +335,9 @@ def test_a_lease_slower_than_its_slots_late_allowance_is_said_once(
     async def body() -> None:
         store: dict[str, Any] = {}
         engine = Engine()
-        s = settings_with_defaults({**FAST, "CRAWLFLEET_RATE_LIMITS": {"a.test": "20/1s"}})
-        scheduler = Scheduler(
-            config=FrontierConfig.from_settings(s, "job"),
-            redis_config=RedisConfig.from_settings(s),
-            fingerprint=RequestFingerprinter().fingerprint,
-            frontier=DistantFrontier("job", store),
+        scheduler = node_on(
+            DistantFrontier("job", store), engine, {"CRAWLFLEET_RATE_LIMITS": {"a.test": "20/1s"}}
         )
-        scheduler.bind_engine(engine.hooks(), [])
         await scheduler.start(Spider("job"))
         for i in range(5):
             scheduler.enqueue_request(Request(f"http://a.test/{i}"))
@@ -408,15 +412,8 @@ def test_a_commit_done_in_part_is_finished_without_queueing_anything_twice(
         client = make_client(redis_server_url)
         keys = JobKeys.of(key_prefix, "job")
         frontier = JobFrontier(client, keys, shards=3)
-        s = settings_with_defaults(FAST)
-        scheduler = Scheduler(
-            config=FrontierConfig.from_settings(s, "job"),
-            redis_config=RedisConfig.from_settings(s),
-            fingerprint=RequestFingerprinter().fingerprint,
-            frontier=frontier,
-        )
         engine = Engine()
-        scheduler.bind_engine(engine.hooks(), [])
+        scheduler = node_on(frontier, engine)
         await scheduler.start(Spider("job"))
         down = shard_down(frontier, 1)
         try:
@@ -462,15 +459,8 @@ def test_a_leased_entry_without_separators_is_set_aside_saying_so(
         await client.rpush(keys.fifo("a.test"), b"no separator at all")
         await client.zadd(keys.sites, {"a.test": 0})
         await client.hset(keys.counters, "queued", 1)
-        s = settings_with_defaults(FAST)
-        scheduler = Scheduler(
-            config=FrontierConfig.from_settings(s, "job"),
-            redis_config=RedisConfig.from_settings(s),
-            fingerprint=RequestFingerprinter().fingerprint,
-            frontier=frontier,
-        )
         engine = Engine()
-        scheduler.bind_engine(engine.hooks(), [])
+        scheduler = node_on(frontier, engine)
         await scheduler.start(Spider("job"))
         try:
             await until(lambda: "set aside" in caplog.text)
@@ -501,15 +491,12 @@ def test_the_end_of_a_redis_hang_counts_from_its_start(
 
     async def body() -> None:
         client = make_client(server.url, socket_timeout=1, socket_connect_timeout=1)
-        s = settings_with_defaults({**FAST, "CRAWLFLEET_REDIS_RETRY_MAX_SECONDS": 0.5})
-        scheduler = Scheduler(
-            config=FrontierConfig.from_settings(s, "job"),
-            redis_config=RedisConfig.from_settings(s),
-            fingerprint=RequestFingerprinter().fingerprint,
-            frontier=JobFrontier(client, JobKeys.of("cf", "job")),
-        )
         engine = Engine()
-        scheduler.bind_engine(engine.hooks(), [])
+        scheduler = node_on(
+            JobFrontier(client, JobKeys.of("cf", "job")),
+            engine,
+            {"CRAWLFLEET_REDIS_RETRY_MAX_SECONDS": 0.5},
+        )
         await scheduler.start(Spider("job"))
         try:
             await asyncio.sleep(0.3)

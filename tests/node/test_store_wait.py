@@ -18,19 +18,16 @@ from pathlib import Path
 
 import pytest
 from scrapy import Request, Spider
-from scrapy.utils.request import RequestFingerprinter
 
 from crawlfleet.cli import status
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.backlog import WAITING_FOR_STORE
-from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.pipelines.buffered import StoreOptions
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
-from tests.node.test_node_parts import FAST, Engine, run, until
+from tests.node.test_node_parts import Engine, node_on, run, until
 from tests.node.test_status_health import common, parse
 
 BOUND = 5
@@ -69,17 +66,10 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
     async def body() -> None:
         client = make_client(redis_server_url)
         frontier = JobFrontier(client, JobKeys.of(key_prefix, "job"))
-        s = settings_with_defaults(
-            {**FAST, "CRAWLFLEET_PREFETCH": 4, "CRAWLFLEET_ITEMS_PENDING_MAX": BOUND}
-        )
-        scheduler = Scheduler(
-            config=FrontierConfig.from_settings(s, "job"),
-            redis_config=RedisConfig.from_settings(s),
-            fingerprint=RequestFingerprinter().fingerprint,
-            frontier=frontier,
-        )
         engine = Engine()
-        scheduler.bind_engine(engine.hooks(), [])
+        scheduler = node_on(
+            frontier, engine, {"CRAWLFLEET_PREFETCH": 4, "CRAWLFLEET_ITEMS_PENDING_MAX": BOUND}
+        )
         scheduler.sync.backlog.stores.append(sink)
         sink.open()
         await scheduler.start(Spider("job"))
