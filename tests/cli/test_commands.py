@@ -262,3 +262,32 @@ def test_limits_of_the_fleet_and_of_a_job(redis_server_url: str, key_prefix: str
         assert r.returncode == code, (bad, r.stdout, r.stderr)
         assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
     assert "no run-time limits" in cli("limits", "list", "--fleet", *common).stdout
+
+
+def test_a_node_says_where_its_items_went_and_a_page_bound_is_a_success(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The closing line names where the items went, or says they went nowhere and which
+    setting stores them; CLOSESPIDER_PAGECOUNT is a stop the operator asked for: exit 0."""
+    items_db = tmp_path / "items.sqlite3"
+    with TestSite(SiteModel(pages=20, hosts=1, problems=False)) as site:
+        runs = {
+            "nowhere": {"CLOSESPIDER_PAGECOUNT": 5},
+            "stored": {"CRAWLFLEET_STORES": "sql", "CRAWLFLEET_SQL_URL": f"sqlite:///{items_db}"},
+        }
+        for job, extra in runs.items():
+            node = start_node(
+                "crawlfleet.testsite.spider:TestSiteSpider",
+                job=job,
+                redis_url=redis_server_url,
+                log=tmp_path / f"{job}.log",
+                spider_args={"start_urls": site.seed_urls[0]},
+                cwd=ROOT,
+                settings={**node_env, "LOG_LEVEL": "INFO", **extra},
+            )
+            assert node.wait(60) == 0, (tmp_path / f"{job}.log").read_text()[-3000:]
+    nowhere = (tmp_path / "nowhere.log").read_text()
+    assert "closed (closespider_pagecount)" in nowhere
+    assert "stored: none (items go to no store: set CRAWLFLEET_STORES, e.g. sql)" in nowhere
+    stored = (tmp_path / "stored.log").read_text()
+    assert f"stored: sql 20 (into sql sqlite:///{items_db} table " in stored

@@ -135,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
         return 1  # pages given back unfinished (a store was down at the stop)
     if stats and stats.get_value("crawlfleet/node/unfinished"):
         return 1  # Redis unreachable at the close: work left for lease expiry
-    # drained and stopped: an operator's control command (crawlfleet control)
-    return 0 if reason in ("finished", "shutdown", "drained", "stopped") else 1
+    return 0 if reason in SUCCESSFUL else 1
 
 
 def _freeze_startup_objects() -> None:
@@ -147,6 +146,24 @@ def _freeze_startup_objects() -> None:
     is collected first, so nothing collectable is kept."""
     gc.collect()
     gc.freeze()
+
+
+#: Close reasons of a node that did what it was asked: the job finished, a stop
+#: (Ctrl-C, SIGTERM; drained and stopped: crawlfleet control), or a CLOSESPIDER_* bound
+#: the operator set that is not an error count.
+SUCCESSFUL = frozenset(
+    {
+        "finished",
+        "shutdown",
+        "drained",
+        "stopped",
+        "closespider_pagecount",
+        "closespider_pagecount_no_item",
+        "closespider_itemcount",
+        "closespider_timeout",
+        "closespider_timeout_no_item",
+    }
+)
 
 
 def check_settings(settings: Settings, spidercls: type[Spider]) -> RedisConfig:

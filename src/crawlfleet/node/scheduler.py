@@ -361,7 +361,7 @@ class Scheduler(BaseScheduler):
     async def stop(self, reason: str) -> None:
         """:meth:`close` as a coroutine: hand everything back or in, leave the job."""
         await self.sync.close(reason, self.summary)
-        log_summary(self.summary(reason))
+        log_summary(self.summary(reason), [store.target for store in self.sync.backlog.stores])
 
     def has_pending_requests(self) -> bool:
         if self.ledger.busy:

@@ -44,8 +44,14 @@ def run_summary(stats: dict[str, Any], node: str, reason: str, started: float) -
     }
 
 
-def log_summary(s: dict[str, Any]) -> None:
+def log_summary(s: dict[str, Any], targets: list[str] | None = None) -> None:
+    """Log the run *s*; *targets*: where its item stores write (said after the counts,
+    or, when items were scraped and no store is configured, that they went nowhere)."""
     stored = ", ".join(f"{n} {c}" for n, c in s["stored"].items()) or "none"
+    if targets:
+        stored += f" (into {'; '.join(targets)})"
+    elif s["items"] and not s["stored"]:
+        stored += " (items go to no store: set CRAWLFLEET_STORES, e.g. sql)"
     logger.info(
         "crawlfleet node %s closed (%s) after %.1fs: %d pages (%.1f/s), %d items, "
         "stored: %s, %d errors; shared state left in place",
