@@ -289,5 +289,7 @@ def test_a_node_says_where_its_items_went_and_a_page_bound_is_a_success(
     nowhere = (tmp_path / "nowhere.log").read_text()
     assert "closed (closespider_pagecount)" in nowhere
     assert "stored: none (items go to no store: set CRAWLFLEET_STORES, e.g. sql)" in nowhere
+    # what is off by default is not warned about at every start
+    assert "Disabled" not in nowhere and " WARNING: " not in nowhere, nowhere
     stored = (tmp_path / "stored.log").read_text()
     assert f"stored: sql 20 (into sql sqlite:///{items_db} table " in stored

@@ -66,7 +66,7 @@ class FailureRegistry:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FailureRegistry:
         if not crawler.settings.getbool("CRAWLFLEET_ERRORS"):
-            raise NotConfigured("CRAWLFLEET_ERRORS is off")
+            raise NotConfigured  # CRAWLFLEET_ERRORS is off (no message: Scrapy warns of one)
         url = check_state_db_url(state_db_url(crawler.settings))  # ConfigError: one line
         ext = cls(crawler, RegistryWriter(url))
         crawler.crawlfleet_failures = ext  # type: ignore[attr-defined]  # for BanDetector

@@ -151,7 +151,7 @@ class ProxyRotation:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ProxyRotation:
         if not crawler.settings.getbool("CRAWLFLEET_PROXY_ENABLED"):
-            raise NotConfigured("CRAWLFLEET_PROXY_ENABLED is off")
+            raise NotConfigured  # CRAWLFLEET_PROXY_ENABLED is off (no message: Scrapy warns of one)
         mw = cls(crawler, parse_sources(crawler.settings.get("CRAWLFLEET_PROXIES")))
         crawler.crawlfleet_proxies = mw  # type: ignore[attr-defined]  # for BanDetector
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)

@@ -49,7 +49,7 @@ class Sessions:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Sessions:
         if not crawler.settings.getbool("CRAWLFLEET_SESSIONS"):
-            raise NotConfigured("CRAWLFLEET_SESSIONS is off")
+            raise NotConfigured  # CRAWLFLEET_SESSIONS is off (no message: Scrapy warns of one)
         mw = cls(crawler)
         crawler.crawlfleet_sessions = mw  # type: ignore[attr-defined]  # for ProxyRotation
         return mw

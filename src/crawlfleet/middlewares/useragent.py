@@ -180,7 +180,7 @@ class BrowserHeaders:
         settings = crawler.settings
         source = str(settings.get("CRAWLFLEET_USER_AGENTS") or "").strip()
         if not source:
-            raise NotConfigured("CRAWLFLEET_USER_AGENTS is not set")
+            raise NotConfigured  # CRAWLFLEET_USER_AGENTS unset (no message: Scrapy warns of one)
         identities = browser_identities() if source == "browser" else file_identities(source)
 
         return cls(

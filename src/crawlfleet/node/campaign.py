@@ -71,7 +71,7 @@ class CampaignFeeder(HeldLoop):
         settings = crawler.settings
         name = str(settings.get("CRAWLFLEET_CAMPAIGN") or "").strip()
         if not name:
-            raise NotConfigured("CRAWLFLEET_CAMPAIGN is not set")
+            raise NotConfigured  # CRAWLFLEET_CAMPAIGN is not set (no message: Scrapy warns of one)
         if not settings.getbool("CRAWLFLEET_ERRORS"):
             raise ConfigError(
                 "CRAWLFLEET_CAMPAIGN needs CRAWLFLEET_ERRORS: units report through the "
@@ -253,7 +253,7 @@ class UnitMeta:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UnitMeta:
         if not str(crawler.settings.get("CRAWLFLEET_CAMPAIGN") or "").strip():
-            raise NotConfigured("CRAWLFLEET_CAMPAIGN is not set")
+            raise NotConfigured  # CRAWLFLEET_CAMPAIGN is not set (no message: Scrapy warns of one)
         return cls()
 
     async def process_spider_output_async(

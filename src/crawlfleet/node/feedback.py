@@ -180,7 +180,7 @@ class Feedback:
     def from_crawler(cls, crawler: Crawler) -> Feedback:
         s = crawler.settings
         if not get_bool(s, "CRAWLFLEET_FEEDBACK"):
-            raise NotConfigured("CRAWLFLEET_FEEDBACK is off")
+            raise NotConfigured  # CRAWLFLEET_FEEDBACK is off (no message: Scrapy warns of one)
         limits = Limits(
             minimum=get_int(s, "CRAWLFLEET_FEEDBACK_MIN_CONCURRENCY", minimum=1),
             latency_factor=get_float(s, "CRAWLFLEET_FEEDBACK_LATENCY_FACTOR", minimum=1),

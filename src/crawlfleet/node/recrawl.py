@@ -142,9 +142,9 @@ class RecrawlPhase(HeldLoop):
         if rounds < 0:
             raise ConfigError(f"CRAWLFLEET_RECRAWL_ROUNDS must be >= 0, got {rounds}")
         if rounds == 0:
-            raise NotConfigured("CRAWLFLEET_RECRAWL_ROUNDS is 0")
+            raise NotConfigured  # CRAWLFLEET_RECRAWL_ROUNDS is 0 (no message: Scrapy warns of one)
         if str(s.get("CRAWLFLEET_CAMPAIGN") or "").strip():
-            raise NotConfigured("a campaign has its own re-crawl phase")
+            raise NotConfigured  # a campaign re-crawls in its own phase (no message: no warning)
         if not s.getbool("CRAWLFLEET_ERRORS"):
             raise ConfigError("CRAWLFLEET_RECRAWL_ROUNDS needs CRAWLFLEET_ERRORS (the registry)")
         reasons = [

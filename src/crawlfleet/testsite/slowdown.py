@@ -37,7 +37,7 @@ class ExtraLatency:
         if seconds < 0:
             raise ConfigError(f"TESTSITE_EXTRA_LATENCY_SECONDS must be >= 0, got {seconds}")
         if seconds == 0:
-            raise NotConfigured("no extra latency")
+            raise NotConfigured  # no extra latency (no message: Scrapy warns of one)
         return cls(seconds)
 
     async def process_request(self, request: Request, spider: Spider | None = None) -> None:
