@@ -2,28 +2,40 @@
 # crawlfleet's two commands, on a fresh Debian/Ubuntu machine with Python 3.11+:
 #   ./dev.sh demo   run the demo crawl (embedded Redis, bundled site, 3 nodes)
 #   ./dev.sh test   run the whole test suite
-# Both create .venv/ and install crawlfleet into it first (once).
+# Both create .venv/ and install crawlfleet into it first (once): the demo what it
+# needs, the tests their extras too (pytest, Scrapyd, scrapy-redis, Playwright, ...).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 
+# bootstrap [EXTRAS]: the virtualenv, and crawlfleet in it with EXTRAS ("test").
 bootstrap() {
+    local extras="${1:-}"
     if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
         echo "crawlfleet needs Python 3.11 or newer as '$PYTHON' (set PYTHON=...)" >&2
         exit 2
     fi
     if [ ! -x "$VENV/bin/python" ]; then
+        echo "creating the virtualenv $VENV (first run)" >&2
         if ! "$PYTHON" -m venv "$VENV"; then
             rm -rf "$VENV"
             echo "could not create a virtualenv: on Debian/Ubuntu, apt-get install python3-venv" >&2
             exit 2
         fi
     fi
-    local stamp="$VENV/.installed"
+    local stamp="$VENV/.installed${extras:+-$extras}" target="."
+    if [ -n "$extras" ]; then
+        target=".[$extras]"
+    fi
     if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+        if [ -n "$extras" ]; then
+            echo "installing crawlfleet with its $extras extras into $VENV (Scrapy, Redis, the manager; $extras tools: pytest, Scrapyd, scrapy-redis, Playwright): a few minutes the first time" >&2
+        else
+            echo "installing crawlfleet into $VENV (Scrapy, Redis, the manager and their dependencies): a few minutes the first time" >&2
+        fi
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$target"
         touch "$stamp"
     fi
 }
@@ -88,7 +100,7 @@ case "${1:-}" in
         ;;
     test)
         shift
-        bootstrap
+        bootstrap test
         ensure_chromium
         ensure_debian_python
         set +e
