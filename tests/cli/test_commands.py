@@ -69,6 +69,19 @@ def test_a_seed_without_a_host_is_refused(redis_server_url: str, key_prefix: str
     assert "0 queued, 0 already seen, 3 invalid" in r.stderr
 
 
+def test_seeding_a_new_job_says_it_creates_it(redis_server_url: str, key_prefix: str) -> None:
+    common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
+    first = cli("seed", "books", "http://a.example/1", *common)
+    assert (
+        first.returncode == 0
+        and "job books did not exist: these seeds created it\n" in first.stderr
+    )
+    again = cli("seed", "books", "http://a.example/2", *common)
+    assert again.returncode == 0 and "did not exist" not in again.stderr
+    typo = cli("seed", "bookz", "http://a.example/3", *common)
+    assert "job bookz did not exist: these seeds created it: did you mean 'books'?" in typo.stderr
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

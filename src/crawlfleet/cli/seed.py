@@ -83,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
 
     if requests:
         run_on_frontier(args, args.job, action, must_exist=False, settings=settings)
+    if result.created:
+        hint = f": did you mean {result.similar!r}?" if result.similar else ""
+        console.print(
+            f"[yellow]job {args.job} did not exist: these seeds created it[/]{hint}",
+            highlight=False,
+        )
     console.print(
         f"job {args.job}: {result.queued} queued, {result.duplicates} already seen, "
         f"{len(result.invalid)} invalid"

@@ -6,12 +6,14 @@ list instead, which its nodes fingerprint)."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
+from crawlfleet.fleet.jobs import list_jobs
 from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
@@ -32,6 +34,10 @@ EXCERPT = 200
 class SeedResult:
     queued: int = 0
     duplicates: int = 0
+    #: the job did not exist: these seeds created it
+    created: bool = False
+    #: an existing job whose name is close to a new job's (a typo?)
+    similar: str | None = None
     #: (1-based position, entry and why, each cut to EXCERPT characters) of each
     #: entry skipped
     invalid: list[tuple[int, str, str]] = field(default_factory=list)
@@ -45,6 +51,8 @@ class SeedResult:
                 {"entry": n, "text": t, "error": e} for n, t, e in self.invalid[:INVALID_SHOWN]
             ],
             "invalid_count": len(self.invalid),
+            "created": self.created,
+            "similar": self.similar,
         }
 
 
@@ -63,7 +71,14 @@ async def queue_seeds(
     frontier: JobFrontier, requests: list[Request], site_key: str, result: SeedResult
 ) -> SeedResult:
     """Register the job and commit *requests* to its frontier (deduplicated against
-    everything it has seen), counting into *result*."""
+    everything it has seen), counting into *result*; a job that did not exist is said to
+    be created, with an existing job of a close name (``result.similar``)."""
+    keys = frontier.keys
+    known = await list_jobs(frontier.client, keys.prefix)
+    if keys.job not in known:
+        result.created = True
+        close = difflib.get_close_matches(keys.job, known, n=1, cutoff=0.75)
+        result.similar = close[0] if close else None
     await frontier.register_job()
     fingerprinter = RequestFingerprinter()
     keyer = SiteKeyer(site_key)
