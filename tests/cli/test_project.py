@@ -215,3 +215,17 @@ def test_a_component_setting_error_under_crawlfleet_crawl_is_one_line(
     errors = [line for line in r.stderr.splitlines() if " ERROR: " in line]
     assert len(errors) == 1, r.stderr[-3000:]
     assert "crawlfleet: CRAWLFLEET_SQL_URL: database 'bogus' is not supported" in errors[0]
+
+
+def test_an_unknown_spider_gets_a_suggestion(tmp_path: Path) -> None:
+    make_project(tmp_path, "")
+    (tmp_path / "proj" / "spiders" / "books.py").write_text(
+        "import scrapy\n\n\nclass Books(scrapy.Spider):\n    name = 'books'\n"
+    )
+    typo = cli("crawl", "bokos", "--redis-url", "redis://127.0.0.1:1/0", cwd=tmp_path)
+    assert typo.returncode == 2
+    assert typo.stderr.strip().splitlines() == [
+        "crawlfleet crawl: error: spider 'bokos' not found: did you mean 'books'?"
+    ]
+    other = cli("crawl", "zzz", "--redis-url", "redis://127.0.0.1:1/0", cwd=tmp_path)
+    assert "spider 'zzz' not found: the project's spiders: books" in other.stderr

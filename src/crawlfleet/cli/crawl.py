@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import logging
 from typing import Any
@@ -87,10 +88,19 @@ def resolve_spider(target: str, settings: Settings) -> type[Spider]:
         except (ImportError, NameError, AttributeError, ValueError) as exc:
             raise ConfigError(f"cannot load spider {target!r}: {exc}") from None
     else:
+        loader = get_spider_loader(settings)
         try:
-            cls = get_spider_loader(settings).load(target)
+            cls = loader.load(target)
         except KeyError:
-            raise ConfigError(f"spider {target!r} not found (use a name or module:Class)") from None
+            known = sorted(loader.list())
+            close = difflib.get_close_matches(target, known, n=1, cutoff=0.6)
+            if close:
+                hint = f"did you mean {close[0]!r}?"
+            elif known:
+                hint = f"the project's spiders: {', '.join(known[:10])}"
+            else:
+                hint = "no Scrapy project here has spiders: use a spec file or module:Class"
+            raise ConfigError(f"spider {target!r} not found: {hint}") from None
     if not (isinstance(cls, type) and issubclass(cls, Spider)):
         raise ConfigError(f"{target!r} is not a Scrapy spider class")
     return cls
