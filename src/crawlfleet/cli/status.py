@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from redis.asyncio import Redis
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.table import Table
 
 from crawlfleet.cli.options import (
@@ -113,19 +113,47 @@ def _document(snaps: list[JobSnapshot]) -> dict[str, Any]:
 
 
 # -- rendering ----------------------------------------------------------------------
-#: Below this terminal width the nodes table keeps its essential columns only.
-WIDE_COLUMNS = 120
+#: The nodes table's columns as shown, left to right: (header, justify). A header of two
+#: lines says what a cell's parts are.
+COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("node", "left"),
+    ("state", "left"),
+    ("pages/min", "right"),
+    ("items/min", "right"),
+    ("pages", "right"),
+    ("items", "right"),
+    ("errors\nspider/dl/log", "right"),
+    ("latency ms", "right"),
+    ("in flight", "right"),
+    ("CPU %", "right"),
+    ("RSS MB", "right"),
+    ("loop lag ms", "right"),
+)
+#: The columns dropped first when the table is wider than the terminal: the least
+#: telling first (the node, its state and its pages are never dropped).
+DROPPED_FIRST = (
+    "loop lag ms",
+    "RSS MB",
+    "CPU %",
+    "latency ms",
+    "items/min",
+    "in flight",
+    "items",
+    "errors\nspider/dl/log",
+    "pages/min",
+)
 
 
-def render(snaps: list[JobSnapshot], width: int = WIDE_COLUMNS) -> Group:
-    """Rich tables: per job, a summary, its nodes and its longest site queues; narrower
-    than WIDE_COLUMNS (an 80-column terminal), the nodes table has fewer columns."""
+def render(snaps: list[JobSnapshot], width: int = 120) -> Group:
+    """Rich tables: per job, a summary, its nodes and its longest site queues, each no
+    wider than *width* (the nodes table drops its least telling columns to fit; headers
+    are never cut)."""
     if not snaps:
         return Group("no jobs")
     parts: list[Any] = []
     for s in snaps:
         summary = Table(title=f"job {s.job}", show_header=False)
-        summary.add_column("what")
+        summary.add_column("what", no_wrap=True)
         summary.add_column("value", justify="right")
         summary.add_row("queued", str(s.queued))
         summary.add_row("leased", f"{s.leased} ({s.overdue_leases} overdue)")
@@ -148,65 +176,60 @@ def render(snaps: list[JobSnapshot], width: int = WIDE_COLUMNS) -> Group:
             summary.add_row("robots.txt Crawl-delays", _site_list(s.robots))
         parts.append(summary)
         if s.nodes:
-            parts.append(_nodes_table(s, wide=width >= WIDE_COLUMNS))
+            parts.append(_nodes_table(s, width))
         if s.top_sites:
             sites = Table(title=f"longest site queues ({len(s.top_sites)} of {s.sites})")
             sites.add_column("site")
-            sites.add_column("queued", justify="right")
+            sites.add_column("queued", justify="right", no_wrap=True)
             for site, n in s.top_sites:
                 sites.add_row(site, str(n))
             parts.append(sites)
     return Group(*parts)
 
 
-#: The nodes table's columns kept on a narrow terminal.
-NARROW_COLUMNS = ("node", "state", "pages/min", "pages", "items", "errors", "in flight")
-
-
-def _nodes_table(s: JobSnapshot, *, wide: bool = True) -> Table:
-    table = Table(title=f"nodes of {s.job}")
-    columns = (
-        "node",
-        "state",
-        "pages/min",
-        "items/min",
-        "pages",
-        "items",
-        "errors",
-        "latency ms",
-        "in flight",
-        "CPU %",
-        "RSS MB",
-        "loop lag ms",
-    )
-    keep = [c in NARROW_COLUMNS or wide for c in columns]
-    widest = max(len(n) for n in s.nodes)
-    table.add_column(columns[0], no_wrap=True, min_width=widest)  # ids stay whole
-    for name, kept in zip(columns[1:], keep[1:], strict=True):
-        if kept:
-            table.add_column(name, justify="left" if name == "state" else "right")
-    for node, info in sorted(s.nodes.items(), key=lambda p: (not p[1]["alive"], p[0])):
-        errors = info.get("errors")
-        in_flight = info.get("in_flight")
-        rss = info.get("rss_bytes")
-        cells = (
-            node,
-            str(info.get("state", "alive"))
-            if info["alive"]
-            else f"dead {-info['expires_in_s']:.0f}s",
-            _num(info.get("pages_per_min")),
-            _num(info.get("items_per_min")),
-            _num(info.get("pages")),
-            _num(info.get("items")),
-            "/".join(str(v) for v in errors.values()) if isinstance(errors, dict) else "-",
-            _num(info.get("latency_ms")),
-            "-" if in_flight is None else f"{in_flight}/{info.get('concurrency', '?')}",
-            _num(info.get("cpu_percent")),
-            "-" if not isinstance(rss, int) else f"{rss / 2**20:.0f}",
-            _num(info.get("loop_lag_max_ms")),
-        )
-        table.add_row(*(c for c, k in zip(cells, keep, strict=True) if k))
+def _nodes_table(s: JobSnapshot, width: int) -> Table:
+    """The nodes of *s*, with as many columns as fit in *width*."""
+    rows = [_node_cells(node, info) for node, info in _nodes_in_order(s)]
+    shown = [header for header, _ in COLUMNS]
+    measure = Console(width=10_000)
+    for dropped in (None, *DROPPED_FIRST):
+        if dropped is not None:
+            shown.remove(dropped)
+        table = Table(title=f"nodes of {s.job}")
+        for header, justify in COLUMNS:
+            if header in shown:
+                table.add_column(header, justify=justify, no_wrap=True)
+        for cells in rows:
+            table.add_row(*(c for (h, _), c in zip(COLUMNS, cells, strict=True) if h in shown))
+        if measure.measure(table).maximum <= width:
+            break
     return table
+
+
+def _nodes_in_order(s: JobSnapshot) -> list[tuple[str, dict[str, Any]]]:
+    """Live nodes first, then by id."""
+    return sorted(s.nodes.items(), key=lambda p: (not p[1]["alive"], p[0]))
+
+
+def _node_cells(node: str, info: dict[str, Any]) -> tuple[str, ...]:
+    """One node's cells, in COLUMNS order."""
+    errors = info.get("errors")
+    in_flight = info.get("in_flight")
+    rss = info.get("rss_bytes")
+    return (
+        node,
+        _node_state(info),
+        _num(info.get("pages_per_min")),
+        _num(info.get("items_per_min")),
+        _num(info.get("pages")),
+        _num(info.get("items")),
+        "/".join(str(v) for v in errors.values()) if isinstance(errors, dict) else "-",
+        _num(info.get("latency_ms")),
+        "-" if in_flight is None else f"{in_flight}/{info.get('concurrency', '?')}",
+        _num(info.get("cpu_percent")),
+        "-" if not isinstance(rss, int) else f"{rss / 2**20:.0f}",
+        _num(info.get("loop_lag_max_ms")),
+    )
 
 
 def _site_list(intervals: dict[str, int], most: int = 5) -> str:
@@ -232,6 +255,8 @@ def _num(value: Any) -> str:
 
 def _eta(s: JobSnapshot) -> str:
     eta, why = s.eta_seconds, s.eta_limited_by
+    if why == "done":  # before the first seed as after the end: no ETA to give
+        return "- (nothing queued or leased)"
     if why in ("paused", "stopped"):
         return f"none while {why}"
     if eta is None:
