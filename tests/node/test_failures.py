@@ -245,3 +245,25 @@ def test_the_recrawl_phase_crawls_failures_again_before_the_job_ends(
         log = (tmp_path / "node1.log").read_text()
         assert "Re-crawl phase: 2 failed request(s) queued again" in log
         assert "Re-crawl phase: nothing left to re-crawl" in log
+
+
+def test_a_failure_detail_is_one_readable_line() -> None:
+    """Twisted's wrappers hold Failure objects: the registry says their classes and
+    messages, never the objects' reprs."""
+    from twisted.internet.error import ConnectionDone, ConnectionLost
+    from twisted.python.failure import Failure
+    from twisted.web._newclient import ResponseFailed, ResponseNeverReceived
+
+    from crawlfleet.middlewares.failures import _one_line
+
+    never = ResponseNeverReceived([Failure(ConnectionDone())])
+    assert _one_line(never) == (
+        "ResponseNeverReceived: ConnectionDone: Connection was closed cleanly."
+    )
+    failed = ResponseFailed([Failure(ConnectionLost("gone")), Failure(ValueError("bad\nline"))])
+    detail = _one_line(failed)
+    assert (
+        detail.startswith("ResponseFailed: ConnectionLost: ") and "ValueError: bad line" in detail
+    )
+    assert "<twisted" not in detail and "\n" not in detail
+    assert _one_line(TimeoutError()) == "TimeoutError"

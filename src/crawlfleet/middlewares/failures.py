@@ -187,6 +187,15 @@ def _unit(request: Request) -> str | None:
 
 
 def _one_line(exc: BaseException) -> str:
+    """``Class: message`` on one line. Twisted's wrappers (ResponseNeverReceived,
+    ResponseFailed: a list of Failure objects as their text) say their reasons'
+    classes and messages instead: ``ResponseNeverReceived: ConnectionDone: Connection
+    was closed cleanly.``"""
+    reasons = getattr(exc, "reasons", None)
+    if isinstance(reasons, list) and reasons:
+        inner = "; ".join(_one_line(r.value) for r in reasons if isinstance(r, TwistedFailure))
+        if inner:
+            return f"{type(exc).__name__}: {inner}"
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
