@@ -185,7 +185,11 @@ async def cancel(
             if state == "running":
                 await client.cancel(project, sid, "KILL")
                 state = await _wait_stopped(client, project, sid, KILL_WAIT_SECONDS)
-                note = f"killed after {body.grace_seconds:g} s"
+                note = (
+                    f"killed: still running {body.grace_seconds:g} s after TERM (a node "
+                    "stopping finishes its requests in flight and writes its items first; "
+                    "a longer grace_seconds lets it close by itself)"
+                )
     final = {
         None: ("lost", "Scrapyd no longer knows it"),
         "running": ("cancel_failed", "still running after TERM and KILL"),
