@@ -178,6 +178,8 @@ def test_an_operator_watches_pauses_and_limits_a_live_crawl(
             page.wait_for_selector("#login")
             page.reload()
             page.wait_for_selector("#login")
+            # before anyone signs in: no navigation and no "Sign out"
+            assert not page.is_visible("#nav") and not page.is_visible("#sign-out")
             status = page.evaluate("fetch('/api/v1/jobs').then(r => r.status)")
             assert status == 401
         finally:
