@@ -52,7 +52,14 @@ class Manager:
         """Headers of a request made with *role*'s token."""
         return {"Authorization": f"Bearer {self.tokens[role]}"}
 
-    def beat(self, job: str, node: str, state: str = "running", ttl_ms: int = 30_000) -> None:
+    def beat(
+        self,
+        job: str,
+        node: str,
+        state: str = "running",
+        ttl_ms: int = 30_000,
+        **published: object,
+    ) -> None:
         """Heartbeat *node* into *job* as a live node does (status published; "leaving":
         the node leaves the registry, as a node that closes)."""
 
@@ -64,7 +71,7 @@ class Manager:
                 status = (
                     "leaving"
                     if state == "leaving"
-                    else json.dumps({"state": state, "pages_per_min": 60})
+                    else json.dumps({"state": state, "pages_per_min": 60, **published})
                 )
                 await frontier.heartbeat(node, ttl_ms=ttl_ms, status=status, busy=True, lease_ms=1)
             finally:

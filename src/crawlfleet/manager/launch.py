@@ -3,7 +3,9 @@ and a "run" timer do."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawlfleet.exceptions import NotFound
 from crawlfleet.fleet.jobs import list_jobs
@@ -15,7 +17,7 @@ from crawlfleet.redis.connection import redact
 from crawlfleet.state.events import record_event
 from crawlfleet.state.scrapyd import ScrapydInfo, list_scrapyd, record_process
 
-__all__ = ["cpu_by_host", "scrapyd_nodes", "start_processes"]
+__all__ = ["cpu_by_host", "process_settings", "scrapyd_nodes", "start_processes"]
 
 
 async def cpu_by_host(ctx: ManagerContext) -> dict[str, float]:
@@ -46,6 +48,35 @@ async def scrapyd_nodes(ctx: ManagerContext, wanted: str | list[str]) -> list[Sc
     return [by_name[n] for n in names]
 
 
+def process_settings(
+    ctx: ManagerContext, job: str, body: RunBody, node: ScrapydInfo
+) -> dict[str, str]:
+    """The Scrapy settings of a process started on *node*: the run's own, the job and key
+    prefix, and where the manager's Redis and state DB are, so that the node works on
+    the manager's fleet and its failures reach the registry the manager shows. Neither
+    URL is passed when it holds a password (Scrapyd would keep it in clear); the state
+    DB goes as CRAWLFLEET_MANAGER_STATE_DB_URL (a project's own CRAWLFLEET_STATE_DB_URL
+    wins over it), a SQLite one only to a Scrapyd on this machine, by its absolute path."""
+    settings = dict(body.settings)
+    settings.update({"CRAWLFLEET_JOB": job, "CRAWLFLEET_KEY_PREFIX": ctx.key_prefix})
+    if "CRAWLFLEET_REDIS_URL" not in settings and redact(ctx.redis_url) == ctx.redis_url:
+        settings["CRAWLFLEET_REDIS_URL"] = ctx.redis_url  # never one with a password
+    state = ctx.db.engine.url
+    if "CRAWLFLEET_STATE_DB_URL" not in settings and state.password is None:
+        if state.get_backend_name() != "sqlite":
+            url = state.render_as_string(hide_password=False)
+            settings["CRAWLFLEET_MANAGER_STATE_DB_URL"] = url
+        elif state.database not in (None, "", ":memory:") and _on_this_machine(node.url):
+            path = Path(state.database).absolute()
+            settings["CRAWLFLEET_MANAGER_STATE_DB_URL"] = f"sqlite:///{path}"
+    return settings
+
+
+def _on_this_machine(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
 async def start_processes(
     ctx: ManagerContext, job: str, body: RunBody, actor: str
 ) -> dict[str, Any]:
@@ -60,12 +91,9 @@ async def start_processes(
     else:
         chosen = [n.name for n in nodes for _ in range(body.count)]
     by_name = {n.name: n for n in nodes}
-    settings = dict(body.settings)
-    settings.update({"CRAWLFLEET_JOB": job, "CRAWLFLEET_KEY_PREFIX": ctx.key_prefix})
-    if "CRAWLFLEET_REDIS_URL" not in settings and redact(ctx.redis_url) == ctx.redis_url:
-        settings["CRAWLFLEET_REDIS_URL"] = ctx.redis_url  # never one with a password
     started, errors = [], []
     for name in chosen:
+        settings = process_settings(ctx, job, body, by_name[name])
         async with ScrapydClient(by_name[name]) as client:
             try:
                 sid = await client.schedule(body.project, body.spider, settings, body.args)

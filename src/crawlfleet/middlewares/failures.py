@@ -34,8 +34,9 @@ from twisted.python.failure import Failure as TwistedFailure
 
 from crawlfleet.exceptions import ItemNotDurable, SerializationError
 from crawlfleet.middlewares.common import is_robots, node_of
+from crawlfleet.node.scheduler import status_providers
 from crawlfleet.state.records import Failure, utcnow
-from crawlfleet.state.url import check_state_db_url, state_db_url
+from crawlfleet.state.url import check_state_db_url, state_db_identity, state_db_url
 from crawlfleet.state.writer import RegistryWriter
 
 __all__ = ["ERROR_META", "STACK_CHARS", "UNIT_ID_META", "UNIT_META", "FailureRegistry"]
@@ -69,6 +70,10 @@ class FailureRegistry:
             raise NotConfigured  # CRAWLFLEET_ERRORS is off (no message: Scrapy warns of one)
         url = check_state_db_url(state_db_url(crawler.settings))  # ConfigError: one line
         ext = cls(crawler, RegistryWriter(url))
+        # the node says where its failures go: the manager shows nodes that write to
+        # another state DB than the one it reads
+        where = {"state_db": state_db_identity(url)}
+        status_providers(crawler).append(lambda: where)
         crawler.crawlfleet_failures = ext  # type: ignore[attr-defined]  # for BanDetector
         crawler.signals.connect(ext.spider_error, signal=signals.spider_error)
         crawler.signals.connect(ext.item_error, signal=signals.item_error)

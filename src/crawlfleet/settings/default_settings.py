@@ -18,6 +18,10 @@ CRAWLFLEET_DATA_DIR = ".crawlfleet"
 #: sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... Empty: SQLite file
 #: state.sqlite3 under CRAWLFLEET_DATA_DIR. Env CRAWLFLEET_STATE_DB_URL wins.
 CRAWLFLEET_STATE_DB_URL = ""
+#: The state DB of the manager that started this node through Scrapyd (the manager sets
+#: it): used when CRAWLFLEET_STATE_DB_URL is not set, so that the node's failures reach
+#: the registry the manager shows.
+CRAWLFLEET_MANAGER_STATE_DB_URL = ""
 #: How often the manager looks at every job to open and close its runs (history).
 CRAWLFLEET_MANAGER_WATCH_SECONDS = 5.0
 #: How long a dashboard sign-in lasts (hours).

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["ENV_VAR", "check_state_db_url", "state_db_url"]
+__all__ = ["ENV_VAR", "check_state_db_url", "state_db_identity", "state_db_url"]
 
 ENV_VAR = "CRAWLFLEET_STATE_DB_URL"
 #: Dialect -> (default driver module, driver modules by name).
@@ -23,16 +25,35 @@ _DRIVERS = {
     "mariadb": ("MySQLdb", {"pymysql": "pymysql", "mysqldb": "MySQLdb"}),
 }
 _URL = re.compile(r"^([a-z]+)(?:\+([a-z0-9_]+))?://")
+_SQLITE_FILE = re.compile(r"^sqlite(?:\+[a-z0-9_]+)?:///([^?]+)")
 
 
 def state_db_url(settings: BaseSettings) -> str:
-    """The state DB URL of *settings* (CRAWLFLEET_STATE_DB_URL, which the environment
-    variable sets: see crawlfleet.settings.config.apply_defaults), else SQLite under
-    CRAWLFLEET_DATA_DIR."""
-    url = str(settings.get("CRAWLFLEET_STATE_DB_URL") or "")
-    if url:
-        return url
+    """The state DB URL of *settings*: CRAWLFLEET_STATE_DB_URL (which the environment
+    variable sets: see crawlfleet.settings.config.apply_defaults), else the state DB of
+    the manager that started the node (CRAWLFLEET_MANAGER_STATE_DB_URL), else SQLite
+    under CRAWLFLEET_DATA_DIR."""
+    for name in ("CRAWLFLEET_STATE_DB_URL", "CRAWLFLEET_MANAGER_STATE_DB_URL"):
+        url = str(settings.get(name) or "")
+        if url:
+            return url
     return f"sqlite:///{Path(str(settings.get('CRAWLFLEET_DATA_DIR'))) / 'state.sqlite3'}"
+
+
+def state_db_identity(url: str) -> str:
+    """Which database *url* is, to compare with another process's (never a password):
+    a SQLite file as its absolute path on this machine (``sqlite:///PATH on HOST``: a
+    relative path means another file in another folder), any other URL as
+    ``dialect://host:port/database``."""
+    found = _SQLITE_FILE.match(url)
+    if found and found.group(1) == ":memory:":
+        return f"sqlite in the memory of a process on {socket.gethostname()}"
+    if found:
+        path = Path(found.group(1)).absolute()
+        return f"sqlite:///{path} on {socket.gethostname()}"
+    parts = urlsplit(re.sub(r"^([a-z]+)\+[a-z0-9_]+://", r"\1://", url))
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
 def check_state_db_url(url: str) -> str:

@@ -181,9 +181,14 @@ export function jobPage(job) {
     ]);
     if (st && er) {
       const reasons = Object.entries(st.open_by_reason).map(([r, n]) => `${r} ${n}`).join(", ");
+      const elsewhere = Object.entries(st.nodes_elsewhere || {});
       fill(errors,
         h("div", { class: "progress-line", "data-figure": "errors-summary" },
           `${num(st.by_state.open)} open${reasons ? ` (${reasons})` : ""}, ${num(st.by_state.queued)} queued again, ${num(st.by_state.resolved)} resolved`),
+        elsewhere.length ? h("p", { class: "warning", "data-figure": "errors-elsewhere" },
+          `${elsewhere.length} live node(s) write their failures to another state DB, not counted here: `
+          + elsewhere.map(([node, where]) => `${node} (${where})`).join(", ")
+          + `. This manager reads ${st.state_db}: set CRAWLFLEET_STATE_DB_URL in the project to it (docs/manager.md).`) : null,
         table(er.errors, [
           ["reason", (e) => badge(e.reason)], ["failures", (e) => num(e.failures), "num"], ["detail", (e) => e.detail],
           ["URL", (e) => link(e.url), "wrap"], ["last seen", (e) => e.last_seen, "hide-narrow"],

@@ -9,10 +9,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 
 from crawlfleet.fleet.errors import recrawl_errors
+from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.routes.models import ErrorReason, JobPath, RecrawlBody
 from crawlfleet.state.errors import error_stats, list_errors
 from crawlfleet.state.events import record_event
+from crawlfleet.state.url import state_db_identity
 
 __all__ = ["router"]
 
@@ -46,8 +48,18 @@ async def errors(
 
 @router.get("/stats", summary="counts of the job's failed requests by state, reason, site")
 async def stats(job: JobPath, ctx: Ctx, _: Viewer) -> dict[str, Any]:
-    ctx.keys(job)
-    return await ctx.in_db(error_stats, ctx.db, job)
+    """The counts, the state DB they come from (``state_db``) and the live nodes of the
+    job that write their failures to another one (``nodes_elsewhere``: node -> where):
+    their failures are not counted here."""
+    counts = await ctx.in_db(error_stats, ctx.db, job)
+    mine = state_db_identity(ctx.db.engine.url.render_as_string(hide_password=False))
+    snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
+    elsewhere = {
+        node: str(info["state_db"])
+        for node, info in sorted(snap.nodes.items())
+        if info["alive"] and info.get("state_db") not in (None, mine)
+    }
+    return {**counts, "state_db": mine, "nodes_elsewhere": elsewhere}
 
 
 @router.post("/recrawl", summary="queue the job's open failures again (of one reason)")
