@@ -116,10 +116,13 @@ class Addon:
 
     def _update_settings(self, settings: BaseSettings) -> None:
         from crawlfleet.settings.config import apply_defaults
+        from crawlfleet.settings.politeness import adopt_autothrottle
 
         # the environment beats settings files (deployment), not -s on the command line
         apply_defaults(settings)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
+        # Scrapy's AutoThrottle acts per process: the fleet's back-off stands in for it
+        adopt_autothrottle(settings)
         for name, value in SCRAPY_DEFAULTS.items():
             settings.set(name, value, priority="addon")
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)

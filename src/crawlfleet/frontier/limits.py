@@ -40,6 +40,7 @@ __all__ = [
     "Limit",
     "Pace",
     "RateLimits",
+    "delay_limit",
     "parse_limit",
 ]
 
@@ -104,6 +105,13 @@ def parse_limit(
     return Limit(count, window_us, margin)
 
 
+def delay_limit(seconds: float, *, margin: float = DEFAULT_MARGIN) -> Limit | None:
+    """A per-request delay (Scrapy's ``DOWNLOAD_DELAY``) as a limit: one request per
+    *seconds*, to the microsecond; None for a delay of 0 (or below a microsecond)."""
+    window_us = round(seconds * 1_000_000) if seconds > 0 else 0
+    return Limit(1, window_us, margin) if window_us >= 1 else None
+
+
 def _check_pattern(pattern: str) -> str:
     p = pattern.strip().lower()
     body = p[2:] if p.startswith("*.") else p
@@ -155,6 +163,10 @@ class RateLimits:
 
     def merged(self, override: RateLimits) -> RateLimits:
         return RateLimits({**self.limits, **override.limits})
+
+    def filled(self, defaults: Mapping[str, Limit]) -> RateLimits:
+        """These limits, plus each pattern of *defaults* that they do not name."""
+        return RateLimits({**defaults, **self.limits})
 
     def pattern(self, site: str) -> str | None:
         """The pattern that decides *site*'s limit: exact host, else the longest

@@ -15,7 +15,7 @@ from typing import Any
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
 
-__all__ = ["EngineHooks", "engine_hooks", "is_stopping"]
+__all__ = ["EngineHooks", "engine_hooks", "is_stopping", "no_process_delay", "spider_delay"]
 
 
 def _nothing(*_args: Any) -> None:
@@ -98,3 +98,33 @@ def engine_hooks(crawler: Crawler) -> EngineHooks:
     hooks.inprogress, hooks.wake, hooks.starting = inprogress, wake, starting
     hooks.dropped, hooks.set_concurrency, hooks.close = dropped, set_concurrency, close
     return hooks
+
+
+def spider_delay(crawler: Crawler) -> float | None:
+    """The spider's ``download_delay`` where this Scrapy reads it apart from the
+    DOWNLOAD_DELAY setting (before 2.19, whose crawler makes it that setting); else
+    None."""
+    if hasattr(crawler, "_apply_deprecated_spider_attr"):
+        return None  # Scrapy >= 2.19: already in DOWNLOAD_DELAY, as Scrapy ranks it
+    value = getattr(crawler.spider, "download_delay", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def no_process_delay(crawler: Crawler) -> None:
+    """Turn off the downloader's per-process delay (DOWNLOAD_DELAY, a spider's
+    ``download_delay``, DOWNLOAD_SLOTS delays) before its first slot is made: under
+    crawlfleet the frontier's slots pace a site for the whole fleet."""
+    downloader = getattr(crawler.engine, "downloader", None)
+    if downloader is not None:
+        if hasattr(downloader, "_delay"):  # Scrapy >= 2.19: the delay of new slots
+            downloader._delay = 0.0
+        per_slot = getattr(downloader, "per_slot_settings", None)
+        if isinstance(per_slot, dict):
+            downloader.per_slot_settings = {
+                key: {**entry, "delay": 0.0} if isinstance(entry, dict) else entry
+                for key, entry in per_slot.items()
+            }
+        for slot in getattr(downloader, "slots", {}).values():
+            slot.delay = 0.0
+    if crawler.spider is not None and hasattr(crawler.spider, "download_delay"):
+        crawler.spider.download_delay = 0.0  # Scrapy < 2.19 reads it for each new slot

@@ -51,7 +51,7 @@ from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
-from crawlfleet.node.engine import EngineHooks, engine_hooks
+from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.reports import SiteReports
@@ -213,8 +213,9 @@ class Scheduler(BaseScheduler):
             )
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider else ""
-        config = FrontierConfig.from_settings(settings, spider_name)
+        config = FrontierConfig.from_settings(settings, spider_name, spider_delay(crawler))
         redis_config = RedisConfig.from_settings(settings)
+        no_process_delay(crawler)  # the frontier paces sites for the whole fleet
         assert crawler.request_fingerprinter is not None
         scheduler = cls(
             client=shared_client(crawler, redis_config),
@@ -293,6 +294,15 @@ class Scheduler(BaseScheduler):
             self.config.seen_mode,
             self.config.site_key,
             self.config.prefetch,
+        )
+        config = self.config
+        logger.info(
+            "%s",
+            config.politeness.describe(
+                config.configured_limits,
+                backoff_start=config.backoff.start_seconds,
+                backoff_max=config.backoff.max_seconds,
+            ),
         )
 
     def close(self, reason: str) -> Deferred[None]:
