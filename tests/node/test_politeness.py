@@ -6,11 +6,14 @@ the add-on added, three ``scrapy crawl`` nodes against the bundled test site."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -18,11 +21,14 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 
+from crawlfleet.addon import SEND_TIME
 from crawlfleet.frontier.limits import DEFAULT_MARGIN, delay_limit
+from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.settings.config import FrontierConfig, settings_with_defaults
 from crawlfleet.settings.politeness import AUTOTHROTTLE
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
+from tests.loopback import LoopbackSite
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -243,3 +249,70 @@ def test_a_startproject_project_keeps_download_delay_across_three_nodes(
     assert rate >= 0.9, f"{rate:.3f}/s:\n{sends(texts)}"
     fetched = [len(re.findall(r"Crawled \(200\)", t)) for t in texts]
     assert sum(fetched) >= host["requests"] and min(fetched) >= 1, fetched
+
+
+#: Seconds each page of the slow site takes to answer: longer than the budget's
+#: interval, and uneven, as a real slow site is.
+LATENCIES = (0.0, 1.2, 0.1, 0.9, 0.3, 1.4, 0.0, 0.7, 1.1, 0.2, 0.0, 1.3, 0.5, 0.0)
+
+
+def slow_site_run(
+    redis_url: str, node_env: dict[str, str], tmp_path: Path, send_time: bool = True
+) -> tuple[list[float], dict[str, int], list[int | None], int]:
+    """Two nodes, DOWNLOAD_DELAY 0.5 and CONCURRENT_REQUESTS_PER_DOMAIN 1, on a site
+    slower than that: (arrival times, hits by path, exit codes, requests given back)."""
+    arrivals: list[float] = []
+
+    def answer(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        m = re.fullmatch(r"/p/(\d+)", path)
+        if m is None:
+            return 404, b""
+        arrivals.append(time.monotonic())
+        time.sleep(LATENCIES[int(m.group(1)) % len(LATENCIES)])
+        return 200, b"<html><title>slow</title></html>"
+
+    with LoopbackSite(answer) as site:
+        urls = ",".join(f"{site.url}p/{n}" for n in range(len(LATENCIES)))
+        settings = {
+            **node_env,
+            "DOWNLOAD_DELAY": 0.5,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+            "CONCURRENT_REQUESTS": 4,
+            "CRAWLFLEET_ITEM_STAGES": "",
+        }
+        if not send_time:
+            settings["DOWNLOADER_MIDDLEWARES"] = json.dumps({SEND_TIME: None})
+        procs = [
+            start_node(
+                "crawlfleet.testsite.spider:TestSiteSpider",
+                job="slow",
+                redis_url=redis_url,
+                log=tmp_path / f"slow{i}.log",
+                spider_args={"start_urls": urls},
+                settings={**settings, "CRAWLFLEET_STATS_FILE": str(tmp_path / f"slow{i}.json")},
+            )
+            for i in range(2)
+        ]
+        codes = wait_all(procs, 120)
+        hits = dict(site.hits)
+    late = sum(
+        json.loads((tmp_path / f"slow{i}.json").read_text()).get("crawlfleet/scheduler/late", 0)
+        for i in range(2)
+    )
+    return sorted(arrivals), hits, codes, late
+
+
+@pytest.mark.slow
+def test_a_slot_that_would_wait_behind_a_slow_request_goes_back(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """With CONCURRENT_REQUESTS_PER_DOMAIN = 1 a node's next slot can come while its
+    last request to a slow site is still in flight: Scrapy would queue it and send it
+    late, into another node's window. It goes back for a new slot instead."""
+    arrivals, hits, codes, late = slow_site_run(redis_server_url, node_env, tmp_path)
+    assert codes == [0, 0], (tmp_path / "slow0.log").read_text()[-3000:]
+    assert hits == {f"/p/{n}": 1 for n in range(len(LATENCIES))}, hits
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    print(f"\nslow site, 2 nodes, 1 per 0.5 s: {late} given back; gaps {min(gaps):.3f} s and up")
+    assert min(gaps) >= 0.5, [round(g, 3) for g in gaps]
+    assert late >= 1  # the situation arose, and was handled

@@ -8,14 +8,22 @@ read); each is looked up defensively, with the older attribute names as fallback
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+from scrapy.utils.httpobj import urlparse_cached
+from twisted.internet.defer import Deferred
 
 __all__ = ["EngineHooks", "engine_hooks", "is_stopping", "no_process_delay", "spider_delay"]
+
+
+#: Hosts whose robots.txt a node reads ahead, remembered (then forgotten all at once).
+WARMED_MAX = 10_000
 
 
 def _nothing(*_args: Any) -> None:
@@ -40,6 +48,12 @@ class EngineHooks:
     set_concurrency: Callable[[int], None] = _nothing
     #: close the spider with this reason (returns at once; the close runs after)
     close: Callable[[str], None] = _nothing
+    #: whether the downloader would start this request at once (its download slot has
+    #: a free place and nothing queued), rather than queue it behind others
+    starts_now: Callable[[Request], bool] = lambda request: True
+    #: have Scrapy's RobotsTxtMiddleware read this request's robots.txt now (once per
+    #: host), so that it is known by the time the request goes out
+    warm_robots: Callable[[Request], None] = _nothing
     _pending: list[asyncio.Future[None]] = field(default_factory=list)
 
 
@@ -95,9 +109,49 @@ def engine_hooks(crawler: Crawler) -> EngineHooks:
         elif crawler.spider is not None:
             engine.close_spider(crawler.spider, reason)
 
+    def starts_now(request: Request) -> bool:
+        downloader = getattr(crawler.engine, "downloader", None)
+        slots = getattr(downloader, "slots", None)
+        if downloader is None or not isinstance(slots, dict):
+            return True
+        slot = slots.get(downloader.get_slot_key(request))
+        if slot is None:
+            return True
+        return not slot.queue and slot.free_transfer_slots() > 0 and slot.latercall is None
+
+    warmed: set[str] = set()
+
+    def warm_robots(request: Request) -> None:
+        netloc = urlparse_cached(request).netloc
+        if netloc in warmed:
+            return
+        if len(warmed) >= WARMED_MAX:
+            warmed.clear()
+        warmed.add(netloc)
+        downloader = getattr(crawler.engine, "downloader", None)
+        manager = getattr(downloader, "middleware", None)
+        for mw in getattr(manager, "middlewares", ()):
+            if isinstance(mw, RobotsTxtMiddleware):
+                try:
+                    found: Any = mw.robot_parser(request)
+                except TypeError:  # Scrapy < 2.14: robot_parser(request, spider)
+                    found = mw.robot_parser(request, crawler.spider)  # type: ignore[call-arg]
+                if inspect.iscoroutine(found):
+                    task = asyncio.ensure_future(found)
+                    task.add_done_callback(_quiet)
+                elif isinstance(found, Deferred):
+                    found.addErrback(lambda _failure: None)
+
     hooks.inprogress, hooks.wake, hooks.starting = inprogress, wake, starting
     hooks.dropped, hooks.set_concurrency, hooks.close = dropped, set_concurrency, close
+    hooks.starts_now, hooks.warm_robots = starts_now, warm_robots
     return hooks
+
+
+def _quiet(task: asyncio.Future[Any]) -> None:
+    """A robots.txt read ahead failed: the middleware says so when the request comes."""
+    if not task.cancelled():
+        task.exception()
 
 
 def spider_delay(crawler: Crawler) -> float | None:

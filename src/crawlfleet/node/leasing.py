@@ -196,6 +196,9 @@ class Leaser:
                         entry.late_us / 1000,
                     )
                 ledger.add_slotted(at, late, request, entry.rid)
+                if self.robots_probe_ms:
+                    # robots.txt read before the slot, not between the slot and the wire
+                    self.engine.warm_robots(request)
         self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
         self.engine.wake()
 
