@@ -35,6 +35,7 @@ from crawlfleet.exceptions import ConfigError
 __all__ = [
     "DEFAULT_MARGIN",
     "LATE_SHARE",
+    "SENT_SHARE",
     "SPACING",
     "Budgets",
     "Limit",
@@ -52,6 +53,10 @@ SPACING = 1 + DEFAULT_MARGIN
 #: Share of that margin (SPACING - 1 times the window) a node may send late; the rest
 #: covers the way to the site (a node that cannot send in time gives the request back).
 LATE_SHARE = 0.3
+#: Share of the margin by which a request must have passed the node's downloader
+#: middlewares (robots.txt, a full download slot can hold it there; see
+#: crawlfleet.middlewares.sendtime); the rest covers the wire.
+SENT_SHARE = 0.7
 
 _LIMIT = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

@@ -54,6 +54,9 @@ class EngineHooks:
     #: have Scrapy's RobotsTxtMiddleware read this request's robots.txt now (once per
     #: host), so that it is known by the time the request goes out
     warm_robots: Callable[[Request], None] = _nothing
+    #: build the download handlers of http and https now, not on the first request
+    #: (which would go out late by the time that takes)
+    load_handlers: Callable[[], None] = _nothing
     _pending: list[asyncio.Future[None]] = field(default_factory=list)
 
 
@@ -144,7 +147,16 @@ def engine_hooks(crawler: Crawler) -> EngineHooks:
 
     hooks.inprogress, hooks.wake, hooks.starting = inprogress, wake, starting
     hooks.dropped, hooks.set_concurrency, hooks.close = dropped, set_concurrency, close
+
+    def load_handlers() -> None:
+        handlers = getattr(getattr(crawler.engine, "downloader", None), "handlers", None)
+        get = getattr(handlers, "_get_handler", None)
+        if get is not None:
+            for scheme in ("http", "https"):
+                get(scheme)
+
     hooks.starts_now, hooks.warm_robots = starts_now, warm_robots
+    hooks.load_handlers = load_handlers
     return hooks
 
 
@@ -172,6 +184,9 @@ def no_process_delay(crawler: Crawler) -> None:
     if downloader is not None:
         if hasattr(downloader, "_delay"):  # Scrapy >= 2.19: the delay of new slots
             downloader._delay = 0.0
+        elif crawler.spider is not None:
+            # before 2.19 a new slot takes the spider's download_delay over the setting
+            crawler.spider.download_delay = 0.0  # type: ignore[attr-defined]
         per_slot = getattr(downloader, "per_slot_settings", None)
         if isinstance(per_slot, dict):
             downloader.per_slot_settings = {
@@ -180,5 +195,3 @@ def no_process_delay(crawler: Crawler) -> None:
             }
         for slot in getattr(downloader, "slots", {}).values():
             slot.delay = 0.0
-    if crawler.spider is not None and hasattr(crawler.spider, "download_delay"):
-        crawler.spider.download_delay = 0.0  # Scrapy < 2.19 reads it for each new slot

@@ -51,8 +51,8 @@ class Ledger:
         self.buffer: deque[tuple[Request, str]] = deque()
         self.slotted: SlotQueue[tuple[Request, str]] = SlotQueue(slot_due)
         self.handed: dict[Request, str] = {}
-        #: slotted requests (waiting or handed): the loop time by which each must be
-        #: sent, its slot plus how late it may be
+        #: slotted requests (waiting or handed): the loop time by which each must have
+        #: passed the downloader middlewares
         self.send_by: dict[Request, float] = {}
         self.unstored: set[Request] = set()
         self.acks: list[str] = []
@@ -85,9 +85,13 @@ class Ledger:
     def add_ready(self, request: Request, rid: str) -> None:
         self.buffer.append((request, rid))
 
-    def add_slotted(self, at: float, late: float, request: Request, rid: str) -> None:
+    def add_slotted(
+        self, at: float, late: float, request: Request, rid: str, send_by: float | None = None
+    ) -> None:
+        """Hold *request* until *at*; the engine may take it up to *late* s after, and
+        it must be on its way by *send_by* (default: *at* + *late*)."""
         self.slotted.add(at, late, (request, rid))
-        self.send_by[request] = at + late
+        self.send_by[request] = at + late if send_by is None else max(send_by, at + late)
 
     def set_aside(self, rid: str) -> None:
         """A leased entry that cannot be decoded: no longer held, reported as bad."""

@@ -287,6 +287,7 @@ class Scheduler(BaseScheduler):
         """Join the job, start the sync loop. RedisUnreachable when Redis does not answer
         within CRAWLFLEET_REDIS_START_TIMEOUT."""
         await self.sync.open(spider)
+        self.engine.load_handlers()
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
             self.node_id,
