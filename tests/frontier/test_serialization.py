@@ -76,7 +76,7 @@ def test_unserialisable_meta_is_named(codec: RequestCodec) -> None:
 
 def test_callback_must_be_a_spider_method(codec: RequestCodec) -> None:
     with pytest.raises(SerializationError, match="not a method of the spider"):
-        codec.encode(Request("https://example.com/", callback=lambda r: None))
+        codec.encode(Request("https://example.com/", callback=lambda r: None))  # type: ignore[misc]
     spider = codec.spider
     assert spider is not None
     with pytest.raises(SerializationError, match="not allowed as a callback"):
@@ -195,3 +195,20 @@ def test_meta_objects_are_read_only_from_registered_types(
 ) -> None:
     with pytest.raises(MalformedEntry, match=message):
         codec.decode(payload)
+
+
+class ForeignRequest(Request):
+    """A request class of another package (as a plugin's would be)."""
+
+
+def test_a_request_class_that_would_not_be_read_back_is_refused_when_stored() -> None:
+    codec = RequestCodec(DemoSpider())  # the spider's package: "tests"
+    assert type(codec.decode(codec.encode(ForeignRequest("https://example.com/")))) is (
+        ForeignRequest
+    )
+    ForeignRequest.__module__ = "someplugin.requests"
+    try:
+        with pytest.raises(SerializationError, match=r"class someplugin\.requests\.ForeignRequest"):
+            codec.encode(ForeignRequest("https://example.com/"))
+    finally:
+        ForeignRequest.__module__ = __name__

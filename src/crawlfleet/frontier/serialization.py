@@ -218,7 +218,15 @@ class RequestCodec:
             if headers:
                 d["headers"] = headers
         if type(request) is not Request:
-            d["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+            path = f"{type(request).__module__}.{type(request).__name__}"
+            # one that would not be read back (without a spider, the roots are unknown)
+            if self.spider is not None and not path.startswith(self._class_roots):
+                raise SerializationError(
+                    f"request {request.url} cannot be stored: its class {path} is neither "
+                    "Scrapy's nor from the spider's own package (send a scrapy.Request "
+                    "with the plugin's meta instead)"
+                )
+            d["_class"] = path
         try:
             packed: bytes = msgpack.packb(
                 d, use_bin_type=True, datetime=False, default=_pack_object
