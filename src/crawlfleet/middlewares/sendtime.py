@@ -8,11 +8,13 @@ slot of its host, full under ``CONCURRENT_REQUESTS_PER_DOMAIN`` (1 in a project 
 ``scrapy startproject``) while an earlier request to a slow site is still in flight.
 Sent that late, it could share a window with the next slots of other nodes. So, as the
 last middleware before the downloader, this one checks each slotted request once more:
-past the time by which it had to be sent, or about to wait in a full download slot, it
-is not sent but given back (a copy that skips the seen-filter goes to the frontier for
-a new slot, committed with the original's acknowledgement, as a retry is), and counted
-in ``crawlfleet/scheduler/late``. Robots.txt is read ahead when a slotted request is
-leased (:func:`crawlfleet.node.engine.engine_hooks`), so it seldom costs a slot.
+past the time by which it had to get here (its slot plus ``SENT_SHARE`` of the slot's
+margin, :mod:`crawlfleet.frontier.limits`; the rest covers the wire), or about to wait
+in a full download slot, it is not sent but given back (a copy that skips the
+seen-filter goes to the frontier for a new slot, committed with the original's
+acknowledgement, as a retry is), and counted in ``crawlfleet/scheduler/late``.
+Robots.txt is read ahead when a slotted request is leased
+(:func:`crawlfleet.node.engine.engine_hooks`), so it seldom costs a slot.
 """
 
 from __future__ import annotations
