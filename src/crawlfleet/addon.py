@@ -5,8 +5,12 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
 
 - the scheduler (the shared Redis frontier), the node telemetry published with every
   heartbeat, the feedback controller of the node's concurrency, the stats-file
-  extension, and the site-throttle middleware (cluster-wide back-off, robots.txt
-  Crawl-delay);
+  extension, the site-throttle middleware (cluster-wide back-off, robots.txt
+  Crawl-delay) and the send-time middleware (a rate-limited request goes out at its
+  slot or goes back);
+- the project's politeness settings taken for the fleet (crawlfleet.settings.politeness):
+  ``DOWNLOAD_DELAY`` becomes every site's fleet-wide budget, and ``AUTOTHROTTLE_ENABLED``
+  gives way to the shared back-off (Scrapy's AutoThrottle is disabled);
 - the item stages named in ``CRAWLFLEET_ITEM_STAGES`` (text extraction, encoding
   repair, cleaning, validation, keys), in that fixed order, plus the charset-repairing
   downloader middleware when "encoding" is one of them;
@@ -47,6 +51,7 @@ CAMPAIGN_FEEDER = "crawlfleet.node.campaign.CampaignFeeder"
 RECRAWL_PHASE = "crawlfleet.node.recrawl.RecrawlPhase"
 UNIT_META_MW = "crawlfleet.node.campaign.UnitMeta"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
+SEND_TIME = "crawlfleet.middlewares.sendtime.SendTime"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
 BAN_DETECTOR = "crawlfleet.middlewares.bans.BanDetector"
@@ -123,11 +128,14 @@ class Addon:
 
     def _update_settings(self, settings: BaseSettings) -> None:
         from crawlfleet.settings.config import apply_defaults
+        from crawlfleet.settings.politeness import adopt_autothrottle
 
         # the environment beats settings files (deployment), not -s on the command line
         apply_defaults(settings)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
         _take_over_scrapy_redis(settings, say=not self.quiet)
+        # Scrapy's AutoThrottle acts per process: the fleet's back-off stands in for it
+        adopt_autothrottle(settings)
         for name, value in SCRAPY_DEFAULTS.items():
             settings.set(name, value, priority="addon")
         self._component(settings, "EXTENSIONS", STATS_FILE, 900)
@@ -139,6 +147,9 @@ class Addon:
         self._component(settings, "SPIDER_MIDDLEWARES", UNIT_META_MW, 950)
         # above RetryMiddleware (550): it sees a 429 before the retry
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SITE_THROTTLE, 560)
+        # last before the downloader (after HttpCacheMiddleware, 900): a rate-limited
+        # request that cannot go out at its slot goes back for a new one
+        self._component(settings, "DOWNLOADER_MIDDLEWARES", SEND_TIME, 950)
         # before the identities (390): a session keeps one (off unless CRAWLFLEET_SESSIONS)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SESSIONS, 380)
         if settings.getbool("CRAWLFLEET_SESSIONS"):

@@ -32,30 +32,12 @@ from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.tokens import create_token
+from tests.chromium import CHROMIUM_ARGS, chromium_path
 from tests.manager.conftest import manager_settings
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Chromium's flags for a machine with no network beyond loopback: nothing of its own
-#: (updates, sync, safe browsing) tries to reach out.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--metrics-recording-only",
-]
 #: Where the screenshots of docs/ are written when set (``docs/images`` to refresh them).
 SCREENSHOTS_ENV = "CRAWLFLEET_SCREENSHOTS"
-
-
-def chromium_path() -> str | None:
-    path = os.environ.get("CRAWLFLEET_CHROMIUM") or "/usr/bin/chromium"
-    return path if os.access(path, os.X_OK) else shutil.which("chromium")
 
 
 @dataclass

@@ -9,7 +9,7 @@ import pytest
 from scrapy import FormRequest, Request, Spider
 
 from crawlfleet.exceptions import MalformedEntry, SerializationError
-from crawlfleet.frontier.serialization import VERSION, RequestCodec
+from crawlfleet.frontier.serialization import META_OBJECT_EXT, VERSION, RequestCodec, with_meta
 
 
 class DemoSpider(Spider):
@@ -76,7 +76,7 @@ def test_unserialisable_meta_is_named(codec: RequestCodec) -> None:
 
 def test_callback_must_be_a_spider_method(codec: RequestCodec) -> None:
     with pytest.raises(SerializationError, match="not a method of the spider"):
-        codec.encode(Request("https://example.com/", callback=lambda r: None))
+        codec.encode(Request("https://example.com/", callback=lambda r: None))  # type: ignore[misc]
     spider = codec.spider
     assert spider is not None
     with pytest.raises(SerializationError, match="not allowed as a callback"):
@@ -118,3 +118,97 @@ def test_generic_spider_callbacks_travel() -> None:
 def test_malformed_payloads_are_rejected(codec: RequestCodec, payload: bytes, message: str) -> None:
     with pytest.raises(MalformedEntry, match=message):
         codec.decode(payload)
+
+
+def test_plugins_meta_survives_leasing(codec: RequestCodec) -> None:
+    """What widely used download handlers and middlewares keep in meta travels as it
+    is; scrapy-playwright's PageMethod objects as their method's name, args, kwargs."""
+    page = pytest.importorskip("scrapy_playwright.page")
+    meta = {
+        "playwright": True,
+        "playwright_context": "ctx",
+        "playwright_context_kwargs": {"java_script_enabled": True},
+        "playwright_page_goto_kwargs": {"wait_until": "networkidle", "timeout": 5000},
+        "playwright_include_page": False,
+        "playwright_page_methods": [
+            page.PageMethod("wait_for_selector", "#late", state="attached"),
+            page.PageMethod("evaluate", "n => n + 1", 41),
+        ],
+        "splash": {"args": {"wait": 0.5, "lua_source": "return 1"}, "endpoint": "execute"},
+        "proxy": "http://127.0.0.1:8888",
+        "download_timeout": 12.5,
+        "dont_retry": True,
+        "dont_redirect": True,
+        "handle_httpstatus_list": [404, 410],
+        "max_retry_times": 4,
+        "cookiejar": 3,
+        "download_slot": "slow-lane",
+        "referrer_policy": "no-referrer",
+        "impersonate": "chrome",
+        "zyte_api_automap": {"browserHtml": True},
+    }
+    back = codec.decode(codec.encode(Request("https://example.com/", meta=meta)))
+    methods = back.meta.pop("playwright_page_methods")
+    assert back.meta == {k: v for k, v in meta.items() if k != "playwright_page_methods"}
+    assert [type(m) for m in methods] == [page.PageMethod, page.PageMethod]
+    assert [(m.method, m.args, m.kwargs) for m in methods] == [
+        ("wait_for_selector", ("#late",), {"state": "attached"}),
+        ("evaluate", ("n => n + 1", 41), {}),
+    ]
+    # the dict form too; and a request sent again on purpose (retry, re-crawl) keeps them
+    payload = codec.encode(
+        Request("https://example.com/d", meta={"playwright_page_methods": {
+            "click": page.PageMethod("click", "#more")}})
+    )  # fmt: skip
+    again = codec.decode(with_meta(payload, {"retry_times": 1}))
+    assert again.meta["playwright_page_methods"]["click"].args == ("#more",)
+    assert again.meta["retry_times"] == 1
+
+
+def test_a_page_method_that_calls_a_function_is_refused(codec: RequestCodec) -> None:
+    page = pytest.importorskip("scrapy_playwright.page")
+    r = Request("https://example.com/", meta={"playwright_page_methods": [
+        page.PageMethod(lambda p: p.title())]})  # fmt: skip
+    with pytest.raises(SerializationError, match="calls a function, which cannot be stored"):
+        codec.encode(r)
+
+
+def _ext_payload(code: int, value: Any) -> bytes:
+    data = msgpack.packb(value, use_bin_type=True)
+    return VERSION + msgpack.packb(  # type: ignore[no-any-return]
+        {"url": "https://example.com/", "meta": {"x": msgpack.ExtType(code, data)}},
+        use_bin_type=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (_ext_payload(9, ["playwright.PageMethod", ["click", [], {}]]), "extension type 9"),
+        (_ext_payload(META_OBJECT_EXT, ["os.system", "ls"]), "'os.system' is not registered"),
+        (_ext_payload(META_OBJECT_EXT, ["playwright.PageMethod", "click"]), "is not \\[name, args"),
+        (_ext_payload(META_OBJECT_EXT, "nothing"), "not \\[name, state\\]"),
+    ],
+)
+def test_meta_objects_are_read_only_from_registered_types(
+    codec: RequestCodec, payload: bytes, message: str
+) -> None:
+    with pytest.raises(MalformedEntry, match=message):
+        codec.decode(payload)
+
+
+class ForeignRequest(Request):
+    """A request class of another package (as a plugin's would be)."""
+
+
+def test_a_request_class_that_would_not_be_read_back_is_refused_when_stored() -> None:
+    codec = RequestCodec(DemoSpider())  # the spider's package: "tests"
+    assert type(codec.decode(codec.encode(ForeignRequest("https://example.com/")))) is (
+        ForeignRequest
+    )
+    ForeignRequest.__module__ = "someplugin.requests"
+    try:
+        with pytest.raises(SerializationError, match=r"class someplugin\.requests\.ForeignRequest"):
+            codec.encode(ForeignRequest("https://example.com/"))
+    finally:
+        ForeignRequest.__module__ = __name__

@@ -35,11 +35,13 @@ from crawlfleet.exceptions import ConfigError
 __all__ = [
     "DEFAULT_MARGIN",
     "LATE_SHARE",
+    "SENT_SHARE",
     "SPACING",
     "Budgets",
     "Limit",
     "Pace",
     "RateLimits",
+    "delay_limit",
     "parse_limit",
 ]
 
@@ -51,6 +53,10 @@ SPACING = 1 + DEFAULT_MARGIN
 #: Share of that margin (SPACING - 1 times the window) a node may send late; the rest
 #: covers the way to the site (a node that cannot send in time gives the request back).
 LATE_SHARE = 0.3
+#: Share of the margin by which a request must have passed the node's downloader
+#: middlewares (robots.txt, a full download slot can hold it there; see
+#: crawlfleet.middlewares.sendtime); the rest covers the wire.
+SENT_SHARE = 0.7
 
 _LIMIT = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -104,6 +110,13 @@ def parse_limit(
     return Limit(count, window_us, margin)
 
 
+def delay_limit(seconds: float, *, margin: float = DEFAULT_MARGIN) -> Limit | None:
+    """A per-request delay (Scrapy's ``DOWNLOAD_DELAY``) as a limit: one request per
+    *seconds*, to the microsecond; None for a delay of 0 (or below a microsecond)."""
+    window_us = round(seconds * 1_000_000) if seconds > 0 else 0
+    return Limit(1, window_us, margin) if window_us >= 1 else None
+
+
 def _check_pattern(pattern: str) -> str:
     p = pattern.strip().lower()
     body = p[2:] if p.startswith("*.") else p
@@ -155,6 +168,10 @@ class RateLimits:
 
     def merged(self, override: RateLimits) -> RateLimits:
         return RateLimits({**self.limits, **override.limits})
+
+    def filled(self, defaults: Mapping[str, Limit]) -> RateLimits:
+        """These limits, plus each pattern of *defaults* that they do not name."""
+        return RateLimits({**defaults, **self.limits})
 
     def pattern(self, site: str) -> str | None:
         """The pattern that decides *site*'s limit: exact host, else the longest

@@ -5,11 +5,24 @@ are looked up on the spider when the request is read back: only its public metho
 (not Scrapy's own Spider methods such as ``close``) and the callbacks of Scrapy's generic
 spiders. Only request classes from Scrapy or from the spider's own top-level package are
 instantiated; anything else is a malformed entry, as is any entry that does not decode.
+
+A request's meta, cb_kwargs and cookies hold msgpack's plain values (str, bytes, numbers,
+bools, None, lists, dicts), which is what the download handlers and middlewares of
+other Scrapy plugins mostly keep there (scrapy-playwright's ``playwright``,
+``playwright_context``, ``playwright_page_goto_kwargs``; scrapy-splash's ``splash``;
+``proxy``, ``download_timeout``, ``dont_retry``, ``handle_httpstatus_list``, ...). The
+few objects such plugins put there travel as a msgpack extension (:data:`META_OBJECT_EXT`)
+holding a registered name and the object's plain state (:data:`META_TYPES`), never as
+code: scrapy-playwright's ``PageMethod`` (``playwright_page_methods``) as its method's
+name, args and kwargs. Reading one back builds it from its registered class alone.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -18,7 +31,16 @@ from scrapy.utils.misc import load_object
 
 from crawlfleet.exceptions import MalformedEntry, SerializationError
 
-__all__ = ["POOL_PROXY_META", "VERSION", "RequestCodec", "payload_priority", "with_meta"]
+__all__ = [
+    "META_OBJECT_EXT",
+    "META_TYPES",
+    "POOL_PROXY_META",
+    "VERSION",
+    "MetaType",
+    "RequestCodec",
+    "payload_priority",
+    "with_meta",
+]
 
 VERSION = b"\x01"
 #: Private methods that Scrapy's generic spiders (CrawlSpider, SitemapSpider) use as
@@ -30,6 +52,98 @@ GENERIC_CALLBACKS = frozenset({"_callback", "_errback", "_parse_sitemap"})
 #: and never stored with the request (in Redis, or in the error registry).
 POOL_PROXY_META = "crawlfleet_proxy"
 _POOL_PROXY_KEYS = frozenset({"proxy", "_auth_proxy", POOL_PROXY_META})
+
+#: The msgpack extension type of an object kept in a request's meta: its data is the
+#: msgpack of ``[registered name, state]``.
+META_OBJECT_EXT = 1
+
+
+@dataclass(frozen=True)
+class MetaType:
+    """A class whose objects may travel in a request's meta: the *name* they travel
+    under, the import *path* of the class (imported only to read one back), and how an
+    object becomes plain values (*dump*; SerializationError if this one cannot) and
+    back (*load*, given the class; MalformedEntry for a state it cannot take)."""
+
+    name: str
+    path: str
+    dump: Callable[[Any], Any]
+    load: Callable[[type, Any], Any]
+
+
+def _dump_page_method(pm: Any) -> list[Any]:
+    if not isinstance(pm.method, str):
+        raise SerializationError(
+            f"PageMethod({pm.method!r}) calls a function, which cannot be stored: name a "
+            "Playwright Page method instead (PageMethod('evaluate', 'js ...'))"
+        )
+    return [pm.method, list(pm.args), dict(pm.kwargs)]
+
+
+def _load_page_method(cls: type, state: Any) -> Any:
+    if not (
+        isinstance(state, list)
+        and len(state) == 3
+        and isinstance(state[0], str)
+        and isinstance(state[1], list)
+        and isinstance(state[2], dict)
+        and all(isinstance(k, str) for k in state[2])
+    ):
+        raise MalformedEntry(f"PageMethod state {state!r} is not [name, args, kwargs]")
+    return cls(state[0], *state[1], **state[2])
+
+
+#: The registered classes, by class path (see :class:`MetaType`).
+META_TYPES: dict[str, MetaType] = {
+    t.path: t
+    for t in (
+        MetaType(
+            "playwright.PageMethod",
+            "scrapy_playwright.page.PageMethod",
+            _dump_page_method,
+            _load_page_method,
+        ),
+    )
+}
+_META_BY_NAME = {t.name: t for t in META_TYPES.values()}
+
+
+def _class_path(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _pack_object(obj: Any) -> msgpack.ExtType:
+    """msgpack's ``default``: a registered object as its extension; TypeError for any
+    other value msgpack cannot pack."""
+    meta_type = META_TYPES.get(_class_path(obj))
+    if meta_type is None:
+        raise TypeError(f"cannot store a {type(obj).__name__}")
+    data = msgpack.packb(
+        [meta_type.name, meta_type.dump(obj)], use_bin_type=True, datetime=False,
+        default=_pack_object,
+    )  # fmt: skip
+    return msgpack.ExtType(META_OBJECT_EXT, data)
+
+
+def _unpack_object(code: int, data: bytes) -> Any:
+    """msgpack's ``ext_hook``: a registered object from its extension."""
+    if code != META_OBJECT_EXT:
+        raise MalformedEntry(f"unknown msgpack extension type {code}")
+    value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_unpack_object)
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)):
+        raise MalformedEntry("a meta object is not [name, state]")
+    meta_type = _META_BY_NAME.get(value[0])
+    if meta_type is None:
+        raise MalformedEntry(f"meta object type {value[0]!r} is not registered")
+    module, _, name = meta_type.path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        raise MalformedEntry(
+            f"a request's meta holds a {meta_type.path}, which is not installed here"
+        ) from None
+    return meta_type.load(cls, value[1])
+
 
 # Fields equal to these defaults are left out of the payload.
 _DEFAULTS: dict[str, Any] = {
@@ -104,21 +218,34 @@ class RequestCodec:
             if headers:
                 d["headers"] = headers
         if type(request) is not Request:
-            d["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+            path = f"{type(request).__module__}.{type(request).__name__}"
+            # one that would not be read back (without a spider, the roots are unknown)
+            if self.spider is not None and not path.startswith(self._class_roots):
+                raise SerializationError(
+                    f"request {request.url} cannot be stored: its class {path} is neither "
+                    "Scrapy's nor from the spider's own package (send a scrapy.Request "
+                    "with the plugin's meta instead)"
+                )
+            d["_class"] = path
         try:
-            packed: bytes = msgpack.packb(d, use_bin_type=True, datetime=False)
+            packed: bytes = msgpack.packb(
+                d, use_bin_type=True, datetime=False, default=_pack_object
+            )
             return VERSION + packed
+        except SerializationError as exc:
+            raise SerializationError(f"request {request.url} cannot be stored: {exc}") from None
         except (TypeError, ValueError, OverflowError) as exc:
             bad = _first_unpackable(d)
             raise SerializationError(
                 f"request {request.url} cannot be stored: {bad or exc} "
                 "(meta, cb_kwargs and cookies must hold only str, bytes, numbers, "
-                "bools, None, lists and dicts)"
+                "bools, None, lists and dicts, or objects of META_TYPES such as "
+                "scrapy-playwright's PageMethod)"
             ) from None
 
     def decode(self, data: bytes) -> Request:
         """A request from *data*; raises MalformedEntry for anything that is not one."""
-        d = _unpack(data)
+        d = _unpack(data, objects=True)
         cls = self._request_class(d.pop("_class", None))
         kwargs = {k: v for k, v in d.items() if k in cls.attributes}
         for name in ("callback", "errback"):
@@ -161,13 +288,18 @@ class RequestCodec:
         return cls
 
 
-def _unpack(payload: bytes) -> dict[str, Any]:
+def _unpack(payload: bytes, *, objects: bool = False) -> dict[str, Any]:
+    """The fields of *payload*; meta objects built (*objects*), else kept as their
+    msgpack extensions (to be packed again as they are)."""
     if not payload:
         raise MalformedEntry("empty payload")
     if payload[:1] != VERSION:
         raise MalformedEntry(f"unknown format version {payload[:1]!r}")
+    hook: dict[str, Any] = {"ext_hook": _unpack_object} if objects else {}
     try:
-        d = msgpack.unpackb(payload[1:], raw=False, strict_map_key=False)
+        d = msgpack.unpackb(payload[1:], raw=False, strict_map_key=False, **hook)
+    except MalformedEntry:
+        raise
     except Exception as exc:  # msgpack raises several unrelated types
         raise MalformedEntry(f"undecodable payload: {exc}") from None
     if not isinstance(d, dict) or not isinstance(d.get("url"), str):
@@ -215,6 +347,8 @@ def payload_priority(payload: bytes) -> int:
 
 def _first_unpackable(value: Any, path: str = "") -> str | None:
     if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return None
+    if _class_path(value) in META_TYPES:
         return None
     if isinstance(value, dict):
         for k, v in value.items():

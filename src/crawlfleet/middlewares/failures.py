@@ -198,7 +198,11 @@ def _one_line(exc: BaseException) -> str:
     was closed cleanly.``"""
     reasons = getattr(exc, "reasons", None)
     if isinstance(reasons, list) and reasons:
-        inner = "; ".join(_one_line(r.value) for r in reasons if isinstance(r, TwistedFailure))
+        inner = "; ".join(
+            _one_line(r.value)
+            for r in reasons
+            if isinstance(r, TwistedFailure) and r.value is not None
+        )
         if inner:
             return f"{type(exc).__name__}: {inner}"
     text = " ".join(str(exc).split())

@@ -8,14 +8,22 @@ read); each is looked up defensively, with the older attribute names as fallback
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+from scrapy.utils.httpobj import urlparse_cached
+from twisted.internet.defer import Deferred
 
-__all__ = ["EngineHooks", "engine_hooks", "is_stopping"]
+__all__ = ["EngineHooks", "engine_hooks", "is_stopping", "no_process_delay", "spider_delay"]
+
+
+#: Hosts whose robots.txt a node reads ahead, remembered (then forgotten all at once).
+WARMED_MAX = 10_000
 
 
 def _nothing(*_args: Any) -> None:
@@ -40,6 +48,15 @@ class EngineHooks:
     set_concurrency: Callable[[int], None] = _nothing
     #: close the spider with this reason (returns at once; the close runs after)
     close: Callable[[str], None] = _nothing
+    #: whether the downloader would start this request at once (its download slot has
+    #: a free place and nothing queued), rather than queue it behind others
+    starts_now: Callable[[Request], bool] = lambda request: True
+    #: have Scrapy's RobotsTxtMiddleware read this request's robots.txt now (once per
+    #: host), so that it is known by the time the request goes out
+    warm_robots: Callable[[Request], None] = _nothing
+    #: build the download handlers of http and https now, not on the first request
+    #: (which would go out late by the time that takes)
+    load_handlers: Callable[[], None] = _nothing
     _pending: list[asyncio.Future[None]] = field(default_factory=list)
 
 
@@ -95,6 +112,86 @@ def engine_hooks(crawler: Crawler) -> EngineHooks:
         elif crawler.spider is not None:
             engine.close_spider(crawler.spider, reason)
 
+    def starts_now(request: Request) -> bool:
+        downloader = getattr(crawler.engine, "downloader", None)
+        slots = getattr(downloader, "slots", None)
+        if downloader is None or not isinstance(slots, dict):
+            return True
+        slot = slots.get(downloader.get_slot_key(request))
+        if slot is None:
+            return True
+        return not slot.queue and slot.free_transfer_slots() > 0 and slot.latercall is None
+
+    warmed: set[str] = set()
+
+    def warm_robots(request: Request) -> None:
+        netloc = urlparse_cached(request).netloc
+        if netloc in warmed:
+            return
+        if len(warmed) >= WARMED_MAX:
+            warmed.clear()
+        warmed.add(netloc)
+        downloader = getattr(crawler.engine, "downloader", None)
+        manager = getattr(downloader, "middleware", None)
+        for mw in getattr(manager, "middlewares", ()):
+            if isinstance(mw, RobotsTxtMiddleware):
+                try:
+                    found: Any = mw.robot_parser(request)
+                except TypeError:  # Scrapy < 2.14: robot_parser(request, spider)
+                    found = mw.robot_parser(request, crawler.spider)  # type: ignore[call-arg]
+                if inspect.iscoroutine(found):
+                    task = asyncio.ensure_future(found)
+                    task.add_done_callback(_quiet)
+                elif isinstance(found, Deferred):
+                    found.addErrback(lambda _failure: None)
+
     hooks.inprogress, hooks.wake, hooks.starting = inprogress, wake, starting
     hooks.dropped, hooks.set_concurrency, hooks.close = dropped, set_concurrency, close
+
+    def load_handlers() -> None:
+        handlers = getattr(getattr(crawler.engine, "downloader", None), "handlers", None)
+        get = getattr(handlers, "_get_handler", None)
+        if get is not None:
+            for scheme in ("http", "https"):
+                get(scheme)
+
+    hooks.starts_now, hooks.warm_robots = starts_now, warm_robots
+    hooks.load_handlers = load_handlers
     return hooks
+
+
+def _quiet(task: asyncio.Future[Any]) -> None:
+    """A robots.txt read ahead failed: the middleware says so when the request comes."""
+    if not task.cancelled():
+        task.exception()
+
+
+def spider_delay(crawler: Crawler) -> float | None:
+    """The spider's ``download_delay`` where this Scrapy reads it apart from the
+    DOWNLOAD_DELAY setting (before 2.19, whose crawler makes it that setting); else
+    None."""
+    if hasattr(crawler, "_apply_deprecated_spider_attr"):
+        return None  # Scrapy >= 2.19: already in DOWNLOAD_DELAY, as Scrapy ranks it
+    value = getattr(crawler.spider, "download_delay", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def no_process_delay(crawler: Crawler) -> None:
+    """Turn off the downloader's per-process delay (DOWNLOAD_DELAY, a spider's
+    ``download_delay``, DOWNLOAD_SLOTS delays) before its first slot is made: under
+    crawlfleet the frontier's slots pace a site for the whole fleet."""
+    downloader = getattr(crawler.engine, "downloader", None)
+    if downloader is not None:
+        if hasattr(downloader, "_delay"):  # Scrapy >= 2.19: the delay of new slots
+            downloader._delay = 0.0
+        elif crawler.spider is not None:
+            # before 2.19 a new slot takes the spider's download_delay over the setting
+            crawler.spider.download_delay = 0.0  # type: ignore[attr-defined]
+        per_slot = getattr(downloader, "per_slot_settings", None)
+        if isinstance(per_slot, dict):
+            downloader.per_slot_settings = {
+                key: {**entry, "delay": 0.0} if isinstance(entry, dict) else entry
+                for key, entry in per_slot.items()
+            }
+        for slot in getattr(downloader, "slots", {}).values():
+            slot.delay = 0.0

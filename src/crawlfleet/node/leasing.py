@@ -18,7 +18,7 @@ import time
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.limits import LATE_SHARE, Budgets, RateLimits
+from crawlfleet.frontier.limits import LATE_SHARE, SENT_SHARE, Budgets, RateLimits
 from crawlfleet.frontier.records import Leased, LeaseResult, printable
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.node.backlog import Backlog
@@ -195,7 +195,13 @@ class Leaser:
                         (received - asked) * 1000,
                         entry.late_us / 1000,
                     )
-                ledger.add_slotted(at, late, request, entry.rid)
+                # the margin a slot has (late is LATE_SHARE of it), SENT_SHARE of it to
+                # pass the downloader middlewares
+                sent_by = at + entry.late_us / 1_000_000 / LATE_SHARE * SENT_SHARE
+                ledger.add_slotted(at, late, request, entry.rid, sent_by - (received - asked))
+                if self.robots_probe_ms:
+                    # robots.txt read before the slot, not between the slot and the wire
+                    self.engine.warm_robots(request)
         self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
         self.engine.wake()
 

@@ -7,7 +7,9 @@ the frontier hands out. A request is in exactly one place:
 - ``out``: new requests (fingerprint, payload) waiting for the next commit batch;
 - ``buffer``: leased, ready for the engine; ``slotted``: leased requests of
   rate-limited sites, each waiting for its send time;
-- ``handed``: given to the engine, not finished;
+- ``handed``: given to the engine, not finished (``send_by``: the time by which a
+  slotted one must be on its way, else it goes back: see
+  :mod:`crawlfleet.middlewares.sendtime`);
 - ``acks``: finished, to acknowledge; ``release``: leases to give back (pages whose
   item a store gave up, slots missed); ``bad``: malformed entries to set aside.
 
@@ -49,6 +51,9 @@ class Ledger:
         self.buffer: deque[tuple[Request, str]] = deque()
         self.slotted: SlotQueue[tuple[Request, str]] = SlotQueue(slot_due)
         self.handed: dict[Request, str] = {}
+        #: slotted requests (waiting or handed): the loop time by which each must have
+        #: passed the downloader middlewares
+        self.send_by: dict[Request, float] = {}
         self.unstored: set[Request] = set()
         self.acks: list[str] = []
         self.release: list[tuple[str, str]] = []
@@ -80,8 +85,13 @@ class Ledger:
     def add_ready(self, request: Request, rid: str) -> None:
         self.buffer.append((request, rid))
 
-    def add_slotted(self, at: float, late: float, request: Request, rid: str) -> None:
+    def add_slotted(
+        self, at: float, late: float, request: Request, rid: str, send_by: float | None = None
+    ) -> None:
+        """Hold *request* until *at*; the engine may take it up to *late* s after, and
+        it must be on its way by *send_by* (default: *at* + *late*)."""
         self.slotted.add(at, late, (request, rid))
+        self.send_by[request] = at + late if send_by is None else max(send_by, at + late)
 
     def set_aside(self, rid: str) -> None:
         """A leased entry that cannot be decoded: no longer held, reported as bad."""
@@ -96,7 +106,8 @@ class Ledger:
         missed: list[tuple[Request, str]] = []
         if self.slotted:
             leased, missed = self.slotted.take(now)
-            for _request, rid in missed:
+            for request, rid in missed:
+                self.send_by.pop(request, None)
                 self.release.append((rid, self.held.pop(rid, "")))
         if leased is None and self.buffer:
             leased = self.buffer.popleft()
@@ -110,6 +121,8 @@ class Ledger:
         longer held, to give back."""
         waiting = [*self.buffer, *self.slotted.drain()]
         self.buffer.clear()
+        for request, _rid in waiting:
+            self.send_by.pop(request, None)
         return [(rid, self.held.pop(rid, "")) for _request, rid in waiting]
 
     # -- finished requests -----------------------------------------------------------
@@ -126,6 +139,7 @@ class Ledger:
         done = [r for r in self.handed if r not in inprogress]
         for request in done:
             rid = self.handed.pop(request)
+            self.send_by.pop(request, None)
             if request in self.unstored:
                 self.unstored.discard(request)
                 self.release.append((rid, self.held.pop(rid, "")))
@@ -145,6 +159,7 @@ class Ledger:
         self.handed.clear()
         self.buffer.extend(self.slotted.drain())
         self.unstored.clear()
+        self.send_by.clear()
 
     # -- state ----------------------------------------------------------------------
     @property

@@ -52,7 +52,7 @@ from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
-from crawlfleet.node.engine import EngineHooks, engine_hooks
+from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.redisspider import adopt, seed_source
@@ -221,7 +221,7 @@ class Scheduler(BaseScheduler):
             )
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider else ""
-        config = FrontierConfig.from_settings(settings, spider_name)
+        config = FrontierConfig.from_settings(settings, spider_name, spider_delay(crawler))
         redis_config = RedisConfig.from_settings(settings)
         # the spider's own start-URL key (a scrapy-redis spider's redis_key) and batch
         seeds = seed_source(crawler.spider, settings, config.start_urls_key)
@@ -235,6 +235,7 @@ class Scheduler(BaseScheduler):
                 seeds.origin,
                 seeds.batch,
             )
+        no_process_delay(crawler)  # the frontier paces sites for the whole fleet
         assert crawler.request_fingerprinter is not None
         scheduler = cls(
             client=shared_client(crawler, redis_config),
@@ -313,6 +314,7 @@ class Scheduler(BaseScheduler):
         if self.flush_on_start:
             await self._flush_job()
         await self.sync.open(spider)
+        self.engine.load_handlers()
         logger.info(
             "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
             self.node_id,
@@ -326,6 +328,15 @@ class Scheduler(BaseScheduler):
             "Redis: %s from %s",
             redact(rc.url) if rc.url else "the embedded Redis",
             rc.url_source if rc.url else f"no setting (data in {rc.data_dir})",
+        )
+        config = self.config
+        logger.info(
+            "%s",
+            config.politeness.describe(
+                config.configured_limits,
+                backoff_start=config.backoff.start_seconds,
+                backoff_max=config.backoff.max_seconds,
+            ),
         )
 
     async def _flush_job(self) -> None:

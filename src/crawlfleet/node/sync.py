@@ -374,9 +374,12 @@ class SyncLoop:
         if self.seeds is not None and now >= self.seeds.next_at:
             await self.seeds.pull(self._seed_outbound, self._queue_now, self.leaser.idle_delay)
         if self.reports:
+            robots_read = bool(self.reports.robots)
             await self.reports.send(self.frontier)
-            if self.leaser.offer:
-                self.leaser.now()  # a robots.txt just read may free its site
+            if self.leaser.offer or robots_read:
+                # a robots.txt just read frees its site: lease now, not when the probe
+                # would have ended (up to ROBOTS_PROBE_MS later)
+                self.leaser.now()
 
     def locally_idle(self) -> bool:
         """This node holds nothing and the engine reads no start requests."""

@@ -35,6 +35,7 @@ from crawlfleet.settings.access import (
     get_str,
     raw_setting,
 )
+from crawlfleet.settings.politeness import ScrapyPoliteness
 
 __all__ = [
     "ENV_PRIORITY",
@@ -288,6 +289,8 @@ class FrontierConfig:
     idle_max_seconds: float
     start_urls_key: str
     start_urls_batch: int
+    #: the sites' budgets: CRAWLFLEET_RATE_LIMITS, with the project's DOWNLOAD_DELAY (and
+    #: DOWNLOAD_SLOTS delays) for the patterns it does not name
     rate_limits: RateLimits
     #: share of a rate limit's window kept free for late sends (CRAWLFLEET_RATE_LIMIT_MARGIN)
     rate_limit_margin: float
@@ -299,6 +302,10 @@ class FrontierConfig:
     #: items waiting for item stores that are down past which the node stops leasing
     #: (CRAWLFLEET_ITEMS_PENDING_MAX)
     items_pending_max: int
+    #: CRAWLFLEET_RATE_LIMITS as configured (without the project's delays)
+    configured_limits: RateLimits
+    #: the project's Scrapy politeness settings, as the fleet takes them
+    politeness: ScrapyPoliteness
 
     @property
     def seen(self) -> SeenConfig:
@@ -306,7 +313,11 @@ class FrontierConfig:
         return SeenConfig(self.seen_mode, self.bloom_capacity, self.bloom_error_rate)
 
     @classmethod
-    def from_settings(cls, settings: BaseSettings, spider_name: str = "") -> FrontierConfig:
+    def from_settings(
+        cls, settings: BaseSettings, spider_name: str = "", spider_delay: float | None = None
+    ) -> FrontierConfig:
+        """*spider_delay*: the spider's ``download_delay`` where this Scrapy reads it
+        apart from DOWNLOAD_DELAY (see ScrapyPoliteness.from_settings)."""
         check_unknown(settings)
         job = str(settings.get("CRAWLFLEET_JOB") or spider_name)
         if not job:
@@ -338,6 +349,13 @@ class FrontierConfig:
             raise ConfigError(
                 f"CRAWLFLEET_START_URLS_KEY may only use %(spider)s, got {start_key!r}"
             ) from None
+        margin = rate_limit_margin(settings)
+        configured = RateLimits.parse(
+            get_dict(settings, "CRAWLFLEET_RATE_LIMITS"),
+            source="CRAWLFLEET_RATE_LIMITS",
+            margin=margin,
+        )
+        politeness = ScrapyPoliteness.from_settings(settings, spider_delay)
         return cls(
             job=job,
             site_key=get_choice(settings, "CRAWLFLEET_SITE_KEY", SITE_KEYS),
@@ -359,16 +377,14 @@ class FrontierConfig:
             idle_max_seconds=get_float(settings, "CRAWLFLEET_IDLE_MAX_SECONDS", minimum=0.1),
             start_urls_key=start_key,
             start_urls_batch=get_int(settings, "CRAWLFLEET_START_URLS_BATCH", minimum=1),
-            rate_limits=RateLimits.parse(
-                get_dict(settings, "CRAWLFLEET_RATE_LIMITS"),
-                source="CRAWLFLEET_RATE_LIMITS",
-                margin=rate_limit_margin(settings),
-            ),
-            rate_limit_margin=rate_limit_margin(settings),
+            rate_limits=politeness.budgets(configured, margin),
+            rate_limit_margin=margin,
             budget_scope=budget_scope(settings, spider_name or job),
             node_ip=node_ip(settings),
             backoff=BackoffConfig.from_settings(settings),
             items_pending_max=get_int(settings, "CRAWLFLEET_ITEMS_PENDING_MAX", minimum=1),
+            configured_limits=configured,
+            politeness=politeness,
         )
 
 

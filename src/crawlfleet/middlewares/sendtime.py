@@ -1,0 +1,62 @@
+"""A rate-limited request goes out at its slot, or not at all: the ``SendTime``
+downloader middleware (enabled by the add-on, last before the downloader).
+
+The scheduler hands the engine a slotted request at its send time (see
+:mod:`crawlfleet.node.slots`), but what lies between the engine and the wire can hold it
+back: Scrapy's RobotsTxtMiddleware reading a host's robots.txt first, or the download
+slot of its host, full under ``CONCURRENT_REQUESTS_PER_DOMAIN`` (1 in a project made by
+``scrapy startproject``) while an earlier request to a slow site is still in flight.
+Sent that late, it could share a window with the next slots of other nodes. So, as the
+last middleware before the downloader, this one checks each slotted request once more:
+past the time by which it had to get here (its slot plus ``SENT_SHARE`` of the slot's
+margin, :mod:`crawlfleet.frontier.limits`; the rest covers the wire), or about to wait
+in a full download slot, it is not sent but given back (a copy that skips the
+seen-filter goes to the frontier for a new slot, committed with the original's
+acknowledgement, as a retry is), and counted in ``crawlfleet/scheduler/late``.
+Robots.txt is read ahead when a slotted request is leased
+(:func:`crawlfleet.node.engine.engine_hooks`), so it seldom costs a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from scrapy import Request, Spider
+from scrapy.crawler import Crawler
+
+from crawlfleet.middlewares.common import node_of
+
+__all__ = ["SendTime"]
+
+logger = logging.getLogger(__name__)
+
+
+class SendTime:
+    """A downloader middleware: a slotted request that cannot go out on time goes back."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SendTime:
+        return cls(crawler)
+
+    def process_request(self, request: Request, spider: Spider | None = None) -> Request | None:
+        scheduler = node_of(self.crawler)
+        if scheduler is None:
+            return None
+        send_by = scheduler.ledger.send_by.get(request)
+        if send_by is None:
+            return None  # not rate-limited (or a robots probe): any time is its time
+        late = asyncio.get_event_loop().time() > send_by
+        if not late and scheduler.engine.starts_now(request):
+            return None
+        scheduler.stats.inc("crawlfleet/scheduler/late")
+        logger.debug(
+            "%s %s: given back for a new slot",
+            request,
+            "missed its slot" if late else "would wait in a full download slot",
+        )
+        meta = {k: v for k, v in request.meta.items() if k != "is_start_request"}
+        return request.replace(dont_filter=True, meta=meta)
