@@ -197,7 +197,7 @@ def _take_over_scrapy_redis(settings: BaseSettings, *, say: bool = True) -> None
     from crawlfleet.settings.config import redis_url_from
     from crawlfleet.settings.scrapy_redis import take_over
 
-    lines = take_over(settings, redis_url_from(settings)[1])
+    lines = take_over(settings, redis_url_from(settings)[1], SCHEDULER)
     if not lines or not say:
         return
     message = "crawlfleet takes over from scrapy-redis:\n  " + "\n  ".join(lines)

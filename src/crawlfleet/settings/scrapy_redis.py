@@ -75,13 +75,11 @@ def _found(settings: BaseSettings, name: str) -> bool:
     return priority is not None and priority > 0 and settings.get(name) is not None
 
 
-def take_over(settings: BaseSettings, redis_source: str) -> list[str]:
-    """Install crawlfleet's scheduler and a no-op duplicate filter over scrapy-redis's
-    (at the priority the project gave them); return one line per scrapy-redis setting
-    found, saying what crawlfleet does with it (*redis_source*: the setting crawlfleet's
-    Redis URL came from)."""
-    from crawlfleet.addon import SCHEDULER
-
+def take_over(settings: BaseSettings, redis_source: str, scheduler: str) -> list[str]:
+    """Install crawlfleet's *scheduler* (its import path) and a no-op duplicate filter
+    over scrapy-redis's (at the priority the project gave them); return one line per
+    scrapy-redis setting found, saying what crawlfleet does with it (*redis_source*: the
+    setting crawlfleet's Redis URL came from)."""
     lines: list[str] = []
     for name, what in SETTINGS.items():
         if name in ("SCHEDULER", "DUPEFILTER_CLASS"):
@@ -89,7 +87,7 @@ def take_over(settings: BaseSettings, redis_source: str) -> list[str]:
             if not is_scrapy_redis(value):
                 continue
             priority = settings.getpriority(name) or 0
-            ours = SCHEDULER if name == "SCHEDULER" else NOOP_DUPEFILTER
+            ours = scheduler if name == "SCHEDULER" else NOOP_DUPEFILTER
             settings.set(name, ours, priority=priority)
             lines.append(f"{name} {_path(value)}: {what}")
             continue

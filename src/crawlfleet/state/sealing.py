@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from scrapy.settings import BaseSettings
@@ -34,12 +34,22 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings.access import get_path, get_str
 
 if TYPE_CHECKING:
-    from crawlfleet.state.db import StateDB
+    from contextlib import AbstractContextManager
+
+    from sqlalchemy.orm import Session
+
+
+class Sessions(Protocol):
+    """What resealing needs of a state DB (crawlfleet.state.db.StateDB is one)."""
+
+    def session(self) -> AbstractContextManager[Session]:
+        """A session committed at the end of the block."""
 
 __all__ = [
     "KEY_FILE",
     "PREFIX",
     "Sealer",
+    "Sessions",
     "new_key",
     "reseal",
     "rotate",
@@ -169,7 +179,7 @@ def sealed_columns() -> list[tuple[Any, str]]:
     ]
 
 
-def reseal(db: StateDB, sealer: Sealer, *, every: bool = False) -> int:
+def reseal(db: Sessions, sealer: Sealer, *, every: bool = False) -> int:
     """Seal the values kept in clear (from before sealing), or with *every*, seal every
     value again with the sealer's first key; returns how many were written. One
     transaction: all or nothing."""
@@ -185,7 +195,7 @@ def reseal(db: StateDB, sealer: Sealer, *, every: bool = False) -> int:
     return written
 
 
-def rotate(db: StateDB, sealer: Sealer) -> tuple[int, str]:
+def rotate(db: Sessions, sealer: Sealer) -> tuple[int, str]:
     """Seal every secret again with a new first key: (values written, what was done).
 
     With the key file: a new key is put first in the file, every value is sealed with
