@@ -197,7 +197,10 @@ def test_verbose_says_which_redis_and_job_and_keeps_json_pure(
         r = cli(*args, "--json", *common)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["queued"] == 1  # stdout: the document only
-        assert f"Redis: {redis_server_url} (key prefix {key_prefix})" in r.stderr
+        assert (
+            f"Redis: {redis_server_url} from CRAWLFLEET_REDIS_URL (key prefix {key_prefix})"
+            in r.stderr
+        )
         assert "job: seen" in r.stderr
     r = cli("job", "status", "seen", "-v", "--redis-url", UNREACHABLE)
     assert "Redis: redis://:***@127.0.0.1:1/0" in r.stderr and "s3cr3t" not in r.stderr
