@@ -222,8 +222,8 @@ def test_seed_list_is_read_and_invalid_seeds_are_reported(
     ]
     finish(procs, tmp_path)
     text = logs(tmp_path)
-    assert "Invalid seed b'not a url'" in text
-    assert "Invalid seed b'{\"nourl\": 1}'" in text
+    assert f"Unreadable seed b'not a url' in {key} set aside" in text
+    assert f"Unreadable seed b'{{\"nourl\": 1}}' in {key} set aside" in text
     assert sync_redis.llen(key) == 0
     stats = site.stats()
     assert stats["never_fetched"] == [] and stats["fetched_twice"] == []

@@ -77,8 +77,9 @@ def test_a_gzip_bomb_is_dropped_and_no_telnet_console_listens(
     assert "'response_received_count': 2" in text  # the index and /ok
     peak = int(text.split("'memusage/max': ")[1].split(",")[0])
     # 64 MB decompressed and its copies while it is joined and dropped: 300-430 MiB
-    # measured (1.5 GB and growing before the limit); under 512 MiB however it is timed
-    assert peak < 512 * 2**20, f"peak memory {peak / 2**20:.0f} MiB"
+    # measured, 517 MiB once in a loaded CI run (without the limit: 1.5 GB and growing);
+    # the bound says it stops there, not how fast the allocator gives memory back
+    assert peak < 768 * 2**20, f"peak memory {peak / 2**20:.0f} MiB"
 
 
 @pytest.mark.slow
