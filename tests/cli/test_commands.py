@@ -301,7 +301,7 @@ def test_a_node_says_where_its_items_went_and_a_page_bound_is_a_success(
             assert node.wait(60) == 0, (tmp_path / f"{job}.log").read_text()[-3000:]
     nowhere = (tmp_path / "nowhere.log").read_text()
     assert "closed (closespider_pagecount)" in nowhere
-    assert "stored: none (items go to no store: set CRAWLFLEET_STORES, e.g. sql)" in nowhere
+    assert "stored: none (no crawlfleet store: set CRAWLFLEET_STORES, e.g. sql)" in nowhere
     # what is off by default is not warned about at every start
     assert "Disabled" not in nowhere and " WARNING: " not in nowhere, nowhere
     stored = (tmp_path / "stored.log").read_text()

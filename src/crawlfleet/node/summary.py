@@ -51,7 +51,7 @@ def log_summary(s: dict[str, Any], targets: list[str] | None = None) -> None:
     if targets:
         stored += f" (into {'; '.join(targets)})"
     elif s["items"] and not s["stored"]:
-        stored += " (items go to no store: set CRAWLFLEET_STORES, e.g. sql)"
+        stored += " (no crawlfleet store: set CRAWLFLEET_STORES, e.g. sql)"
     logger.info(
         "crawlfleet node %s closed (%s) after %.1fs: %d pages (%.1f/s), %d items, "
         "stored: %s, %d errors; shared state left in place",
