@@ -82,6 +82,13 @@ class ScrapydClient:
     async def daemonstatus(self) -> dict[str, Any]:
         return await self._call("GET", "/daemonstatus.json")
 
+    async def listprojects(self) -> list[str]:
+        return [str(p) for p in (await self._call("GET", "/listprojects.json"))["projects"]]
+
+    async def listspiders(self, project: str) -> list[str]:
+        body = await self._call("GET", "/listspiders.json", params={"project": project})
+        return [str(s) for s in body["spiders"]]
+
     async def listjobs(self, project: str | None = None) -> dict[str, Any]:
         return await self._call(
             "GET", "/listjobs.json", params={"project": project} if project else None

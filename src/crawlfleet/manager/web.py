@@ -26,6 +26,8 @@ ASSETS = {
     "dom.js": "text/javascript; charset=utf-8",
     "pages.js": "text/javascript; charset=utf-8",
     "lists.js": "text/javascript; charset=utf-8",
+    "runs.js": "text/javascript; charset=utf-8",
+    "campaigns.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "icon.svg": "image/svg+xml",
 }

@@ -45,6 +45,7 @@ class Sessions(Protocol):
     def session(self) -> AbstractContextManager[Session]:
         """A session committed at the end of the block."""
 
+
 __all__ = [
     "KEY_FILE",
     "PREFIX",

@@ -3,15 +3,18 @@
 // comes from the API, crawled pages included, enters the page as text (dom.js).
 
 import { act, api, disconnect, hooks, session } from "./core.js";
-import { alertsPage, scrapydPage, timersPage } from "./lists.js";
+import { campaignPage, campaignsPage } from "./campaigns.js";
+import { alertsPage, proxiesPage, scrapydPage, timersPage } from "./lists.js";
 import { banner, fill, h, view } from "./dom.js";
 import { jobPage, nodesPage, overviewPage } from "./pages.js";
+import { logPage, runsPage } from "./runs.js";
 
 // -- sign-in ---------------------------------------------------------------------------
 function signedOut(message) {
   if (session.me === null && document.getElementById("login")) return; // already there: keep what is typed
   session.me = null;
   disconnect();
+  if (session.page && session.page.leave) session.page.leave();
   session.page = null;
   document.getElementById("nav").hidden = true;
   document.getElementById("who").hidden = true;
@@ -72,22 +75,40 @@ document.getElementById("sign-out").addEventListener("click", async () => {
 });
 
 // -- routing ---------------------------------------------------------------------------
+// A page of a named thing: #/job/NAME, #/job/NAME/runs, #/job/NAME/log/ID, #/campaign/NAME
+// (names are URI-encoded: a job name never holds "/").
+function named(part) {
+  try { return decodeURIComponent(part); } catch { return null; }
+}
+
+function page(hash) {
+  const job = hash.match(/^#\/job\/([^/]+)(?:\/(runs|log\/(\d+)))?$/);
+  const jobName = job && named(job[1]);
+  if (jobName !== null) {
+    if (job[2] === "runs") return runsPage(jobName);
+    if (job[3]) return logPage(jobName, Number(job[3]));
+    return jobPage(jobName);
+  }
+  const campaign = hash.match(/^#\/campaign\/([^/]+)$/);
+  const campaignName = campaign && named(campaign[1]);
+  if (campaignName !== null) return campaignPage(campaignName);
+  const pages = {
+    "#/nodes": nodesPage, "#/scrapyd": scrapydPage, "#/campaigns": campaignsPage,
+    "#/proxies": proxiesPage, "#/timers": timersPage, "#/alerts": alertsPage,
+  };
+  return (pages[hash] || overviewPage)();
+}
+
 let ticker = null;
 function route() {
   if (!session.me) return;
   const hash = location.hash || "#/";
-  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.getAttribute("href") === hash);
-  const job = hash.match(/^#\/job\/(.+)$/);
-  let name = null;
-  if (job) {
-    try { name = decodeURIComponent(job[1]); } catch { name = null; }
+  for (const a of document.querySelectorAll("#nav a")) {
+    const href = a.getAttribute("href");
+    a.classList.toggle("active", href === hash || (href !== "#/" && hash.startsWith(`${href.replace(/s$/, "")}/`)));
   }
-  if (name !== null) session.page = jobPage(name);
-  else if (hash === "#/nodes") session.page = nodesPage();
-  else if (hash === "#/scrapyd") session.page = scrapydPage();
-  else if (hash === "#/timers") session.page = timersPage();
-  else if (hash === "#/alerts") session.page = alertsPage();
-  else session.page = overviewPage();
+  if (session.page && session.page.leave) session.page.leave();
+  session.page = page(hash);
   if (ticker) clearInterval(ticker);
   ticker = setInterval(() => { if (session.page && session.page.tick) session.page.tick(); }, 5000);
 }

@@ -1,7 +1,7 @@
 // crawlfleet dashboard: the Scrapyd, timers and alerts pages (tables from the API).
 
 import { act, api, can, connect, session } from "./core.js";
-import { badge, fill, h, num, table, text, toast, view } from "./dom.js";
+import { ask, badge, fill, h, num, table, text, toast, view } from "./dom.js";
 
 function listPage(title, loaders) {
   // A page of tables loaded from the API, refreshed every few seconds; a loader is
@@ -83,4 +83,46 @@ export function alertsPage() {
       ["webhook", (r) => r.webhook], ["enabled", (r) => (r.enabled ? "yes" : "no")],
     ], "No rule."],
   ]);
+}
+
+export function proxiesPage() {
+  const list = h("div", { id: "proxies" });
+  let form = null;
+  if (can("admin")) {
+    const urls = h("textarea", { name: "proxies", id: "proxies-add", placeholder: "proxy URLs, one a line (scheme, user:password@host:port)" });
+    form = h("form", { id: "proxies-form" }, urls, h("div", { class: "buttons" }, h("button", { type: "submit" }, "Add to the pool")));
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const proxies = urls.value.split("\n").map((s) => s.trim()).filter(Boolean);
+      if (!proxies.length) return;
+      const result = await act("Add proxies", "POST", "/api/v1/proxies", { proxies });
+      if (result) { toast(`${result.added} proxy(ies) added; ${result.size} live in the pool`); urls.value = ""; load(); }
+    });
+  }
+  const columns = [
+    ["id", (p) => p.id], ["proxy", (p) => p.proxy], ["state", (p) => badge(p.state)],
+    ["uses now", (p) => num(p.uses), "num"], ["ok", (p) => num(p.ok), "num"],
+    ["failures", (p) => num(p.failures), "num"], ["bans", (p) => num(p.bans), "num"],
+  ];
+  if (can("admin")) {
+    columns.push(["", (p) => (p.state === "removed" ? "" : h("button", { type: "button", class: "small danger", "data-remove": p.id, onclick: async () => {
+      if (!(await ask(`Take proxy ${p.proxy} out of the pool for good? Nodes stop using it at their next pick.`))) return;
+      const result = await act("Remove proxy", "DELETE", `/api/v1/proxies/${encodeURIComponent(p.id)}`);
+      if (result) { toast(`Proxy ${p.proxy} removed`); load(); }
+    } }, "remove"))]);
+  }
+  fill(view, h("h1", {}, "Proxy pool"), list,
+    form ? [h("h2", {}, "Add proxies"), form] : null,
+    h("p", { class: "muted" }, "The fleet's shared pool (CRAWLFLEET_PROXY_ENABLED): nodes pick the least used live proxy for each request; a failing one cools down, a banned one rests per site. Passwords show as ***."));
+  connect({});
+  async function load() {
+    try {
+      fill(list, table((await api("GET", "/api/v1/proxies")).proxies, columns,
+        "No proxy in the pool (CRAWLFLEET_PROXIES on the nodes, crawlfleet proxies add, or the form below for an admin)."));
+    } catch (err) {
+      fill(list, h("div", { class: "error-text" }, err.message));
+    }
+  }
+  load();
+  return { tick: load };
 }

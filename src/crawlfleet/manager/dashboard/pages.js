@@ -152,7 +152,9 @@ export function jobPage(job) {
   sections.push(h("div", { class: "two" },
     h("section", {}, h("h2", {}, "Runs"), runs),
     h("section", {}, h("h2", {}, "Changes"), events)),
-  h("h2", {}, "Processes started through Scrapyd"), processes);
+  h("h2", {}, "Processes started through Scrapyd ",
+    h("a", { href: `#/job/${encodeURIComponent(job)}/runs`, id: "job-runs-link", class: "more" }, can("operator") ? "start a run, logs, cancel ›" : "logs ›")),
+  processes);
   fill(view, ...sections);
   connect({ job });
 

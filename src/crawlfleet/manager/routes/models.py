@@ -24,6 +24,8 @@ __all__ = [
     "NamePath",
     "NodeControlBody",
     "ProjectName",
+    "ProxiesBody",
+    "ProxyIdPath",
     "RecrawlBody",
     "ResetBody",
     "RunBody",
@@ -59,6 +61,8 @@ JobPath = Annotated[str, Path(description="the job's name"), AfterValidator(vali
 NamePath = Annotated[str, Path(max_length=64), AfterValidator(_record_name)]
 #: A row id of the state DB in a path (SQL integers stop at 2**63 - 1).
 IdPath = Annotated[int, Path(ge=1, le=2**62)]
+#: a proxy's id in the pool (crawlfleet proxies status shows it)
+ProxyIdPath = Annotated[str, Path(pattern=r"^[0-9a-f]{12}$", description="the proxy's id")]
 #: A Scrapyd project (scrapy.cfg's [deploy] project), version or spider name.
 ProjectName = Annotated[
     str,
@@ -203,6 +207,13 @@ class CampaignBody(_Body):
     keywords: list[str] = Field(default_factory=list, max_length=100_000)
     max_attempts: int = Field(default=3, ge=1, le=100)
     units_ahead: int = Field(default=20, ge=1, le=100_000)
+
+
+class ProxiesBody(_Body):
+    #: proxy URLs (http(s)://user:pass@host:port); passwords are never shown back
+    proxies: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
+        min_length=1, max_length=10_000
+    )
 
 
 class ExtendBody(_Body):

@@ -81,6 +81,39 @@ async def list_nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
     return {"scrapyd": out}
 
 
+@router.get(
+    "/api/v1/scrapyd/projects",
+    summary="the projects deployed on the Scrapyd nodes, each with its spiders and nodes",
+)
+async def projects(ctx: Ctx, _: Viewer) -> dict[str, Any]:
+    """What a run may start: every project some Scrapyd holds, its spiders (as the
+    newest version on each node lists them) and the nodes that hold it; a node that
+    does not answer is listed in ``errors`` (the others still count)."""
+    nodes = await ctx.in_db(list_scrapyd, ctx.db)
+
+    async def one(node: ScrapydInfo) -> dict[str, list[str]]:
+        async with ScrapydClient(node) as client:
+            names = await client.listprojects()
+            spiders = await asyncio.gather(*(client.listspiders(p) for p in names))
+            return dict(zip(names, spiders, strict=True))
+
+    found: dict[str, dict[str, Any]] = {}
+    errors: list[dict[str, str]] = []
+    for node, held in zip(
+        nodes, await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True), strict=True
+    ):
+        if isinstance(held, ScrapydError):
+            errors.append({"scrapyd": node.name, "error": str(held)})
+            continue
+        if isinstance(held, BaseException):
+            raise held
+        for project, spiders in held.items():
+            entry = found.setdefault(project, {"project": project, "spiders": [], "scrapyd": []})
+            entry["spiders"] = sorted({*entry["spiders"], *spiders})
+            entry["scrapyd"].append(node.name)
+    return {"projects": [found[p] for p in sorted(found)], "errors": errors}
+
+
 @router.delete("/api/v1/scrapyd/{name}", summary="forget a Scrapyd")
 async def unregister(name: NamePath, ctx: Ctx, token: Admin) -> dict[str, Any]:
     await ctx.in_db(remove_scrapyd, ctx.db, name)
