@@ -1,5 +1,6 @@
 """The control room from the page, in headless chromium: an operator starts a run on a
-real Scrapyd, sees it crawl, reads its log live (filtered by level) and cancels it; a
+real Scrapyd, sees it crawl and its node's failure on the job page, reads its log live
+(filtered by level) and cancels it; a
 campaign is paused and resumed from its page; an admin adds and removes proxies; a
 viewer sees all of it and no control."""
 
@@ -79,7 +80,10 @@ def test_an_operator_starts_follows_and_cancels_a_run_and_a_viewer_only_reads(
         # what Scrapyd holds fills the form
         assert page.locator("#run-project option").all_inner_texts() == ["fleetproj"]
         assert page.locator("#run-spider option").all_inner_texts() == ["site"]
-        page.fill("#run-args", f"start_urls={site.seed_urls[0]}")
+        # a page the site does not have: its failure must reach the job page from the
+        # Scrapyd-started node (its state DB is the manager's, passed by the run)
+        missing = site.seed_urls[0].rstrip("/") + "/no-such-page"
+        page.fill("#run-args", f"start_urls={site.seed_urls[0]},{missing}")
         page.fill("#run-settings", "not a setting")
         page.click("#run-form button[type=submit]")
         page.wait_for_selector("#run-form .error-text >> text=is not NAME=value")
@@ -132,8 +136,14 @@ def test_an_operator_starts_follows_and_cancels_a_run_and_a_viewer_only_reads(
             r = as_viewer.post(f"/api/v1/jobs/{job}/processes/1/cancel", json={})
             assert r.status_code == 403
 
+        # the failure of the node Scrapyd started is on the job page
+        page.goto(f"{live_manager.url}/#/job/{job}")
+        page.wait_for_selector(f"#job-errors >> text={missing}", timeout=40_000)
+        assert "HTTP 404" in page.inner_text("#job-errors")
+        assert page.locator("[data-figure=errors-elsewhere]").count() == 0
+
         # cancel it from the page: TERM, and the node closes within the grace period
-        page.click(f"a[href='#/job/{job}/runs']")
+        page.click("#job-runs-link")
         page.click("#processes [data-cancel]")
         page.wait_for_selector("#confirm[open]")
         assert "TERM" in page.inner_text("#confirm-text")
