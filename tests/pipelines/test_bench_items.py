@@ -135,6 +135,8 @@ def test_bench_command_prints_and_records_the_items_part(
     assert "item pipeline: every stage + one store, 200 product items" in done.stdout
     assert "6/6 correct" in done.stdout
     report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["complete"] is True and report["items"]["items"] == 200
+    assert "] items: 200 items through the pipeline into each store ..." in done.stdout
     assert report["targets"] == {
         "items: every store holds all 200 items": True,
         "extraction F1 >= 0.9 (min over 60 articles)": True,
