@@ -146,7 +146,8 @@ def test_filters_by_url_and_by_a_field(manager: ItemsManager) -> None:
             item("k1", url="https://shop.test/Sale/50%_off", colour="red", stock=5),
             item("k2", url="https://shop.test/sale/5000_off", colour="blue", stock=50),
             item("k3", url="https://shop.test/new", colour="red", stock=0, tags=["x"]),
-            item("k4", url="https://shop.test/none", colour="Red"),
+            item("k4", url="https://shop.test/none", colour="Red", sale=True, price=2.5),
+            item("k5", url="https://shop.test/five", sale=False, price=12),
         ],
     )
 
@@ -159,6 +160,10 @@ def test_filters_by_url_and_by_a_field(manager: ItemsManager) -> None:
     assert keys(field="stock", value="5") == ["k1"]  # a number, as text
     assert keys(field="stock", value="0") == ["k3"]
     assert keys(field="colour", value="red", q="sale") == ["k1"]
+    assert keys(field="sale", value="true") == ["k4"]  # true/false as words
+    assert keys(field="sale", value="false") == ["k5"]
+    assert keys(field="price", value="2.5") == ["k4"]
+    assert keys(field="tags", value="x") == []  # a list is no text
     assert keys(field="missing", value="red") == []
     assert keys(q="nowhere") == []
 

@@ -55,3 +55,15 @@ def test_a_stream_store_is_its_redis_database_and_prefix() -> None:
     assert sink.identity() == stream_identity("redis://redis.example:6380/2", "cf")
     assert redis_identity("redis://127.0.0.1") == redis_identity("redis://127.0.0.1:6379/0")
     assert redis_identity("unix:///run/r.sock?db=1") == "unix:///run/r.sock?db=1"
+
+
+def test_a_mongodb_store_is_its_hosts_and_collection() -> None:
+    from crawlfleet.pipelines.mongo import MongoSink
+
+    url = "mongodb://crawler:s3cret@m1.example:27017,m2.example/shop?tls=true&authSource=admin"
+    sink = MongoSink(url, collection="items")
+    assert sink.identity() == {
+        "store": "mongodb",
+        "server": "mongodb://m1.example:27017,m2.example",
+        "collection": "shop.items",
+    }

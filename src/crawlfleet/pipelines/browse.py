@@ -25,6 +25,7 @@ import binascii
 import datetime as dt
 import json
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +201,8 @@ class SqlItemReader:
         #: which database this is, as nodes publish theirs (never a password)
         self.where = state_db_identity(self.url.render_as_string(hide_password=True))
         self._engine: Engine | None = None
+        self._engine_lock = threading.Lock()
+        self._has_table = False  # once seen, not asked again
 
     @property
     def identity(self) -> dict[str, str]:
@@ -220,6 +223,11 @@ class SqlItemReader:
         return Path(database)
 
     def engine(self) -> Engine:
+        """The engine, made once (a pool of a few connections)."""
+        with self._engine_lock:
+            return self._make_engine()
+
+    def _make_engine(self) -> Engine:
         if self._engine is None:
             try:
                 self._engine = sa.create_engine(
@@ -242,11 +250,14 @@ class SqlItemReader:
                 "first item (if they store elsewhere, set CRAWLFLEET_SQL_URL of the manager "
                 "to theirs)"
             )
+        if self._has_table:
+            return None
         try:
             with self.engine().connect() as conn:
                 present = sa.inspect(conn).has_table(self.table.name)
         except sa_exc.SQLAlchemyError as exc:
             raise self._unavailable(f"did not answer ({type(exc).__name__})") from None
+        self._has_table = present
         if not present:
             return (
                 f"no table {self.table.name} in the SQL item store {self.where} yet: the "
@@ -276,10 +287,7 @@ class SqlItemReader:
         if filters.q:
             query = query.where(t.c.url.icontains(filters.q, autoescape=True))
         if filters.field:
-            text = _field_text(t, filters.field)
-            if self.url.get_backend_name() in ("mysql", "mariadb"):
-                text = text.collate("utf8mb4_bin")  # its JSON text compares in any case
-            query = query.where(text == filters.value)
+            query = query.where(self._field_text(filters.field) == filters.value)
         if after is not None:
             stamp_, key_ = after
             query = query.where(
@@ -290,6 +298,7 @@ class SqlItemReader:
             with self.engine().connect() as conn:
                 rows = conn.execute(query).mappings().all()
         except sa_exc.SQLAlchemyError as exc:
+            self._has_table = False  # dropped meanwhile? the next page looks again
             raise self._unavailable(f"did not answer ({type(exc).__name__})") from None
         items = [_row_item(row) for row in rows[:limit]]
         more = len(rows) > limit
@@ -299,11 +308,29 @@ class SqlItemReader:
             next_cursor = _encode_cursor([last.stored_at.isoformat(), last.key])
         return ItemPage(items, next_cursor)
 
+    def _field_text(self, name: str) -> sa.ColumnElement[Any]:
+        """The document's field *name* as text, on every backend alike: a string as it
+        is, a number as written, true/false as words (JSON's text of the value)."""
+        document = self.table.c.document
+        text: sa.ColumnElement[Any] = sa.cast(document[name].as_string(), sa.Text)
+        backend = self.url.get_backend_name()
+        if backend == "sqlite":  # json_extract gives true/false as 1/0
+            kind = sa.func.json_type(document, f"$.{json.dumps(name)}")
+            text = sa.case(
+                (kind == "true", sa.literal("true")),
+                (kind == "false", sa.literal("false")),
+                else_=text,
+            )
+        elif backend in ("mysql", "mariadb"):
+            text = text.collate("utf8mb4_bin")  # else its JSON text compares in any case
+        return text
+
     def close(self) -> None:
         """Dispose of the engine (its connections)."""
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
+        with self._engine_lock:
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None
 
 
 def _engine_args(url: URL) -> dict[str, Any]:
@@ -313,12 +340,6 @@ def _engine_args(url: URL) -> dict[str, Any]:
     if backend == "postgresql":
         return {"connect_args": {"connect_timeout": 5, "application_name": "crawlfleet-manager"}}
     return {"connect_args": {"connect_timeout": 5, "read_timeout": 60, "charset": "utf8mb4"}}
-
-
-def _field_text(table: sa.Table, name: str) -> sa.ColumnElement[Any]:
-    """The document's field *name* as text: a string as it is, a number as written
-    (SQLite gives numbers as numbers: cast to text everywhere)."""
-    return sa.cast(table.c.document[name].as_string(), sa.Text)
 
 
 def _row_item(row: Any) -> BrowsedItem:

@@ -6,6 +6,12 @@ import { api, connect } from "./core.js";
 import { fill, h, link, num, text, view } from "./dom.js";
 
 const PAGE = 50;
+const LONG = 2000; // characters of a value shown (the export has it whole)
+
+function cut(value) {
+  const s = text(value);
+  return s.length > LONG ? `${s.slice(0, LONG)}… (${num(s.length)} characters)` : s;
+}
 
 function itemCard(item) {
   // the URL is the card's head: its field is not shown again when it is the same
@@ -15,7 +21,7 @@ function itemCard(item) {
       h("span", { class: "item-url" }, item.url ? link(item.url) : "(no URL)"),
       h("span", { class: "muted", title: "when it was stored (UTC)" }, `stored ${item.stored_at}`)),
     h("div", { class: "muted item-meta" }, `key ${item.key} · ${item.item_type}${item.entry ? ` · entry ${item.entry}` : ""}`),
-    h("dl", {}, fields.map(([k, v]) => [h("dt", {}, k), h("dd", {}, k === "url" ? link(v) : text(v))])));
+    h("dl", {}, fields.map(([k, v]) => [h("dt", {}, k), h("dd", {}, k === "url" ? link(v) : cut(v))])));
 }
 
 export function itemsPage(job) {
