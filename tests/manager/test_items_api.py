@@ -20,17 +20,21 @@ from fastapi.testclient import TestClient
 
 from crawlfleet.manager.app import create_app
 from crawlfleet.manager.routes.items import csv_cell
+from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.stream import RedisStreamSink
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.tokens import create_token
+from crawlfleet.testsite.model import SiteModel
+from crawlfleet.testsite.server import TestSite
 from tests.manager.conftest import Manager, manager_settings
 from tests.state.conftest import fresh_database_url
 
 TABLE = "cft_items"
 JOB = "shop"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -354,3 +358,60 @@ def test_csv_cells() -> None:
         assert csv_cell(text) == "'" + text
     assert csv_cell(["=a"]) == '["=a"]' and csv_cell({"k": 1}) == '{"k": 1}'
     assert csv_cell("plain") == "plain"
+
+
+@pytest.mark.slow
+def test_a_real_node_says_where_it_stores_and_the_manager_compares(
+    redis_server_url: str, key_prefix: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A crawling node's items reach the manager that reads its store; a manager that
+    reads another store names the node in nodes_elsewhere."""
+    theirs = f"sqlite:///{tmp_path / 'node-items.sqlite3'}"
+    other = f"sqlite:///{tmp_path / 'other-items.sqlite3'}"
+    with TestSite(SiteModel(pages=300, hosts=1), latency_seconds=0.05) as site:
+        proc = start_node(
+            "crawlfleet.testsite.spider:TestSiteSpider",
+            job=JOB,
+            redis_url=redis_server_url,
+            log=tmp_path / "node.log",
+            spider_args={"start_urls": ",".join(site.seed_urls)},
+            settings={
+                **node_env,
+                "CONCURRENT_REQUESTS": 2,
+                "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
+                "CRAWLFLEET_STORES": "sql",
+                "CRAWLFLEET_SQL_URL": theirs,
+                "CRAWLFLEET_SQL_TABLE": TABLE,
+            },
+            cwd=ROOT,
+        )
+        try:
+            for manager in _manager(
+                redis_server_url,
+                key_prefix,
+                tmp_path,
+                CRAWLFLEET_SQL_URL=theirs,
+                CRAWLFLEET_SQL_TABLE=TABLE,
+            ):
+                manager.wait_for(
+                    "the node's items", lambda: len(manager.items()["items"]) >= 3, timeout=60
+                )
+                assert manager.items()["nodes_elsewhere"] == {}
+            for manager in _manager(
+                redis_server_url,
+                key_prefix,
+                tmp_path,
+                CRAWLFLEET_SQL_URL=other,
+                CRAWLFLEET_SQL_TABLE=TABLE,
+            ):
+                page = manager.items()
+                assert page["items"] == [] and len(page["nodes_elsewhere"]) == 1, page
+                (where,) = page["nodes_elsewhere"].values()
+                assert where.startswith(f"sqlite:///{tmp_path / 'node-items.sqlite3'} on ")
+                assert "CRAWLFLEET_SQL_URL" in " ".join(page["notes"])
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            if wait_all([proc], 20) == [None]:
+                proc.kill()
+                proc.wait()
