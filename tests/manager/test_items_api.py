@@ -5,6 +5,7 @@ bounds; auth; the warning about nodes that store elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -59,6 +60,7 @@ class ItemsManager(Manager):
         raise AssertionError("paging does not end")
 
 
+@contextlib.contextmanager
 def _manager(
     redis_url: str, prefix: str, folder: Path, **settings: object
 ) -> Iterator[ItemsManager]:
@@ -88,13 +90,14 @@ def items_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def manager(
     items_db: str, redis_server_url: str, key_prefix: str, tmp_path: Path
 ) -> Iterator[ItemsManager]:
-    yield from _manager(
+    with _manager(
         redis_server_url,
         key_prefix,
         tmp_path,
         CRAWLFLEET_SQL_URL=items_db,
         CRAWLFLEET_SQL_TABLE=TABLE,
-    )
+    ) as manager:
+        yield manager
 
 
 def store(url: str, records: list[StoredItem]) -> None:
@@ -239,14 +242,14 @@ def test_bounds_and_auth(manager: ItemsManager) -> None:
 def test_export_is_bounded(redis_server_url: str, key_prefix: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'items.sqlite3'}"
     store(url, [item(f"k{i:03d}") for i in range(250)])
-    for manager in _manager(
+    with _manager(
         redis_server_url,
         key_prefix,
         tmp_path,
         CRAWLFLEET_SQL_URL=url,
         CRAWLFLEET_SQL_TABLE=TABLE,
         CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS=220,
-    ):
+    ) as manager:
         r = manager.client.get(f"/api/v1/jobs/{JOB}/items/export", headers=manager.as_("viewer"))
         assert r.headers["x-export-max-items"] == "220"
         lines = r.text.splitlines()
@@ -258,15 +261,15 @@ def test_no_store_yet_and_a_store_that_does_not_answer(
     redis_server_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
     missing = tmp_path / "nowhere" / "items.sqlite3"
-    for manager in _manager(
+    with _manager(
         redis_server_url, key_prefix, tmp_path, CRAWLFLEET_SQL_URL=f"sqlite:///{missing}"
-    ):
+    ) as manager:
         page = manager.items()
         assert page["items"] == [] and page["next_cursor"] is None
         assert "CRAWLFLEET_SQL_URL" in page["notes"][0] and str(missing) in page["notes"][0]
         assert not missing.exists()  # reading never makes a store
     down = "postgresql+psycopg://cft:s3cret-pw@127.0.0.1:9/items"
-    for manager in _manager(redis_server_url, key_prefix, tmp_path, CRAWLFLEET_SQL_URL=down):
+    with _manager(redis_server_url, key_prefix, tmp_path, CRAWLFLEET_SQL_URL=down) as manager:
         for path in ("", "/export"):
             r = manager.client.get(f"/api/v1/jobs/{JOB}/items{path}", headers=manager.as_("viewer"))
             assert r.status_code == 503, r.text
@@ -318,13 +321,14 @@ def test_the_stream_source(manager_on_sqlite: ItemsManager, redis_server_url: st
 def manager_on_sqlite(
     redis_server_url: str, key_prefix: str, tmp_path: Path
 ) -> Iterator[ItemsManager]:
-    yield from _manager(
+    with _manager(
         redis_server_url,
         key_prefix,
         tmp_path,
         CRAWLFLEET_SQL_URL=f"sqlite:///{tmp_path / 'items.sqlite3'}",
         CRAWLFLEET_SQL_TABLE=TABLE,
-    )
+    ) as manager:
+        yield manager
 
 
 def test_nodes_that_store_elsewhere_are_named(manager_on_sqlite: ItemsManager) -> None:
@@ -386,24 +390,24 @@ def test_a_real_node_says_where_it_stores_and_the_manager_compares(
             cwd=ROOT,
         )
         try:
-            for manager in _manager(
+            with _manager(
                 redis_server_url,
                 key_prefix,
                 tmp_path,
                 CRAWLFLEET_SQL_URL=theirs,
                 CRAWLFLEET_SQL_TABLE=TABLE,
-            ):
+            ) as manager:
                 manager.wait_for(
                     "the node's items", lambda: len(manager.items()["items"]) >= 3, timeout=60
                 )
                 assert manager.items()["nodes_elsewhere"] == {}
-            for manager in _manager(
+            with _manager(
                 redis_server_url,
                 key_prefix,
                 tmp_path,
                 CRAWLFLEET_SQL_URL=other,
                 CRAWLFLEET_SQL_TABLE=TABLE,
-            ):
+            ) as manager:
                 page = manager.items()
                 assert page["items"] == [] and len(page["nodes_elsewhere"]) == 1, page
                 (where,) = page["nodes_elsewhere"].values()
