@@ -30,6 +30,7 @@ from crawlfleet.manager.routes import (
     campaigns,
     errors,
     events,
+    items,
     jobs,
     limits,
     live,
@@ -88,6 +89,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await client.aclose()
+            await ctx.in_db(ctx.items.close)
             db.close()
 
     app = FastAPI(
@@ -103,6 +105,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
     for module in (
         jobs,
         errors,
+        items,
         campaigns,
         proxies,
         limits,

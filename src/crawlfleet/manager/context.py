@@ -16,8 +16,9 @@ from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.snapshot import configured_limits
 from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.sharded import JobFrontier
+from crawlfleet.pipelines.browse import SqlItemReader
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.access import get_float
+from crawlfleet.settings.access import get_float, get_int, get_path, get_str
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, validate_job_name
 from crawlfleet.state.db import StateDB
 
@@ -44,6 +45,10 @@ class ManagerContext:
     watch_seconds: float
     #: how long a dashboard sign-in lasts (CRAWLFLEET_MANAGER_SESSION_HOURS)
     session_hours: float
+    #: the SQL item store it reads items from (CRAWLFLEET_SQL_URL, CRAWLFLEET_SQL_TABLE)
+    items: SqlItemReader
+    #: most items one export holds (CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS)
+    export_max_items: int
     #: Scrapyd name -> monotonic time since which it has not answered the watch
     unreachable_since: dict[str, float] = field(default_factory=dict)
     #: job -> (requests done, monotonic time that figure was first seen): stall times
@@ -70,6 +75,12 @@ class ManagerContext:
             limits=configured_limits(settings),
             watch_seconds=get_float(settings, "CRAWLFLEET_MANAGER_WATCH_SECONDS", minimum=0.1),
             session_hours=get_float(settings, "CRAWLFLEET_MANAGER_SESSION_HOURS", minimum=0.01),
+            items=SqlItemReader(
+                get_str(settings, "CRAWLFLEET_SQL_URL"),
+                table=get_str(settings, "CRAWLFLEET_SQL_TABLE"),
+                data_dir=get_path(settings, "CRAWLFLEET_DATA_DIR"),
+            ),
+            export_max_items=get_int(settings, "CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS", minimum=1),
         )
 
     def keys(self, job: str) -> JobKeys:

@@ -46,6 +46,7 @@ from crawlfleet.pipelines.key import MAX_KEY_LENGTH
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.store import StorePipeline
 from crawlfleet.settings.access import get_path, get_str
+from crawlfleet.state.url import state_db_identity
 
 __all__ = ["SUPPORTED_DIALECTS", "SqlSink", "SqlStorePipeline", "default_sql_url", "items_table"]
 
@@ -181,6 +182,12 @@ class SqlSink(BufferedSink):
     def target(self) -> str:
         """``sql <url without password> table <name>``."""
         return f"sql {self.safe_url} table {self.table.name}"
+
+    def identity(self) -> dict[str, str]:
+        """The database (as :func:`~crawlfleet.state.url.state_db_identity` says it,
+        never a password) and table of the store."""
+        where = state_db_identity(self.url.render_as_string(hide_password=True))
+        return {"store": "sql", "database": where, "table": self.table.name}
 
     @property
     def spill_id(self) -> str:

@@ -31,6 +31,8 @@ CRAWLFLEET_MANAGER_SESSION_HOURS = 12.0
 CRAWLFLEET_MANAGER_MAX_BODY = 1048576
 #: Largest egg ``POST /api/v1/deploy`` takes (bytes), streamed to a temporary file.
 CRAWLFLEET_MANAGER_MAX_EGG = 104857600
+#: Most items one export of a job's items holds (``GET /api/v1/jobs/JOB/items/export``).
+CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS = 100000
 #: Keys that seal the secrets the state DB keeps (Scrapyd passwords, webhook URLs,
 #: alert signing secrets): Fernet keys, comma-separated, the first seals, all unseal.
 #: Empty: the key file secret.key under CRAWLFLEET_DATA_DIR, made on first use.

@@ -146,7 +146,7 @@ export function jobPage(job) {
       h("section", {}, h("h2", {}, "Sites"), sites),
       h("section", {}, h("h2", {}, "This job's own rate limits"), limits.box, limits.form)),
     h("h2", {}, "Nodes"), nodes,
-    h("h2", {}, "Latest items"), items,
+    h("h2", {}, "Latest items ", h("a", { href: `#/job/${encodeURIComponent(job)}/items`, id: "job-items-link", class: "more" }, "Items ›")), items,
     h("h2", {}, "Failures (error registry)"), errors, errorButtons];
   if (can("operator")) sections.push(h("h2", {}, "Queue seeds"), seedsForm());
   sections.push(h("div", { class: "two" },
