@@ -124,6 +124,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
         Edge,
         max_body=get_int(settings, "CRAWLFLEET_MANAGER_MAX_BODY", minimum=1024),
         max_egg=get_int(settings, "CRAWLFLEET_MANAGER_MAX_EGG", minimum=1024),
+        on_change=ctx.changed,
     )
 
     @app.get("/healthz", tags=["health"], summary="whether Redis and the state DB answer")

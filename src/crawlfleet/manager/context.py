@@ -16,6 +16,8 @@ from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.snapshot import configured_limits
 from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.sharded import JobFrontier
+from crawlfleet.manager.callers import RecentCallers
+from crawlfleet.manager.shared import Shared
 from crawlfleet.pipelines.browse import SqlItemReader
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float, get_int, get_path, get_str
@@ -55,9 +57,11 @@ class ManagerContext:
     progress: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: webhook deliveries under way (cancelled when the manager stops)
     deliveries: set[asyncio.Task[None]] = field(default_factory=set)
-    #: figures of the live streams' last round, shared by every open stream: key ->
-    #: (monotonic time made, value) (crawlfleet.manager.routes.live.shared)
-    live_cache: dict[str, tuple[float, object]] = field(default_factory=dict)
+    #: the fleet's, a job's and the nodes' figures, made once for every request and
+    #: live stream (crawlfleet.manager.shared)
+    figures: Shared = field(default_factory=Shared)
+    #: callers (tokens, sessions) looked up in the last seconds (crawlfleet.manager.auth)
+    callers: RecentCallers = field(default_factory=RecentCallers)
     #: one point a watch, oldest first: {"at": Redis time (ms), "jobs": {job: pages/s}}
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
 
@@ -82,6 +86,12 @@ class ManagerContext:
             ),
             export_max_items=get_int(settings, "CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS", minimum=1),
         )
+
+    def changed(self) -> None:
+        """Something may have changed through this manager: figures and callers are
+        looked up again at the next ask (the change, a sign-out, shows at once)."""
+        self.figures.forget()
+        self.callers.forget()
 
     def keys(self, job: str) -> JobKeys:
         return JobKeys.of(self.key_prefix, validate_job_name(job))
