@@ -19,6 +19,13 @@ It sits below Scrapy's RetryMiddleware (550): what it sees has spent its retries
 request re-crawled from the registry (``crawlfleet_error`` in its meta) that is answered
 without an error status resolves its error; failing again reopens it. Requests for
 robots.txt are not recorded.
+
+A request whose failure is recorded is not acknowledged in the frontier before the
+record is durable in the state DB (:meth:`FailureRegistry.record` holds it through
+:meth:`~crawlfleet.node.scheduler.Scheduler.hold_for_record`): a node killed while the
+writer has not written it yet leaves the lease to expire, and the page is fetched (and
+fails, and is recorded) again elsewhere. A resolution holds nothing: one lost leaves
+its failure open, to be crawled once more.
 """
 
 from __future__ import annotations
@@ -155,7 +162,8 @@ class FailureRegistry:
         status: int | None = None,
         stack: str | None = None,
     ) -> None:
-        """Record that *request* failed for good, for *reason* (see the module docstring)."""
+        """Record that *request* failed for good, for *reason* (see the module docstring):
+        the node acknowledges *request* only once the record is written."""
         scheduler = node_of(self.crawler)
         if scheduler is None or is_robots(request):
             return
@@ -167,23 +175,22 @@ class FailureRegistry:
         if isinstance(unit_id, int):  # a campaign unit's first page: the unit failed
             self.writer.unit_finished(unit_id, ok=False, error=f"{reason}: {detail}")
         fingerprinter = self.crawler.request_fingerprinter
-        self.writer.failure(
-            Failure(
-                job=scheduler.config.job,
-                fingerprint=fingerprinter.fingerprint(request).hex(),
-                url=request.url,
-                site=scheduler.site_of(request),
-                reason=reason,
-                detail=detail,
-                node=scheduler.node_id,
-                at=utcnow(),
-                attempts=int(request.meta.get("retry_times", 0)) + 1,
-                http_status=status,
-                unit=_unit(request),
-                stack=stack,
-                payload=payload,
-            )
+        failure = Failure(
+            job=scheduler.config.job,
+            fingerprint=fingerprinter.fingerprint(request).hex(),
+            url=request.url,
+            site=scheduler.site_of(request),
+            reason=reason,
+            detail=detail,
+            node=scheduler.node_id,
+            at=utcnow(),
+            attempts=int(request.meta.get("retry_times", 0)) + 1,
+            http_status=status,
+            unit=_unit(request),
+            stack=stack,
+            payload=payload,
         )
+        self.writer.failure(failure, scheduler.hold_for_record(request, self.writer.flush))
 
 
 def _unit(request: Request) -> str | None:
