@@ -49,6 +49,8 @@ class RecrawlResult:
     queued: int = 0
     #: ids of errors whose stored request could not be read back (queued by URL)
     by_url: list[int] = field(default_factory=list)
+    #: ids of the errors queued (marked ``queued`` and in the frontier)
+    ids: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {"queued": self.queued, "queued_by_url": len(self.by_url)}
@@ -105,6 +107,7 @@ async def recrawl_errors(
             result.queued += committed.queued
             queued.update(range(i, i + len(out)))
     finally:
+        result.ids = [r[0] for n, r in enumerate(rows) if n in queued]
         if len(queued) < len(rows):
             left = [r[0] for n, r in enumerate(rows) if n not in queued]
             await asyncio.to_thread(reopen_errors, db, job, left)
