@@ -141,7 +141,8 @@ class CampaignFeeder(HeldLoop):
             await asyncio.sleep(min(ROUND_SECONDS * 2 ** min(failed, 6), MAX_ROUND_SECONDS))
 
     async def _progress(self, scheduler: Any) -> None:
-        """Say the campaign's progress when it is due (see the module docstring)."""
+        """Say the campaign's progress when it is due (see the module docstring). It
+        never stops the loop: the state DB or Redis failing is said by the rounds."""
         from crawlfleet.state.campaigns import ACTIVE, campaign_status
 
         changed, self._changed = self._changed, False
@@ -149,8 +150,14 @@ class CampaignFeeder(HeldLoop):
             if self._last_state not in ACTIVE:
                 self.cadence.stop()
             return
-        status = await asyncio.to_thread(campaign_status, self.db, self.name, failed_units=False)
-        counters = await scheduler.sync.frontier.counters()
+        try:
+            status = await asyncio.to_thread(
+                campaign_status, self.db, self.name, failed_units=False
+            )
+            counters = await scheduler.sync.frontier.counters()
+        except Exception:
+            logger.debug("Campaign %r: no progress line this time", self.name, exc_info=True)
+            return
         left = max(0, counters.get("queued", 0)) + max(0, counters.get("leased", 0))
         line = campaign_line(status, left)
         line.log(logger)

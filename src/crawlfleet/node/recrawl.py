@@ -219,7 +219,7 @@ class RecrawlPhase(HeldLoop):
             await asyncio.sleep(ROUND_SECONDS)
             try:
                 if self.waiting and self.cadence.due():
-                    await self._progress(scheduler)
+                    await self._say_progress(scheduler)
                 if not await settled.check(frontier):
                     continue
                 if self.db is None:
@@ -282,11 +282,17 @@ class RecrawlPhase(HeldLoop):
         self.phase = str(line)
         self.waiting = progress["queued"] > 0
 
+    async def _say_progress(self, scheduler: Any, *, over: bool = False) -> None:
+        """:meth:`_progress`, which never stops the phase: Redis or the state DB failing
+        is said by the phase's own calls."""
+        try:
+            await self._progress(scheduler, over=over)
+        except Exception:
+            logger.debug("Re-crawl phase: no progress line this time", exc_info=True)
+
     async def _round_over(self, scheduler: Any) -> None:
         """The frontier settled after this node's round: its tally, if it was long."""
-        try:
-            if self.cadence.due(change=True):
-                await self._progress(scheduler, over=True)
-        finally:
-            self.round_ids, self.waiting = [], False
-            self.cadence.stop()
+        if self.cadence.due(change=True):
+            await self._say_progress(scheduler, over=True)
+        self.round_ids, self.waiting = [], False
+        self.cadence.stop()
