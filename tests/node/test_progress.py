@@ -8,8 +8,16 @@ import logging
 from typing import Any
 
 import pytest
+from scrapy.settings import Settings
 
-from crawlfleet.node.progress import Cadence, campaign_line, duration, recrawl_line
+from crawlfleet.exceptions import ConfigError
+from crawlfleet.node.progress import (
+    Cadence,
+    campaign_line,
+    duration,
+    progress_seconds,
+    recrawl_line,
+)
 
 
 class Clock:
@@ -104,3 +112,11 @@ def test_a_line_is_logged_with_its_arguments(caplog: pytest.LogCaptureFixture) -
     (record,) = caplog.records
     assert record.msg == line.fmt and record.args == line.args
     assert record.getMessage() == str(line)
+
+
+def test_a_wrong_cadence_is_refused_with_the_settings_name() -> None:
+    assert progress_seconds(Settings({"CRAWLFLEET_PROGRESS_SECONDS": "0"})) == 0.0
+    assert progress_seconds(Settings({"CRAWLFLEET_PROGRESS_SECONDS": 2.5})) == 2.5
+    for bad in (-1, "soon", True):
+        with pytest.raises(ConfigError, match="CRAWLFLEET_PROGRESS_SECONDS must be"):
+            progress_seconds(Settings({"CRAWLFLEET_PROGRESS_SECONDS": bad}))

@@ -34,8 +34,8 @@ from scrapy.http import Response
 from crawlfleet.campaigns.space import Unit
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.middlewares.failures import UNIT_ID_META, UNIT_META
-from crawlfleet.node.progress import campaign_line
-from crawlfleet.node.recrawl import SETTLE_SECONDS, HeldLoop, Settled, open_db, progress_seconds
+from crawlfleet.node.progress import campaign_line, progress_seconds
+from crawlfleet.node.recrawl import SETTLE_SECONDS, HeldLoop, Settled, open_db
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
 __all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
@@ -86,7 +86,7 @@ class CampaignFeeder(HeldLoop):
                 "error registry"
             )
         return cls(
-            crawler, name, check_state_db_url(state_db_url(settings)), progress_seconds(crawler)
+            crawler, name, check_state_db_url(state_db_url(settings)), progress_seconds(settings)
         )
 
     async def spider_closed(self, spider: Spider) -> None:

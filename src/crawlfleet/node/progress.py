@@ -17,10 +17,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Cadence", "Line", "campaign_line", "duration", "recrawl_line"]
+from scrapy.settings import BaseSettings
+
+from crawlfleet.settings.access import get_float
+
+__all__ = ["Cadence", "Line", "campaign_line", "duration", "progress_seconds", "recrawl_line"]
 
 #: Sites named at most in a line (those with most requests waiting first).
 SITES_SHOWN = 3
+
+
+def progress_seconds(settings: BaseSettings) -> float:
+    """``CRAWLFLEET_PROGRESS_SECONDS`` (ConfigError naming it when it is not a number
+    >= 0)."""
+    return get_float(settings, "CRAWLFLEET_PROGRESS_SECONDS", minimum=0)
 
 
 @dataclass(frozen=True)

@@ -30,21 +30,13 @@ from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.middlewares.common import node_of
-from crawlfleet.node.progress import Cadence, recrawl_line
+from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
 from crawlfleet.node.scheduler import status_providers
 from crawlfleet.redis.connection import redact
-from crawlfleet.settings.access import get_float
 from crawlfleet.state.records import REASONS
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
-__all__ = [
-    "SETTLE_SECONDS",
-    "HeldLoop",
-    "RecrawlPhase",
-    "Settled",
-    "open_db",
-    "progress_seconds",
-]
+__all__ = ["SETTLE_SECONDS", "HeldLoop", "RecrawlPhase", "Settled", "open_db"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,11 +96,6 @@ class Settled:
         if self._since is None:
             self._since = now
         return now - self._since >= SETTLE_SECONDS
-
-
-def progress_seconds(crawler: Crawler) -> float:
-    """``CRAWLFLEET_PROGRESS_SECONDS``, checked."""
-    return get_float(crawler.settings, "CRAWLFLEET_PROGRESS_SECONDS", minimum=0)
 
 
 class HeldLoop(ABC):
@@ -205,7 +192,7 @@ class RecrawlPhase(HeldLoop):
             check_state_db_url(state_db_url(s)),
             rounds,
             reasons,
-            progress_seconds(crawler),
+            progress_seconds(s),
         )
 
     async def _run(self, scheduler: Any) -> None:
