@@ -146,6 +146,53 @@ def test_failures_are_registered_listed_and_recrawled(
             db.close()
 
 
+@pytest.mark.slow
+def test_a_recrawl_waited_for_says_how_far_the_nodes_got(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``errors recrawl --wait``: with no node running the failures wait, and it says
+    so; a node then fetches them, and the command ends with the tally."""
+    db_url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    with FailingSite() as site:
+        crawl(site, redis_server_url, node_env, tmp_path, db_url, 1)  # 3 failures
+        waiting = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "crawlfleet.cli.main", "errors", "recrawl", JOB),
+                *("--wait", "--db", db_url, "--redis-url", redis_server_url),
+                *("-s", f"CRAWLFLEET_KEY_PREFIX={node_env['CRAWLFLEET_KEY_PREFIX']}"),
+                *("-s", "CRAWLFLEET_PROGRESS_SECONDS=1"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(3)  # no node: nothing is fetched
+            site.flaky_fixed.set()
+            crawl(site, redis_server_url, node_env, tmp_path, db_url, 2)
+            out, err = waiting.communicate(timeout=30)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.wait(10)
+    assert waiting.returncode == 0, err
+    lines = err.splitlines()
+    assert lines[0] == f"job {JOB}: 3 failed request(s) queued again", err
+    assert lines[1].startswith(
+        "Re-crawl round 1: 0 of 3 failure(s) re-fetched, 0 fixed, 0 failed again, 3 waiting"
+    ), err
+    assert lines[2].startswith(f"no node of job {JOB} is running"), err
+    assert lines.count(lines[2]) == 1  # said once
+    assert re.fullmatch(
+        r"Re-crawl round 1 done in \d+s: 3 of 3 failure\(s\) re-fetched, 1 fixed, "
+        r"2 failed again",
+        lines[-1],
+    ), err
+    assert out == ""
+
+
 def test_errors_commands_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
     env = {"CRAWLFLEET_KEY_PREFIX": "cfterr"}
     bad = errors_cli("list", "job", db="nonsense://", env=env, redis_url="")

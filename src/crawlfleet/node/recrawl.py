@@ -49,9 +49,6 @@ ROUND_SECONDS = 1.0
 #: While Redis or the state DB fails, the node says so this often.
 OUTAGE_LOG_SECONDS = 60.0
 HOLD = "recrawl"
-#: A progress line looks up the back-off of so many sites at most (those with most
-#: failures waiting).
-BACKOFF_SITES = 100
 
 
 def open_db(url: str) -> Any:
@@ -249,20 +246,14 @@ class RecrawlPhase(HeldLoop):
 
     async def _progress(self, scheduler: Any, *, over: bool = False) -> None:
         """Say how this node's round stands (*over*: its tally, the round done)."""
-        from crawlfleet.state.errors import recrawl_progress
+        from crawlfleet.fleet.errors import recrawl_standing
 
         if self.db is None:
             self.db = await asyncio.to_thread(open_db, self.db_url)
-        job = scheduler.config.job
-        progress = await asyncio.to_thread(recrawl_progress, self.db, job, self.round_ids)
-        backoff: dict[str, int] = {}
-        sites = list(progress["waiting_sites"])[:BACKOFF_SITES]
-        if sites:
-            half_life = scheduler.config.backoff.half_life_seconds
-            found = await scheduler.sync.frontier.backoffs(
-                sites, half_life_ms=int(half_life * 1000)
-            )
-            backoff = {site: found[site] for site in sites if site in found}
+        half_life = scheduler.config.backoff.half_life_seconds
+        progress, backoff = await recrawl_standing(
+            scheduler.sync.frontier, self.db, self.round_ids, half_life_ms=int(half_life * 1000)
+        )
         elapsed = self.cadence.elapsed() if over else None
         line = recrawl_line(progress, self.rounds, backoff, seconds=elapsed)
         line.log(logger)
