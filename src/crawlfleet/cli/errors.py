@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         async def action(frontier: JobFrontier) -> RecrawlResult:
             result = await recrawl_errors(frontier, db, reason=args.reason, limit=args.limit)
             by_url = f" ({len(result.by_url)} by URL only)" if result.by_url else ""
-            say(console, f"job {job}: {result.queued} failed request(s) queued again{by_url}")
+            _say(console, f"job {job}: {result.queued} failed request(s) queued again{by_url}")
             if args.wait and result.ids:
                 await _wait(frontier, db, result.ids, every, half_life_ms, console)
             return result
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         db.close()
 
 
-def say(console: Console, line: str) -> None:
+def _say(console: Console, line: str) -> None:
     """One line on stderr, as it is: unwrapped, without markup (a site may be ``[::1]``)."""
     console.print(line, markup=False, highlight=False, soft_wrap=True)
 
@@ -130,14 +130,14 @@ async def _wait(
         await asyncio.sleep(WAIT_LOOK_SECONDS)
         progress, backoff = await recrawl_standing(frontier, db, ids, half_life_ms=half_life_ms)
         if not progress["queued"]:
-            say(console, str(recrawl_line(progress, 0, seconds=cadence.elapsed())))
+            _say(console, str(recrawl_line(progress, 0, seconds=cadence.elapsed())))
             return
         if not cadence.due():
             continue
-        say(console, str(recrawl_line(progress, 0, backoff)))
+        _say(console, str(recrawl_line(progress, 0, backoff)))
         if first and not await frontier.live_nodes():
             job = frontier.keys.job
-            say(
+            _say(
                 console,
                 f"no node of job {job} is running: the failures wait in its frontier "
                 f"(start one: crawlfleet crawl SPIDER --job {job})",

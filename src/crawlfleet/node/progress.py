@@ -1,6 +1,7 @@
 """Progress of a node's long phases, as the operator reads it in the node's log: a
 re-crawl round (:class:`~crawlfleet.node.recrawl.RecrawlPhase`) and a campaign
-(:class:`~crawlfleet.node.campaign.CampaignFeeder`).
+(:class:`~crawlfleet.node.campaign.CampaignFeeder`); ``crawlfleet errors recrawl
+--wait`` says a re-crawl's lines on its stderr too.
 
 The loops that run those phases already look every second; :class:`Cadence` tells them
 when a line is due (every ``CRAWLFLEET_PROGRESS_SECONDS``, and at a phase change once
