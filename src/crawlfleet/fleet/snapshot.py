@@ -79,6 +79,17 @@ class JobSnapshot:
         return [n for n, info in self.nodes.items() if info["alive"]]
 
     @property
+    def phases(self) -> list[str]:
+        """What live nodes say of a long phase they run (a re-crawl round, a campaign:
+        their latest progress line), the most recently published first, each once."""
+        said = [
+            (float(info.get("updated") or 0), info["phase"])
+            for info in self.nodes.values()
+            if info["alive"] and isinstance(info.get("phase"), str) and info["phase"]
+        ]
+        return list(dict.fromkeys(phase for _, phase in sorted(said, reverse=True)))
+
+    @property
     def pages_per_second(self) -> float | None:
         """Summed pages/min of the live nodes that publish it, per second."""
         rates = [

@@ -4,6 +4,7 @@ and the decoding of the job's hash fields, apart from the client that moves them
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from crawlfleet.frontier.control import Desired
 
 __all__ = [
+    "BACKOFF_OVER_MS",
     "DELAY_META",
     "FINGERPRINT_BYTES",
     "PRIORITY_LIMIT",
@@ -23,6 +25,7 @@ __all__ = [
     "Outgoing",
     "SeedBatch",
     "SeenConfig",
+    "backoff_left",
     "counter_value",
     "entry_fault",
     "parse_throttle",
@@ -169,6 +172,24 @@ def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
         if number.isdigit() and kind in ("b", "r"):
             out["backoff" if kind == "b" else "robots"][site] = int(number)
     return out
+
+
+#: A back-off decayed below this many milliseconds is over (as lease.lua sees it).
+BACKOFF_OVER_MS = 10
+
+
+def backoff_left(raw: Any, now_ms: int, half_life_ms: int) -> float:
+    """The interval (ms) left now of a site's back-off as stored in the throttle hash
+    (``"<interval ms>:<set at ms>:<cause>"``, see ``_backoff.lua``): it halves every
+    *half_life_ms* since it was set; 0.0 for none."""
+    if raw is None:
+        return 0.0
+    ms, _, rest = text(raw).partition(":")
+    at = rest.partition(":")[0]
+    if not (ms.isdigit() and at.isdigit()):
+        return 0.0
+    halvings = max(0, now_ms - int(at)) / max(1, half_life_ms)
+    return int(ms) * math.pow(0.5, halvings)
 
 
 def printable(value: bytes | str, limit: int = 200) -> str:

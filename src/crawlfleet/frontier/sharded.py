@@ -609,6 +609,9 @@ class JobFrontier:
     async def read_throttle(self) -> dict[str, dict[str, int]]:
         return await self.home.read_throttle()
 
+    async def backoffs(self, sites: Iterable[str], *, half_life_ms: int) -> dict[str, int]:
+        return await self.home.backoffs(sites, half_life_ms=half_life_ms)
+
     # -- inspection and administration ---------------------------------------------------
     async def counters(self) -> dict[str, int]:
         """The job's counters: summed over its shards (times and sequences: shard 0's)."""

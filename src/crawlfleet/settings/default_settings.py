@@ -62,6 +62,10 @@ CRAWLFLEET_TELEMETRY_WINDOW_SECONDS = 60.0
 CRAWLFLEET_TELEMETRY_LOOP_LAG_SECONDS = 0.5
 #: Items each node shows in its status for the dashboard's preview (0: none).
 CRAWLFLEET_TELEMETRY_LATEST_ITEMS = 3
+#: A long phase of a node says how far it got in its log at most this often: a re-crawl
+#: round (failures re-fetched, fixed, failed again, waiting) and a campaign (units done,
+#: rate, ETA); nothing in a phase shorter than this (0: no progress lines).
+CRAWLFLEET_PROGRESS_SECONDS = 15.0
 
 # --- Feedback (crawlfleet.node.feedback) ---------------------------------------------
 #: Adapt each node's concurrency (and so how much work it leases) to its own latency,
