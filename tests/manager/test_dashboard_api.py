@@ -311,12 +311,15 @@ def test_requests_and_streams_share_one_rounds_figures() -> None:
         assert {m.value for m in crowd} == {1} and len({id(m.body) for m in crowd}) == 1
         second = await shared.get("test", make)  # another tab, same round
         await asyncio.sleep(FRESH_SECONDS + 0.05)
-        third = await shared.get("test", make)  # the next round
-        shared.forget()  # a change made through the manager: made again at once
+        # the next round: the last figure at once, the new one made meanwhile
+        stale = await shared.get("test", make)
+        await asyncio.sleep(0.1)
+        third = await shared.get("test", make)
+        shared.forget()  # a change made through the manager: made again, waited for
         fourth = await shared.get("test", make)
-        return [crowd[0].value, second.value, third.value, fourth.value]
+        return [crowd[0].value, second.value, stale.value, third.value, fourth.value]
 
-    assert asyncio.run(go()) == [1, 1, 2, 3]
+    assert asyncio.run(go()) == [1, 1, 1, 2, 3]
     assert shared.makings == 3
 
 

@@ -30,6 +30,7 @@ from crawlfleet.benchmark.cluster import run_cluster
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV, find_postgres, run_items
+from crawlfleet.benchmark.manager import run_manager_bench
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
@@ -39,6 +40,7 @@ from crawlfleet.benchmark.report import (
     crawl_report,
     faults_report,
     items_report,
+    manager_report,
     outage_report,
     polite_report,
     scale_report,
@@ -60,7 +62,8 @@ from crawlfleet.settings.config import MAX_SHARDS, RedisConfig
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.
 PARTS = [
-    "cpu", "near", "latency", "polite", "balance", "seen", "items", "faults", "scale", "cluster"
+    "cpu", "near", "latency", "polite", "balance", "seen", "items", "faults", "manager",
+    "scale", "cluster",
 ]  # fmt: skip
 #: Parts that run only when named with --only (long, and on Redis servers of their own).
 OPT_IN = ("scale", "cluster")
@@ -174,6 +177,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fault-pages", type=int, default=300, help="pages of each fault trial (default 300)"
     )
     parser.add_argument(
+        "--manager-clients",
+        type=int,
+        default=50,
+        help="manager part: clients asking one after the other (default 50)",
+    )
+    parser.add_argument(
+        "--manager-streams",
+        type=int,
+        default=20,
+        help="manager part: live streams read at the same time (default 20)",
+    )
+    parser.add_argument(
+        "--manager-seconds",
+        type=float,
+        default=60.0,
+        help="manager part: how long the crowd asks (default 60)",
+    )
+    parser.add_argument(
         "--scale-urls",
         type=int,
         default=100_000_000,
@@ -264,6 +285,7 @@ QUICK: dict[str, Any] = {
     "polite_jobs": "1",
     "fault_trials": 1,
     "fault_pages": 100,
+    "manager_seconds": 10.0,
 }
 #: Parts --quick leaves out (their shortest run is long), and the comparison it drops.
 QUICK_SKIPS = ("near", "balance")
@@ -273,7 +295,8 @@ RECORDED = (
     "items", "items_site_pages", "polite_rates", "polite_seconds", "polite_nodes",
     "polite_jobs", "balance_pages", "balance_latency", "fault_trials", "fault_pages",
     "scale_urls", "scale_queued", "scale_sites", "scale_leases", "scale_redis_server",
-    "cluster_shards", "cluster_queued", "cluster_leases", "only", "quick",
+    "cluster_shards", "cluster_queued", "cluster_leases", "manager_clients", "manager_streams",
+    "manager_seconds", "only", "quick",
 )  # fmt: skip
 
 
@@ -310,6 +333,8 @@ def run(args: argparse.Namespace) -> int:
         "scale": ("scale_urls", "scale_queued", "scale_sites", "scale_leases"),
         "cluster": ("cluster_queued", "cluster_leases", "scale_sites"),
     }
+    if "manager" not in args.skip:
+        counts["manager"] = ("manager_clients", "manager_streams", "manager_seconds")
     for part, options in counts.items():
         for option in options if part not in args.skip else ():
             if getattr(args, option) < 1:
@@ -398,6 +423,19 @@ def run(args: argparse.Namespace) -> int:
             outage = _outage_trial(out, args, url, prefix)
             if outage is not None:
                 out.add("outage", outage, outage_report(console, outage))
+    if "manager" not in args.skip:
+        out.note(
+            f"manager: {args.manager_clients} clients and {args.manager_streams} live streams "
+            f"for {args.manager_seconds:g} s ..."
+        )
+        crowd = run_manager_bench(
+            url,
+            prefix,
+            clients=args.manager_clients,
+            streams=args.manager_streams,
+            seconds=args.manager_seconds,
+        )
+        out.add("manager", crowd, manager_report(console, crowd))
     if "scale" not in args.skip:
         out.note(
             f"scale: {args.scale_urls:,} URLs in a Bloom filter, {args.scale_queued:,} queued "

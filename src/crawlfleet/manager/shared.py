@@ -2,10 +2,13 @@
 nodes are read from Redis at most once per :data:`FRESH_SECONDS` and rendered as JSON
 once, whether one client asks or a hundred, by API requests and live streams alike.
 
-A figure asked for while it is being made waits for that one making (single flight): a
-crowd arriving when the figures go stale costs Redis one read, not one per client. The
-making runs as a task of its own, so a client that goes away does not cancel it for the
-others; a making that fails fails every waiter, and the next ask tries again.
+A figure older than that is served as it is while the next one is made in the
+background (up to :data:`STALE_SECONDS`; older, or forgotten after a change made through
+the manager, the ask waits for the new one): once a figure exists, nobody waits for
+Redis. A figure is made by one making at a time (single flight): a crowd arriving when
+it goes stale costs Redis one read, not one per client. The making runs as a task of
+its own, so a client that goes away does not cancel it for the others; a making that
+fails fails every waiter, and the next ask tries again.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from typing import Any
 
 from starlette.responses import Response
 
-__all__ = ["FRESH_SECONDS", "Made", "Shared"]
+__all__ = ["FRESH_SECONDS", "STALE_SECONDS", "Made", "Shared"]
 
 #: A figure made within this long is served as it is (the live streams send a round a
 #: second: each round's figures are made once).
 FRESH_SECONDS = 0.9
+#: A figure older than FRESH_SECONDS but younger than this is still served, at once,
+#: while the next one is made: asking never waits for Redis once a figure exists.
+STALE_SECONDS = 5.0
 #: Figures kept at most (the fleet, the nodes, one per job asked for), then start over.
 MAX_KEYS = 200
 
@@ -46,8 +52,14 @@ class Made:
 class Shared:
     """See the module docstring."""
 
-    def __init__(self, fresh_seconds: float = FRESH_SECONDS, max_keys: int = MAX_KEYS) -> None:
+    def __init__(
+        self,
+        fresh_seconds: float = FRESH_SECONDS,
+        stale_seconds: float = STALE_SECONDS,
+        max_keys: int = MAX_KEYS,
+    ) -> None:
         self.fresh_seconds = fresh_seconds
+        self.stale_seconds = stale_seconds
         self.max_keys = max_keys
         self._made: dict[str, Made] = {}
         self._making: dict[str, asyncio.Task[Made]] = {}
@@ -58,7 +70,8 @@ class Shared:
         """*key*'s figure: the one made within :attr:`fresh_seconds`, the one being made,
         or made now by *make*."""
         made = self._made.get(key)
-        if made is not None and time.monotonic() - made.at < self.fresh_seconds:
+        age = time.monotonic() - made.at if made is not None else None
+        if made is not None and age is not None and age < self.fresh_seconds:
             return made
         task = self._making.get(key)
         if task is None:
@@ -66,6 +79,8 @@ class Shared:
             # a failure nobody waits for any more is not an "exception never retrieved"
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
             self._making[key] = task
+        if made is not None and age is not None and age < self.stale_seconds:
+            return made  # the next one is on its way: nobody waits for Redis
         return await asyncio.shield(task)
 
     async def _make(self, key: str, make: Callable[[], Awaitable[Any]]) -> Made:
