@@ -3,7 +3,7 @@ printed when the part ends and the JSON file is written again at once, so a long
 can be watched (and a run stopped half-way leaves what it measured).
 
 The file is replaced atomically (a temporary file renamed over it); ``"complete":
-false`` until the last part is in."""
+false`` until the last part is in. A part left out (``--skip``, ``--only``) has no key."""
 
 from __future__ import annotations
 
