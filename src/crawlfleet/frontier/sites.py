@@ -12,6 +12,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 __all__ = ["SiteKeyer"]
 
+
 @lru_cache(maxsize=1)
 def _extractor() -> Any:
     # imported when the "domain" mode first needs it: a tenth of a node's start otherwise

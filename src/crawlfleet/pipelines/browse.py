@@ -37,7 +37,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Engine, make_url
 
 from crawlfleet.exceptions import ConfigError, ItemStoreUnavailable, MalformedEntry
-from crawlfleet.pipelines.sql import SUPPORTED_DIALECTS, default_sql_url, items_table
+from crawlfleet.pipelines.sql import (
+    SUPPORTED_DIALECTS,
+    default_sql_url,
+    items_table,
+    row_document,
+)
 from crawlfleet.pipelines.stream import decode_entry, entry_time, redis_identity
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.url import state_db_identity
@@ -343,9 +348,7 @@ def _engine_args(url: URL) -> dict[str, Any]:
 
 
 def _row_item(row: Any) -> BrowsedItem:
-    document = row["document"]
-    if isinstance(document, str):  # MariaDB returns JSON columns as text
-        document = json.loads(document)
+    document = row_document(row)
     return BrowsedItem(
         key=row["key"],
         job=row["job"],
