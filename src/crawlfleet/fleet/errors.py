@@ -22,8 +22,7 @@ from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.serialization import RequestCodec, payload_priority, with_meta
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.middlewares.failures import ERROR_META
-from crawlfleet.middlewares.useragent import IDENTITY_META
+from crawlfleet.meta import BAN_META, ERROR_META, IDENTITY_META
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import recrawl_progress, reopen_errors, take_for_recrawl
 
@@ -37,7 +36,7 @@ BACKOFF_SITES = 100
 #: a re-crawl starts with its retries, ban tries, redirects and browser identity afresh.
 FRESH_META = (
     "retry_times",
-    "crawlfleet_bans",
+    BAN_META,
     "redirect_urls",
     "redirect_times",
     "redirect_ttl",

@@ -13,7 +13,6 @@ from crawlfleet.frontier.control import Desired
 
 __all__ = [
     "BACKOFF_OVER_MS",
-    "DELAY_META",
     "FINGERPRINT_BYTES",
     "PRIORITY_LIMIT",
     "SEED_KINDS",
@@ -38,10 +37,6 @@ __all__ = [
 #: leased to no node, and returned to its queue by whoever reclaims expired leases once
 #: its time has come. No node id starts with "~".
 WAITING = "~retry"
-#: Request meta: seconds the request waits before it is queued for its site (a retry's
-#: back-off, set by :class:`~crawlfleet.middlewares.retry.FrontierRetry`; any code may set
-#: it). The scheduler takes it out of the meta: it is not kept with the request.
-DELAY_META = "crawlfleet_delay"
 #: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
 FINGERPRINT_BYTES = 16
 PRIORITY_LIMIT = 2**19

@@ -40,20 +40,15 @@ from scrapy.http import Response
 from twisted.python.failure import Failure as TwistedFailure
 
 from crawlfleet.exceptions import ItemNotDurable, SerializationError
-from crawlfleet.middlewares.common import is_robots, node_of
-from crawlfleet.node.scheduler import status_providers
+from crawlfleet.meta import ERROR_META, UNIT_ID_META, UNIT_META
+from crawlfleet.middlewares.common import is_robots
+from crawlfleet.node.scheduler import node_of, status_providers
 from crawlfleet.state.records import Failure, utcnow
 from crawlfleet.state.url import check_state_db_url, state_db_identity, state_db_url
 from crawlfleet.state.writer import RegistryWriter
 
-__all__ = ["ERROR_META", "STACK_CHARS", "UNIT_ID_META", "UNIT_META", "FailureRegistry"]
+__all__ = ["STACK_CHARS", "FailureRegistry"]
 
-#: Request meta key that carries the registry id of the error a request re-crawls.
-ERROR_META = "crawlfleet_error"
-#: Request meta: the campaign unit a request belongs to (its label), and on a unit's
-#: first request the unit's id (see crawlfleet.node.campaign).
-UNIT_META = "crawlfleet_unit"
-UNIT_ID_META = "crawlfleet_unit_id"
 
 logger = logging.getLogger(__name__)
 

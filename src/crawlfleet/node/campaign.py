@@ -33,7 +33,7 @@ from scrapy.http import Response
 
 from crawlfleet.campaigns.space import Unit
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.middlewares.failures import UNIT_ID_META, UNIT_META
+from crawlfleet.meta import UNIT_ID_META, UNIT_META
 from crawlfleet.node.progress import campaign_line, progress_seconds
 from crawlfleet.node.recrawl import SETTLE_SECONDS, HeldLoop, Settled, open_db
 from crawlfleet.state.url import check_state_db_url, state_db_url

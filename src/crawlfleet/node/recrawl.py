@@ -29,9 +29,8 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.middlewares.common import node_of
 from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
-from crawlfleet.node.scheduler import status_providers
+from crawlfleet.node.scheduler import node_of, status_providers
 from crawlfleet.redis.connection import redact
 from crawlfleet.state.records import REASONS
 from crawlfleet.state.url import check_state_db_url, state_db_url

@@ -51,9 +51,10 @@ from crawlfleet.exceptions import (
     SerializationError,
 )
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES
+from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.meta import DELAY_META
 from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.ledger import Ledger
@@ -71,7 +72,14 @@ from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
 from crawlfleet.state.writer import UNWRITTEN, Outcome
 
-__all__ = ["ROBOTS_PROBE_MS", "NodeHandle", "Scheduler", "new_node_id", "status_providers"]
+__all__ = [
+    "ROBOTS_PROBE_MS",
+    "NodeHandle",
+    "Scheduler",
+    "new_node_id",
+    "node_of",
+    "status_providers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -568,3 +576,10 @@ class Scheduler(BaseScheduler):
             self.stats.inc("crawlfleet/errors/unwritten")
         if ledger.record_settled(request, written):
             self.sync.kick()  # its ack or release goes out soon
+
+
+def node_of(crawler: Crawler | None) -> Scheduler | None:
+    """The crawlfleet scheduler (the node) of *crawler*: None before it opens, or when
+    the crawler runs another scheduler. Middlewares and extensions find the node so."""
+    scheduler = getattr(crawler, "crawlfleet_scheduler", None)
+    return scheduler if isinstance(scheduler, Scheduler) else None
