@@ -57,7 +57,8 @@ from crawlfleet.cli.options import (
     resolved_url,
 )
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import MAX_SHARDS, RedisConfig
+from crawlfleet.frontier.records import MAX_SHARDS
+from crawlfleet.settings.config import RedisConfig
 
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.

@@ -14,6 +14,7 @@ from crawlfleet.frontier.control import Desired
 __all__ = [
     "BACKOFF_OVER_MS",
     "FINGERPRINT_BYTES",
+    "MAX_SHARDS",
     "PRIORITY_LIMIT",
     "SEED_KINDS",
     "WAITING",
@@ -37,6 +38,8 @@ __all__ = [
 #: leased to no node, and returned to its queue by whoever reclaims expired leases once
 #: its time has come. No node id starts with "~".
 WAITING = "~retry"
+#: Most shards a job may have (each is a hash tag, its own keys and a call per lease).
+MAX_SHARDS = 1024
 #: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
 FINGERPRINT_BYTES = 16
 PRIORITY_LIMIT = 2**19

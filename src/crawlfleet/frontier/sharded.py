@@ -45,6 +45,7 @@ from crawlfleet.exceptions import CommandFailed
 from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
+    MAX_SHARDS,
     CommitResult,
     JobState,
     LeaseResult,
@@ -56,7 +57,6 @@ from crawlfleet.frontier.records import (
 )
 from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.config import MAX_SHARDS
 
 __all__ = ["JobFrontier", "interleave", "shard_of"]
 
