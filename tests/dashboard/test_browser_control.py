@@ -153,8 +153,10 @@ def test_an_operator_starts_follows_and_cancels_a_run_and_a_viewer_only_reads(
         page.wait_for_selector("#confirm[open]")
         assert "TERM" in page.inner_text("#confirm-text")
         page.click("#confirm-ok")
-        page.wait_for_selector("#toast >> text=cancelled (stopped on TERM)", timeout=40_000)
-        wait_until("shown cancelled", lambda: "cancelled" in process_rows(page)[0])
+        # TERM stops it within the grace period (on a loaded machine KILL may end it:
+        # the toast and the row's note say which)
+        page.wait_for_selector("#toast >> text=Process #1: cancelled", timeout=40_000)
+        wait_until("shown cancelled", lambda: "cancelled" in process_rows(page)[0], 30)
         assert page.locator("#processes [data-cancel]").count() == 0
         fetched = site.stats()["total_requests"]
         assert fetched < 400, "the run ended by itself before the cancel: the test is void"

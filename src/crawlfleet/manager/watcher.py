@@ -116,7 +116,9 @@ async def observe_processes(ctx: ManagerContext) -> None:
         mine = [p for p in active if p["scrapyd"] == name]
         if name not in nodes:
             for p in mine:
-                await ctx.in_db(set_process_state, ctx.db, p["id"], "lost", "Scrapyd removed")
+                await ctx.in_db(
+                    set_process_state, ctx.db, p["id"], "lost", "Scrapyd removed", if_active=True
+                )
             continue
         async with ScrapydClient(nodes[name]) as client:
             try:
@@ -127,7 +129,9 @@ async def observe_processes(ctx: ManagerContext) -> None:
                 if down >= SCRAPYD_LOST_SECONDS:
                     note = f"Scrapyd {name} unreachable for {down:.0f} s"
                     for p in mine:
-                        await ctx.in_db(set_process_state, ctx.db, p["id"], "lost", note)
+                        await ctx.in_db(
+                            set_process_state, ctx.db, p["id"], "lost", note, if_active=True
+                        )
                     logger.warning("%s: %d process(es) marked lost", note, len(mine))
                 continue
         ctx.unreachable_since.pop(name, None)
@@ -140,10 +144,15 @@ async def observe_processes(ctx: ManagerContext) -> None:
             now = states.get(p["scrapyd_job"])
             if now is None:
                 await ctx.in_db(
-                    set_process_state, ctx.db, p["id"], "lost", "Scrapyd no longer knows it"
+                    set_process_state,
+                    ctx.db,
+                    p["id"],
+                    "lost",
+                    "Scrapyd no longer knows it",
+                    if_active=True,
                 )
             elif now != p["state"]:
-                await ctx.in_db(set_process_state, ctx.db, p["id"], now)
+                await ctx.in_db(set_process_state, ctx.db, p["id"], now, if_active=True)
                 logger.info("job %s: process %d on %s %s", p["job"], p["id"], name, now)
 
 

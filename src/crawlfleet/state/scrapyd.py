@@ -126,15 +126,23 @@ def record_process(
         return row.id
 
 
-def set_process_state(db: StateDB, pid: int, state: str, note: str | None = None) -> None:
-    """Move a process to *state* (finished_at set once it is no longer active)."""
+def set_process_state(
+    db: StateDB, pid: int, state: str, note: str | None = None, *, if_active: bool = False
+) -> None:
+    """Move a process to *state* (finished_at set once it is no longer active). With
+    *if_active*, only a process still pending or running moves: what the manager's watch
+    saw from Scrapyd never overwrites an end recorded meanwhile (a cancel's, with its
+    note)."""
     values: dict[str, Any] = {"state": state}
     if state not in ACTIVE:
         values["finished_at"] = utcnow()
     if note is not None:
         values["note"] = note
+    where = [Process.id == pid]
+    if if_active:
+        where.append(Process.state.in_(ACTIVE))
     with db.session() as s:
-        s.execute(update(Process).where(Process.id == pid).values(**values))
+        s.execute(update(Process).where(*where).values(**values))
 
 
 def _process(p: Process) -> dict[str, Any]:
