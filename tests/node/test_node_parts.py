@@ -20,6 +20,8 @@ from crawlfleet.exceptions import ItemNotDurable
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
+from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
+from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.ledger import Ledger
@@ -104,6 +106,16 @@ async def take(scheduler: Scheduler, engine: Engine, n: int) -> list[Request]:
 
     await until(more)
     return got
+
+
+def fp_of(url: str) -> bytes:
+    """The frontier's fingerprint of a GET of *url*, as a node computes it."""
+    return RequestFingerprinter().fingerprint(Request(url))[:FINGERPRINT_BYTES]
+
+
+def encode(request: Request) -> bytes:
+    """*request* as the frontier stores it."""
+    return RequestCodec(None).encode(request)
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:
@@ -349,6 +361,57 @@ def test_a_lease_slower_than_its_slots_late_allowance_is_said_once(
     said = [r for r in caplog.records if "more than its slots may be late" in r.getMessage()]
     assert len(said) == 1 and "a.test" in said[0].getMessage()
     assert "CRAWLFLEET_RATE_LIMIT_MARGIN" in said[0].getMessage()
+
+
+@pytest.mark.parametrize("cache", [200_000, 0])
+def test_repeated_links_are_duplicates_counted_in_the_job_with_or_without_the_cache(
+    cache: int,
+) -> None:
+    """With the seen cache, a link this node sent (or Redis answered "seen" for) is a
+    duplicate without asking the frontier again; the job's figures count it all the
+    same. Without it, every link is checked in the frontier."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine, {"CRAWLFLEET_SEEN_CACHE_SIZE": cache})
+        await scheduler.start(Spider("job"))
+        other = MemoryFrontier("job", store)
+        nav = Request("http://a.test/nav")
+        await other.commit("other", [Outgoing(fp_of(nav.url), "a.test", 0, encode(nav))])
+        for _ in range(3):  # a navigation link on three pages
+            scheduler.enqueue_request(Request("http://a.test/nav"))
+            scheduler.enqueue_request(Request("http://a.test/1"))
+            await until(lambda: not scheduler.ledger.unsent)
+        counters = store["job"].counters
+        assert (counters["enqueued"], counters["duplicates"]) == (2, 5)
+        seen = scheduler.ledger.seen
+        assert (seen.lookups, seen.hits) == ((6, 4) if cache else (0, 0))
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
+def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> None:
+    """A forced reset empties the seen-filter under a live node: a link its cache knew
+    is sent again (and queued in the new epoch of the job), not dropped as seen."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        assert scheduler.enqueue_request(Request("http://a.test/nav"))
+        await until(lambda: store["job"].counters.get("enqueued", 0) == 1)
+        await MemoryFrontier("job", store).reset(keep_nodes=True)
+        assert not scheduler.enqueue_request(Request("http://a.test/nav"))  # known here
+        await until(lambda: store["job"].counters.get("enqueued", 0) == 1)
+        assert store["job"].counters.get("duplicates", 0) == 0
+        (again,) = await take(scheduler, engine, 1)
+        assert again.url == "http://a.test/nav"
+        await scheduler.stop("shutdown")
+
+    run(body)
 
 
 def test_a_retried_start_request_is_queued_again_not_dropped_as_seen() -> None:
