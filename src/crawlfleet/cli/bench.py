@@ -9,7 +9,9 @@ legacy-encoding correctness on the bundled site; then fault trials (nodes storin
 SQL killed with SIGKILL or a double Ctrl-C at random moments: nothing may be lost) and
 the store-outage trial (PostgreSQL down 30 s, a node killed 15 s in: nothing lost, at
 most the killed node's CRAWLFLEET_ITEMS_PENDING_MAX plus its in-flight pages fetched
-again).
+again). The redis-cpu part measures Redis's main-thread CPU per crawled page, with the
+nodes' seen cache on and off, on a Redis of its own, crawling a test site whose pages
+repeat navigation links (or a real site: --redis-cpu-url).
 Prints tables and writes the figures as JSON.
 """
 
@@ -34,6 +36,7 @@ from crawlfleet.benchmark.items import POSTGRES_URL_ENV, find_postgres, run_item
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
+from crawlfleet.benchmark.rediscpu import RedisCpuResult, run_redis_cpu
 from crawlfleet.benchmark.report import (
     balance_report,
     cluster_report,
@@ -41,6 +44,7 @@ from crawlfleet.benchmark.report import (
     faults_report,
     outage_report,
     polite_report,
+    redis_cpu_report,
     scale_report,
     scaling_report,
 )
@@ -58,10 +62,13 @@ from crawlfleet.settings.config import MAX_SHARDS, RedisConfig
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.
 PARTS = [
-    "cpu", "near", "latency", "polite", "balance", "seen", "items", "faults", "scale", "cluster"
+    "cpu", "near", "latency", "polite", "balance", "seen", "redis-cpu", "items", "faults",
+    "scale", "cluster",
 ]  # fmt: skip
 #: Parts that run only when named with --only (long, and on Redis servers of their own).
 OPT_IN = ("scale", "cluster")
+#: Parts that run on Redis servers of their own (the fleet's is not needed for them).
+OWN_REDIS = (*OPT_IN, "redis-cpu")
 HELP = (
     "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
 )
@@ -217,6 +224,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cluster part: requests leased and acknowledged in each run (default 200k)",
     )
     parser.add_argument(
+        "--redis-cpu-pages",
+        type=int,
+        default=2000,
+        help="redis-cpu part: pages of the test site (default 2000)",
+    )
+    parser.add_argument(
+        "--redis-cpu-menu",
+        type=int,
+        default=18,
+        help="redis-cpu part: menu links to the first pages of its host on every page, "
+        "besides home and catalogue (default 18: 20 navigation links a page)",
+    )
+    parser.add_argument(
+        "--redis-cpu-nodes", type=int, default=4, help="redis-cpu part: nodes (default 4)"
+    )
+    parser.add_argument(
+        "--redis-cpu-url",
+        metavar="URL",
+        help="redis-cpu part: crawl every page of this site's origin from URL instead of the "
+        "test site (a real one: e.g. Java's API docs served by the shared realsites.sh)",
+    )
+    parser.add_argument(
+        "--redis-cpu-urls",
+        metavar="FILE",
+        type=Path,
+        help="redis-cpu part with --redis-cpu-url: write the URLs fetched (cache on) to FILE",
+    )
+    parser.add_argument(
+        "--redis-cpu-cache",
+        type=int,
+        default=200_000,
+        help="redis-cpu part: CRAWLFLEET_SEEN_CACHE_SIZE of the run with the cache; a "
+        "second run has none (default 200000)",
+    )
+    parser.add_argument(
+        "--redis-cpu-profile",
+        action="store_true",
+        help="redis-cpu part: also sum Redis's time by script (its slow log takes every "
+        "call, which costs Redis CPU of its own: the totals are higher)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -230,7 +278,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=PARTS,
         help="run only this part (repeat for several); 'scale' (about 25 minutes and 3 GB "
         "of memory at its defaults, on a Redis of its own) and 'cluster' (a few minutes, "
-        "on a 3-master Redis Cluster of its own) run only when named here",
+        "on a 3-master Redis Cluster of its own) run only when named here; 'redis-cpu' "
+        "runs on Redis servers of its own too",
     )
     parser.add_argument(
         "--json",
@@ -258,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--{option.replace('_', '-')} must be at least 1")
     if "cluster" not in args.skip and not 2 <= args.cluster_shards <= MAX_SHARDS:
         raise ConfigError(f"--cluster-shards must be from 2 to {MAX_SHARDS}")
-    if set(OPT_IN) - set(args.skip):
+    if set(OWN_REDIS) - set(args.skip):
         server = args.scale_redis_server
         if server and not (Path(server).is_file() and os.access(server, os.X_OK)):
             raise ConfigError(f"--scale-redis-server {server}: not an executable file")
@@ -267,9 +316,11 @@ def run(args: argparse.Namespace) -> int:
         if max(_rates(args.polite_jobs, "--polite-jobs")) > args.polite_nodes:
             raise ConfigError("--polite-jobs cannot be more than --polite-nodes")
     config = RedisConfig.from_settings(command_settings(args))
-    # the scale part runs a Redis of its own: the fleet's is needed for the others only
+    if "redis-cpu" not in args.skip and min(args.redis_cpu_pages, args.redis_cpu_nodes) < 1:
+        raise ConfigError("--redis-cpu-pages and --redis-cpu-nodes must be at least 1")
+    # some parts run on Redis servers of their own: the fleet's is needed for the others
     url = ""
-    if set(PARTS) - set(args.skip) - set(OPT_IN):
+    if set(PARTS) - set(args.skip) - set(OWN_REDIS):
         url = resolved_url(args, config)
         check_reachable(url)  # one line now, not after minutes of crawls that cannot start
     prefix = f"{config.key_prefix}bench"
@@ -353,6 +404,7 @@ def run(args: argparse.Namespace) -> int:
                     url, prefix, mode, args.seen_urls, error or 1e-3, probes=args.seen_urls
                 )
             )
+    redis_cpu = _redis_cpu(console, args) if "redis-cpu" not in args.skip else []
     items = None
     if "items" not in args.skip:
         items = run_items(
@@ -397,6 +449,8 @@ def run(args: argparse.Namespace) -> int:
             server=args.scale_redis_server,
         )
     report = crawl_report(console, results, seen, items)
+    if redis_cpu:
+        _add_part(console, report, "redis_cpu", redis_cpu, redis_cpu_report(console, redis_cpu))
     if scale is not None:
         _add_part(console, report, "scale", [scale], scale_report(console, scale))
     if cluster:
@@ -442,6 +496,12 @@ def run(args: argparse.Namespace) -> int:
             "cluster_shards",
             "cluster_queued",
             "cluster_leases",
+            "redis_cpu_pages",
+            "redis_cpu_menu",
+            "redis_cpu_nodes",
+            "redis_cpu_url",
+            "redis_cpu_cache",
+            "redis_cpu_profile",
             "only",
         )
     )
@@ -449,6 +509,33 @@ def run(args: argparse.Namespace) -> int:
     args.json.write_text(json.dumps(report, indent=2))
     console.print(f"figures written to {args.json}")
     return 0 if report["targets_met"] else 1
+
+
+def _redis_cpu(console: Console, args: argparse.Namespace) -> list[RedisCpuResult]:
+    """The redis-cpu part: one crawl with the nodes' seen cache, one without."""
+    results = []
+    where = args.redis_cpu_url or (
+        f"the test site ({args.redis_cpu_pages} pages, {2 + args.redis_cpu_menu} "
+        "navigation links a page)"
+    )
+    for cache in (args.redis_cpu_cache, 0):
+        console.print(
+            f"redis-cpu: {args.redis_cpu_nodes} nodes crawl {escape(where)}, seen cache "
+            f"{cache or 'off'}, on a Redis of their own ..."
+        )
+        result = run_redis_cpu(
+            cache_size=cache,
+            nodes=args.redis_cpu_nodes,
+            pages=args.redis_cpu_pages,
+            menu_pages=args.redis_cpu_menu,
+            site_url=args.redis_cpu_url or "",
+            server=args.scale_redis_server,
+            profile=args.redis_cpu_profile,
+        )
+        if cache and args.redis_cpu_urls and result.urls:
+            args.redis_cpu_urls.write_text("\n".join(result.urls) + "\n", encoding="utf-8")
+        results.append(result)
+    return results
 
 
 def _fault_trials(

@@ -322,15 +322,16 @@ class SyncLoop:
 
     def _flush_due(self, now: float) -> bool:
         """Send a batch when it is full, when it has waited CRAWLFLEET_FLUSH_SECONDS, or
-        at once when it holds new requests and the buffer runs low (this node, or
-        another, may be waiting for exactly that work) or when the node has nothing
-        left in hand."""
+        at once when it holds new requests and the buffer runs low while the job has
+        little queued (this node, or another, may be waiting for exactly that work) or
+        when the node has nothing left in hand. (Each commit costs Redis a script call
+        however small: with plenty queued, batches wait for their time.)"""
         ledger = self.ledger
         if not ledger.unsent:
             return False
         if len(ledger.out) >= self.config.flush_batch:
             return True
-        if ledger.out and self.low():
+        if ledger.out and self.low() and not self.leaser.plenty():
             return True
         if not (ledger.buffer or ledger.slotted or ledger.handed):
             return True  # nothing left in hand: the job may be finishing
@@ -622,6 +623,7 @@ class SyncLoop:
             renew=list(self.ledger.held),
         )
         self.state = state
+        self.leaser.job_queued, self.leaser.live_nodes = state.queued, state.live_nodes
         self._cache_stats()
         if not leaving:
             self._refresh_limits(state.limits, state.fleet_limits)
