@@ -374,10 +374,12 @@ class JobFrontier:
             reqs[s].append(r)
             where[s].append(i)
         acks_by, bad_by = self._split(acks, count), self._split(bad, count)
-        home = known > 0 or not epoch
-        first = [s for s in range(count) if reqs[s] or bad_by[s] or (s == 0 and home)]
+        carrying = [s for s in range(count) if reqs[s] or bad_by[s]]
+        # shard 0 counts the known duplicates and tells the epoch (no link to queue)
+        home = (known > 0 or not epoch) and 0 not in carrying
+        first = [0, *carrying] if home else carrying
         # acknowledgements ride along only where nothing else can fail without them
-        riding = set(first) if len(first) == 1 else set()
+        riding = set(first) if len(first) == 1 else set(carrying) if len(carrying) == 1 else set()
         then = [s for s in range(count) if acks_by[s] and s not in riding]
         total = _Committed(where)
 
