@@ -129,7 +129,7 @@ def run_redis_cpu(
             model = SiteModel(pages=pages, hosts=4, problems=False, menu_pages=menu_pages)
             site, port = start_site_process(model, stderr=subprocess.DEVNULL)
             spider, seeds = TESTSITE_SPIDER, ",".join(model.seed_urls(port))
-            name = f"test site, {pages} pages, {2 + menu_pages} navigation links a page"
+            name = f"test site: {pages} pages, {2 + menu_pages} nav links each"
         with private_redis(server) as redis_url:
             job = f"redis-cpu-{int(time.time() * 1000)}"
             asyncio.run(_control(redis_url, job, "paused"))

@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Counters that are not additive across shards: read from shard 0.
-_JOB_COUNTERS = frozenset({"beat_at", "resumed_at", "seq", "control_seq", "bad_seq"})
+_JOB_COUNTERS = frozenset({"beat_at", "resumed_at", "seq", "control_seq", "bad_seq", "epoch"})
 
 
 def shard_of(site: str, shards: int) -> int:
