@@ -12,6 +12,7 @@ __all__ = [
     "CrawlfleetError",
     "EmbeddedRedisError",
     "ItemNotDurable",
+    "ItemStoreUnavailable",
     "MalformedEntry",
     "NotFound",
     "RedisUnreachable",
@@ -40,6 +41,11 @@ class UnknownJob(NotFound):
 class CommandFailed(CrawlfleetError):
     """An expected failure of a command or API call that is neither a setting nor Redis
     (a reset refused while nodes work); nothing was changed."""
+
+
+class ItemStoreUnavailable(CrawlfleetError):
+    """The manager cannot read an item store (no driver, no answer); the message says
+    which store, without a password, and which setting says where it is: 503."""
 
 
 class EmbeddedRedisError(CrawlfleetError):

@@ -74,3 +74,21 @@ def test_status_fits_the_terminal_with_whole_headers(width: int) -> None:
 def test_the_eta_means_something_or_says_why_not() -> None:
     idle = "\n".join(shown([snap(queued=0, nodes=0)], 120))
     assert "ETA" in idle and "- (nothing queued or leased)" in idle and "0m00s" not in idle
+
+
+def test_the_phase_of_the_nodes_is_shown_once_newest_first() -> None:
+    s = snap(nodes=3)
+    lines = [
+        "Re-crawl round 1/3: 3 of 9 failure(s) re-fetched, 2 fixed, 1 failed again",
+        "Re-crawl round 1/3: 5 of 9 failure(s) re-fetched, 4 fixed, 1 failed again",
+    ]
+    for i, info in enumerate(s.nodes.values()):
+        info.update(phase=lines[min(i, 1)], updated=1000.0 + i)
+    assert s.phases == [lines[1], lines[0]]
+    text = "\n".join(shown([s], 200))
+    assert text.count("Re-crawl round 1/3") == 2 and "phase" in text
+    assert max(len(line) for line in shown([s], 80)) <= 80
+    dead = snap(nodes=1)
+    for info in dead.nodes.values():
+        info.update(alive=False, phase=lines[0])
+    assert dead.phases == [] and "phase" not in "\n".join(shown([dead], 200))

@@ -84,15 +84,16 @@ def in_thread(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 @contextlib.contextmanager
-def running_manager(redis_url: str, folder: Path) -> Iterator[LiveManager]:
+def running_manager(redis_url: str, folder: Path, **settings: object) -> Iterator[LiveManager]:
     """``crawlfleet manager`` under a real uvicorn on 127.0.0.1, a SQLite state DB in
     *folder*, a key prefix of its own (its keys deleted after), a token of each role
-    (viewer, operator, admin)."""
+    (viewer, operator, admin); *settings* are more of the manager's settings."""
     prefix = f"cftdash{os.getpid()}{folder.name[-6:]}"
     db = StateDB.open(f"sqlite:///{folder / 'state.sqlite3'}")
     db.upgrade()
     tokens = {role: create_token(db, f"{role}-1", role) for role in ("viewer", "operator", "admin")}
-    app = create_app(manager_settings(prefix, CRAWLFLEET_MANAGER_WATCH_SECONDS=0.5), redis_url, db)
+    settings = {"CRAWLFLEET_MANAGER_WATCH_SECONDS": 0.5, **settings}
+    app = create_app(manager_settings(prefix, **settings), redis_url, db)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

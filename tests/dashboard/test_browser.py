@@ -304,13 +304,20 @@ def test_a_node_waiting_for_its_item_store_says_so(
     live_manager: LiveManager, browser: Browser
 ) -> None:
     """The node list shows a node's "waiting for the item store" state, coloured as a
-    waiting one, on the job's page and on the nodes page."""
+    waiting one, on the job's page and on the nodes page; the job page shows the phase a
+    node is in (a re-crawl round's progress)."""
     job = "stalled"
+    phase = "Re-crawl round 1/2: 4 of 13 failure(s) re-fetched, 4 fixed, 0 failed again"
     live_manager.beat(
-        job, "node-w", {"state": WAITING_FOR_STORE, "items_waiting": 212, "host": "h"}
+        job,
+        "node-w",
+        {"state": WAITING_FOR_STORE, "items_waiting": 212, "host": "h", "phase": phase},
     )
     page = browser.page()
     sign_in(page, live_manager, "viewer")
+    page.goto(f"{live_manager.url}/#/job/{job}")
+    page.wait_for_selector("[data-figure=phase]")
+    assert page.inner_text("[data-figure=phase]") == f"node-w: {phase}"
     for where in (f"#/job/{job}", "#/nodes"):
         page.goto(f"{live_manager.url}/{where}")
         shown = page.locator("span.badge.waiting", has_text=WAITING_FOR_STORE)

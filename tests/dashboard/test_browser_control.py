@@ -100,10 +100,13 @@ def test_an_operator_starts_follows_and_cancels_a_run_and_a_viewer_only_reads(
         page.wait_for_selector("#log-text")
         wait_until(
             "the log shows the crawl",
-            lambda: "crawlfleet" in page.inner_text("#log-text")
-            and page.locator("#log-state .badge.running").count() == 1,
+            lambda: (
+                "crawlfleet" in page.inner_text("#log-text")
+                and page.locator("#log-state .badge.running").count() == 1
+            ),
             60,
         )
+
         def reads() -> int:
             page.wait_for_timeout(200)  # Playwright's sync API sees requests while it waits
             return sum("/processes/" in url and "/log?" in url for url in browser.requests)
@@ -119,9 +122,11 @@ def test_an_operator_starts_follows_and_cancels_a_run_and_a_viewer_only_reads(
         page.fill("#log-filter", "Spider opened")
         wait_until(
             "one line kept",
-            lambda: page.inner_text("#log-text").count("Spider opened") == 1
-            and "] INFO: " in page.inner_text("#log-text")
-            and page.inner_text("#log-text").count("\n") == 0,
+            lambda: (
+                page.inner_text("#log-text").count("Spider opened") == 1
+                and "] INFO: " in page.inner_text("#log-text")
+                and page.inner_text("#log-text").count("\n") == 0
+            ),
         )
 
         # a viewer sees the run and its log, and no control
@@ -194,7 +199,9 @@ def test_a_campaign_is_paused_and_resumed_from_its_page(
     page.fill("#campaign-extend-to", "2026-02-05")
     page.click("#campaign-extend button[type=submit]")
     page.wait_for_selector("#toast >> text=extended to 2026-02-05: 72 units")
-    wait_until("the new total shown", lambda: "of 72 units" in page.inner_text("#campaign-progress"))
+    wait_until(
+        "the new total shown", lambda: "of 72 units" in page.inner_text("#campaign-progress")
+    )
     with api(live_manager, "viewer") as as_viewer:
         status = as_viewer.get("/api/v1/campaigns/daily-news").json()
     assert status["state"] == "running" and status["total"] == 72

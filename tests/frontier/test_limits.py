@@ -176,6 +176,11 @@ def test_scoped_budgets_robots_delays_and_backoff_in_the_lease(
             assert 390 <= (await f.backoff({"s": 0}, **slow))["s"] <= 400
             floor = await f.backoff({"t": 3000}, first_ms=200, longest_ms=5000)
             assert floor == {"t": 3000}
+            # what is left of each now, as a node's progress line says it
+            left = await f.backoffs(["t", "s", "none"], half_life_ms=60_000)
+            assert set(left) == {"s", "t"} and 2990 <= left["t"] <= 3000
+            assert 380 <= left["s"] <= 400
+            assert await f.backoffs([], half_life_ms=1) == {}
             # the lease sees the back-off, then it fades (half-life 300 ms); a budget
             # of its own, as the robots.txt delay above still paces budget "s"
             fading = {**kw, "backoff_half_life_ms": 300, "horizon_us": 0}
@@ -190,6 +195,7 @@ def test_scoped_budgets_robots_delays_and_backoff_in_the_lease(
             r = await f.lease("n4", 5, ["s"], intervals=[0], budgets=["s|new"], **fading)
             assert len(r.entries) == 5
             assert "s" not in (await f.read_throttle())["backoff"]
+            assert "s" not in await f.backoffs(["s"], half_life_ms=300)
         finally:
             await client.aclose()
 

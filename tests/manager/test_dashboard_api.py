@@ -15,8 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from crawlfleet.fleet.snapshot import JobSnapshot
+from crawlfleet.manager.callers import CALLER_SECONDS
 from crawlfleet.manager.routes.jobs import live_figures, site_figures
-from crawlfleet.manager.routes.live import SHARED_SECONDS, shared
+from crawlfleet.manager.shared import FRESH_SECONDS, Shared
 from crawlfleet.manager.web import ASSETS
 from crawlfleet.state.sessions import session_of, start_session
 from crawlfleet.state.tokens import revoke_token
@@ -136,8 +137,11 @@ def test_sign_out_ends_the_session_and_a_revoked_token_ends_its_sessions(
 
     client, _ = sign_in(manager, "admin")
     assert client.get("/api/v1/jobs").status_code == 200
-    revoke_token(manager.db, "admin-1")
-    assert client.get("/api/v1/jobs").status_code == 401
+    revoke_token(manager.db, "admin-1")  # by the CLI: refused within CALLER_SECONDS
+    deadline = time.monotonic() + CALLER_SECONDS + 1
+    while client.get("/api/v1/jobs").status_code != 401:
+        assert time.monotonic() < deadline, "a revoked token still works"
+        time.sleep(0.1)
     assert client.get("/session").status_code == 401
 
 
@@ -293,19 +297,48 @@ def test_assets_are_revalidated_by_their_etag(manager: Manager) -> None:
     assert manager.client.get("/assets/dom.js").headers["etag"] != etag
 
 
-def test_streams_share_one_rounds_figures(manager: Manager) -> None:
-    ctx = manager.app.state.ctx
+def test_requests_and_streams_share_one_rounds_figures() -> None:
+    shared = Shared()
     made: list[int] = []
 
     async def make() -> int:
         made.append(1)
+        await asyncio.sleep(0.05)  # a Redis read: the crowd arrives meanwhile
         return len(made)
 
     async def go() -> list[int]:
-        first = await shared(ctx, "test", make)
-        second = await shared(ctx, "test", make)  # another tab, same round
-        await asyncio.sleep(SHARED_SECONDS + 0.05)
-        third = await shared(ctx, "test", make)  # the next round
-        return [first, second, third]
+        crowd = await asyncio.gather(*(shared.get("test", make) for _ in range(20)))
+        assert {m.value for m in crowd} == {1} and len({id(m.body) for m in crowd}) == 1
+        second = await shared.get("test", make)  # another tab, same round
+        await asyncio.sleep(FRESH_SECONDS + 0.05)
+        # the next round: the last figure at once, the new one made meanwhile
+        stale = await shared.get("test", make)
+        await asyncio.sleep(0.1)
+        third = await shared.get("test", make)
+        shared.forget()  # a change made through the manager: made again, waited for
+        fourth = await shared.get("test", make)
+        return [crowd[0].value, second.value, stale.value, third.value, fourth.value]
 
-    assert asyncio.run(go()) == [1, 1, 2]
+    assert asyncio.run(go()) == [1, 1, 1, 2, 3]
+    assert shared.makings == 3
+
+
+def test_a_failed_making_fails_its_waiters_and_the_next_ask_tries_again() -> None:
+    shared = Shared()
+    calls: list[int] = []
+
+    async def make() -> str:
+        calls.append(1)
+        await asyncio.sleep(0.02)
+        if len(calls) == 1:
+            raise ConnectionError("Redis went away")
+        return "back"
+
+    async def go() -> str:
+        failed = await asyncio.gather(
+            *(shared.get("k", make) for _ in range(5)), return_exceptions=True
+        )
+        assert all(isinstance(f, ConnectionError) for f in failed)
+        return str((await shared.get("k", make)).value)
+
+    assert asyncio.run(go()) == "back" and len(calls) == 2

@@ -13,8 +13,9 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.middlewares.bans import BAN_META, BanDetector, Banned, _patterns
-from crawlfleet.middlewares.useragent import NEW_IDENTITY_META, BrowserHeaders
+from crawlfleet.meta import BAN_META, NEW_IDENTITY_META
+from crawlfleet.middlewares.bans import BanDetector, Banned, _patterns
+from crawlfleet.middlewares.useragent import BrowserHeaders
 from crawlfleet.node.launcher import start_node
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import list_errors

@@ -7,6 +7,7 @@ resolved, the one that fails again is open with one more failure."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from crawlfleet.node.launcher import start_node
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import Failure, error_stats, list_errors, record_failures
 from crawlfleet.state.models import utcnow
+from tests.loopback import LoopbackSite
 from tests.node.failing_site import FailingSite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +48,7 @@ def errors_cli(
 
 
 def crawl(
-    site: FailingSite,
+    site: LoopbackSite,
     redis_url: str,
     node_env: dict[str, str],
     tmp_path: Path,
@@ -142,6 +144,53 @@ def test_failures_are_registered_listed_and_recrawled(
             assert next(r for r in rows if r["reason"] == "parse")["stack"]
         finally:
             db.close()
+
+
+@pytest.mark.slow
+def test_a_recrawl_waited_for_says_how_far_the_nodes_got(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``errors recrawl --wait``: with no node running the failures wait, and it says
+    so; a node then fetches them, and the command ends with the tally."""
+    db_url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    with FailingSite() as site:
+        crawl(site, redis_server_url, node_env, tmp_path, db_url, 1)  # 3 failures
+        waiting = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "crawlfleet.cli.main", "errors", "recrawl", JOB),
+                *("--wait", "--db", db_url, "--redis-url", redis_server_url),
+                *("-s", f"CRAWLFLEET_KEY_PREFIX={node_env['CRAWLFLEET_KEY_PREFIX']}"),
+                *("-s", "CRAWLFLEET_PROGRESS_SECONDS=1"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(3)  # no node: nothing is fetched
+            site.flaky_fixed.set()
+            crawl(site, redis_server_url, node_env, tmp_path, db_url, 2)
+            out, err = waiting.communicate(timeout=30)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.wait(10)
+    assert waiting.returncode == 0, err
+    lines = err.splitlines()
+    assert lines[0] == f"job {JOB}: 3 failed request(s) queued again", err
+    assert lines[1].startswith(
+        "Re-crawl round 1: 0 of 3 failure(s) re-fetched, 0 fixed, 0 failed again, 3 waiting"
+    ), err
+    assert lines[2].startswith(f"no node of job {JOB} is running"), err
+    assert lines.count(lines[2]) == 1  # said once
+    assert re.fullmatch(
+        r"Re-crawl round 1 done in \d+s: 3 of 3 failure\(s\) re-fetched, 1 fixed, "
+        r"2 failed again",
+        lines[-1],
+    ), err
+    assert out == ""
 
 
 def test_errors_commands_say_what_is_wrong_in_one_line(tmp_path: Path) -> None:
@@ -245,6 +294,73 @@ def test_the_recrawl_phase_crawls_failures_again_before_the_job_ends(
         log = (tmp_path / "node1.log").read_text()
         assert "Re-crawl phase: 2 failed request(s) queued again" in log
         assert "Re-crawl phase: nothing left to re-crawl" in log
+        assert "Re-crawl round" not in log  # a round shorter than 15 s says no progress
+
+
+PROGRESS = re.compile(
+    r"Re-crawl round 1/1(?: done in (\d+)s)?: (\d+) of 5 failure\(s\) re-fetched, "
+    r"(\d+) fixed, (\d+) failed again(?:, (\d+) waiting(?: \((.*)\))?)?$",
+    flags=re.M,
+)
+
+
+@pytest.mark.slow
+def test_a_long_recrawl_round_says_how_far_it_got(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Four pages fail with 503 (the site is backed off for it, 0.6 s between
+    requests), one with 404; re-crawled at that pace the round lasts about 3 s, and
+    with CRAWLFLEET_PROGRESS_SECONDS = 1 the node says how far it got every second:
+    counts that add up and grow, the site's back-off, then the round's tally."""
+    pages = [f"/p/{i}" for i in range(4)]
+    mended = threading.Event()
+
+    def page(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        if path == "/":
+            links = "".join(f'<a href="{p}">{p}</a>' for p in [*pages, "/missing"])
+            return 200, f"<html><body>{links}</body></html>".encode()
+        if path == "/missing":
+            return 404, b"<html>gone</html>"
+        if not mended.is_set():
+            if all(site.hits.get(p, 0) for p in pages):
+                mended.set()  # every page failed once: they work from now on
+            return 503, b"<html>busy</html>"
+        return 200, b"<html>back</html>"
+
+    db_url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    with LoopbackSite(page) as site:
+        crawl(
+            site,
+            redis_server_url,
+            node_env,
+            tmp_path,
+            db_url,
+            1,
+            RETRY_TIMES=0,
+            CRAWLFLEET_RECRAWL_ROUNDS=1,
+            CRAWLFLEET_PROGRESS_SECONDS=1,
+            CRAWLFLEET_BACKOFF_START_SECONDS=0.6,
+            CRAWLFLEET_BACKOFF_MAX_SECONDS=0.6,
+            CRAWLFLEET_BACKOFF_HALF_LIFE_SECONDS=600,
+        )
+    log = (tmp_path / "node1.log").read_text()
+    lines = PROGRESS.findall(log)
+    assert len(lines) >= 2, log[-3000:]
+    *during, (took, *last) = lines
+    assert took and not any(done for done, *_ in during)
+    # once nothing waits, the round only settles: no line until its tally
+    assert all(waiting for *_, waiting, _why in during[:-1])
+    assert [int(n) for n in last[:3]] == [5, 4, 1] and last[3] == ""  # nothing waits
+    host = site.url.split("/")[2].split(":")[0]  # a site is its host
+    seen = 0
+    for _done, fetched, fixed, again, waiting, _why in during:
+        assert int(fetched) == int(fixed) + int(again)
+        assert int(fetched) + int(waiting or 0) == 5
+        assert int(fetched) >= seen
+        seen = int(fetched)
+    waits = [why for *_, waiting, why in during if waiting]
+    assert waits and all(re.fullmatch(rf"site {host} backing off 0\.\d s", w) for w in waits)
+    assert log.index("Re-crawl round 1/1 done") < log.index("nothing left to re-crawl")
 
 
 def test_a_failure_detail_is_one_readable_line() -> None:

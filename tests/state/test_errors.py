@@ -16,6 +16,7 @@ from crawlfleet.state.errors import (
     error_stats,
     list_errors,
     record_failures,
+    recrawl_progress,
     reopen_errors,
     resolve_errors,
     take_for_recrawl,
@@ -71,6 +72,31 @@ def test_a_failure_is_one_row_counted_again_and_reopened(state_db: StateDB) -> N
     assert stats["open_by_site"] == {"127.0.0.1": 2}
     with pytest.raises(ConfigError, match="reason must be one of"):
         list_errors(state_db, "j", reason="nope")
+
+
+def test_a_recrawl_round_is_counted_by_the_ids_it_queued(state_db: StateDB) -> None:
+    record_failures(
+        state_db,
+        [failure(n, site=f"s{n % 2}.org") for n in range(5)] + [failure(9, job="other")],
+    )
+    taken = [t[0] for t in take_for_recrawl(state_db, "j")]
+    assert len(taken) == 5
+    assert recrawl_progress(state_db, "j", taken) == {
+        "taken": 5,
+        "queued": 5,
+        "resolved": 0,
+        "open": 0,
+        "round": 1,
+        "waiting_sites": {"s0.org": 3, "s1.org": 2},
+    }
+    by_url = {e["url"][-1]: e["id"] for e in list_errors(state_db, "j", state=None)}
+    resolve_errors(state_db, "j", [by_url["0"], by_url["1"]])
+    record_failures(state_db, [failure(2, site="s0.org")])  # failed again: open
+    other = list_errors(state_db, "other")[0]["id"]  # another job's: not counted
+    progress = recrawl_progress(state_db, "j", [*taken, other])
+    assert (progress["queued"], progress["resolved"], progress["open"]) == (2, 2, 1)
+    assert progress["waiting_sites"] == {"s0.org": 1, "s1.org": 1}
+    assert recrawl_progress(state_db, "j", [])["taken"] == 0
 
 
 def test_nodes_writing_at_once_keep_one_row_a_request(state_db: StateDB) -> None:

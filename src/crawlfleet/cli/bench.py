@@ -12,27 +12,27 @@ most the killed node's CRAWLFLEET_ITEMS_PENDING_MAX plus its in-flight pages fet
 again). The redis-cpu part measures Redis's main-thread CPU per crawled page, with the
 nodes' seen cache on and off, on a Redis of its own, crawling a test site whose pages
 repeat navigation links (or a real site: --redis-cpu-url).
-Prints tables and writes the figures as JSON.
+Each run's figures are printed as it ends, each part's table and targets when the part
+ends, and the JSON file is rewritten after each part (``"complete": false`` until the
+end), so a long run can be watched. ``--quick`` is a first look in about two minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 
 from crawlfleet.benchmark.balance import BalanceResult, run_balance
-from crawlfleet.benchmark.cluster import ClusterResult, run_cluster
+from crawlfleet.benchmark.cluster import run_cluster
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV, find_postgres, run_items
+from crawlfleet.benchmark.manager import run_manager_bench
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
@@ -42,12 +42,16 @@ from crawlfleet.benchmark.report import (
     cluster_report,
     crawl_report,
     faults_report,
+    items_report,
+    manager_report,
     outage_report,
     polite_report,
     redis_cpu_report,
     scale_report,
     scaling_report,
+    seen_report,
 )
+from crawlfleet.benchmark.results import Results
 from crawlfleet.benchmark.scale import run_scale
 from crawlfleet.cli.options import (
     add_redis_options,
@@ -57,13 +61,14 @@ from crawlfleet.cli.options import (
     resolved_url,
 )
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import MAX_SHARDS, RedisConfig
+from crawlfleet.frontier.records import MAX_SHARDS
+from crawlfleet.settings.config import RedisConfig
 
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.
 PARTS = [
     "cpu", "near", "latency", "polite", "balance", "seen", "redis-cpu", "items", "faults",
-    "scale", "cluster",
+    "manager", "scale", "cluster",
 ]  # fmt: skip
 #: Parts that run only when named with --only (long, and on Redis servers of their own).
 OPT_IN = ("scale", "cluster")
@@ -179,6 +184,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fault-pages", type=int, default=300, help="pages of each fault trial (default 300)"
     )
     parser.add_argument(
+        "--manager-clients",
+        type=int,
+        default=50,
+        help="manager part: clients asking one after the other (default 50)",
+    )
+    parser.add_argument(
+        "--manager-streams",
+        type=int,
+        default=20,
+        help="manager part: live streams read at the same time (default 20)",
+    )
+    parser.add_argument(
+        "--manager-seconds",
+        type=float,
+        default=60.0,
+        help="manager part: how long the crowd asks (default 60)",
+    )
+    parser.add_argument(
         "--scale-urls",
         type=int,
         default=100_000_000,
@@ -282,6 +305,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs on Redis servers of its own too",
     )
     parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a first look in about two minutes: smaller runs (options given still win), "
+        "without the load-balancing, near-latency, scrapy-redis and store-outage runs",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         default=Path("bench-results.json"),
@@ -291,8 +320,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings_option(parser)
 
 
+#: What --quick changes (an option given on the command line wins): a first look in
+#: under two minutes on a quiet 2-core machine.
+QUICK: dict[str, Any] = {
+    "cpu_pages": 600,
+    "latency_pages": 160,
+    "nodes": "1,4",
+    "repeats": 1,
+    "seen_urls": 50_000,
+    "items": 1000,
+    "polite_rates": "50",
+    "polite_seconds": 4.0,
+    "polite_jobs": "1",
+    "fault_trials": 1,
+    "fault_pages": 100,
+    "manager_seconds": 10.0,
+    "redis_cpu_pages": 400,
+}
+#: Parts --quick leaves out (their shortest run is long), and the comparison it drops.
+QUICK_SKIPS = ("near", "balance")
+#: Options recorded in the report's command line.
+RECORDED = (
+    "cpu_pages", "latency_pages", "latency", "nodes", "repeats", "near_latency", "seen_urls",
+    "items", "items_site_pages", "polite_rates", "polite_seconds", "polite_nodes",
+    "polite_jobs", "balance_pages", "balance_latency", "fault_trials", "fault_pages",
+    "scale_urls", "scale_queued", "scale_sites", "scale_leases", "scale_redis_server",
+    "cluster_shards", "cluster_queued", "cluster_leases", "manager_clients", "manager_streams",
+    "manager_seconds", "redis_cpu_pages", "redis_cpu_menu", "redis_cpu_nodes",
+    "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "only", "quick",
+)  # fmt: skip
+
+
+def _apply_quick(args: argparse.Namespace) -> None:
+    """--quick: smaller runs, wherever the option was left at its default."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    defaults = vars(parser.parse_args([]))
+    for option, value in QUICK.items():
+        if getattr(args, option) == defaults[option]:
+            setattr(args, option, value)
+    if not args.only:
+        args.skip = [*args.skip, *QUICK_SKIPS]
+
+
+def _command(args: argparse.Namespace) -> str:
+    return "crawlfleet bench " + " ".join(
+        f"--{k.replace('_', '-')}={v}"
+        for k, values in sorted(vars(args).items())
+        for v in (values if isinstance(values, list) else [values])
+        if k in RECORDED and v not in (None, False)
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 150))
+    if args.quick:
+        _apply_quick(args)
     args.skip = [p for p in PARTS if p not in args.only] if args.only else [*args.skip, *OPT_IN]
     if "items" not in args.skip and (args.items < 1 or args.items_site_pages < 3):
         console.print("[red]--items must be >= 1 and --items-site-pages >= 3[/]")
@@ -301,6 +384,8 @@ def run(args: argparse.Namespace) -> int:
         "scale": ("scale_urls", "scale_queued", "scale_sites", "scale_leases"),
         "cluster": ("cluster_queued", "cluster_leases", "scale_sites"),
     }
+    if "manager" not in args.skip:
+        counts["manager"] = ("manager_clients", "manager_streams", "manager_seconds")
     for part, options in counts.items():
         for option in options if part not in args.skip else ():
             if getattr(args, option) < 1:
@@ -324,52 +409,16 @@ def run(args: argparse.Namespace) -> int:
         url = resolved_url(args, config)
         check_reachable(url)  # one line now, not after minutes of crawls that cannot start
     prefix = f"{config.key_prefix}bench"
-    nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
-    scenarios = []
-    if "cpu" not in args.skip:
-        scenarios.append(Scenario("cpu-bound", args.cpu_pages, 0.0, 16))
-    if "near" not in args.skip:  # one node against vanilla Scrapy at a small latency
-        scenarios.append(
-            Scenario(f"latency-{args.near_latency * 1000:.0f}ms", 1500, args.near_latency, 16)
-        )
-    if "latency" not in args.skip:
-        scenarios.append(Scenario("latency-bound", args.latency_pages, args.latency, 8))
-    results: list[CrawlResult] = []
-    contenders = [("scrapy", 1)] + [("crawlfleet", n) for n in nodes]
-    if importlib.util.find_spec("scrapy_redis") is not None:
-        contenders.append(("scrapy-redis", 1))
-    elif scenarios:
-        console.print("scrapy-redis is not installed: left out of the comparison")
-    for scenario in scenarios:
-        extra = [("crawlfleet+pipeline", 1)] if scenario.name == "cpu-bound" else []
-        runs = contenders + extra
-        if scenario.name.startswith("latency-") and scenario.name != "latency-bound":
-            runs = [("scrapy", 1), ("crawlfleet", 1)]
-        for contender, n in runs:
-            console.print(f"{scenario.name}: {contender} x{n} ...")
-            cap = args.scrapy_redis_cap if contender == "scrapy-redis" else None
-            results.append(
-                run_crawl(scenario, contender, n, redis_url=url, key_prefix=prefix, cap_seconds=cap)
-            )
-    # 4 nodes must never be slower than 2: the first pair is in the table above, the
-    # others are run now, in turn
-    scaling: list[CrawlResult] = [
-        r for r in results if r.scenario == "cpu-bound" and r.contender == "crawlfleet"
-    ]
-    if "cpu" not in args.skip and {2, 4} <= set(nodes):
-        for i in range(1, args.repeats):
-            for n in (2, 4):
-                console.print(f"cpu-bound: crawlfleet x{n}, repeat {i + 1} of {args.repeats} ...")
-                scaling.append(
-                    run_crawl(scenarios[0], "crawlfleet", n, redis_url=url, key_prefix=prefix)
-                )
-    polite: list[PoliteResult] = []
+    out = Results(console, args.json, _command(args))
+    out.note(f"parts: {', '.join(p for p in PARTS if p not in args.skip)}; figures in {args.json}")
+    _crawls(out, args, url, prefix)
     if "polite" not in args.skip:
+        polite: list[PoliteResult] = []
         for rate in _rates(args.polite_rates):
             for jobs in _rates(args.polite_jobs, "--polite-jobs"):
-                console.print(
+                out.note(
                     f"polite: crawlfleet x{args.polite_nodes} in {jobs} job(s), one site "
-                    f"limited to {rate}/s"
+                    f"limited to {rate}/s ..."
                 )
                 polite.append(
                     run_polite(
@@ -381,10 +430,11 @@ def run(args: argparse.Namespace) -> int:
                         jobs=jobs,
                     )
                 )
-    balance: list[BalanceResult] = []
+        out.add("polite", polite, polite_report(console, polite))
     if "balance" not in args.skip:
+        balance: list[BalanceResult] = []
         for case in ("equal", "uneven", "join", "kill"):
-            console.print(f"balance: {case} ...")
+            out.note(f"balance: {case} ...")
             balance.append(
                 run_balance(
                     case,
@@ -395,34 +445,55 @@ def run(args: argparse.Namespace) -> int:
                     key_prefix=prefix,
                 )
             )
-    seen = []
+        out.add("balance", balance, balance_report(console, balance))
     if "seen" not in args.skip:
+        seen = []
         for mode, error in (("exact", 0.0), ("bloom", 1e-3), ("bloom", 1e-6)):
-            console.print(f"seen-filter {mode} {error or ''} with {args.seen_urls} URLs ...")
+            out.note(f"seen-filter {mode} {error or ''} with {args.seen_urls} URLs ...")
             seen.append(
                 measure_seen(
                     url, prefix, mode, args.seen_urls, error or 1e-3, probes=args.seen_urls
                 )
             )
-    redis_cpu = _redis_cpu(console, args) if "redis-cpu" not in args.skip else []
-    items = None
+        out.add("seen", seen, seen_report(console, seen))
+    if "redis-cpu" not in args.skip:
+        redis_cpu = _redis_cpu(out, args)
+        out.add("redis_cpu", redis_cpu, redis_cpu_report(console, redis_cpu))
     if "items" not in args.skip:
+        out.note(f"items: {args.items} items through the pipeline into each store ...")
         items = run_items(
             url,
             prefix,
             count=args.items,
             site_pages=args.items_site_pages,
             postgres_url=args.items_postgres_url,
-            progress=lambda line: console.print(line, markup=False),
+            progress=out.note,
         )
-    faults: list[FaultResult] = []
-    outage: OutageResult | None = None
+        out.add("items", items, items_report(console, items))
     if "faults" not in args.skip:
-        faults = _fault_trials(console, args, url, prefix)
-        outage = _outage_trial(console, args, url, prefix)
-    scale = None
+        faults = _fault_trials(out, args, url, prefix)
+        out.add("faults", faults, faults_report(console, faults))
+        if args.quick:
+            out.note("no store-outage trial with --quick (it takes over a minute)")
+        else:
+            outage = _outage_trial(out, args, url, prefix)
+            if outage is not None:
+                out.add("outage", outage, outage_report(console, outage))
+    if "manager" not in args.skip:
+        out.note(
+            f"manager: {args.manager_clients} clients and {args.manager_streams} live streams "
+            f"for {args.manager_seconds:g} s ..."
+        )
+        crowd = run_manager_bench(
+            url,
+            prefix,
+            clients=args.manager_clients,
+            streams=args.manager_streams,
+            seconds=args.manager_seconds,
+        )
+        out.add("manager", crowd, manager_report(console, crowd))
     if "scale" not in args.skip:
-        console.print(
+        out.note(
             f"scale: {args.scale_urls:,} URLs in a Bloom filter, {args.scale_queued:,} queued "
             f"requests over {args.scale_sites:,} sites, {args.scale_leases:,} leased, on a "
             "Redis of its own ..."
@@ -434,9 +505,9 @@ def run(args: argparse.Namespace) -> int:
             lease_sample=args.scale_leases,
             server=args.scale_redis_server,
         )
-    cluster: list[ClusterResult] = []
+        out.add("scale", scale, scale_report(console, scale))
     if "cluster" not in args.skip:
-        console.print(
+        out.note(
             f"cluster: {args.cluster_queued:,} requests over {args.scale_sites:,} sites, "
             f"{args.cluster_leases:,} leased, in 1 shard and in {args.cluster_shards}, on a "
             "3-master Redis Cluster of its own ..."
@@ -448,70 +519,12 @@ def run(args: argparse.Namespace) -> int:
             leases=args.cluster_leases,
             server=args.scale_redis_server,
         )
-    report = crawl_report(console, results, seen, items)
-    if redis_cpu:
-        _add_part(console, report, "redis_cpu", redis_cpu, redis_cpu_report(console, redis_cpu))
-    if scale is not None:
-        _add_part(console, report, "scale", [scale], scale_report(console, scale))
-    if cluster:
-        _add_part(console, report, "cluster", cluster, cluster_report(console, cluster))
-    if scaling:
-        _add_part(console, report, "scaling", scaling, scaling_report(console, scaling))
-    if polite:
-        _add_part(console, report, "polite", polite, polite_report(console, polite))
-    if balance:
-        _add_part(console, report, "balance", balance, balance_report(console, balance))
-    if faults:
-        _add_part(console, report, "faults", faults, faults_report(console, faults))
-    if outage is not None:
-        _add_part(console, report, "outage", [outage], outage_report(console, outage))
-    report["command"] = "crawlfleet bench " + " ".join(
-        f"--{k.replace('_', '-')}={v}"
-        for k, values in sorted(vars(args).items())
-        for v in (values if isinstance(values, list) else [values])
-        if k
-        in (
-            "cpu_pages",
-            "latency_pages",
-            "latency",
-            "nodes",
-            "repeats",
-            "near_latency",
-            "seen_urls",
-            "items",
-            "items_site_pages",
-            "polite_rates",
-            "polite_seconds",
-            "polite_nodes",
-            "polite_jobs",
-            "balance_pages",
-            "balance_latency",
-            "fault_trials",
-            "fault_pages",
-            "scale_urls",
-            "scale_queued",
-            "scale_sites",
-            "scale_leases",
-            "scale_redis_server",
-            "cluster_shards",
-            "cluster_queued",
-            "cluster_leases",
-            "redis_cpu_pages",
-            "redis_cpu_menu",
-            "redis_cpu_nodes",
-            "redis_cpu_url",
-            "redis_cpu_cache",
-            "redis_cpu_profile",
-            "only",
-        )
-    )
-    report["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    args.json.write_text(json.dumps(report, indent=2))
-    console.print(f"figures written to {args.json}")
-    return 0 if report["targets_met"] else 1
+        out.add("cluster", cluster, cluster_report(console, cluster))
+    out.finish()
+    return 0 if out.targets_met else 1
 
 
-def _redis_cpu(console: Console, args: argparse.Namespace) -> list[RedisCpuResult]:
+def _redis_cpu(out: Results, args: argparse.Namespace) -> list[RedisCpuResult]:
     """The redis-cpu part: one crawl with the nodes' seen cache, one without."""
     results = []
     where = args.redis_cpu_url or (
@@ -519,8 +532,8 @@ def _redis_cpu(console: Console, args: argparse.Namespace) -> list[RedisCpuResul
         "navigation links a page)"
     )
     for cache in (args.redis_cpu_cache, 0):
-        console.print(
-            f"redis-cpu: {args.redis_cpu_nodes} nodes crawl {escape(where)}, seen cache "
+        out.note(
+            f"redis-cpu: {args.redis_cpu_nodes} nodes crawl {where}, seen cache "
             f"{cache or 'off'}, on a Redis of their own ..."
         )
         result = run_redis_cpu(
@@ -538,8 +551,70 @@ def _redis_cpu(console: Console, args: argparse.Namespace) -> list[RedisCpuResul
     return results
 
 
+def _crawls(out: Results, args: argparse.Namespace, url: str, prefix: str) -> None:
+    """The crawl part (vanilla Scrapy, scrapy-redis and crawlfleet on the bundled site),
+    each run's figures printed as it ends; then 4 nodes against 2, repeated."""
+    nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
+    scenarios = []
+    if "cpu" not in args.skip:
+        scenarios.append(Scenario("cpu-bound", args.cpu_pages, 0.0, 16))
+    if "near" not in args.skip:  # one node against vanilla Scrapy at a small latency
+        scenarios.append(
+            Scenario(f"latency-{args.near_latency * 1000:.0f}ms", 1500, args.near_latency, 16)
+        )
+    if "latency" not in args.skip:
+        scenarios.append(Scenario("latency-bound", args.latency_pages, args.latency, 8))
+    if not scenarios:
+        return
+    results: list[CrawlResult] = []
+    contenders = [("scrapy", 1)] + [("crawlfleet", n) for n in nodes]
+    if args.quick:
+        out.note("scrapy-redis is left out of the comparison with --quick")
+    elif importlib.util.find_spec("scrapy_redis") is not None:
+        contenders.append(("scrapy-redis", 1))
+    else:
+        out.note("scrapy-redis is not installed: left out of the comparison")
+    for scenario in scenarios:
+        extra = [("crawlfleet+pipeline", 1)] if scenario.name == "cpu-bound" else []
+        runs = contenders + extra
+        if scenario.name.startswith("latency-") and scenario.name != "latency-bound":
+            runs = [("scrapy", 1), ("crawlfleet", 1)]
+        for contender, n in runs:
+            cap = args.scrapy_redis_cap if contender == "scrapy-redis" else None
+            r = run_crawl(scenario, contender, n, redis_url=url, key_prefix=prefix, cap_seconds=cap)
+            results.append(r)
+            out.note(_crawl_line(r))
+            out.report["crawl"] = [x.as_dict() for x in results]
+            out.write()
+    out.add("crawl", results, crawl_report(out.console, results))
+    # 4 nodes must never be slower than 2: the first pair is in the table above, the
+    # others are run now, in turn
+    scaling = [r for r in results if r.scenario == "cpu-bound" and r.contender == "crawlfleet"]
+    if "cpu" in args.skip or not {2, 4} <= set(nodes):
+        return
+    for i in range(1, args.repeats):
+        for n in (2, 4):
+            r = run_crawl(scenarios[0], "crawlfleet", n, redis_url=url, key_prefix=prefix)
+            scaling.append(r)
+            out.note(f"repeat {i + 1} of {args.repeats}: {_crawl_line(r)}")
+    out.add("scaling", scaling, scaling_report(out.console, scaling))
+
+
+def _crawl_line(r: CrawlResult) -> str:
+    trips = f", {r.round_trips_per_page:.3f} round trips/page" if r.round_trips_per_page else ""
+    exact = (
+        "exact"
+        if r.fetched_twice == r.never_fetched == 0
+        else (f"{r.fetched_twice} fetched twice, {r.never_fetched} never")
+    )
+    return (
+        f"{r.scenario}: {r.contender} x{r.nodes}: {r.pages_per_second:.0f} pages/s, "
+        f"{r.cpu_ms_per_page:.2f} CPU ms/page{trips}, {r.seconds:.1f} s, {exact}"
+    )
+
+
 def _fault_trials(
-    console: Console, args: argparse.Namespace, redis_url: str, prefix: str
+    out: Results, args: argparse.Namespace, redis_url: str, prefix: str
 ) -> list[FaultResult]:
     """Run the fault trials into PostgreSQL when one answers, else into SQLite."""
     import tempfile
@@ -548,11 +623,11 @@ def _fault_trials(
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-faults-"))
     sql_url = postgres or f"sqlite:///{workdir / 'items.sqlite3'}"
     if postgres is None:
-        console.print(f"fault trials into SQLite: {escape(why)}")
+        out.note(f"fault trials into SQLite: {why}")
     results = []
     for n in range(args.fault_trials):
         fault = FAULTS[n % len(FAULTS)]
-        console.print(f"fault trial {n + 1}/{args.fault_trials}: {fault} ...")
+        out.note(f"fault trial {n + 1}/{args.fault_trials}: {fault} ...")
         results.append(
             run_fault_trial(
                 fault,
@@ -568,7 +643,7 @@ def _fault_trials(
 
 
 def _outage_trial(
-    console: Console, args: argparse.Namespace, redis_url: str, prefix: str
+    out: Results, args: argparse.Namespace, redis_url: str, prefix: str
 ) -> OutageResult | None:
     """The store-outage trial (PostgreSQL down 30 s, a node killed 15 s in); None without
     a PostgreSQL (the outage is a proxy in front of it)."""
@@ -576,24 +651,13 @@ def _outage_trial(
 
     postgres, why = find_postgres(args.items_postgres_url)
     if postgres is None:
-        console.print(f"no store-outage trial: {escape(why)}")
+        out.note(f"no store-outage trial: {why}")
         return None
-    console.print("store-outage trial: PostgreSQL down 30 s, a node killed 15 s in ...")
+    out.note("store-outage trial: PostgreSQL down 30 s, a node killed 15 s in ...")
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-outage-"))
     return run_outage_trial(
         postgres_url=postgres, redis_url=redis_url, workdir=workdir, key_prefix=prefix
     )
-
-
-def _add_part(
-    console: Console, report: dict[str, Any], key: str, rows: list[Any], targets: dict[str, bool]
-) -> None:
-    """Add a part's *rows* and *targets* to *report*, and print the targets."""
-    report[key] = [r.as_dict() for r in rows]
-    report["targets"].update(targets)
-    for name, ok in targets.items():
-        console.print(f"{'[green]met[/]' if ok else '[red]MISSED[/]'}  {name}")
-    report["targets_met"] = all(report["targets"].values())
 
 
 def _rates(text: str, option: str = "--polite-rates") -> list[int]:

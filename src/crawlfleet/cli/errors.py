@@ -4,14 +4,17 @@ Nodes record every request that fails for good (``CRAWLFLEET_ERRORS``) in the st
 (``CRAWLFLEET_STATE_DB_URL``); these commands read it and put failures back into the
 frontier. ``list`` prints one failure a line (reason, failures, detail, URL); ``export``
 writes them all as JSON lines (stacks included); ``recrawl`` queues the open ones again
-(needs the job's Redis too).
+(needs the job's Redis too); with ``--wait`` it stays until the job's nodes have fetched
+them all, saying how far they got every ``CRAWLFLEET_PROGRESS_SECONDS``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -23,9 +26,10 @@ from crawlfleet.cli.options import (
     open_state_db,
     run_on_frontier,
 )
-from crawlfleet.fleet.errors import recrawl_errors
+from crawlfleet.fleet.errors import RecrawlResult, recrawl_errors, recrawl_standing
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.settings.config import validate_job_name
+from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
+from crawlfleet.settings.config import BackoffConfig, validate_job_name
 from crawlfleet.state.db import state_db_url
 from crawlfleet.state.errors import REASONS, STATES, error_stats, list_errors
 
@@ -33,6 +37,8 @@ NAME = "errors"
 HELP = "list, count, export or re-crawl a job's failed requests (the error registry)"
 #: Rows read at a time by export.
 PAGE = 1000
+#: recrawl --wait looks at the registry this often.
+WAIT_LOOK_SECONDS = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--limit", type=_positive, default=100, help="at most N lines (100)")
     export.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
     recrawl.add_argument("--limit", type=_positive, default=10_000, help="at most N (10000)")
+    recrawl.add_argument(
+        "--wait",
+        action="store_true",
+        help="stay until the job's nodes have fetched them, saying how far they got",
+    )
     add_redis_options(recrawl)
 
 
@@ -77,18 +88,61 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "export":
             return _export(db, job, args)
 
-        async def action(frontier: JobFrontier) -> dict[str, Any]:
-            result = await recrawl_errors(frontier, db, reason=args.reason, limit=args.limit)
-            return result.as_dict()
+        console = Console(stderr=True)
+        every = progress_seconds(settings)
+        half_life_ms = int(BackoffConfig.from_settings(settings).half_life_seconds * 1000)
 
-        done = run_on_frontier(args, job, action, must_exist=False, settings=settings)
-        Console(stderr=True).print(
-            f"job {job}: {done['queued']} failed request(s) queued again"
-            + (f" ({done['queued_by_url']} by URL only)" if done["queued_by_url"] else "")
-        )
+        async def action(frontier: JobFrontier) -> RecrawlResult:
+            result = await recrawl_errors(frontier, db, reason=args.reason, limit=args.limit)
+            by_url = f" ({len(result.by_url)} by URL only)" if result.by_url else ""
+            _say(console, f"job {job}: {result.queued} failed request(s) queued again{by_url}")
+            if args.wait and result.ids:
+                await _wait(frontier, db, result.ids, every, half_life_ms, console)
+            return result
+
+        run_on_frontier(args, job, action, must_exist=False, settings=settings)
         return 0
     finally:
         db.close()
+
+
+def _say(console: Console, line: str) -> None:
+    """One line on stderr, as it is: unwrapped, without markup (a site may be ``[::1]``)."""
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+async def _wait(
+    frontier: JobFrontier,
+    db: Any,
+    ids: Sequence[int],
+    every: float,
+    half_life_ms: int,
+    console: Console,
+) -> None:
+    """Until none of the errors *ids* waits in the frontier any more: a progress line
+    every *every* seconds (none in a shorter wait; 0: none), the first of them followed
+    by a word when no node of the job is running to fetch them, and the tally at the
+    end."""
+    cadence = Cadence(every)
+    cadence.start()
+    first = True
+    while True:
+        await asyncio.sleep(WAIT_LOOK_SECONDS)
+        progress, backoff = await recrawl_standing(frontier, db, ids, half_life_ms=half_life_ms)
+        if not progress["queued"]:
+            _say(console, str(recrawl_line(progress, 0, seconds=cadence.elapsed())))
+            return
+        if not cadence.due():
+            continue
+        _say(console, str(recrawl_line(progress, 0, backoff)))
+        if first and not await frontier.live_nodes():
+            job = frontier.keys.job
+            _say(
+                console,
+                f"no node of job {job} is running: the failures wait in its frontier "
+                f"(start one: crawlfleet crawl SPIDER --job {job})",
+            )
+        first = False
 
 
 def _state(args: argparse.Namespace) -> str | None:

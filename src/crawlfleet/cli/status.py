@@ -3,7 +3,9 @@
 Read-only. For each job (one, or every job in ``<prefix>:jobs``): nodes alive or dead
 (their registry deadline against Redis's clock) with the figures each publishes in the
 job's ``nodeinfo`` hash, queued and leased counts, the longest site queues, entries set
-aside as malformed, and an ETA (work left / summed pages per second of live nodes).
+aside as malformed, an ETA (work left / summed pages per second of live nodes), and
+the long phase its nodes are in (a re-crawl round, a campaign: their latest progress
+line).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ NAME = "status"
 HELP = "nodes (alive/dead, live figures), queues, leases and ETA of jobs (read-only)"
 
 MIN_INTERVAL, MAX_INTERVAL = 0.5, 60.0
+#: Different phases shown at most (nodes of one job usually say the same).
+PHASES_SHOWN = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,6 +174,8 @@ def render(snaps: list[JobSnapshot], width: int = 120) -> Group:
                 "commands for every node",
                 ", ".join(f"{k} {v}" for k, v in sorted(s.job_control.items())),
             )
+        for phase in s.phases[:PHASES_SHOWN]:
+            summary.add_row("phase", phase)
         if s.backoff:
             summary.add_row("sites backed off", _site_list(s.backoff))
         if s.robots:

@@ -11,7 +11,9 @@ is never queued twice by two re-crawls at once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from scrapy import Request
 
@@ -20,19 +22,21 @@ from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.serialization import RequestCodec, payload_priority, with_meta
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.middlewares.failures import ERROR_META
-from crawlfleet.middlewares.useragent import IDENTITY_META
+from crawlfleet.meta import BAN_META, ERROR_META, IDENTITY_META
 from crawlfleet.state.db import StateDB
-from crawlfleet.state.errors import reopen_errors, take_for_recrawl
+from crawlfleet.state.errors import recrawl_progress, reopen_errors, take_for_recrawl
 
-__all__ = ["ERROR_META", "FRESH_META", "RecrawlResult", "recrawl_errors"]
+__all__ = ["ERROR_META", "FRESH_META", "RecrawlResult", "recrawl_errors", "recrawl_standing"]
 
 BATCH = 500
+#: A look at a re-crawl's progress reads the back-off of so many sites at most (those
+#: with most failures waiting).
+BACKOFF_SITES = 100
 #: What a failed request's meta says of its last life, left out when it is sent again:
 #: a re-crawl starts with its retries, ban tries, redirects and browser identity afresh.
 FRESH_META = (
     "retry_times",
-    "crawlfleet_bans",
+    BAN_META,
     "redirect_urls",
     "redirect_times",
     "redirect_ttl",
@@ -49,6 +53,8 @@ class RecrawlResult:
     queued: int = 0
     #: ids of errors whose stored request could not be read back (queued by URL)
     by_url: list[int] = field(default_factory=list)
+    #: ids of the errors queued (marked ``queued`` and in the frontier)
+    ids: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {"queued": self.queued, "queued_by_url": len(self.by_url)}
@@ -105,7 +111,22 @@ async def recrawl_errors(
             result.queued += committed.queued
             queued.update(range(i, i + len(out)))
     finally:
+        result.ids = [r[0] for n, r in enumerate(rows) if n in queued]
         if len(queued) < len(rows):
             left = [r[0] for n, r in enumerate(rows) if n not in queued]
             await asyncio.to_thread(reopen_errors, db, job, left)
     return result
+
+
+async def recrawl_standing(
+    frontier: JobFrontier, db: StateDB, ids: Sequence[int], *, half_life_ms: int
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """How the errors *ids* that a re-crawl queued stand now
+    (:func:`~crawlfleet.state.errors.recrawl_progress`), and the back-off left (ms) of
+    those of the sites they wait on that are backed off (*half_life_ms*: how fast a
+    back-off decays, ``CRAWLFLEET_BACKOFF_HALF_LIFE_SECONDS``)."""
+    job = frontier.keys.job
+    progress = await asyncio.to_thread(recrawl_progress, db, job, ids)
+    sites = list(progress["waiting_sites"])[:BACKOFF_SITES]
+    found = await frontier.backoffs(sites, half_life_ms=half_life_ms) if sites else {}
+    return progress, {site: found[site] for site in sites if site in found}

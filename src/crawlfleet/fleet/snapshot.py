@@ -20,11 +20,11 @@ from scrapy.settings import BaseSettings
 from crawlfleet.fleet.jobs import require_job, text
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
-from crawlfleet.frontier.records import counter_value, parse_throttle
+from crawlfleet.frontier.records import MAX_SHARDS, counter_value, parse_throttle
 from crawlfleet.frontier.sharded import interleave, shard_of
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
-from crawlfleet.settings.config import MAX_SHARDS, rate_limit_margin
+from crawlfleet.settings.config import rate_limit_margin
 
 __all__ = [
     "JOBS_MAX",
@@ -77,6 +77,17 @@ class JobSnapshot:
     @property
     def live_nodes(self) -> list[str]:
         return [n for n, info in self.nodes.items() if info["alive"]]
+
+    @property
+    def phases(self) -> list[str]:
+        """What live nodes say of a long phase they run (a re-crawl round, a campaign:
+        their latest progress line), the most recently published first, each once."""
+        said = [
+            (float(info.get("updated") or 0), info["phase"])
+            for info in self.nodes.values()
+            if info["alive"] and isinstance(info.get("phase"), str) and info["phase"]
+        ]
+        return list(dict.fromkeys(phase for _, phase in sorted(said, reverse=True)))
 
     @property
     def pages_per_second(self) -> float | None:

@@ -21,6 +21,7 @@ from typing import Any
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
+    BACKOFF_OVER_MS,
     WAITING,
     CommitResult,
     JobState,
@@ -36,7 +37,6 @@ __all__ = ["MemoryFrontier"]
 #: Nodes dead for longer than this are forgotten (as heartbeat.lua does).
 FORGET_MS = 3_600_000
 #: A back-off decayed below this is over (as lease.lua does).
-BACKOFF_OVER_MS = 10
 
 
 def _now_us() -> int:

@@ -4,6 +4,7 @@ and the decoding of the job's hash fields, apart from the client that moves them
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,8 +12,9 @@ from typing import Any
 from crawlfleet.frontier.control import Desired
 
 __all__ = [
-    "DELAY_META",
+    "BACKOFF_OVER_MS",
     "FINGERPRINT_BYTES",
+    "MAX_SHARDS",
     "PRIORITY_LIMIT",
     "SEED_KINDS",
     "WAITING",
@@ -23,6 +25,7 @@ __all__ = [
     "Outgoing",
     "SeedBatch",
     "SeenConfig",
+    "backoff_left",
     "counter_value",
     "entry_fault",
     "parse_throttle",
@@ -35,10 +38,8 @@ __all__ = [
 #: leased to no node, and returned to its queue by whoever reclaims expired leases once
 #: its time has come. No node id starts with "~".
 WAITING = "~retry"
-#: Request meta: seconds the request waits before it is queued for its site (a retry's
-#: back-off, set by :class:`~crawlfleet.middlewares.retry.FrontierRetry`; any code may set
-#: it). The scheduler takes it out of the meta: it is not kept with the request.
-DELAY_META = "crawlfleet_delay"
+#: Most shards a job may have (each is a hash tag, its own keys and a call per lease).
+MAX_SHARDS = 1024
 #: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
 FINGERPRINT_BYTES = 16
 PRIORITY_LIMIT = 2**19
@@ -176,6 +177,24 @@ def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
         if number.isdigit() and kind in ("b", "r"):
             out["backoff" if kind == "b" else "robots"][site] = int(number)
     return out
+
+
+#: A back-off decayed below this many milliseconds is over (as lease.lua sees it).
+BACKOFF_OVER_MS = 10
+
+
+def backoff_left(raw: Any, now_ms: int, half_life_ms: int) -> float:
+    """The interval (ms) left now of a site's back-off as stored in the throttle hash
+    (``"<interval ms>:<set at ms>:<cause>"``, see ``_backoff.lua``): it halves every
+    *half_life_ms* since it was set; 0.0 for none."""
+    if raw is None:
+        return 0.0
+    ms, _, rest = text(raw).partition(":")
+    at = rest.partition(":")[0]
+    if not (ms.isdigit() and at.isdigit()):
+        return 0.0
+    halvings = max(0, now_ms - int(at)) / max(1, half_life_ms)
+    return int(ms) * math.pow(0.5, halvings)
 
 
 def printable(value: bytes | str, limit: int = 200) -> str:

@@ -30,11 +30,11 @@ from scrapy import Request, Spider
 from scrapy.utils.misc import load_object
 
 from crawlfleet.exceptions import MalformedEntry, SerializationError
+from crawlfleet.meta import POOL_PROXY_META
 
 __all__ = [
     "META_OBJECT_EXT",
     "META_TYPES",
-    "POOL_PROXY_META",
     "VERSION",
     "MetaType",
     "RequestCodec",
@@ -47,10 +47,6 @@ VERSION = b"\x01"
 #: callbacks: allowed like public ones.
 GENERIC_CALLBACKS = frozenset({"_callback", "_errback", "_parse_sitemap"})
 
-#: Meta of a request whose proxy the fleet's pool chose (crawlfleet.middlewares.proxies):
-#: its proxy, the proxy's credentials and their header are chosen again for every try,
-#: and never stored with the request (in Redis, or in the error registry).
-POOL_PROXY_META = "crawlfleet_proxy"
 _POOL_PROXY_KEYS = frozenset({"proxy", "_auth_proxy", POOL_PROXY_META})
 
 #: The msgpack extension type of an object kept in a request's meta: its data is the

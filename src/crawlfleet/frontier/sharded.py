@@ -45,6 +45,7 @@ from crawlfleet.exceptions import CommandFailed
 from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
+    MAX_SHARDS,
     CommitResult,
     JobState,
     LeaseResult,
@@ -56,7 +57,6 @@ from crawlfleet.frontier.records import (
 )
 from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.config import MAX_SHARDS
 
 __all__ = ["JobFrontier", "interleave", "shard_of"]
 
@@ -623,6 +623,9 @@ class JobFrontier:
 
     async def read_throttle(self) -> dict[str, dict[str, int]]:
         return await self.home.read_throttle()
+
+    async def backoffs(self, sites: Iterable[str], *, half_life_ms: int) -> dict[str, int]:
+        return await self.home.backoffs(sites, half_life_ms=half_life_ms)
 
     # -- inspection and administration ---------------------------------------------------
     async def counters(self) -> dict[str, int]:

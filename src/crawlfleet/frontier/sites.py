@@ -5,19 +5,25 @@ from __future__ import annotations
 import asyncio
 import socket
 from functools import lru_cache
+from typing import Any
 
-import tldextract
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
 __all__ = ["SiteKeyer"]
 
-_extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)  # bundled list only
+
+@lru_cache(maxsize=1)
+def _extractor() -> Any:
+    # imported when the "domain" mode first needs it: a tenth of a node's start otherwise
+    import tldextract
+
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)  # bundled list only
 
 
 @lru_cache(maxsize=65536)
 def _registered_domain(host: str) -> str:
-    parts = _extract(host)
+    parts = _extractor()(host)
     if parts.domain and parts.suffix:
         return f"{parts.domain}.{parts.suffix}"
     return host

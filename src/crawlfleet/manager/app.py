@@ -30,6 +30,7 @@ from crawlfleet.manager.routes import (
     campaigns,
     errors,
     events,
+    items,
     jobs,
     limits,
     live,
@@ -88,6 +89,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await client.aclose()
+            await ctx.in_db(ctx.items.close)
             db.close()
 
     app = FastAPI(
@@ -103,6 +105,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
     for module in (
         jobs,
         errors,
+        items,
         campaigns,
         proxies,
         limits,
@@ -121,6 +124,7 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
         Edge,
         max_body=get_int(settings, "CRAWLFLEET_MANAGER_MAX_BODY", minimum=1024),
         max_egg=get_int(settings, "CRAWLFLEET_MANAGER_MAX_EGG", minimum=1024),
+        on_change=ctx.changed,
     )
 
     @app.get("/healthz", tags=["health"], summary="whether Redis and the state DB answer")

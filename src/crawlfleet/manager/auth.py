@@ -52,13 +52,19 @@ def context(request: Request) -> ManagerContext:
     return ctx
 
 
+async def context_dependency(request: Request) -> ManagerContext:
+    """:func:`context` as a dependency (async: FastAPI runs a plain one in a thread)."""
+    return context(request)
+
+
 async def session_from(request: Request) -> SessionInfo | None:
-    """The live dashboard session of *request*'s cookie, or None."""
+    """The live dashboard session of *request*'s cookie, or None (looked up at most
+    once every few seconds: :mod:`crawlfleet.manager.callers`)."""
     sid = request.cookies.get(SESSION_COOKIE)
     if not sid:
         return None
     ctx = context(request)
-    return await ctx.in_db(session_of, ctx.db, sid)
+    return await ctx.callers.lookup("session", sid, lambda: ctx.in_db(session_of, ctx.db, sid))
 
 
 def check_csrf(request: Request, session: SessionInfo) -> None:
@@ -108,7 +114,9 @@ async def identify(request: Request) -> Caller:
     else:
         if not credentials:
             raise HTTPException(401, "an API token is needed: Authorization: Bearer TOKEN")
-        found = await ctx.in_db(authenticate, ctx.db, credentials)
+        found = await ctx.callers.lookup(
+            "token", credentials, lambda: ctx.in_db(authenticate, ctx.db, credentials)
+        )
         if found is None:
             raise HTTPException(401, "the API token is not valid (unknown or revoked)")
         token = found
@@ -141,7 +149,7 @@ def require(role: str) -> Callable[..., Awaitable[TokenInfo]]:
 
 
 #: The request's ManagerContext, and the caller's token checked for a role.
-Ctx = Annotated[ManagerContext, Depends(context)]
+Ctx = Annotated[ManagerContext, Depends(context_dependency)]
 Viewer = Annotated[TokenInfo, Depends(require("viewer"))]
 Operator = Annotated[TokenInfo, Depends(require("operator"))]
 Admin = Annotated[TokenInfo, Depends(require("admin"))]

@@ -16,8 +16,11 @@ from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.snapshot import configured_limits
 from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.sharded import JobFrontier
+from crawlfleet.manager.callers import RecentCallers
+from crawlfleet.manager.shared import Shared
+from crawlfleet.pipelines.browse import SqlItemReader
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.access import get_float
+from crawlfleet.settings.access import get_float, get_int, get_path, get_str
 from crawlfleet.settings.config import FrontierConfig, RedisConfig, validate_job_name
 from crawlfleet.state.db import StateDB
 
@@ -44,15 +47,21 @@ class ManagerContext:
     watch_seconds: float
     #: how long a dashboard sign-in lasts (CRAWLFLEET_MANAGER_SESSION_HOURS)
     session_hours: float
+    #: the SQL item store it reads items from (CRAWLFLEET_SQL_URL, CRAWLFLEET_SQL_TABLE)
+    items: SqlItemReader
+    #: most items one export holds (CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS)
+    export_max_items: int
     #: Scrapyd name -> monotonic time since which it has not answered the watch
     unreachable_since: dict[str, float] = field(default_factory=dict)
     #: job -> (requests done, monotonic time that figure was first seen): stall times
     progress: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: webhook deliveries under way (cancelled when the manager stops)
     deliveries: set[asyncio.Task[None]] = field(default_factory=set)
-    #: figures of the live streams' last round, shared by every open stream: key ->
-    #: (monotonic time made, value) (crawlfleet.manager.routes.live.shared)
-    live_cache: dict[str, tuple[float, object]] = field(default_factory=dict)
+    #: the fleet's, a job's and the nodes' figures, made once for every request and
+    #: live stream (crawlfleet.manager.shared)
+    figures: Shared = field(default_factory=Shared)
+    #: callers (tokens, sessions) looked up in the last seconds (crawlfleet.manager.auth)
+    callers: RecentCallers = field(default_factory=RecentCallers)
     #: one point a watch, oldest first: {"at": Redis time (ms), "jobs": {job: pages/s}}
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
 
@@ -70,7 +79,19 @@ class ManagerContext:
             limits=configured_limits(settings),
             watch_seconds=get_float(settings, "CRAWLFLEET_MANAGER_WATCH_SECONDS", minimum=0.1),
             session_hours=get_float(settings, "CRAWLFLEET_MANAGER_SESSION_HOURS", minimum=0.01),
+            items=SqlItemReader(
+                get_str(settings, "CRAWLFLEET_SQL_URL"),
+                table=get_str(settings, "CRAWLFLEET_SQL_TABLE"),
+                data_dir=get_path(settings, "CRAWLFLEET_DATA_DIR"),
+            ),
+            export_max_items=get_int(settings, "CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS", minimum=1),
         )
+
+    def changed(self) -> None:
+        """Something may have changed through this manager: figures and callers are
+        looked up again at the next ask (the change, a sign-out, shows at once)."""
+        self.figures.forget()
+        self.callers.forget()
 
     def keys(self, job: str) -> JobKeys:
         return JobKeys.of(self.key_prefix, validate_job_name(job))

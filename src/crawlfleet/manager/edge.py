@@ -12,6 +12,10 @@
 - **Every answer carries the security headers** (:data:`SECURITY_HEADERS`), errors too,
   and **an unexpected failure is a JSON 500** (logged with its traceback), never a
   plain-text answer or a dropped connection.
+- **A change shows at once.** When the answer to a request that may change something
+  (any method but GET, HEAD and OPTIONS) starts, *on_change* is called before a byte of
+  it is sent: the shared figures are made again at the next ask
+  (:mod:`crawlfleet.manager.shared`), so whoever made the change sees it.
 """
 
 from __future__ import annotations
@@ -90,15 +94,27 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
+#: Methods that change nothing.
+READ_ONLY = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class Edge:
     """The middleware; *max_body* and *max_egg* in bytes."""
 
-    def __init__(self, app: ASGIApp, *, max_body: int, max_egg: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body: int,
+        max_egg: int,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
         if max_body < 1 or max_egg < 1:
             raise ValueError("body bounds must be positive")
         self.app = app
         self.max_body = max_body
         self.max_egg = max_egg
+        self.on_change = on_change
 
     def limit_of(self, method: str, path: str) -> int:
         if (method, path.rstrip("/")) == SIGN_IN:
@@ -118,6 +134,8 @@ class Edge:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if scope["method"] not in READ_ONLY:
+                    self.on_change()
                 headers = list(message.get("headers", []))
                 have = {name.lower() for name, _ in headers}
                 headers += [h for h in _HEADERS_RAW if h[0] not in have]

@@ -13,7 +13,13 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException  # also raised for unknown paths
 
-from crawlfleet.exceptions import CommandFailed, ConfigError, NotFound, UnknownJob
+from crawlfleet.exceptions import (
+    CommandFailed,
+    ConfigError,
+    ItemStoreUnavailable,
+    NotFound,
+    UnknownJob,
+)
 from crawlfleet.manager.scrapyd import ScrapydError
 from crawlfleet.redis.connection import redact
 
@@ -60,6 +66,7 @@ _SAID_AS_IS: tuple[tuple[type[Exception], int, str | None], ...] = (
     (ConfigError, 400, None),
     (CommandFailed, 409, "refused"),
     (ScrapydError, 502, None),
+    (ItemStoreUnavailable, 503, "item_store_unavailable"),
 )
 
 

@@ -28,6 +28,7 @@ ASSETS = {
     "lists.js": "text/javascript; charset=utf-8",
     "runs.js": "text/javascript; charset=utf-8",
     "campaigns.js": "text/javascript; charset=utf-8",
+    "items.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "icon.svg": "image/svg+xml",
 }

@@ -30,19 +30,17 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.records import DELAY_META
-from crawlfleet.middlewares.common import first_request, is_robots, node_of
+from crawlfleet.meta import BAN_META, DELAY_META, NEW_IDENTITY_META
+from crawlfleet.middlewares.common import first_request, is_robots
 from crawlfleet.middlewares.retry import backoff_seconds, check_backoff
-from crawlfleet.middlewares.useragent import NEW_IDENTITY_META
+from crawlfleet.node.scheduler import node_of
 
-__all__ = ["BAN_META", "BODY_BYTES", "BanDetector", "Banned"]
+__all__ = ["BODY_BYTES", "BanDetector", "Banned"]
 
 logger = logging.getLogger(__name__)
 
 #: How much of a body the body patterns read.
 BODY_BYTES = 65_536
-#: Request meta: how many times the request was banned already.
-BAN_META = "crawlfleet_bans"
 
 
 #: Request meta of a redirect chain, left out when the first request is asked again.

@@ -1,5 +1,6 @@
-"""What crawlfleet's middlewares share: the node a crawler runs (its scheduler), and
-telling Scrapy's robots.txt requests apart."""
+"""What crawlfleet's middlewares share: the site of a request as its node sees it, and
+telling Scrapy's robots.txt requests apart (the node itself: node_of in
+crawlfleet.node.scheduler)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,9 @@ from scrapy import Request
 from scrapy.crawler import Crawler
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.node.scheduler import node_of
 
-__all__ = ["first_request", "is_robots", "node_of", "site_of"]
-
-
-def node_of(crawler: Crawler | None) -> Scheduler | None:
-    """The crawlfleet scheduler of *crawler* (None before it opens, or without one)."""
-    scheduler = getattr(crawler, "crawlfleet_scheduler", None)
-    return scheduler if isinstance(scheduler, Scheduler) else None
+__all__ = ["first_request", "is_robots", "site_of"]
 
 
 def site_of(crawler: Crawler | None, request: Request) -> str:

@@ -19,6 +19,13 @@ It sits below Scrapy's RetryMiddleware (550): what it sees has spent its retries
 request re-crawled from the registry (``crawlfleet_error`` in its meta) that is answered
 without an error status resolves its error; failing again reopens it. Requests for
 robots.txt are not recorded.
+
+A request whose failure is recorded is not acknowledged in the frontier before the
+record is durable in the state DB (:meth:`FailureRegistry.record` holds it through
+:meth:`~crawlfleet.node.scheduler.Scheduler.hold_for_record`): a node killed while the
+writer has not written it yet leaves the lease to expire, and the page is fetched (and
+fails, and is recorded) again elsewhere. A resolution holds nothing: one lost leaves
+its failure open, to be crawled once more.
 """
 
 from __future__ import annotations
@@ -33,20 +40,15 @@ from scrapy.http import Response
 from twisted.python.failure import Failure as TwistedFailure
 
 from crawlfleet.exceptions import ItemNotDurable, SerializationError
-from crawlfleet.middlewares.common import is_robots, node_of
-from crawlfleet.node.scheduler import status_providers
+from crawlfleet.meta import ERROR_META, UNIT_ID_META, UNIT_META
+from crawlfleet.middlewares.common import is_robots
+from crawlfleet.node.scheduler import node_of, status_providers
 from crawlfleet.state.records import Failure, utcnow
 from crawlfleet.state.url import check_state_db_url, state_db_identity, state_db_url
 from crawlfleet.state.writer import RegistryWriter
 
-__all__ = ["ERROR_META", "STACK_CHARS", "UNIT_ID_META", "UNIT_META", "FailureRegistry"]
+__all__ = ["STACK_CHARS", "FailureRegistry"]
 
-#: Request meta key that carries the registry id of the error a request re-crawls.
-ERROR_META = "crawlfleet_error"
-#: Request meta: the campaign unit a request belongs to (its label), and on a unit's
-#: first request the unit's id (see crawlfleet.node.campaign).
-UNIT_META = "crawlfleet_unit"
-UNIT_ID_META = "crawlfleet_unit_id"
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +157,8 @@ class FailureRegistry:
         status: int | None = None,
         stack: str | None = None,
     ) -> None:
-        """Record that *request* failed for good, for *reason* (see the module docstring)."""
+        """Record that *request* failed for good, for *reason* (see the module docstring):
+        the node acknowledges *request* only once the record is written."""
         scheduler = node_of(self.crawler)
         if scheduler is None or is_robots(request):
             return
@@ -167,23 +170,22 @@ class FailureRegistry:
         if isinstance(unit_id, int):  # a campaign unit's first page: the unit failed
             self.writer.unit_finished(unit_id, ok=False, error=f"{reason}: {detail}")
         fingerprinter = self.crawler.request_fingerprinter
-        self.writer.failure(
-            Failure(
-                job=scheduler.config.job,
-                fingerprint=fingerprinter.fingerprint(request).hex(),
-                url=request.url,
-                site=scheduler.site_of(request),
-                reason=reason,
-                detail=detail,
-                node=scheduler.node_id,
-                at=utcnow(),
-                attempts=int(request.meta.get("retry_times", 0)) + 1,
-                http_status=status,
-                unit=_unit(request),
-                stack=stack,
-                payload=payload,
-            )
+        failure = Failure(
+            job=scheduler.config.job,
+            fingerprint=fingerprinter.fingerprint(request).hex(),
+            url=request.url,
+            site=scheduler.site_of(request),
+            reason=reason,
+            detail=detail,
+            node=scheduler.node_id,
+            at=utcnow(),
+            attempts=int(request.meta.get("retry_times", 0)) + 1,
+            http_status=status,
+            unit=_unit(request),
+            stack=stack,
+            payload=payload,
         )
+        self.writer.failure(failure, scheduler.hold_for_record(request, self.writer.flush))
 
 
 def _unit(request: Request) -> str | None:

@@ -70,20 +70,14 @@ from crawlfleet.fleet.proxies import (
     parse_sources,
     shown,
 )
-from crawlfleet.frontier.records import DELAY_META
-from crawlfleet.frontier.serialization import POOL_PROXY_META
-from crawlfleet.middlewares.common import is_robots, node_of, site_of
-from crawlfleet.middlewares.useragent import SESSION_META
+from crawlfleet.meta import DELAY_META, POOL_PROXY_META, PROXY_WAITS_META, SESSION_META
+from crawlfleet.middlewares.common import is_robots, site_of
+from crawlfleet.node.scheduler import node_of
 
-__all__ = ["GATEWAY_STATUSES", "PROXY_META", "NoProxy", "ProxyRotation"]
+__all__ = ["GATEWAY_STATUSES", "NoProxy", "ProxyRotation"]
 
 logger = logging.getLogger(__name__)
 
-#: Request meta: the id of the pool's proxy the request goes through (never stored with
-#: the request: see crawlfleet.frontier.serialization).
-PROXY_META = POOL_PROXY_META
-#: Request meta: how many times the request waited for a proxy.
-WAITS_META = "crawlfleet_proxy_waits"
 #: A request that waited this many times for a proxy fails (in the error registry).
 MAX_WAITS = 30
 #: Exceptions that say the proxy itself is dead (not the site): Scrapy's own (2.13 and
@@ -185,14 +179,14 @@ class ProxyRotation:
 
     # -- requests -------------------------------------------------------------------------
     async def process_request(self, request: Request, spider: Spider | None = None) -> Any:
-        if "proxy" in request.meta and PROXY_META not in request.meta:
+        if "proxy" in request.meta and POOL_PROXY_META not in request.meta:
             return None  # the project chose this request's proxy (or none)
         site = site_of(self.crawler, request)
         session = request.meta.get(SESSION_META)
         if session is not None and session in self._by_session:
             kept = self._by_session[session]  # a session keeps its proxy
             request.meta["proxy"] = kept.url
-            request.meta[PROXY_META] = kept.id
+            request.meta[POOL_PROXY_META] = kept.id
             self._by_session.move_to_end(session)
             return None
         picked: PickedProxy | None = None
@@ -208,7 +202,7 @@ class ProxyRotation:
                 raise NoProxy(f"no proxy could serve {site} for its robots.txt")
             return self._none_available(request, site)
         request.meta["proxy"] = picked.url
-        request.meta[PROXY_META] = picked.id
+        request.meta[POOL_PROXY_META] = picked.id
         if session is not None:
             self._by_session[str(session)] = picked
             if len(self._by_session) > MAX_SESSIONS:
@@ -228,7 +222,7 @@ class ProxyRotation:
         return picked
 
     def _none_available(self, request: Request, site: str) -> Request:
-        waits = int(request.meta.get(WAITS_META, 0)) + 1
+        waits = int(request.meta.get(PROXY_WAITS_META, 0)) + 1
         if waits > MAX_WAITS:
             failures = getattr(self.crawler, "crawlfleet_failures", None)
             detail = f"NoProxy: no proxy could serve {site} after {MAX_WAITS} waits"
@@ -248,9 +242,9 @@ class ProxyRotation:
             )
         again = request.replace(dont_filter=True)
         again.meta.pop("proxy", None)
-        again.meta.pop(PROXY_META, None)
+        again.meta.pop(POOL_PROXY_META, None)
         again.meta[DELAY_META] = self.wait
-        again.meta[WAITS_META] = waits
+        again.meta[PROXY_WAITS_META] = waits
         again.meta.pop("is_start_request", None)  # start requests pass the filter once
         return again
 
@@ -258,7 +252,7 @@ class ProxyRotation:
     def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Response:
-        if PROXY_META not in request.meta:
+        if POOL_PROXY_META not in request.meta:
             return response
         if response.status == 407:
             self._outcome(request, "dead")
@@ -273,12 +267,12 @@ class ProxyRotation:
     def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None
     ) -> None:
-        if PROXY_META in request.meta and not isinstance(exception, IgnoreRequest):
+        if POOL_PROXY_META in request.meta and not isinstance(exception, IgnoreRequest):
             self._outcome(request, "dead" if isinstance(exception, DEAD) else "fail")
 
     def banned(self, request: Request) -> None:
         """The site refused the crawler through this request's proxy (BanDetector)."""
-        if PROXY_META in request.meta:
+        if POOL_PROXY_META in request.meta:
             self._outcome(request, "ban")
 
     def _outcome(self, request: Request, outcome: str) -> None:
@@ -294,7 +288,7 @@ class ProxyRotation:
                 sessions.end(str(session))
         site = site_of(self.crawler, request)
         self._inc(f"crawlfleet/proxies/{outcome}")
-        self._spawn(self._report(str(request.meta[PROXY_META]), outcome, site))
+        self._spawn(self._report(str(request.meta[POOL_PROXY_META]), outcome, site))
 
     async def _report(self, pid: str, outcome: str, site: str) -> None:
         assert self.pool is not None

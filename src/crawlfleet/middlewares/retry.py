@@ -27,7 +27,7 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.http import Response
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.records import DELAY_META
+from crawlfleet.meta import DELAY_META
 from crawlfleet.middlewares.throttle import retry_after_ms
 
 __all__ = ["JITTER", "FrontierRetry", "backoff_seconds", "check_backoff"]

@@ -25,7 +25,7 @@ import logging
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 
-from crawlfleet.middlewares.common import node_of
+from crawlfleet.node.scheduler import node_of
 
 __all__ = ["SendTime"]
 

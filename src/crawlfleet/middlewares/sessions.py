@@ -26,8 +26,8 @@ from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
+from crawlfleet.meta import NEW_IDENTITY_META, SESSION_META
 from crawlfleet.middlewares.common import is_robots, site_of
-from crawlfleet.middlewares.useragent import NEW_IDENTITY_META, SESSION_META
 
 __all__ = ["SESSION_META", "Sessions"]
 

@@ -43,8 +43,8 @@ from scrapy.crawler import Crawler
 from scrapy.http import Response
 
 from crawlfleet.frontier.limits import DEFAULT_MARGIN
-from crawlfleet.middlewares.common import first_request, is_robots, node_of
-from crawlfleet.node.scheduler import ROBOTS_PROBE_MS, NodeHandle, Scheduler
+from crawlfleet.middlewares.common import first_request, is_robots
+from crawlfleet.node.scheduler import ROBOTS_PROBE_MS, NodeHandle, Scheduler, node_of
 from crawlfleet.settings.config import BackoffConfig, rate_limit_margin
 
 __all__ = ["ROBOTS_PROBE_SECONDS", "SiteThrottle", "retry_after_ms"]

@@ -34,12 +34,10 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.meta import IDENTITY_META, NEW_IDENTITY_META, SESSION_META, USER_AGENT_META
 from crawlfleet.middlewares.common import site_of
 
 __all__ = [
-    "IDENTITY_META",
-    "NEW_IDENTITY_META",
-    "SESSION_META",
     "BrowserHeaders",
     "Identity",
     "browser_identities",
@@ -53,14 +51,6 @@ STICKY_SITES = 10_000
 POOL_SIZE = 200
 
 Identity = dict[str, str]
-#: Request meta: the names of the headers the request's identity set.
-IDENTITY_META = "crawlfleet_identity_headers"
-#: Request meta: the site refused the last identity (a ban): take a new one for the
-#: site, other than the one it refused.
-NEW_IDENTITY_META = "crawlfleet_new_identity"
-#: Request meta: the session the request goes out in (crawlfleet.middlewares.sessions):
-#: one identity per session.
-SESSION_META = "crawlfleet_session"
 
 _ACCEPT_HTML = {
     "chrome": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,"
@@ -226,7 +216,7 @@ class BrowserHeaders:
             if name.lower() == "sec-fetch-site":
                 value = _fetch_site(request)
             request.headers.setdefault(name, value)
-        request.meta["crawlfleet_user_agent"] = identity.get("User-Agent", "")
+        request.meta[USER_AGENT_META] = identity.get("User-Agent", "")
         request.meta[IDENTITY_META] = list(identity)
         return None
 

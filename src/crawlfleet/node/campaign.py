@@ -7,7 +7,10 @@
   fed. While the campaign is active it keeps the job open (a job between two units is not
   finished); once every unit was handed out and the frontier is empty it runs the
   re-crawl phase (failed links of the registry, then failed units, while attempts are
-  left) and ends the campaign. It pauses and resumes with the campaign.
+  left) and ends the campaign. It pauses and resumes with the campaign. Once the
+  campaign has been active on this node for ``CRAWLFLEET_PROGRESS_SECONDS``, it says
+  the campaign's progress that often (units done and failed, rate, ETA: the whole
+  fleet's, from the state DB), and at each change of phase.
 - ``UnitMeta`` (a spider middleware) gives every request a unit's pages lead to the
   unit's label (``crawlfleet_unit``), so that its failures are filed under the unit.
 
@@ -30,7 +33,8 @@ from scrapy.http import Response
 
 from crawlfleet.campaigns.space import Unit
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.middlewares.failures import UNIT_ID_META, UNIT_META
+from crawlfleet.meta import UNIT_ID_META, UNIT_META
+from crawlfleet.node.progress import campaign_line, progress_seconds
 from crawlfleet.node.recrawl import SETTLE_SECONDS, HeldLoop, Settled, open_db
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
@@ -53,8 +57,10 @@ class CampaignFeeder(HeldLoop):
 
     HOLD = HOLD
 
-    def __init__(self, crawler: Crawler, name: str, db_url: str) -> None:
-        super().__init__(crawler, db_url)
+    def __init__(
+        self, crawler: Crawler, name: str, db_url: str, progress_seconds: float = 0.0
+    ) -> None:
+        super().__init__(crawler, db_url, progress_seconds)
         self.name = name
         self.fed = 0
         #: a unit leased and not fed within this long goes to another node
@@ -65,6 +71,8 @@ class CampaignFeeder(HeldLoop):
         self._settled = Settled()
         #: the settling epoch in which no failed link was left to re-crawl
         self._concluded = -1
+        #: the campaign changed phase (paused, re-crawl round, finished, ...)
+        self._changed = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CampaignFeeder:
@@ -77,7 +85,9 @@ class CampaignFeeder(HeldLoop):
                 "CRAWLFLEET_CAMPAIGN needs CRAWLFLEET_ERRORS: units report through the "
                 "error registry"
             )
-        return cls(crawler, name, check_state_db_url(state_db_url(settings)))
+        return cls(
+            crawler, name, check_state_db_url(state_db_url(settings)), progress_seconds(settings)
+        )
 
     async def spider_closed(self, spider: Spider) -> None:
         await super().spider_closed(spider)
@@ -95,6 +105,7 @@ class CampaignFeeder(HeldLoop):
                 if self.db is None:
                     self.db = await asyncio.to_thread(open_db, self.db_url)
                 await self._round(scheduler)
+                await self._progress(scheduler)
                 failed = 0
                 if self._down_since is not None:
                     logger.info(
@@ -128,6 +139,31 @@ class CampaignFeeder(HeldLoop):
                     said_failed = now
                     logger.exception("Campaign %r: a round failed; trying again", self.name)
             await asyncio.sleep(min(ROUND_SECONDS * 2 ** min(failed, 6), MAX_ROUND_SECONDS))
+
+    async def _progress(self, scheduler: Any) -> None:
+        """Say the campaign's progress when it is due (see the module docstring). It
+        never stops the loop: the state DB or Redis failing is said by the rounds."""
+        from crawlfleet.state.campaigns import ACTIVE, campaign_status
+
+        changed, self._changed = self._changed, False
+        if not self.cadence.due(change=changed):
+            if self._last_state not in ACTIVE:
+                self.cadence.stop()
+            return
+        try:
+            status = await asyncio.to_thread(
+                campaign_status, self.db, self.name, failed_units=False
+            )
+            counters = await scheduler.sync.frontier.counters()
+        except Exception:
+            logger.debug("Campaign %r: no progress line this time", self.name, exc_info=True)
+            return
+        left = max(0, counters.get("queued", 0)) + max(0, counters.get("leased", 0))
+        line = campaign_line(status, left)
+        line.log(logger)
+        self.phase = str(line)
+        if status["state"] not in ACTIVE:
+            self.cadence.stop()
 
     async def _round(self, scheduler: Any) -> None:
         from crawlfleet.state.campaigns import ACTIVE, claim_units
@@ -204,6 +240,7 @@ class CampaignFeeder(HeldLoop):
                         self.name,
                         links.queued,
                     )
+                    self._changed = True
                     scheduler.sync.leaser.work_arrived()
                     settled.reset()
                     return
@@ -214,14 +251,23 @@ class CampaignFeeder(HeldLoop):
         settled.reset()
         if outcome == "recrawl":
             logger.info("Campaign %r: re-crawl round: failed units are fed again", self.name)
+            self._changed = True
         self._note_state(outcome)
 
     def _note_state(self, state: str) -> None:
+        from crawlfleet.state.campaigns import ACTIVE
+
         if state != self._last_state and state in ("paused", "stopping", "stopped", "finished"):
             logger.info("Campaign %r is %s", self.name, state)
+            self._changed = True
         elif state == "running" and self._last_state == "paused":
             logger.info("Campaign %r is running again", self.name)
+            self._changed = True
+        if state in ACTIVE and not self.cadence.running:
+            self.cadence.start()
         if state in ("running", "paused", "stopping", "stopped", "finished"):
+            if state != self._last_state and (state in ACTIVE or self.cadence.running):
+                self.phase = f"campaign {self.name} ({state})"
             self._last_state = state
 
     def _requests(self, uid: int, unit: Unit, template: str, again: bool) -> list[Request]:

@@ -46,7 +46,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 
-from crawlfleet.node.scheduler import Scheduler, status_providers
+from crawlfleet.node.scheduler import Scheduler, node_of, status_providers
 from crawlfleet.node.telemetry import LoopLagProbe
 from crawlfleet.settings.access import get_bool, get_float, get_int
 
@@ -202,8 +202,8 @@ class Feedback:
 
     # -- signals ------------------------------------------------------------------------
     def spider_opened(self, spider: Spider) -> None:
-        scheduler = getattr(self.crawler, "crawlfleet_scheduler", None)
-        if not isinstance(scheduler, Scheduler):
+        scheduler = node_of(self.crawler)
+        if scheduler is None:
             logger.info("Feedback needs the crawlfleet scheduler: not running")
             return
         self.scheduler = scheduler

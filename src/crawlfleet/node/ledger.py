@@ -13,11 +13,23 @@ the frontier hands out. A request is in exactly one place:
 - ``handed``: given to the engine, not finished (``send_by``: the time by which a
   slotted one must be on its way, else it goes back: see
   :mod:`crawlfleet.middlewares.sendtime`);
+- ``recorded``: finished, but a final failure of theirs is still on its way to the
+  error registry: held (leased, renewed) until it is durable;
 - ``acks``: finished, to acknowledge; ``release``: leases to give back (pages whose
-  item a store gave up, slots missed); ``bad``: malformed entries to set aside.
+  item a store gave up, slots missed, failures the registry could not write); ``bad``:
+  malformed entries to set aside.
 
 ``held`` maps every lease this node holds (rid -> site) until it is acknowledged or
 given back: heartbeats renew exactly these.
+
+A request whose final failure is being recorded (:meth:`Ledger.recording`, called by
+the error registry as it queues the record) is acknowledged only once the registry's
+writer has settled the record (:meth:`Ledger.record_settled`): written (or refused for
+good by the state DB, which the writer logs), then acknowledged; not written (the writer
+stopped, or had too many waiting), then given back to its queue, to be crawled again.
+Until then it stays held, so a node killed meanwhile loses nothing: its lease returns to
+the queue and another node fetches the page again. Requests without a failure pay
+nothing for this.
 """
 
 from __future__ import annotations
@@ -60,6 +72,12 @@ class Ledger:
         #: passed the downloader middlewares
         self.send_by: dict[Request, float] = {}
         self.unstored: set[Request] = set()
+        #: requests (handed or finished) -> failure records not yet settled
+        self.records: dict[Request, int] = {}
+        #: requests one of whose failure records could not be written: to release
+        self.unrecorded: set[Request] = set()
+        #: finished requests held until their failure records are settled -> rid
+        self.recorded: dict[Request, str] = {}
         self.acks: list[str] = []
         self.release: list[tuple[str, str]] = []
         self.bad: list[str] = []
@@ -137,10 +155,42 @@ class Ledger:
         if request in self.handed:
             self.unstored.add(request)
 
+    def recording(self, request: Request) -> bool:
+        """A final failure of *request* is on its way to the error registry: it is not
+        acknowledged before :meth:`record_settled` says what became of the record
+        (once for each call of this). False when *request* is not handed out by this
+        node (nothing to hold: the record is written as usual)."""
+        if request not in self.handed:
+            return False
+        self.records[request] = self.records.get(request, 0) + 1
+        return True
+
+    def record_settled(self, request: Request, written: bool) -> bool:
+        """One failure record of *request* is settled: *written* (durable, or refused
+        for good by the state DB) or not (then the request is released, not
+        acknowledged). Returns whether this finished the request (an ack or a release
+        is waiting to be sent). A request no longer held (given back at close) is
+        ignored."""
+        left = self.records.get(request)
+        if left is None:
+            return False
+        if not written:
+            self.unrecorded.add(request)
+        if left > 1:
+            self.records[request] = left - 1
+            return False
+        del self.records[request]
+        rid = self.recorded.pop(request, None)
+        if rid is None:
+            return False  # still with the engine: collect() finishes it
+        self._finish(request, rid)
+        return True
+
     def collect(self, inprogress: Collection[Request]) -> int:
         """Requests handed out and no longer in *inprogress* are finished: to
-        acknowledge, or to release when an item of theirs was not stored. Returns how
-        many were released so."""
+        acknowledge, or to release when an item of theirs was not stored or a failure
+        of theirs not recorded; held (in ``recorded``) while a failure record of theirs
+        is not settled. Returns how many were released because of an item not stored."""
         unstored = 0
         done = [r for r in self.handed if r not in inprogress]
         for request in done:
@@ -148,20 +198,47 @@ class Ledger:
             self.send_by.pop(request, None)
             if request in self.unstored:
                 self.unstored.discard(request)
+                self.records.pop(request, None)
+                self.unrecorded.discard(request)
                 self.release.append((rid, self.held.pop(rid, "")))
                 unstored += 1
                 continue
-            site = self.held.pop(rid, None)
-            if site is not None:
-                self.on_done(site)
-            self.acks.append(rid)
+            if self.records and request in self.records:
+                self.recorded[request] = rid  # still held: acknowledged once recorded
+                continue
+            self._finish(request, rid)
         return unstored
+
+    def _finish(self, request: Request, rid: str) -> None:
+        """*request* (lease *rid*) is done: acknowledge it, or release it when a
+        failure record of its could not be written."""
+        if self.unrecorded and request in self.unrecorded:
+            self.unrecorded.discard(request)
+            self.release.append((rid, self.held.pop(rid, "")))
+            return
+        site = self.held.pop(rid, None)
+        if site is not None:
+            self.on_done(site)
+        self.acks.append(rid)
+
+    def give_back_recorded(self) -> int:
+        """At close: release the finished requests whose failure records are still not
+        settled (not acknowledged: crawled again later). Returns how many."""
+        for request, rid in self.recorded.items():
+            self.records.pop(request, None)
+            self.unrecorded.discard(request)
+            self.release.append((rid, self.held.pop(rid, "")))
+        given = len(self.recorded)
+        self.recorded.clear()
+        return given
 
     def abandon_handed(self) -> None:
         """At close: what the engine did not finish (a forced stop) and what waits for
         its slot is ready again (so that close gives it back)."""
         for request, rid in self.handed.items():
             self.buffer.append((request, rid))
+            self.records.pop(request, None)
+            self.unrecorded.discard(request)
         self.handed.clear()
         self.buffer.extend(self.slotted.drain())
         self.unstored.clear()
@@ -177,7 +254,7 @@ class Ledger:
     @property
     def busy(self) -> bool:
         """The node holds a request in any state."""
-        return bool(self.buffer or self.slotted or self.handed or self.unsent)
+        return bool(self.buffer or self.slotted or self.handed or self.recorded or self.unsent)
 
     def __len__(self) -> int:
         return len(self.buffer) + len(self.slotted) + len(self.out)

@@ -6,6 +6,11 @@ into the frontier (:func:`~crawlfleet.fleet.errors.recrawl_errors`; each failure
 resolves its failure. The job finishes when a round finds nothing left to re-crawl.
 Several nodes may look at once: the registry hands each failure to one of them.
 
+A round that lasts longer than ``CRAWLFLEET_PROGRESS_SECONDS`` says how far it got
+that often (the failures this node queued: re-fetched, fixed, failed again, waiting,
+and the back-off of the sites they wait on), and its tally when it ends
+(:mod:`crawlfleet.node.progress`).
+
 A campaign (``CRAWLFLEET_CAMPAIGN``) has this phase built in (its ``max_attempts``), so
 this extension stands aside there. :class:`HeldLoop`, :class:`Settled` and
 :func:`open_db` serve both.
@@ -24,7 +29,8 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.middlewares.common import node_of
+from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
+from crawlfleet.node.scheduler import node_of, status_providers
 from crawlfleet.redis.connection import redact
 from crawlfleet.state.records import REASONS
 from crawlfleet.state.url import check_state_db_url, state_db_url
@@ -91,17 +97,26 @@ class Settled:
 class HeldLoop(ABC):
     """A node extension that runs :meth:`_run` on the node's event loop from the spider's
     opening to its close, keeping the job open for this node (a hold named ``HOLD``)
-    until the loop lets go; ``db`` is the state DB at ``db_url`` once opened."""
+    until the loop lets go; ``db`` is the state DB at ``db_url`` once opened.
+    ``cadence`` paces its progress lines (every *progress_seconds*); ``phase``, the
+    latest of them, is in the node's heartbeat status."""
 
     HOLD = ""
 
-    def __init__(self, crawler: Crawler, db_url: str) -> None:
+    def __init__(self, crawler: Crawler, db_url: str, progress_seconds: float = 0.0) -> None:
         self.crawler = crawler
         self.db_url = db_url
         self.db: Any = None
         self.task: asyncio.Task[None] | None = None
+        self.cadence = Cadence(progress_seconds)
+        self.phase = ""
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+        status_providers(crawler).append(self.status)
+
+    def status(self) -> dict[str, Any]:
+        """For the node's heartbeat status: ``{"phase": ...}`` while there is one."""
+        return {"phase": self.phase} if self.phase else {}
 
     def spider_opened(self, spider: Spider) -> None:
         scheduler = node_of(self.crawler)
@@ -129,11 +144,23 @@ class RecrawlPhase(HeldLoop):
 
     HOLD = HOLD
 
-    def __init__(self, crawler: Crawler, db_url: str, rounds: int, reasons: list[str]) -> None:
-        super().__init__(crawler, db_url)
+    def __init__(
+        self,
+        crawler: Crawler,
+        db_url: str,
+        rounds: int,
+        reasons: list[str],
+        progress_seconds: float = 0.0,
+    ) -> None:
+        super().__init__(crawler, db_url, progress_seconds)
         self.rounds = rounds
         self.reasons = reasons
         self.queued = 0
+        #: the errors this node queued in its current round
+        self.round_ids: list[int] = []
+        #: some of them were still waiting to be fetched at the last look (once none
+        #: is, the round only settles: its tally comes at its end)
+        self.waiting = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlPhase:
@@ -156,7 +183,13 @@ class RecrawlPhase(HeldLoop):
                 f"CRAWLFLEET_RECRAWL_REASONS must list reasons among {', '.join(REASONS)}, "
                 f"got {reasons!r}"
             )
-        return cls(crawler, check_state_db_url(state_db_url(s)), rounds, reasons)
+        return cls(
+            crawler,
+            check_state_db_url(state_db_url(s)),
+            rounds,
+            reasons,
+            progress_seconds(s),
+        )
 
     async def _run(self, scheduler: Any) -> None:
         from crawlfleet.fleet.errors import recrawl_errors
@@ -168,16 +201,21 @@ class RecrawlPhase(HeldLoop):
         while True:
             await asyncio.sleep(ROUND_SECONDS)
             try:
+                if self.waiting and self.cadence.due():
+                    await self._say_progress(scheduler)
                 if not await settled.check(frontier):
                     continue
                 if self.db is None:
                     self.db = await asyncio.to_thread(open_db, self.db_url)
-                queued = 0
+                if self.round_ids:  # the round is over: the frontier settled
+                    await self._round_over(scheduler)
+                queued, ids = 0, []
                 for reason in self.reasons:
                     done = await recrawl_errors(
                         frontier, self.db, reason=reason, max_recrawls=self.rounds
                     )
                     queued += done.queued
+                    ids += done.ids
             except Exception as exc:  # Redis or the state DB: the next look tries again
                 now = asyncio.get_running_loop().time()
                 if now - said >= OUTAGE_LOG_SECONDS:
@@ -187,6 +225,9 @@ class RecrawlPhase(HeldLoop):
             if queued:
                 settled.reset()
                 self.queued += queued
+                self.round_ids, self.waiting = ids, True
+                self.cadence.start()
+                self.phase = f"re-crawl: {queued} failed request(s) queued again"
                 scheduler.stats.inc("crawlfleet/recrawl/queued", queued)
                 logger.info("Re-crawl phase: %d failed request(s) queued again", queued)
                 scheduler.sync.leaser.work_arrived()
@@ -198,5 +239,37 @@ class RecrawlPhase(HeldLoop):
                 settled.restart()
                 continue
             logger.info("Re-crawl phase: nothing left to re-crawl")
+            self.phase = ""
             scheduler.sync.holds.discard(HOLD)
             return
+
+    async def _progress(self, scheduler: Any, *, over: bool = False) -> None:
+        """Say how this node's round stands (*over*: its tally, the round done)."""
+        from crawlfleet.fleet.errors import recrawl_standing
+
+        if self.db is None:
+            self.db = await asyncio.to_thread(open_db, self.db_url)
+        half_life = scheduler.config.backoff.half_life_seconds
+        progress, backoff = await recrawl_standing(
+            scheduler.sync.frontier, self.db, self.round_ids, half_life_ms=int(half_life * 1000)
+        )
+        elapsed = self.cadence.elapsed() if over else None
+        line = recrawl_line(progress, self.rounds, backoff, seconds=elapsed)
+        line.log(logger)
+        self.phase = str(line)
+        self.waiting = progress["queued"] > 0
+
+    async def _say_progress(self, scheduler: Any, *, over: bool = False) -> None:
+        """:meth:`_progress`, which never stops the phase: Redis or the state DB failing
+        is said by the phase's own calls."""
+        try:
+            await self._progress(scheduler, over=over)
+        except Exception:
+            logger.debug("Re-crawl phase: no progress line this time", exc_info=True)
+
+    async def _round_over(self, scheduler: Any) -> None:
+        """The frontier settled after this node's round: its tally, if it was long."""
+        if self.cadence.due(change=True):
+            await self._say_progress(scheduler, over=True)
+        self.round_ids, self.waiting = [], False
+        self.cadence.stop()

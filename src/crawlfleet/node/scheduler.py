@@ -12,6 +12,8 @@ back once it misses its heartbeats (or they expire). A request one of whose item
 store gave up (ItemNotDurable: stopping while the store is down) is not acknowledged
 but released, back to its queue. While too many items wait for the item stores
 (``CRAWLFLEET_ITEMS_PENDING_MAX``), the engine gets nothing and the node leases nothing.
+A request that failed for good is acknowledged only once its failure is durable in the
+error registry (:meth:`Scheduler.hold_for_record`); until then its lease stays held.
 
 Middlewares and extensions reach the node through this object, found as
 ``crawler.crawlfleet_scheduler``; what they may use is :class:`NodeHandle`.
@@ -20,6 +22,7 @@ Middlewares and extensions reach the node through this object, found as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -48,9 +51,10 @@ from crawlfleet.exceptions import (
     SerializationError,
 )
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.records import DELAY_META, FINGERPRINT_BYTES
+from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.meta import DELAY_META
 from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.ledger import Ledger
@@ -66,8 +70,16 @@ from crawlfleet.redis.connection import REDIS_ERRORS, redact, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.settings.config import FrontierConfig, RedisConfig
+from crawlfleet.state.writer import UNWRITTEN, Outcome
 
-__all__ = ["ROBOTS_PROBE_MS", "NodeHandle", "Scheduler", "new_node_id", "status_providers"]
+__all__ = [
+    "ROBOTS_PROBE_MS",
+    "NodeHandle",
+    "Scheduler",
+    "new_node_id",
+    "node_of",
+    "status_providers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +158,10 @@ class NodeHandle(Protocol):
 
     def set_feedback_limit(self, limit: int | None) -> None: ...
 
+    def hold_for_record(
+        self, request: Request, flush: Callable[[], None]
+    ) -> Callable[[Outcome], None] | None: ...
+
 
 class Scheduler(BaseScheduler):
     """A Scrapy scheduler whose queue is one job's shared frontier. *frontier*: where
@@ -205,6 +221,8 @@ class Scheduler(BaseScheduler):
             status=self.node_status,
         )
         self._started = time.time()
+        #: the event loop the node runs on (set by start(): records settle onto it)
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: the node could not start: why (its spider's close reason), else ""
         self.start_failed = ""
         #: scrapy-redis's SCHEDULER_FLUSH_ON_START: reset the job before joining it
@@ -311,6 +329,7 @@ class Scheduler(BaseScheduler):
     async def start(self, spider: Spider) -> None:
         """Join the job, start the sync loop. RedisUnreachable when Redis does not answer
         within CRAWLFLEET_REDIS_START_TIMEOUT."""
+        self._loop = asyncio.get_running_loop()
         if self.flush_on_start:
             await self._flush_job()
         await self.sync.open(spider)
@@ -472,6 +491,7 @@ class Scheduler(BaseScheduler):
             "done": self.stats.get("crawlfleet/frontier/acked"),
             "sites": self.site_rates.figures(ledger.held.values()),
             "items_waiting": self.sync.backlog.waiting(),
+            "failures_waiting": len(ledger.recorded),
         }
         for provider in self.status_providers:
             try:
@@ -522,3 +542,43 @@ class Scheduler(BaseScheduler):
         """The feedback controller's concurrency (None: no limit of its own)."""
         if self.steering.set_feedback(limit):
             self.sync.apply_concurrency()
+
+    def hold_for_record(
+        self, request: Request, flush: Callable[[], None]
+    ) -> Callable[[Outcome], None] | None:
+        """A final failure of *request* is about to be queued for the error registry:
+        the node keeps *request*'s lease (held, renewed) until the record is settled,
+        and acknowledges it only then (or gives it back if the record could not be
+        written: see :mod:`crawlfleet.node.ledger`). Returns the callback to pass the
+        registry's writer with the record, safe to call from any thread; None when this
+        node does not hold *request* (nothing to wait for). *flush* makes the writer
+        write at once: the node calls it when it closes with records still waiting."""
+        loop = self._loop
+        if loop is None or not self.ledger.recording(request):
+            return None
+        self.sync.flush_records = flush
+
+        def settled(outcome: Outcome) -> None:
+            # a closed loop (RuntimeError): the node is gone, its leases expire
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._record_settled, request, outcome)
+
+        return settled
+
+    def _record_settled(self, request: Request, outcome: Outcome) -> None:
+        """On the loop: the writer settled a failure record of *request*."""
+        ledger = self.ledger
+        if request not in ledger.records:
+            return  # given back already (the node closed meanwhile)
+        written = outcome != UNWRITTEN
+        if not written:
+            self.stats.inc("crawlfleet/errors/unwritten")
+        if ledger.record_settled(request, written):
+            self.sync.kick()  # its ack or release goes out soon
+
+
+def node_of(crawler: Crawler | None) -> Scheduler | None:
+    """The crawlfleet scheduler (the node) of *crawler*: None before it opens, or when
+    the crawler runs another scheduler. Middlewares and extensions find the node so."""
+    scheduler = getattr(crawler, "crawlfleet_scheduler", None)
+    return scheduler if isinstance(scheduler, Scheduler) else None

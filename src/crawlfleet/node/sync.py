@@ -18,6 +18,12 @@ it holds, says so at once and every minute, and retries with back-off. While
 nothing (and gives back the requests it holds ready while a store is down); the node's
 state says :data:`~crawlfleet.node.backlog.WAITING_FOR_STORE`. It goes on once they
 are written.
+
+At close, requests whose final failure is still on its way to the error registry (see
+:mod:`crawlfleet.node.ledger`) are waited for, up to ``CLOSE_RECORD_SECONDS`` (the
+registry's writer is asked to write at once): those recorded by then are acknowledged,
+the others given back to their queues (crawled again later), never acknowledged with
+their failure unwritten.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from crawlfleet.exceptions import ConfigError, RedisUnreachable, SerializationEr
 from crawlfleet.frontier.base import FrontierBackend, PartialCommit
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
-from crawlfleet.frontier.records import DELAY_META, CommitResult, JobState, Outgoing
+from crawlfleet.frontier.records import CommitResult, JobState, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.meta import DELAY_META
 from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.leasing import Leaser
@@ -70,6 +77,9 @@ OUTAGE_LOG_SECONDS = 60.0
 FLUSHES_PER_ROUND = 2
 #: How long close() keeps trying to hand its last batch to an unreachable Redis.
 CLOSE_FLUSH_SECONDS = 60.0
+#: How long close() waits for failures on their way to the error registry (the
+#: registry's writer tries a state DB that does not answer again every 5 s).
+CLOSE_RECORD_SECONDS = 10.0
 #: A node that queued a retry with a delay reclaims it this long after its time (its
 #: clock and Redis's differ by a round trip).
 WAITING_REACH_SECONDS = 0.01
@@ -169,6 +179,8 @@ class SyncLoop:
         self._fed_before = 0
         #: reasons the job must not count as finished for this node (see hold())
         self.holds: set[str] = set()
+        #: makes the error registry's writer write at once (set by the registry)
+        self.flush_records: Callable[[], None] = lambda: None
 
     # -- start and stop --------------------------------------------------------------
     async def open(self, spider: Spider | None) -> None:
@@ -200,6 +212,7 @@ class SyncLoop:
             return  # never reached Redis (or never opened): nothing held, nothing to say
         await self._task
         self._collect_finished()
+        await self._await_records()
         ledger = self.ledger
         ledger.abandon_handed()
         unstored = self.stats.get("crawlfleet/frontier/unstored")
@@ -444,6 +457,48 @@ class SyncLoop:
         if inprogress is None:
             return  # no engine slot (not open yet, or closed): nothing can be known
         self.stats.inc("crawlfleet/frontier/unstored", self.ledger.collect(inprogress))
+
+    async def _await_records(self) -> None:
+        """At close: wait (up to CLOSE_RECORD_SECONDS) for the failures of finished
+        requests to be recorded; give back the requests whose failures are not."""
+        ledger = self.ledger
+        if not ledger.recorded:
+            return
+        logger.info(
+            "Waiting up to %.0fs for %d failure(s) to be written to the error registry",
+            CLOSE_RECORD_SECONDS,
+            len(ledger.recorded),
+        )
+        self.flush_records()
+        now = time.monotonic()
+        deadline, beat = now + CLOSE_RECORD_SECONDS, now + self.config.heartbeat_seconds
+        while ledger.recorded and (now := time.monotonic()) < deadline:
+            if now >= beat:  # the loop is stopped: keep the node and its leases alive
+                beat = now + self.config.heartbeat_seconds
+                await self._keep_alive()
+            await asyncio.sleep(LOOP_SECONDS)
+        given = ledger.give_back_recorded()
+        if given:
+            logger.warning(
+                "%d requests whose failures could not be written to the error registry "
+                "before the stop go back to the frontier (crawled again later)",
+                given,
+            )
+            self.stats.inc("crawlfleet/errors/unwritten", given)
+
+    async def _keep_alive(self) -> None:
+        """A heartbeat that renews the node's leases and nothing else (at close)."""
+        try:
+            await self.frontier.heartbeat(
+                self.node_id,
+                ttl_ms=int(self.config.node_timeout_seconds * 1000),
+                status=json.dumps(self.status(), default=str),
+                busy=True,
+                lease_ms=int(self.config.lease_seconds * 1000),
+                renew=list(self.ledger.held),
+            )
+        except REDIS_ERRORS as exc:  # the leases may lapse: their pages are crawled again
+            logger.debug("Heartbeat while closing failed: %s", redact(str(exc)))
 
     async def _release_given_back(self) -> None:
         """Release the leases given back (unstored pages, missed slots)."""

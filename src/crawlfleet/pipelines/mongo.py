@@ -162,6 +162,16 @@ class MongoSink(BufferedSink):
         """``mongodb <url without password> collection <database>.<collection>``."""
         return f"mongodb {self.safe_url} collection {self.database}.{self.collection_name}"
 
+    def identity(self) -> dict[str, str]:
+        """The server's hosts (no user, password or options), database and collection."""
+        rest = self.url.partition("://")[2]
+        hosts = rest.rpartition("@")[2].split("/", 1)[0].split("?", 1)[0]
+        return {
+            "store": "mongodb",
+            "server": f"{self.url.partition('://')[0]}://{hosts}",
+            "collection": f"{self.database}.{self.collection_name}",
+        }
+
     @property
     def spill_id(self) -> str:
         """Spill-file id: database, collection and a hash of URL, database, collection."""

@@ -123,6 +123,11 @@ class ItemSink(ABC):
         """What this sink writes to, for log lines (no passwords)."""
         return self.name
 
+    def identity(self) -> dict[str, str]:
+        """Which store this is, to compare with what another process reads: published
+        with the node's heartbeat (``item_stores``). Never a user or password."""
+        return {"store": self.name}
+
     @abstractmethod
     def open(self) -> None:
         """Start the sink. Must not wait for the store: a store that is down at start is

@@ -46,13 +46,28 @@ from crawlfleet.pipelines.key import MAX_KEY_LENGTH
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.store import StorePipeline
 from crawlfleet.settings.access import get_path, get_str
+from crawlfleet.state.url import state_db_identity
 
-__all__ = ["SUPPORTED_DIALECTS", "SqlSink", "SqlStorePipeline", "default_sql_url", "items_table"]
+__all__ = [
+    "SUPPORTED_DIALECTS",
+    "SqlSink",
+    "SqlStorePipeline",
+    "default_sql_url",
+    "items_table",
+    "row_document",
+]
 
 #: Database backends the SQL store supports (SQLAlchemy dialect names).
 SUPPORTED_DIALECTS = ("sqlite", "postgresql", "mysql", "mariadb")
 _TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _UPDATED = ("job", "item_type", "url", "document", "updated_at")
+
+
+def row_document(row: Any) -> Any:
+    """The ``document`` of a row of the items table, decoded (MariaDB returns JSON
+    columns as text)."""
+    document = row["document"]
+    return json.loads(document) if isinstance(document, str) else document
 
 
 def _json_dumps(value: Any) -> str:
@@ -182,6 +197,12 @@ class SqlSink(BufferedSink):
         """``sql <url without password> table <name>``."""
         return f"sql {self.safe_url} table {self.table.name}"
 
+    def identity(self) -> dict[str, str]:
+        """The database (as :func:`~crawlfleet.state.url.state_db_identity` says it,
+        never a password) and table of the store."""
+        where = state_db_identity(self.url.render_as_string(hide_password=True))
+        return {"store": "sql", "database": where, "table": self.table.name}
+
     @property
     def spill_id(self) -> str:
         """Spill-file id: backend, table and a hash of URL and table."""
@@ -249,15 +270,12 @@ class SqlSink(BufferedSink):
             row = conn.execute(sa.select(t).where(t.c.key == key)).mappings().first()
         if row is None:
             return None
-        document = row["document"]
-        if isinstance(document, str):  # MariaDB returns JSON columns as text
-            document = json.loads(document)
         return StoredItem(
             key=row["key"],
             job=row["job"],
             item_type=row["item_type"],
             url=row["url"],
-            document=document,
+            document=row_document(row),
             created_at=row["created_at"],
             updated_at=row["updated_at"],
         )

@@ -41,6 +41,7 @@ import json
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 from redis.asyncio import Redis as AsyncRedis
@@ -67,6 +68,7 @@ __all__ = [
     "encode_entry",
     "entry_time",
     "is_transient_redis_error",
+    "redis_identity",
     "stream_status",
 ]
 
@@ -222,6 +224,10 @@ class RedisStreamSink(BufferedSink):
     def target(self) -> str:
         """``redis stream <url without password> prefix <prefix>``."""
         return f"redis stream {_without_password(self.url)} prefix {self.prefix}"
+
+    def identity(self) -> dict[str, str]:
+        """The Redis database (never a password) and key prefix of the streams."""
+        return {"store": "stream", "redis": redis_identity(self.url), "prefix": self.prefix}
 
     @property
     def spill_id(self) -> str:
@@ -387,6 +393,20 @@ class RedisStreamSink(BufferedSink):
             keys.update(fields.get(b"key", b"") for _, fields in self._entries(client, job))
         keys.discard(b"")
         return len(keys)
+
+
+def redis_identity(url: str) -> str:
+    """Which Redis database *url* is, to compare with another process's (never a user
+    or password): ``redis://host:port/db``, ``unix:///path?db=N``."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        db = parse_qs(parts.query).get("db", ["0"])[0]
+        return f"unix://{parts.path}?db={db}"
+    host = parts.hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
+    return f"{parts.scheme}://{host}:{parts.port or 6379}/{db}"
 
 
 def _id_tuple(entry_id: bytes) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from scrapy.settings import BaseSettings, Settings
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.limits import RateLimits
-from crawlfleet.frontier.records import SeenConfig
+from crawlfleet.frontier.records import MAX_SHARDS, SeenConfig
 from crawlfleet.settings import default_settings
 from crawlfleet.settings.access import (
     defaults,
@@ -390,10 +390,6 @@ class FrontierConfig:
             configured_limits=configured,
             politeness=politeness,
         )
-
-
-#: Most shards a job may have (each is a hash tag, its own keys and a call per lease).
-MAX_SHARDS = 1024
 
 
 def get_shards(settings: BaseSettings) -> int:

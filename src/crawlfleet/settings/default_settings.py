@@ -31,6 +31,8 @@ CRAWLFLEET_MANAGER_SESSION_HOURS = 12.0
 CRAWLFLEET_MANAGER_MAX_BODY = 1048576
 #: Largest egg ``POST /api/v1/deploy`` takes (bytes), streamed to a temporary file.
 CRAWLFLEET_MANAGER_MAX_EGG = 104857600
+#: Most items one export of a job's items holds (``GET /api/v1/jobs/JOB/items/export``).
+CRAWLFLEET_MANAGER_EXPORT_MAX_ITEMS = 100000
 #: Keys that seal the secrets the state DB keeps (Scrapyd passwords, webhook URLs,
 #: alert signing secrets): Fernet keys, comma-separated, the first seals, all unseal.
 #: Empty: the key file secret.key under CRAWLFLEET_DATA_DIR, made on first use.
@@ -60,6 +62,10 @@ CRAWLFLEET_TELEMETRY_WINDOW_SECONDS = 60.0
 CRAWLFLEET_TELEMETRY_LOOP_LAG_SECONDS = 0.5
 #: Items each node shows in its status for the dashboard's preview (0: none).
 CRAWLFLEET_TELEMETRY_LATEST_ITEMS = 3
+#: A long phase of a node says how far it got in its log at most this often: a re-crawl
+#: round (failures re-fetched, fixed, failed again, waiting) and a campaign (units done,
+#: rate, ETA); nothing in a phase shorter than this (0: no progress lines).
+CRAWLFLEET_PROGRESS_SECONDS = 15.0
 
 # --- Feedback (crawlfleet.node.feedback) ---------------------------------------------
 #: Adapt each node's concurrency (and so how much work it leases) to its own latency,

@@ -5,8 +5,8 @@ This is the whole behaviour of a spec spider, free of Scrapy's engine, so that
 
 A page's *role* says what it may yield and how far it is from the start:
 
-- a request the spider made carries its role in ``meta`` (:data:`META_ITEM`,
-  :data:`META_FOLLOW`, :data:`META_DEPTH`, :data:`META_PAGE`);
+- a request the spider made carries its role in ``meta`` (:data:`SPEC_ITEM_META`,
+  :data:`SPEC_FOLLOW_META`, :data:`SPEC_DEPTH_META`, :data:`SPEC_PAGE_META`);
 - a page without it (a seed from the shared frontier, a URL given to ``extract``) takes
   the item types of the first link rule with an ``item`` that accepts its URL, else the
   spec's ``start_item``, at depth 0.
@@ -33,6 +33,7 @@ from parsel import Selector, SelectorList
 from scrapy.http import TextResponse
 from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 
+from crawlfleet.meta import SPEC_DEPTH_META, SPEC_FOLLOW_META, SPEC_ITEM_META, SPEC_PAGE_META
 from crawlfleet.spiders.processors import ProcessorContext, apply_processors
 from crawlfleet.spiders.spec import FieldSpec, ItemSpec, LinkRule, Query, Spec
 
@@ -42,10 +43,10 @@ __all__ = [
     "ERRORS_FIELD",
     "HTML_FIELD",
     "KEY_FIELD",
-    "META_DEPTH",
-    "META_FOLLOW",
-    "META_ITEM",
-    "META_PAGE",
+    "SPEC_DEPTH_META",
+    "SPEC_FOLLOW_META",
+    "SPEC_ITEM_META",
+    "SPEC_PAGE_META",
     "TYPE_FIELD",
     "WARNINGS_FIELD",
     "FollowLink",
@@ -61,13 +62,6 @@ WARNINGS_FIELD = "_warnings"  #: problems that do not; present only when non-emp
 HTML_FIELD = "_html"  #: auto items: the page's decoded HTML
 AUTO_FIELD = "_auto"  #: auto items: the extraction wanted (``"article"``)
 ENCODING_FIELD = "_encoding"  #: auto items: the encoding the page was decoded with
-
-#: request meta: the item type(s) the page may yield: ``None`` (none), a name, or a
-#: list of names tried in order
-META_ITEM = "spec_item"
-META_FOLLOW = "spec_follow"  #: request meta: whether link rules apply to the page
-META_DEPTH = "spec_depth"  #: request meta: link depth (start pages 0; pagination keeps it)
-META_PAGE = "spec_page"  #: request meta: pagination index (first page 1)
 
 
 def skipped_extensions(rule: LinkRule) -> list[str]:
@@ -98,7 +92,7 @@ class PageRole:
 
     def meta(self) -> dict[str, Any]:
         """The request meta that gives the fetched page this role (plain JSON values):
-        :data:`META_ITEM` is ``None``, a name, or a list for several types."""
+        :data:`SPEC_ITEM_META` is ``None``, a name, or a list for several types."""
         types = self.item_types
         item: str | list[str] | None = None
         if len(types) == 1:
@@ -106,10 +100,10 @@ class PageRole:
         elif types:
             item = list(types)
         return {
-            META_ITEM: item,
-            META_FOLLOW: self.follow,
-            META_DEPTH: self.depth,
-            META_PAGE: self.page,
+            SPEC_ITEM_META: item,
+            SPEC_FOLLOW_META: self.follow,
+            SPEC_DEPTH_META: self.depth,
+            SPEC_PAGE_META: self.page,
         }
 
 
@@ -172,12 +166,12 @@ class SpecExtractor:
     def role_for(self, url: str, meta: Mapping[str, Any] | None = None) -> PageRole:
         """The role of the page at *url* fetched with *meta* (see the module docstring)."""
         meta = meta or {}
-        if META_ITEM in meta:
+        if SPEC_ITEM_META in meta:
             return PageRole(
-                item_types=self._known_types(meta[META_ITEM]),
-                follow=bool(meta.get(META_FOLLOW, True)),
-                depth=int(meta.get(META_DEPTH, 0)),
-                page=int(meta.get(META_PAGE, 1)),
+                item_types=self._known_types(meta[SPEC_ITEM_META]),
+                follow=bool(meta.get(SPEC_FOLLOW_META, True)),
+                depth=int(meta.get(SPEC_DEPTH_META, 0)),
+                page=int(meta.get(SPEC_PAGE_META, 1)),
             )
         index = self.matching_rule(url)
         if index is not None:

@@ -401,12 +401,14 @@ def wrap_up(db: StateDB, name: str) -> str:
 
 
 # -- reading ----------------------------------------------------------------------------
-def campaign_status(db: StateDB, name: str) -> dict[str, Any]:
+def campaign_status(db: StateDB, name: str, *, failed_units: bool = True) -> dict[str, Any]:
+    """The campaign *name*: its units by state, progress, rate (units/min over
+    RATE_WINDOW), ETA and (*failed_units*) its first failed units."""
     with db.session() as s:
         row = s.scalars(select(Campaign).where(Campaign.name == name)).first()
         if row is None:
             raise NotFound(f"unknown campaign {name!r} (crawlfleet campaign list)")
-        return _describe(s, row, failed_units=True)
+        return _describe(s, row, failed_units=failed_units)
 
 
 def _describe(s: Session, row: Campaign, *, failed_units: bool = False) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Nodes add failures in batches (:func:`record_failures`: one row per job and requ
 fingerprint, counted again on each new failure, back to ``open``); a re-crawl takes open
 rows (:func:`take_for_recrawl`: ``queued``) and a node that then fetches such a request
 successfully resolves it (:func:`resolve_errors`). Reads: :func:`list_errors`,
-:func:`error_stats`.
+:func:`error_stats`, :func:`recrawl_progress`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "error_stats",
     "list_errors",
     "record_failures",
+    "recrawl_progress",
     "reopen_errors",
     "resolve_errors",
     "take_for_recrawl",
@@ -251,3 +252,33 @@ def reopen_errors(db: StateDB, job: str, ids: Sequence[int]) -> int:
         CrawlError.state == "queued",
         {"state": "open", "recrawls": CrawlError.recrawls - 1},
     )
+
+
+#: Ids asked about in one query (bound parameters stay well under every database's limit).
+IDS_PER_QUERY = 500
+
+
+def recrawl_progress(db: StateDB, job: str, ids: Sequence[int]) -> dict[str, Any]:
+    """How the errors *ids* of *job*, queued by one re-crawl, stand now: ``taken``
+    (how many), ``queued`` (not fetched yet), ``resolved`` (fetched, fixed), ``open``
+    (failed again), ``round`` (the most re-crawls any of them has had), and
+    ``waiting_sites``: site -> errors still queued, most first."""
+    out: dict[str, Any] = {"taken": len(ids), "queued": 0, "resolved": 0, "open": 0, "round": 0}
+    waiting: dict[str, int] = {}
+    unique = sorted(set(ids))
+    with db.session() as s:
+        for i in range(0, len(unique), IDS_PER_QUERY):
+            chunk = unique[i : i + IDS_PER_QUERY]
+            for state, site, count, most in s.execute(
+                select(
+                    CrawlError.state, CrawlError.site, func.count(), func.max(CrawlError.recrawls)
+                )
+                .where(CrawlError.job == job, CrawlError.id.in_(chunk))
+                .group_by(CrawlError.state, CrawlError.site)
+            ):
+                out[state] = out.get(state, 0) + int(count)
+                out["round"] = max(out["round"], int(most or 0))
+                if state == "queued":
+                    waiting[site] = waiting.get(site, 0) + int(count)
+    out["waiting_sites"] = dict(sorted(waiting.items(), key=lambda p: (-p[1], p[0])))
+    return out

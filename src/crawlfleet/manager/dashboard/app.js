@@ -6,6 +6,7 @@ import { act, api, disconnect, hooks, session } from "./core.js";
 import { campaignPage, campaignsPage } from "./campaigns.js";
 import { alertsPage, proxiesPage, scrapydPage, timersPage } from "./lists.js";
 import { banner, fill, h, view } from "./dom.js";
+import { itemsPage } from "./items.js";
 import { jobPage, nodesPage, overviewPage } from "./pages.js";
 import { logPage, runsPage } from "./runs.js";
 
@@ -82,10 +83,11 @@ function named(part) {
 }
 
 function page(hash) {
-  const job = hash.match(/^#\/job\/([^/]+)(?:\/(runs|log\/(\d+)))?$/);
+  const job = hash.match(/^#\/job\/([^/]+)(?:\/(runs|items|log\/(\d+)))?$/);
   const jobName = job && named(job[1]);
   if (jobName !== null) {
     if (job[2] === "runs") return runsPage(jobName);
+    if (job[2] === "items") return itemsPage(jobName);
     if (job[3]) return logPage(jobName, Number(job[3]));
     return jobPage(jobName);
   }

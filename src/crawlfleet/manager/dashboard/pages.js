@@ -146,7 +146,7 @@ export function jobPage(job) {
       h("section", {}, h("h2", {}, "Sites"), sites),
       h("section", {}, h("h2", {}, "This job's own rate limits"), limits.box, limits.form)),
     h("h2", {}, "Nodes"), nodes,
-    h("h2", {}, "Latest items"), items,
+    h("h2", {}, "Latest items ", h("a", { href: `#/job/${encodeURIComponent(job)}/items`, id: "job-items-link", class: "more" }, "Items ›")), items,
     h("h2", {}, "Failures (error registry)"), errors, errorButtons];
   if (can("operator")) sections.push(h("h2", {}, "Queue seeds"), seedsForm());
   sections.push(h("div", { class: "two" },
@@ -223,6 +223,11 @@ export function jobPage(job) {
         h("div", { class: "progress-line" },
           h("span", { "data-figure": "done" }, `${num(p.done)} of ${num(p.total)} requests done (${(p.share * 100).toFixed(1)}%)`),
           h("span", { "data-figure": "eta" }, `ETA ${eta(data)}`)));
+      // a node in a long phase (a re-crawl round, a campaign) says where it is
+      const phases = Object.entries(data.nodes).filter(([, n]) => n.alive && typeof n.phase === "string" && n.phase);
+      for (const [node, n] of phases) {
+        progress.append(h("div", { class: "progress-line", "data-figure": "phase" }, `${node}: ${n.phase}`));
+      }
       sizeBars(progress);
       fill(cards,
         card("pages/s", num(data.live.pages_per_second, 1), "pages_per_second"),

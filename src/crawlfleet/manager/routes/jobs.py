@@ -7,19 +7,29 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
+from starlette.responses import Response
 
 from crawlfleet.fleet.control import Sent, await_acks, send_command
-from crawlfleet.fleet.jobs import list_jobs, reset_job, runs_total
+from crawlfleet.fleet.jobs import list_jobs, require_job, reset_job, runs_total
 from crawlfleet.fleet.limits import read_limits, set_limits, unset_limits
 from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.models import ControlBody, JobPath, LimitsBody, ResetBody, SeedsBody
+from crawlfleet.manager.shared import Made
 from crawlfleet.state.events import list_events, record_event
 from crawlfleet.state.runs import list_runs
 
-__all__ = ["job_view", "live_figures", "router", "sent_json", "site_figures"]
+__all__ = [
+    "fleet_figure",
+    "job_figure",
+    "job_view",
+    "live_figures",
+    "router",
+    "sent_json",
+    "site_figures",
+]
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -125,23 +135,41 @@ def sent_json(sent: list[Sent]) -> list[dict[str, Any]]:
     ]
 
 
-@router.get("", summary="every job of the fleet's Redis, with its figures")
-async def jobs(
-    ctx: Ctx,
-    _: Viewer,
-) -> dict[str, Any]:
-    names = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
-    return {"jobs": [await job_view(ctx, name, full=False) for name in names]}
+async def fleet_figure(ctx: ManagerContext) -> Made:
+    """Every job's view (not full), as ``GET /api/v1/jobs`` and the live streams give it:
+    made once for everyone (:mod:`crawlfleet.manager.shared`)."""
+
+    async def make() -> dict[str, Any]:
+        names = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
+        return {"jobs": [await job_view(ctx, name, full=False) for name in names]}
+
+    return await ctx.figures.get("fleet", make)
 
 
-@router.get("/{job}", summary="one job: queues, leases, nodes, rate, ETA, per-site figures")
-async def job(
-    job: JobPath,
-    ctx: Ctx,
-    _: Viewer,
-) -> dict[str, Any]:
-    await ctx.known_frontier(job)
-    return await job_view(ctx, job, full=True)
+async def job_figure(ctx: ManagerContext, job: str) -> Made:
+    """*job*'s full view, made once for everyone."""
+    return await ctx.figures.get(f"job:{job}", lambda: job_view(ctx, job, full=True))
+
+
+@router.get(
+    "",
+    summary="every job of the fleet's Redis, with its figures",
+    response_model=dict[str, Any],
+)
+async def jobs(ctx: Ctx, _: Viewer) -> Response:
+    return (await fleet_figure(ctx)).response()
+
+
+@router.get(
+    "/{job}",
+    summary="one job: queues, leases, nodes, rate, ETA, per-site figures",
+    response_model=dict[str, Any],
+)
+async def job(job: JobPath, ctx: Ctx, _: Viewer) -> Response:
+    fleet = await fleet_figure(ctx)
+    if not any(j["job"] == job for j in fleet.value["jobs"]):
+        await require_job(ctx.redis, ctx.key_prefix, job)  # a job newer than the figures?
+    return (await job_figure(ctx, job)).response()
 
 
 @router.post("/{job}/seeds", summary="queue seed URLs (or JSON seed entries)")

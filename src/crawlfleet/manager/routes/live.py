@@ -6,7 +6,8 @@ Each round sends ``fleet`` (every job's view, as ``GET /api/v1/jobs`` gives it);
 ``history``: the manager's throughput points of the last hour. A stream ends after
 ``max_seconds`` (the browser's EventSource reconnects by itself) or as soon as its
 token or session is no longer valid (checked every ``RECHECK_SECONDS``), with an
-``end`` event. Every stream of a manager shares one round's figures (:func:`shared`).
+``end`` event. Every stream and request of a manager shares one round's figures, made
+and rendered once (:mod:`crawlfleet.manager.shared`).
 Redis not answering gives an ``unavailable`` event (not ``error``: that
 name is the browser's own for a broken connection), and the stream goes on.
 """
@@ -16,18 +17,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from crawlfleet.fleet.jobs import list_jobs
-from crawlfleet.fleet.snapshot import JOBS_MAX
 from crawlfleet.manager.auth import Ctx, Viewer, session_from
 from crawlfleet.manager.context import ManagerContext
-from crawlfleet.manager.routes.jobs import job_view
-from crawlfleet.manager.routes.nodes import node_rows
+from crawlfleet.manager.routes.jobs import fleet_figure, job_figure
+from crawlfleet.manager.routes.nodes import nodes_figure
+from crawlfleet.manager.shared import Made
 from crawlfleet.redis.connection import REDIS_FAILURES
 from crawlfleet.state.tokens import authenticate
 
@@ -39,15 +39,16 @@ router = APIRouter(prefix="/api/v1/live", tags=["live"])
 ROUND_SECONDS = 1.0
 #: Seconds between two checks that the stream's caller may still read.
 RECHECK_SECONDS = 15.0
-#: A round's figures serve every stream that asks within this long.
-SHARED_SECONDS = 0.9
-#: Figures kept for sharing at most (the fleet, the nodes, one per job page open).
-CACHE_KEYS = 200
 
 
 def event(name: str, data: Any) -> str:
     """One server-sent event (JSON data on one line)."""
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def made_event(name: str, made: Made) -> str:
+    """A shared figure as an event (its JSON as made once for every stream)."""
+    return f"event: {name}\ndata: {made.text}\n\n"
 
 
 async def _allowed(request: Request, ctx: ManagerContext) -> bool:
@@ -58,42 +59,21 @@ async def _allowed(request: Request, ctx: ManagerContext) -> bool:
     return await session_from(request) is not None
 
 
-async def shared(ctx: ManagerContext, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
-    """What *make* gives, made at most once a round for every stream of this manager:
-    ten open tabs cost Redis what one does."""
-    now = time.monotonic()
-    made = ctx.live_cache.get(key)
-    if made is not None and now - made[0] < SHARED_SECONDS:
-        return made[1]
-    value = await make()
-    ctx.live_cache[key] = (now, value)
-    if len(ctx.live_cache) > CACHE_KEYS:  # a job page per job at most, then start over
-        ctx.live_cache.clear()
-        ctx.live_cache[key] = (now, value)
-    return value
-
-
-async def _fleet(ctx: ManagerContext) -> dict[str, Any]:
-    names = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
-    return {"jobs": [await job_view(ctx, n, full=False) for n in names]}
-
-
 async def _round(
     ctx: ManagerContext, job: str | None, nodes: bool, first: bool
 ) -> AsyncIterator[str]:
-    fleet: dict[str, Any] = dict(await shared(ctx, "fleet", lambda: _fleet(ctx)))
+    fleet = await fleet_figure(ctx)
     if first:
-        fleet["history"] = list(ctx.history)
-    yield event("fleet", fleet)
+        yield event("fleet", {**fleet.value, "history": list(ctx.history)})
+    else:
+        yield made_event("fleet", fleet)
     if job is not None:
-        if any(j["job"] == job for j in fleet["jobs"]):
-            view = await shared(ctx, f"job:{job}", lambda: job_view(ctx, job, full=True))
-            yield event("job", view)
+        if any(j["job"] == job for j in fleet.value["jobs"]):
+            yield made_event("job", await job_figure(ctx, job))
         else:
             yield event("job", {"job": job, "error": f"no job {job!r} in this Redis"})
     if nodes:
-        rows = await shared(ctx, "nodes", lambda: node_rows(ctx))
-        yield event("nodes", {"nodes": rows})
+        yield made_event("nodes", await nodes_figure(ctx))
 
 
 @router.get(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
+from starlette.responses import Response
 
 from crawlfleet.fleet.control import await_acks, send_command, valid_node_id
 from crawlfleet.fleet.jobs import list_jobs
@@ -14,9 +15,10 @@ from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.jobs import sent_json
 from crawlfleet.manager.routes.models import NodeControlBody
+from crawlfleet.manager.shared import Made
 from crawlfleet.state.events import record_event
 
-__all__ = ["node_rows", "router"]
+__all__ = ["node_rows", "nodes_figure", "router"]
 
 router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
 
@@ -30,9 +32,22 @@ async def node_rows(ctx: ManagerContext) -> list[dict[str, Any]]:
     return out
 
 
-@router.get("", summary="every node of every job: alive or not, and its live figures")
-async def nodes(ctx: Ctx, _: Viewer) -> dict[str, Any]:
-    return {"nodes": await node_rows(ctx)}
+async def nodes_figure(ctx: ManagerContext) -> Made:
+    """``{"nodes": node_rows}``, made once for everyone (crawlfleet.manager.shared)."""
+
+    async def make() -> dict[str, Any]:
+        return {"nodes": await node_rows(ctx)}
+
+    return await ctx.figures.get("nodes", make)
+
+
+@router.get(
+    "",
+    summary="every node of every job: alive or not, and its live figures",
+    response_model=dict[str, Any],
+)
+async def nodes(ctx: Ctx, _: Viewer) -> Response:
+    return (await nodes_figure(ctx)).response()
 
 
 @router.post("/{node}/control", summary="pause, resume, drain, stop or size one node")
