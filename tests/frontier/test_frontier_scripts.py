@@ -94,6 +94,30 @@ def test_duplicates_are_dropped_and_reported(run: Callable[..., Any]) -> None:
     run(body)
 
 
+def test_duplicates_a_node_found_itself_count_in_the_jobs_epoch_only(
+    run: Callable[..., Any],
+) -> None:
+    """A node's seen cache belongs to one epoch of the job: the duplicates it found
+    count with a commit naming that epoch, not with another (the job was reset since,
+    and they are not duplicates); a reset gives the job a new epoch."""
+
+    async def body(f: Frontier) -> None:
+        first = await f.commit("n1", [out("u1")])
+        assert first.epoch and first.known_counted == 0
+        r = await f.commit("n1", [out("u1")], known=3, epoch="not the job's")
+        assert (r.duplicates, r.known_counted, r.epoch) == (1, 0, first.epoch)
+        assert (await f.counters())["duplicates"] == 1
+        r = await f.commit("n1", known=4, epoch=first.epoch)  # nothing else to send
+        assert (r.duplicates, r.known_counted, r.epoch) == (0, 4, first.epoch)
+        assert (await f.counters())["duplicates"] == 5
+        await f.reset()
+        r = await f.commit("n1", [out("u2")], known=2, epoch=first.epoch)
+        assert r.epoch and r.epoch != first.epoch and r.known_counted == 0
+        assert (await f.counters()).get("duplicates", 0) == 0
+
+    run(body)
+
+
 def test_dont_filter_bypasses_the_seen_filter(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out("u1")])

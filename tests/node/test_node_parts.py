@@ -20,8 +20,11 @@ from crawlfleet.exceptions import ItemNotDurable
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
+from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
+from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.leasing import LEASE_BATCH_MIN
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.redis.connection import make_client
@@ -104,6 +107,16 @@ async def take(scheduler: Scheduler, engine: Engine, n: int) -> list[Request]:
 
     await until(more)
     return got
+
+
+def fp_of(url: str) -> bytes:
+    """The frontier's fingerprint of a GET of *url*, as a node computes it."""
+    return RequestFingerprinter().fingerprint(Request(url))[:FINGERPRINT_BYTES]
+
+
+def encode(request: Request) -> bytes:
+    """*request* as the frontier stores it."""
+    return RequestCodec(None).encode(request)
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:
@@ -349,6 +362,75 @@ def test_a_lease_slower_than_its_slots_late_allowance_is_said_once(
     said = [r for r in caplog.records if "more than its slots may be late" in r.getMessage()]
     assert len(said) == 1 and "a.test" in said[0].getMessage()
     assert "CRAWLFLEET_RATE_LIMIT_MARGIN" in said[0].getMessage()
+
+
+@pytest.mark.parametrize("cache", [200_000, 0])
+def test_repeated_links_are_duplicates_counted_in_the_job_with_or_without_the_cache(
+    cache: int,
+) -> None:
+    """With the seen cache, a link this node sent (or Redis answered "seen" for) is a
+    duplicate without asking the frontier again; the job's figures count it all the
+    same. Without it, every link is checked in the frontier."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine, {"CRAWLFLEET_SEEN_CACHE_SIZE": cache})
+        await scheduler.start(Spider("job"))
+        other = MemoryFrontier("job", store)
+        nav = Request("http://a.test/nav")
+        await other.commit("other", [Outgoing(fp_of(nav.url), "a.test", 0, encode(nav))])
+        for _ in range(3):  # a navigation link on three pages
+            scheduler.enqueue_request(Request("http://a.test/nav"))
+            scheduler.enqueue_request(Request("http://a.test/1"))
+            await until(lambda: not scheduler.ledger.unsent)
+        counters = store["job"].counters
+        assert (counters["enqueued"], counters["duplicates"]) == (2, 5)
+        seen = scheduler.ledger.seen
+        assert (seen.lookups, seen.hits) == ((6, 4) if cache else (0, 0))
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
+def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> None:
+    """A forced reset empties the seen-filter under a live node: a link its cache knew
+    is sent again (and queued in the new epoch of the job), not dropped as seen."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        assert scheduler.enqueue_request(Request("http://a.test/nav"))
+        await until(lambda: store["job"].counters.get("enqueued", 0) == 1)
+        await MemoryFrontier("job", store).reset(keep_nodes=True)
+        assert not scheduler.enqueue_request(Request("http://a.test/nav"))  # known here
+        await until(lambda: store["job"].counters.get("enqueued", 0) == 1)
+        assert store["job"].counters.get("duplicates", 0) == 0
+        (again,) = await take(scheduler, engine, 1)
+        assert again.url == "http://a.test/nav"
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
+def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() -> None:
+    """Redis's cost is mostly per call: a node whose feedback cut it to 2 requests at a
+    time still leases LEASE_BATCH_MIN at once, and keeps its new links for the next
+    batch, while the job has a prefetch queued for every node; not when it runs short."""
+    scheduler = node({}, Engine(), {"CONCURRENT_REQUESTS": 16})
+    leaser, sync = scheduler.sync.leaser, scheduler.sync
+    scheduler.steering.set_feedback(2)
+    assert scheduler.steering.prefetch == 2
+    scheduler.ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
+    leaser.job_queued, leaser.live_nodes = 31, 2  # short of 16 for each of 2 nodes
+    assert leaser.wanted() == 2 and sync._flush_due(0.0)
+    leaser.job_queued = 32
+    assert leaser.wanted() == LEASE_BATCH_MIN
+    scheduler.ledger.add_ready(Request("http://a.test/1"), "1")  # still something in hand
+    sync._last_flush = 0.0
+    assert not sync._flush_due(0.001) and sync._flush_due(1.0)  # CRAWLFLEET_FLUSH_SECONDS
 
 
 def test_a_retried_start_request_is_queued_again_not_dropped_as_seen() -> None:

@@ -199,3 +199,16 @@ def test_without_problems_there_are_no_problem_links() -> None:
     assert not model.encoded_pages
     assert not model.problem_urls(PORT)
     assert all(not locs for locs in model.problem_locs().values())
+
+
+def test_menu_pages_repeat_navigation_links_on_every_page_and_add_no_url() -> None:
+    plain, nav = SiteModel(pages=100, hosts=2), SiteModel(pages=100, hosts=2, menu_pages=18)
+    assert nav.expected_urls(PORT) == plain.expected_urls(PORT)
+    assert len(nav.nav_links(1)) == 20
+    site = render_site(nav, PORT)
+    for loc in [nav.loc_of(n) for n in (0, 1, 57)] + [(1, "/catalog?page=2")]:
+        menu = parsel.Selector(site[loc].body.decode()).css("nav.menu a::attr(href)").getall()
+        assert [urljoin(f"http://x{loc[1]}", h) for h in menu] == [
+            f"http://x{link.path}" for link in nav.nav_links(loc[0])
+        ]
+    assert plain.outlinks((0, "/p/10")) < nav.outlinks((0, "/p/10"))

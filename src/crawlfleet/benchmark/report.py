@@ -17,6 +17,7 @@ from crawlfleet.benchmark.items import ItemsResult
 from crawlfleet.benchmark.manager import ManagerResult
 from crawlfleet.benchmark.outage import OutageResult
 from crawlfleet.benchmark.polite import PoliteResult
+from crawlfleet.benchmark.rediscpu import RedisCpuResult
 from crawlfleet.benchmark.scale import ScaleResult
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "manager_report",
     "outage_report",
     "polite_report",
+    "redis_cpu_report",
     "scale_report",
     "scaling_report",
     "seen_report",
@@ -211,6 +213,65 @@ def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
         f"(measured {r.queued_bytes_per_request:.1f})": r.queued_bytes_per_request
         <= QUEUED_BYTES_MAX,
     }
+
+
+#: Redis main-thread CPU per crawled page the redis-cpu part allows, with the cache on.
+REDIS_US_PER_PAGE_MAX = 60.0
+
+
+def redis_cpu_report(console: Console, results: list[RedisCpuResult]) -> dict[str, bool]:
+    """The redis-cpu part: Redis CPU per crawled page with the nodes' seen cache on and
+    off (runs in pairs, on one site each)."""
+    table = Table(title="redis-cpu: Redis main-thread CPU per crawled page (a Redis of its own)")
+    columns = (
+        "site",
+        "nodes",
+        "seen cache",
+        "pages",
+        "Redis µs/page",
+        "scripts/page",
+        "seen checks/page",
+        "cache hit rate",
+        "twice",
+        "leases re-issued",
+        "missed",
+    )
+    for col in columns:
+        table.add_column(col, justify="left" if col == "site" else "right")
+    targets: dict[str, bool] = {}
+    for r in results:
+        checks = r.calls_per_page.get("sadd", 0.0) + r.calls_per_page.get("bitfield", 0.0)
+        table.add_row(
+            escape(r.site),
+            str(r.nodes),
+            f"{r.cache_size:,}" if r.cache_size else "off",
+            f"{r.pages:,}",
+            f"{r.redis_us_per_page:.1f}",
+            f"{r.script_calls_per_page:.3f}",
+            f"{checks:.2f}",
+            f"{r.hit_rate:.1%}" if r.cache_size else "",
+            str(r.fetched_twice),
+            str(r.reclaimed),
+            str(r.never_fetched) if r.never_fetched >= 0 else "?",
+        )
+        label = f"redis-cpu {r.site}, cache {r.cache_size or 'off'}"
+        # a lease re-issued (its node taken for dead) may be fetched twice: invariant 2
+        targets[f"{label}: every page, none twice but re-issued leases"] = (
+            r.fetched_twice <= r.reclaimed and r.never_fetched <= 0 and r.pages > 0
+        )
+        if r.cache_size:
+            targets[
+                f"{label}: <= {REDIS_US_PER_PAGE_MAX:g} µs Redis CPU per page "
+                f"(measured {r.redis_us_per_page:.1f})"
+            ] = r.redis_us_per_page <= REDIS_US_PER_PAGE_MAX
+    console.print(table)
+    for on, off in zip(results[::2], results[1::2], strict=False):
+        if on.redis_us_per_page and off.redis_us_per_page:
+            console.print(
+                f"{escape(on.site)}: Redis CPU per page with the cache / without "
+                f"{on.redis_us_per_page / off.redis_us_per_page:.2f}"
+            )
+    return targets
 
 
 def cluster_report(console: Console, results: list[ClusterResult]) -> dict[str, bool]:

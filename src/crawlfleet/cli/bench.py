@@ -9,7 +9,9 @@ legacy-encoding correctness on the bundled site; then fault trials (nodes storin
 SQL killed with SIGKILL or a double Ctrl-C at random moments: nothing may be lost) and
 the store-outage trial (PostgreSQL down 30 s, a node killed 15 s in: nothing lost, at
 most the killed node's CRAWLFLEET_ITEMS_PENDING_MAX plus its in-flight pages fetched
-again).
+again). The redis-cpu part measures Redis's main-thread CPU per crawled page, with the
+nodes' seen cache on and off, on a Redis of its own, crawling a test site whose pages
+repeat navigation links (or a real site: --redis-cpu-url).
 Each run's figures are printed as it ends, each part's table and targets when the part
 ends, and the JSON file is rewritten after each part (``"complete": false`` until the
 end), so a long run can be watched. ``--quick`` is a first look in about two minutes.
@@ -34,6 +36,7 @@ from crawlfleet.benchmark.manager import run_manager_bench
 from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
+from crawlfleet.benchmark.rediscpu import RedisCpuResult, run_redis_cpu
 from crawlfleet.benchmark.report import (
     balance_report,
     cluster_report,
@@ -43,6 +46,7 @@ from crawlfleet.benchmark.report import (
     manager_report,
     outage_report,
     polite_report,
+    redis_cpu_report,
     scale_report,
     scaling_report,
     seen_report,
@@ -63,11 +67,13 @@ from crawlfleet.settings.config import RedisConfig
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.
 PARTS = [
-    "cpu", "near", "latency", "polite", "balance", "seen", "items", "faults", "manager",
-    "scale", "cluster",
+    "cpu", "near", "latency", "polite", "balance", "seen", "redis-cpu", "items", "faults",
+    "manager", "scale", "cluster",
 ]  # fmt: skip
 #: Parts that run only when named with --only (long, and on Redis servers of their own).
 OPT_IN = ("scale", "cluster")
+#: Parts that run on Redis servers of their own (the fleet's is not needed for them).
+OWN_REDIS = (*OPT_IN, "redis-cpu")
 HELP = (
     "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
 )
@@ -241,6 +247,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cluster part: requests leased and acknowledged in each run (default 200k)",
     )
     parser.add_argument(
+        "--redis-cpu-pages",
+        type=int,
+        default=2000,
+        help="redis-cpu part: pages of the test site (default 2000)",
+    )
+    parser.add_argument(
+        "--redis-cpu-menu",
+        type=int,
+        default=18,
+        help="redis-cpu part: menu links to the first pages of its host on every page, "
+        "besides home and catalogue (default 18: 20 navigation links a page)",
+    )
+    parser.add_argument(
+        "--redis-cpu-nodes", type=int, default=4, help="redis-cpu part: nodes (default 4)"
+    )
+    parser.add_argument(
+        "--redis-cpu-url",
+        metavar="URL",
+        help="redis-cpu part: crawl every page of this site's origin from URL instead of the "
+        "test site (a real one: e.g. Java's API docs served by the shared realsites.sh)",
+    )
+    parser.add_argument(
+        "--redis-cpu-urls",
+        metavar="FILE",
+        type=Path,
+        help="redis-cpu part with --redis-cpu-url: write the URLs fetched (cache on) to FILE",
+    )
+    parser.add_argument(
+        "--redis-cpu-cache",
+        type=int,
+        default=200_000,
+        help="redis-cpu part: CRAWLFLEET_SEEN_CACHE_SIZE of the run with the cache; a "
+        "second run has none (default 200000)",
+    )
+    parser.add_argument(
+        "--redis-cpu-profile",
+        action="store_true",
+        help="redis-cpu part: also sum Redis's time by script (its slow log takes every "
+        "call, which costs Redis CPU of its own: the totals are higher)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -254,7 +301,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=PARTS,
         help="run only this part (repeat for several); 'scale' (about 25 minutes and 3 GB "
         "of memory at its defaults, on a Redis of its own) and 'cluster' (a few minutes, "
-        "on a 3-master Redis Cluster of its own) run only when named here",
+        "on a 3-master Redis Cluster of its own) run only when named here; 'redis-cpu' "
+        "runs on Redis servers of its own too",
     )
     parser.add_argument(
         "--quick",
@@ -287,6 +335,7 @@ QUICK: dict[str, Any] = {
     "fault_trials": 1,
     "fault_pages": 100,
     "manager_seconds": 10.0,
+    "redis_cpu_pages": 400,
 }
 #: Parts --quick leaves out (their shortest run is long), and the comparison it drops.
 QUICK_SKIPS = ("near", "balance")
@@ -297,7 +346,8 @@ RECORDED = (
     "polite_jobs", "balance_pages", "balance_latency", "fault_trials", "fault_pages",
     "scale_urls", "scale_queued", "scale_sites", "scale_leases", "scale_redis_server",
     "cluster_shards", "cluster_queued", "cluster_leases", "manager_clients", "manager_streams",
-    "manager_seconds", "only", "quick",
+    "manager_seconds", "redis_cpu_pages", "redis_cpu_menu", "redis_cpu_nodes",
+    "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "only", "quick",
 )  # fmt: skip
 
 
@@ -342,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--{option.replace('_', '-')} must be at least 1")
     if "cluster" not in args.skip and not 2 <= args.cluster_shards <= MAX_SHARDS:
         raise ConfigError(f"--cluster-shards must be from 2 to {MAX_SHARDS}")
-    if set(OPT_IN) - set(args.skip):
+    if set(OWN_REDIS) - set(args.skip):
         server = args.scale_redis_server
         if server and not (Path(server).is_file() and os.access(server, os.X_OK)):
             raise ConfigError(f"--scale-redis-server {server}: not an executable file")
@@ -351,9 +401,11 @@ def run(args: argparse.Namespace) -> int:
         if max(_rates(args.polite_jobs, "--polite-jobs")) > args.polite_nodes:
             raise ConfigError("--polite-jobs cannot be more than --polite-nodes")
     config = RedisConfig.from_settings(command_settings(args))
-    # the scale part runs a Redis of its own: the fleet's is needed for the others only
+    if "redis-cpu" not in args.skip and min(args.redis_cpu_pages, args.redis_cpu_nodes) < 1:
+        raise ConfigError("--redis-cpu-pages and --redis-cpu-nodes must be at least 1")
+    # some parts run on Redis servers of their own: the fleet's is needed for the others
     url = ""
-    if set(PARTS) - set(args.skip) - set(OPT_IN):
+    if set(PARTS) - set(args.skip) - set(OWN_REDIS):
         url = resolved_url(args, config)
         check_reachable(url)  # one line now, not after minutes of crawls that cannot start
     prefix = f"{config.key_prefix}bench"
@@ -404,6 +456,9 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
         out.add("seen", seen, seen_report(console, seen))
+    if "redis-cpu" not in args.skip:
+        redis_cpu = _redis_cpu(out, args)
+        out.add("redis_cpu", redis_cpu, redis_cpu_report(console, redis_cpu))
     if "items" not in args.skip:
         out.note(f"items: {args.items} items through the pipeline into each store ...")
         items = run_items(
@@ -467,6 +522,33 @@ def run(args: argparse.Namespace) -> int:
         out.add("cluster", cluster, cluster_report(console, cluster))
     out.finish()
     return 0 if out.targets_met else 1
+
+
+def _redis_cpu(out: Results, args: argparse.Namespace) -> list[RedisCpuResult]:
+    """The redis-cpu part: one crawl with the nodes' seen cache, one without."""
+    results = []
+    where = args.redis_cpu_url or (
+        f"the test site ({args.redis_cpu_pages} pages, {2 + args.redis_cpu_menu} "
+        "navigation links a page)"
+    )
+    for cache in (args.redis_cpu_cache, 0):
+        out.note(
+            f"redis-cpu: {args.redis_cpu_nodes} nodes crawl {where}, seen cache "
+            f"{cache or 'off'}, on a Redis of their own ..."
+        )
+        result = run_redis_cpu(
+            cache_size=cache,
+            nodes=args.redis_cpu_nodes,
+            pages=args.redis_cpu_pages,
+            menu_pages=args.redis_cpu_menu,
+            site_url=args.redis_cpu_url or "",
+            server=args.scale_redis_server,
+            profile=args.redis_cpu_profile,
+        )
+        if cache and args.redis_cpu_urls and result.urls:
+            args.redis_cpu_urls.write_text("\n".join(result.urls) + "\n", encoding="utf-8")
+        results.append(result)
+    return results
 
 
 def _crawls(out: Results, args: argparse.Namespace, url: str, prefix: str) -> None:

@@ -44,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--links-per-page", type=int, default=6, help="random links per page (default: 6)"
     )
     parser.add_argument(
+        "--menu-pages",
+        type=int,
+        default=0,
+        help="the menu of every page also links to its host's first N pages "
+        "(navigation links repeated on every page; default: 0)",
+    )
+    parser.add_argument(
         "--articles", type=int, default=None, help="article pages (default: a tenth)"
     )
     parser.add_argument(
@@ -140,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             archive_dates=args.archive_dates,
             archive_categories=category_names(args.archive_categories),
             archive_start=_iso_date(args.archive_start),
+            menu_pages=args.menu_pages,
         )
         hostile = Hostile(
             ban_rate=args.ban_rate,

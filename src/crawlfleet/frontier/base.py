@@ -60,12 +60,21 @@ class FrontierBackend(Protocol):
         requests: Sequence[Outgoing] = (),
         acks: Sequence[str] = (),
         bad: Sequence[str] = (),
+        *,
+        known: int = 0,
+        epoch: str = "",
     ) -> CommitResult:
         """Queue *requests* (dropping what the seen-filter knows), acknowledge the leases
         *acks* of *node* (done: removed for good) and set the entries *bad* aside. A
         request with a ``delay_ms`` waits that long first (a lease of
         :data:`~crawlfleet.frontier.records.WAITING`, counted "waiting"), then
-        :meth:`reclaim_expired` queues it."""
+        :meth:`reclaim_expired` queues it.
+
+        The result names the job's *epoch*: set by its first commit, new after each
+        reset. *known* duplicates the node found itself (fingerprints it knows the
+        seen-filter holds) are counted with the job's duplicates only if *epoch* is the
+        job's (``CommitResult.known_counted``); else the job was reset since the node
+        learned them, and they are not duplicates."""
         ...
 
     async def offer(self, size: int) -> list[str]:

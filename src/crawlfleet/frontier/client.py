@@ -160,8 +160,12 @@ class Frontier:
         requests: Sequence[Outgoing] = (),
         acks: Sequence[str] = (),
         bad: Sequence[str] = (),
+        *,
+        known: int = 0,
+        epoch: str = "",
     ) -> CommitResult:
-        """Acknowledge *acks*, set *bad* aside, queue the unseen *requests*: atomically."""
+        """Acknowledge *acks*, set *bad* aside, queue the unseen *requests*, count *known*
+        duplicates if *epoch* is the job's: atomically."""
         k = self.keys
         qindex: dict[str, int] = {}
         tail: list[Any] = []
@@ -181,6 +185,8 @@ class Frontier:
                 len(bad),
                 len(requests),
                 WAITING,
+                known,
+                epoch,
                 *seen_args,
                 *acks,
                 *bad,
@@ -188,9 +194,18 @@ class Frontier:
             ]
             return keys, args
 
-        queued, dups, acked, dup_idx, layers = await self._with_seen("commit", build)
+        queued, dups, acked, dup_idx, layers, job_epoch, counted = await self._with_seen(
+            "commit", build
+        )
         self._note_layers(layers)
-        return CommitResult(int(queued), int(dups), int(acked), [int(i) - 1 for i in dup_idx])
+        return CommitResult(
+            int(queued),
+            int(dups),
+            int(acked),
+            [int(i) - 1 for i in dup_idx],
+            text(job_epoch),
+            int(counted),
+        )
 
     async def lease(
         self,

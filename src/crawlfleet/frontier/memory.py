@@ -128,9 +128,14 @@ class MemoryFrontier:
         requests: Sequence[Outgoing] = (),
         acks: Sequence[str] = (),
         bad: Sequence[str] = (),
+        *,
+        known: int = 0,
+        epoch: str = "",
     ) -> CommitResult:
         self.round_trips += 1
         j = self._job
+        job_epoch = str(j.counters.setdefault("epoch", _now_us()))  # as commit.lua
+        counted = known if epoch == job_epoch else 0
         acked = 0
         for rid in acks:
             if j.owner.get(rid) == node:
@@ -169,11 +174,11 @@ class MemoryFrontier:
         self._count("enqueued", queued + waiting)
         self._count("leased", waiting)
         self._count("waiting", waiting)
-        self._count("duplicates", len(dup_idx))
+        self._count("duplicates", len(dup_idx) + counted)
         self._count("leased", -(acked + set_aside))
         self._count("acked", acked)
         self._count("bad", set_aside)
-        return CommitResult(queued + waiting, len(dup_idx), acked, dup_idx)
+        return CommitResult(queued + waiting, len(dup_idx), acked, dup_idx, job_epoch, counted)
 
     async def offer(self, size: int) -> list[str]:
         self.round_trips += 1

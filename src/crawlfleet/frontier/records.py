@@ -104,9 +104,16 @@ class SeedBatch:
 @dataclass(frozen=True)
 class CommitResult:
     queued: int
+    #: requests of the commit found in the seen-filter
     duplicates: int
     acked: int
     duplicate_indexes: list[int] = field(default_factory=list)  # 0-based
+    #: the job's epoch (see :meth:`~crawlfleet.frontier.base.FrontierBackend.commit`;
+    #: "": not read by this commit, a sharded one that left shard 0 out)
+    epoch: str = ""
+    #: the duplicates the node found itself that this commit counted (0 when its epoch
+    #: was not the job's)
+    known_counted: int = 0
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Counters that are not additive across shards: read from shard 0.
-_JOB_COUNTERS = frozenset({"beat_at", "resumed_at", "seq", "control_seq", "bad_seq"})
+_JOB_COUNTERS = frozenset({"beat_at", "resumed_at", "seq", "control_seq", "bad_seq", "epoch"})
 
 
 def shard_of(site: str, shards: int) -> int:
@@ -112,14 +112,15 @@ class _Committed:
 
     def __init__(self, where: list[list[int]]) -> None:
         self.where = where
-        self.queued = self.duplicates = self.acked = 0
+        self.queued = self.duplicates = self.acked = self.known = 0
+        self.epoch = ""
         self.dups: list[int] = []
         self.requests: set[int] = set()
         self.acks: set[str] = set()
 
     @property
     def anything(self) -> bool:
-        return bool(self.requests or self.acks or self.queued or self.acked)
+        return bool(self.requests or self.acks or self.queued or self.acked or self.known)
 
     def add(self, shard: int, r: CommitResult, *, with_requests: bool) -> None:
         self.queued += r.queued
@@ -128,9 +129,13 @@ class _Committed:
         if with_requests:
             self.requests.update(self.where[shard])
             self.dups += [self.where[shard][i] for i in r.duplicate_indexes]
+            if shard == 0:  # the job's epoch, and the node's own duplicates, are shard 0's
+                self.epoch, self.known = r.epoch, r.known_counted
 
     def result(self) -> CommitResult:
-        return CommitResult(self.queued, self.duplicates, self.acked, sorted(self.dups))
+        return CommitResult(
+            self.queued, self.duplicates, self.acked, sorted(self.dups), self.epoch, self.known
+        )
 
 
 #: Shards that are not in a lease's offer asked for their next sites by that lease.
@@ -346,16 +351,21 @@ class JobFrontier:
         requests: Sequence[Outgoing] = (),
         acks: Sequence[str] = (),
         bad: Sequence[str] = (),
+        *,
+        known: int = 0,
+        epoch: str = "",
     ) -> CommitResult:
         """As :meth:`Frontier.commit`: one script per shard concerned, at once. The
         acknowledgements go with the requests only when these are all in one shard, else
         after every shard has queued its part, so that a page is never acknowledged
         while a link it yielded is not queued. When some shards fail after others did
         their part, :class:`PartialCommit` says what was done: send only the rest again
-        (requests that bypass the seen-filter would otherwise be queued twice)."""
+        (requests that bypass the seen-filter would otherwise be queued twice). The
+        job's epoch is shard 0's, which counts the *known* duplicates: it is called
+        when there are some, or while *epoch* is not known."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
-            return await self.home.commit(node, requests, acks, bad)
+            return await self.home.commit(node, requests, acks, bad, known=known, epoch=epoch)
         count = len(parts)
         reqs: list[list[Outgoing]] = [[] for _ in parts]
         where: list[list[int]] = [[] for _ in parts]
@@ -364,9 +374,12 @@ class JobFrontier:
             reqs[s].append(r)
             where[s].append(i)
         acks_by, bad_by = self._split(acks, count), self._split(bad, count)
-        first = [s for s in range(count) if reqs[s] or bad_by[s]]
+        carrying = [s for s in range(count) if reqs[s] or bad_by[s]]
+        # shard 0 counts the known duplicates and tells the epoch (no link to queue)
+        home = (known > 0 or not epoch) and 0 not in carrying
+        first = [0, *carrying] if home else carrying
         # acknowledgements ride along only where nothing else can fail without them
-        riding = set(first) if len(first) == 1 else set()
+        riding = set(first) if len(first) == 1 else set(carrying) if len(carrying) == 1 else set()
         then = [s for s in range(count) if acks_by[s] and s not in riding]
         total = _Committed(where)
 
@@ -377,6 +390,8 @@ class JobFrontier:
                     reqs[s] if with_requests else (),
                     [rid for _, rid in acks_by[s]] if (s in riding or not with_requests) else (),
                     [rid for _, rid in bad_by[s]] if with_requests else (),
+                    known=known if s == 0 and with_requests else 0,
+                    epoch=epoch,
                 )
                 for s in shards
             ]

@@ -28,7 +28,13 @@ from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.settings.config import FrontierConfig
 
-__all__ = ["BUSY_POLL_MAX_SECONDS", "MIN_IDLE_SECONDS", "SLOT_HORIZON_SECONDS", "Leaser"]
+__all__ = [
+    "BUSY_POLL_MAX_SECONDS",
+    "LEASE_BATCH_MIN",
+    "MIN_IDLE_SECONDS",
+    "SLOT_HORIZON_SECONDS",
+    "Leaser",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +45,11 @@ MIN_IDLE_SECONDS = 0.05
 #: Slots of rate-limited sites are leased at most this far ahead (a node that dies
 #: holding them wastes at most this much of a budget).
 SLOT_HORIZON_SECONDS = 0.5
+#: While the job has plenty queued (see Leaser.plenty), a node leases at least this
+#: many requests a call (at most its configured prefetch), even when feedback has cut
+#: its concurrency: Redis's cost is mostly per call, and a node crawling one request
+#: at a time would otherwise lease one at a time.
+LEASE_BATCH_MIN = 8
 
 
 class Leaser:
@@ -76,6 +87,9 @@ class Leaser:
         #: the current wait after empty leases (0: the last lease found work)
         self.idle_delay = 0.0
         self._await_capacity = False
+        #: requests queued in the job and its live nodes, as last read (-1: not yet)
+        self.job_queued = -1
+        self.live_nodes = 1
         #: sites whose slots were found too late on arrival (said once each)
         self._warned_late: set[str] = set()
 
@@ -84,12 +98,21 @@ class Leaser:
         while too many items wait for the item stores)."""
         return self.ledger.ready <= self.steering.prefetch // 2 and not self.backlog.over()
 
+    def plenty(self) -> bool:
+        """The job has a configured prefetch queued for every live node, as last read:
+        no node waits for new links, and one may lease ahead (LEASE_BATCH_MIN)."""
+        return self.job_queued >= self.config.prefetch * max(1, self.live_nodes)
+
     def wanted(self) -> int:
-        """How many requests to lease now: what the prefetch lacks; 0 while too many
-        items wait for the item stores."""
+        """How many requests to lease now: what the prefetch lacks (at least
+        LEASE_BATCH_MIN while the job has plenty); 0 while too many items wait for the
+        item stores."""
         if self.backlog.over():
             return 0
-        return self.steering.prefetch - self.ledger.ready
+        want = self.steering.prefetch
+        if self.plenty():
+            want = max(want, min(LEASE_BATCH_MIN, self.config.prefetch))
+        return want - self.ledger.ready
 
     def now(self) -> None:
         """Lease at the next chance (work arrived, a pause ended, a site may be free)."""
@@ -139,6 +162,7 @@ class Leaser:
                 max_slots=max(0, free),
             )
             self.offer = result.offer
+            self.job_queued = result.queued
             for site in result.backoff_ended:
                 logger.info("Back-off of %s is over (it decayed)", site)
         received = asyncio.get_event_loop().time()

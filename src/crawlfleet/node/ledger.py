@@ -5,6 +5,9 @@ Pure bookkeeping on the event loop, no I/O: the scheduler adds to it, the sync l
 the frontier hands out. A request is in exactly one place:
 
 - ``out``: new requests (fingerprint, payload) waiting for the next commit batch;
+  ``known``: new requests dropped as duplicates because the node's seen cache knew
+  their fingerprint, until the next commit confirms that the job was not reset since
+  (else they are sent after all);
 - ``buffer``: leased, ready for the engine; ``slotted``: leased requests of
   rate-limited sites, each waiting for its send time;
 - ``handed``: given to the engine, not finished (``send_by``: the time by which a
@@ -36,13 +39,10 @@ from collections.abc import Callable, Collection
 
 from scrapy import Request
 
+from crawlfleet.node.seencache import SeenCache
 from crawlfleet.node.slots import SlotQueue
 
-__all__ = ["LOCAL_SEEN_MAX", "Ledger", "Outbound"]
-
-#: Fingerprints this node has sent, kept to drop repeats without a Redis round trip
-#: (about 100 bytes each; the set starts over when full).
-LOCAL_SEEN_MAX = 200_000
+__all__ = ["Ledger", "Outbound"]
 
 #: A new request on its way to the frontier: (request, fingerprint, payload, delay in
 #: ms before it may be queued: a retry's back-off, 0: none).
@@ -52,14 +52,19 @@ Outbound = tuple[Request, bytes, bytes, int]
 class Ledger:
     """The requests of one node; *slot_due* is called when a slotted request's time
     comes (the engine should ask for it), *on_done* with the site of each request that
-    finished (to acknowledge)."""
+    finished (to acknowledge); *seen_cache_size*: fingerprints of the seen cache."""
 
     def __init__(
-        self, slot_due: Callable[[], None], on_done: Callable[[str], None] = lambda site: None
+        self,
+        slot_due: Callable[[], None],
+        on_done: Callable[[str], None] = lambda site: None,
+        seen_cache_size: int = 200_000,
     ) -> None:
         self.on_done = on_done
         self.out: list[Outbound] = []
-        self.sent: set[bytes] = set()
+        #: fingerprints the job's seen-filter holds (or will, with the batch on its way)
+        self.seen = SeenCache(seen_cache_size)
+        self.known: list[Request] = []
         self.buffer: deque[tuple[Request, str]] = deque()
         self.slotted: SlotQueue[tuple[Request, str]] = SlotQueue(slot_due)
         self.handed: dict[Request, str] = {}
@@ -79,17 +84,18 @@ class Ledger:
         self.held: dict[str, str] = {}
 
     # -- new requests ---------------------------------------------------------------
-    def sent_before(self, fp: bytes) -> bool:
-        """Whether this node already queued fingerprint *fp* (so the shared filter has
-        it, or will with the batch on its way)."""
-        return fp in self.sent
+    def known_duplicate(self, request: Request, fp: bytes) -> bool:
+        """Whether the seen cache knows *fp* (the shared filter has it, or will with the
+        batch on its way); if so *request* waits in ``known`` for the next commit, which
+        counts it (or, after a reset of the job, sends it)."""
+        if fp in self.seen:
+            self.known.append(request)
+            return True
+        return False
 
     def add_out(self, request: Request, fp: bytes, payload: bytes, delay_ms: int = 0) -> None:
         self.out.append((request, fp, payload, delay_ms))
-        if fp:
-            if len(self.sent) >= LOCAL_SEEN_MAX:
-                self.sent.clear()
-            self.sent.add(fp)
+        self.seen.add(fp)
 
     # -- leased requests -------------------------------------------------------------
     @property
@@ -241,8 +247,9 @@ class Ledger:
     # -- state ----------------------------------------------------------------------
     @property
     def unsent(self) -> bool:
-        """Something waits to go to the frontier (new requests, acks, bad entries)."""
-        return bool(self.out or self.acks or self.bad)
+        """Something waits to go to the frontier (new requests, duplicates to count, acks,
+        bad entries)."""
+        return bool(self.out or self.known or self.acks or self.bad)
 
     @property
     def busy(self) -> bool:

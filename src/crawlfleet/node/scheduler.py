@@ -204,7 +204,7 @@ class Scheduler(BaseScheduler):
         #: callables whose dicts are merged into the node status of each heartbeat
         self.status_providers: list[Callable[[], dict[str, Any]]] = []
         self.site_rates = SiteRates(site_window_seconds)
-        self.ledger = Ledger(self._slot_due, self.site_rates.done)
+        self.ledger = Ledger(self._slot_due, self.site_rates.done, config.seen_cache_size)
         self.lifecycle = Lifecycle(config, self.engine, self.node_id)
         self.sync = SyncLoop(
             frontier=frontier,
@@ -413,10 +413,9 @@ class Scheduler(BaseScheduler):
                 fp = b""
             else:
                 fp = self._fingerprint(request)
-                if self.ledger.sent_before(fp):
-                    # this node already sent it: the shared filter has it (or will, in
-                    # the batch on its way), so it is a duplicate without asking Redis
-                    self.sync.count_duplicate(request)
+                if self.ledger.known_duplicate(request, fp):
+                    # the shared filter has it (or will, with the batch on its way): a
+                    # duplicate without a check in Redis, counted with the next commit
                     return False
             delay_ms = _delay_ms(request.meta.pop(DELAY_META, 0))
             payload = self.encode(request)

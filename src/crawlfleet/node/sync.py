@@ -38,13 +38,14 @@ from typing import Any, TypeVar
 
 from scrapy import Request, Spider
 
-from crawlfleet.exceptions import ConfigError, RedisUnreachable
+from crawlfleet.exceptions import ConfigError, RedisUnreachable, SerializationError
 from crawlfleet.frontier.base import FrontierBackend, PartialCommit
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import CommitResult, JobState, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.meta import DELAY_META
 from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.leasing import Leaser
@@ -255,6 +256,13 @@ class SyncLoop:
             )
             self.stats.set("crawlfleet/node/unfinished", len(ledger.out) + len(ledger.held))
         self.stats.set("crawlfleet/redis/round_trips", self.frontier.round_trips)
+        self._cache_stats()
+
+    def _cache_stats(self) -> None:
+        seen = self.ledger.seen
+        self.stats.set("crawlfleet/seen_cache/lookups", seen.lookups)
+        self.stats.set("crawlfleet/seen_cache/hits", seen.hits)
+        self.stats.set("crawlfleet/seen_cache/size", len(seen))
 
     # -- waking ------------------------------------------------------------------------
     def kick(self, *, closing: bool = False) -> None:
@@ -327,15 +335,16 @@ class SyncLoop:
 
     def _flush_due(self, now: float) -> bool:
         """Send a batch when it is full, when it has waited CRAWLFLEET_FLUSH_SECONDS, or
-        at once when it holds new requests and the buffer runs low (this node, or
-        another, may be waiting for exactly that work) or when the node has nothing
-        left in hand."""
+        at once when it holds new requests and the buffer runs low while the job has
+        little queued (this node, or another, may be waiting for exactly that work) or
+        when the node has nothing left in hand. (Each commit costs Redis a script call
+        however small: with plenty queued, batches wait for their time.)"""
         ledger = self.ledger
         if not ledger.unsent:
             return False
         if len(ledger.out) >= self.config.flush_batch:
             return True
-        if ledger.out and self.low():
+        if ledger.out and self.low() and not self.leaser.plenty():
             return True
         if not (ledger.buffer or ledger.slotted or ledger.handed):
             return True  # nothing left in hand: the job may be finishing
@@ -518,12 +527,16 @@ class SyncLoop:
             Outgoing(fp, self.sites.site(request), request.priority, payload, delay)
             for request, fp, payload, delay in batch
         ]
+        seen = ledger.seen
         try:
-            result = await self.frontier.commit(self.node_id, outgoing, acks, bad)
+            result = await self.frontier.commit(
+                self.node_id, outgoing, acks, bad, known=len(ledger.known), epoch=seen.epoch
+            )
         except PartialCommit as part:
             # some shards took their part: only the rest is sent again (requests that
             # bypass the seen-filter must not be queued twice)
             self._committed(batch, part.result)
+            self._settle_known(part.result, [fp for _r, fp, *_rest in batch])
             ledger.out[: len(batch)] = [e for i, e in enumerate(batch) if i not in part.requests]
             ledger.acks[:] = [rid for rid in ledger.acks if rid not in part.acks]
             raise
@@ -537,6 +550,7 @@ class SyncLoop:
             del ledger.acks[: len(acks)]
         del ledger.bad[: len(bad)]
         self._committed(batch, result)
+        self._settle_known(result, [fp for _r, fp, *_rest in batch])
 
     def _committed(self, batch: list[Outbound], result: CommitResult) -> None:
         """Count what a commit of *batch* (ledger entries) did."""
@@ -548,6 +562,42 @@ class SyncLoop:
             request = batch[i][0]
             self.count_duplicate(request)
             self.engine.dropped(request)
+
+    def _settle_known(self, result: CommitResult, committed: list[bytes]) -> None:
+        """Settle the duplicates the seen cache found (``ledger.known``) with what a
+        commit (of the fingerprints *committed*) says of the job's epoch: counted by it,
+        they are duplicates; if the job was reset since the cache learned them, the cache
+        starts over and they are sent after all."""
+        ledger, seen = self.ledger, self.ledger.seen
+        if not result.epoch:
+            return  # not read (a sharded commit without shard 0): they wait
+        if seen.epoch and result.epoch != seen.epoch:
+            stale, ledger.known = ledger.known, []
+            seen.clear(result.epoch)
+            for fp in committed:  # in the filter of this epoch now
+                seen.add(fp)
+            logger.warning(
+                "Job %s was reset while this node ran: its cache of seen fingerprints "
+                "starts over, %d requests it held for duplicates are sent",
+                self.config.job,
+                len(stale),
+            )
+            for request in stale:
+                request.meta.pop(DELAY_META, None)  # a back-off is not kept across a reset
+                try:
+                    payload = self.leaser.codec.encode(request)
+                except SerializationError as exc:
+                    logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
+                    continue
+                ledger.add_out(request, self.fingerprint(request), payload)
+            return
+        if not seen.epoch:
+            seen.epoch = result.epoch  # the first commit: the next one counts them
+            return
+        confirmed = ledger.known[: result.known_counted]
+        del ledger.known[: result.known_counted]
+        for request in confirmed:  # the scheduler said "dropped" to the engine already
+            self.count_duplicate(request)
 
     def feed(self, requests: list[Request]) -> asyncio.Future[int]:
         """Queue *requests* in the frontier from outside the engine (a campaign's units):
@@ -574,12 +624,15 @@ class SyncLoop:
                     Outgoing(out.fp, self.sites.site(request), out.priority, out.payload)
                 )
             try:
-                result = await self.frontier.commit(self.node_id, outgoing)
+                result = await self.frontier.commit(
+                    self.node_id, outgoing, epoch=self.ledger.seen.epoch
+                )
             except PartialCommit as part:  # sent again: only what was not done
                 self._feeds[0] = ([p for i, p in enumerate(pairs) if i not in part.requests], done)
                 self._fed_before += part.result.queued
                 raise
             self._feeds.pop(0)
+            self._settle_known(result, [out.fp for out in outgoing])
             queued, self._fed_before = result.queued + self._fed_before, 0
             if queued:
                 self.leaser.work_arrived()
@@ -625,6 +678,8 @@ class SyncLoop:
             renew=list(self.ledger.held),
         )
         self.state = state
+        self.leaser.job_queued, self.leaser.live_nodes = state.queued, state.live_nodes
+        self._cache_stats()
         if not leaving:
             self._refresh_limits(state.limits, state.fleet_limits)
             await self._apply_control(state.control)

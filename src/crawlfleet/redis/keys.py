@@ -41,7 +41,9 @@ keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
                                               every request not in a FIFO list
     <prefix>:{<job>}:leases            zset   rid -> lease deadline (ms, Redis clock)
     <prefix>:{<job>}:owner             hash   rid -> node id holding the lease
-    <prefix>:{<job>}:counters          hash   seq, queued, leased, enqueued, ...
+    <prefix>:{<job>}:counters          hash   seq, queued, leased, enqueued, ...; epoch
+                                              (set by the first commit, new after a
+                                              reset: see commit.lua)
     <prefix>:{<job>}:bad               list   malformed entries set aside
     <prefix>:{<job>}:nodes             zset   node id -> time (ms) it counts as dead
     <prefix>:{<job>}:nodeinfo          hash   node id -> JSON status

@@ -281,6 +281,9 @@ class FrontierConfig:
     seen_mode: str
     bloom_capacity: int
     bloom_error_rate: float
+    #: fingerprints the node remembers the seen-filter holding (CRAWLFLEET_SEEN_CACHE_SIZE;
+    #: 0: none)
+    seen_cache_size: int
     #: shards of a job this node creates (CRAWLFLEET_SHARDS; a job keeps the count it
     #: was created with)
     shards: int
@@ -371,6 +374,7 @@ class FrontierConfig:
             seen_mode=get_choice(settings, "CRAWLFLEET_SEEN_MODE", SEEN_MODES),
             bloom_capacity=get_int(settings, "CRAWLFLEET_BLOOM_CAPACITY", minimum=1000),
             bloom_error_rate=error_rate,
+            seen_cache_size=get_int(settings, "CRAWLFLEET_SEEN_CACHE_SIZE", minimum=0),
             shards=get_shards(settings),
             close_when_finished=get_bool(settings, "CRAWLFLEET_CLOSE_WHEN_FINISHED"),
             finish_grace_seconds=get_float(settings, "CRAWLFLEET_FINISH_GRACE_SECONDS", minimum=0),

@@ -163,6 +163,11 @@ CRAWLFLEET_SEEN_MODE = "exact"
 CRAWLFLEET_BLOOM_CAPACITY = 1_000_000
 #: Bloom mode: target false-positive rate of the whole filter, all layers together.
 CRAWLFLEET_BLOOM_ERROR_RATE = 1e-6
+#: Fingerprints a node remembers the job's seen-filter holding (those it queued, and
+#: those the filter answered "seen" for): a request with one of them is a duplicate
+#: without asking Redis. About 100 bytes of the node's memory each; the oldest half is
+#: forgotten when full. 0: every request is checked in Redis.
+CRAWLFLEET_SEEN_CACHE_SIZE = 200_000
 
 # --- Shards -------------------------------------------------------------------------
 #: Split a job created by this node over this many shards (each its own hash tag, so a

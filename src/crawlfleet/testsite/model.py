@@ -184,6 +184,9 @@ class SiteModel:
     ``articles`` (``None``: a tenth of the pages) of the non-root pages are articles, the
     rest products. ``links_per_page`` random links per page, within and across hosts,
     spelled in varying forms, with one exact duplicate and one ``#fragment`` duplicate.
+    ``menu_pages``: the menu of every page also links to the first that many pages of its
+    host (navigation links repeated on every page, as real sites have; none by default),
+    so that a page carries ``2 + menu_pages`` navigation links.
     ``archive_dates`` days from ``archive_start`` times ``archive_categories`` make the
     archive (:attr:`archive`; empty by default). The constructor raises
     :class:`ValueError` naming the first bad argument; afterwards ``articles`` is always
@@ -199,6 +202,7 @@ class SiteModel:
     archive_dates: int = 0
     archive_categories: tuple[str, ...] = ()
     archive_start: dt.date = DEFAULT_ARCHIVE_START
+    menu_pages: int = 0
     _layout: _Layout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -206,6 +210,7 @@ class SiteModel:
         _check_int("pages", self.pages, self.hosts)
         _check_int("seed", self.seed, -(2**63))
         _check_int("links_per_page", self.links_per_page, 0, 100)
+        _check_int("menu_pages", self.menu_pages, 0, 100)
         if not isinstance(self.problems, bool):
             raise ValueError(f"problems must be a bool, got {self.problems!r}")
         non_roots = self.pages - self.hosts
@@ -347,8 +352,14 @@ class SiteModel:
         return result
 
     def nav_links(self, host: int) -> tuple[Link, ...]:
-        """The menu of every page on ``host``: its root and its first catalogue page."""
-        return (Link(host, "/", "root-relative"), Link(host, "/catalog?page=1", "root-relative"))
+        """The menu of every page on ``host``: its root, its first catalogue page, then
+        its first ``menu_pages`` other pages."""
+        menu = range(host + self.hosts, self.pages, self.hosts)[: self.menu_pages]
+        return (
+            Link(host, "/", "root-relative"),
+            Link(host, "/catalog?page=1", "root-relative"),
+            *(Link(host, self.path_of(m), "root-relative") for m in menu),
+        )
 
     def featured_links(self, n: int) -> tuple[Link, ...]:
         """The first pages of a root's host (empty for non-roots)."""

@@ -60,6 +60,8 @@ def site_command(
     ]
     if not model.problems:
         argv.append("--no-problems")
+    if model.menu_pages:
+        argv.append(f"--menu-pages={model.menu_pages}")
     archive = model.archive
     if archive:
         if archive.categories != category_names(len(archive.categories)):

@@ -116,9 +116,11 @@ def _head(title: str, meta_charset: str | None) -> str:
 
 
 def _menu(model: SiteModel, source: Loc, port: int) -> str:
+    links = model.nav_links(source[0])
+    labels = ("Home", "Catalogue", *(_anchor_text(model, link) for link in links[2:]))
     items = "".join(
-        f'<li><a href="{escape(href(link, source, port))}">{label}</a></li>'
-        for link, label in zip(model.nav_links(source[0]), ("Home", "Catalogue"), strict=True)
+        f'<li><a href="{escape(href(link, source, port))}">{escape(label)}</a></li>'
+        for link, label in zip(links, labels, strict=True)
     )
     return f'<header class="site-header">\n<nav class="menu"><ul>{items}</ul></nav>\n</header>\n'
 

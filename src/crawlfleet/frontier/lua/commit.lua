@@ -16,6 +16,9 @@
 -- ARGV[1] node id     ARGV[2] S     ARGV[3] P (seen parameters)
 -- ARGV[4] A (acks)    ARGV[5] B (malformed)     ARGV[6] R (requests)
 -- ARGV[7] the holder of waiting requests (records.WAITING)
+-- ARGV[8] K: duplicates the node found itself (its cache of fingerprints this filter
+--         holds), counted only if ARGV[9] is the job's epoch
+-- ARGV[9] the job's epoch the node's cache belongs to ("": none yet)
 -- then P seen parameters, A rids to acknowledge, B rids to set aside,
 -- then R groups of 6: fingerprint ("" = bypass the seen-filter), queue index
 -- (1-based among the sites: its keys are the (2i-1)-th and 2i-th queue keys), site,
@@ -25,8 +28,13 @@
 -- expired leases (expired.lua, requeue.lua) queues it once its time has come; it
 -- counts as leased and as "waiting".
 --
--- Returns {queued (waiting included), duplicates, acked, {1-based indexes of duplicate requests},
---          new bloom layers} (wrapped with the counters' repairs: see _counters.lua)
+-- The job's epoch (counters field "epoch") names this incarnation of the job: set by
+-- the first commit, from Redis's clock in µs, and gone with the counters when the job
+-- is reset, so that a node can tell its cache of seen fingerprints is stale.
+--
+-- Returns {queued (waiting included), duplicates (found here), acked, {1-based indexes
+--          of duplicate requests}, new bloom layers, the job's epoch, K if counted else
+--          0} (wrapped with the counters' repairs: see _counters.lua)
 -- An ack is applied only if the lease is still this node's (a reclaimed lease is
 -- left to its new holder or queue).
 
@@ -35,10 +43,19 @@ local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
                       tonumber(ARGV[5]), tonumber(ARGV[6])
 local seen_keys, seen_args = {}, {}
 for i = 1, S do seen_keys[i] = KEYS[6 + i] end
-for i = 1, P do seen_args[i] = ARGV[7 + i] end
+for i = 1, P do seen_args[i] = ARGV[9 + i] end
 seen_init(seen_keys, seen_args)
 local qbase = 6 + S
-local pos = 8 + P
+local pos = 10 + P
+
+local epoch = redis.call('HGET', KEYS[5], 'epoch')
+if not epoch then
+  local t = redis.call('TIME')
+  epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('HSET', KEYS[5], 'epoch', epoch)
+end
+local known = 0
+if ARGV[9] == epoch then known = tonumber(ARGV[8]) or 0 end
 
 local acked = 0
 for i = 1, A do
@@ -124,8 +141,8 @@ if waiting > 0 then
   count(KEYS[5], 'waiting', waiting)
   count(KEYS[5], 'enqueued', waiting)
 end
-if dups > 0 then count(KEYS[5], 'duplicates', dups) end
+if dups + known > 0 then count(KEYS[5], 'duplicates', dups + known) end
 if acked + bad > 0 then count(KEYS[5], 'leased', -(acked + bad)) end
 if acked > 0 then count(KEYS[5], 'acked', acked) end
 if bad > 0 then count(KEYS[5], 'bad', bad) end
-return {queued + waiting, dups, acked, dup_idx, seen_new_layers()}
+return {queued + waiting, dups, acked, dup_idx, seen_new_layers(), epoch, known}
