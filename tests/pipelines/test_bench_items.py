@@ -119,7 +119,7 @@ def bench(
         "--skip",
         "seen",
     ]
-    argv += ["--skip", "faults", "--skip", "manager"]
+    argv += ["--skip", "faults", "--skip", "manager", "--skip", "redis-cpu"]
     argv += ["--redis-url", redis_url]
     argv += ["-s", f"CRAWLFLEET_KEY_PREFIX={prefix}", "--json", str(tmp_path / "bench.json")]
     return subprocess.run(
