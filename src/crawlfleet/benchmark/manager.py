@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import psutil
 
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.embedded import free_port
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.tokens import create_token
@@ -216,12 +216,6 @@ async def _stream(port: int, token: str, job: str, until: float, gaps: list[floa
     return events
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _percentile(values: list[float], share: float) -> float:
     if not values:
         return 0.0
@@ -247,7 +241,7 @@ def run_manager_bench(
     db.upgrade()
     token = create_token(db, "bench", "viewer")
     db.close()
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "crawlfleet.cli.main", "manager", "serve", "--port", str(port)]
     argv += ["--db", db_url, "--redis-url", redis_url, "-s", f"CRAWLFLEET_KEY_PREFIX={prefix}"]
     env = {**os.environ, "CRAWLFLEET_DATA_DIR": str(folder)}
