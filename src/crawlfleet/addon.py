@@ -8,7 +8,7 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
   extension, the site-throttle middleware (cluster-wide back-off, robots.txt
   Crawl-delay) and the send-time middleware (a rate-limited request goes out at its
   slot or goes back);
-- the project's politeness settings taken for the fleet (crawlfleet.settings.politeness):
+- the project's politeness settings taken for the fleet (crawlfleet.frontier.politeness):
   ``DOWNLOAD_DELAY`` becomes every site's fleet-wide budget, and ``AUTOTHROTTLE_ENABLED``
   gives way to the shared back-off (Scrapy's AutoThrottle is disabled);
 - the item stages named in ``CRAWLFLEET_ITEM_STAGES`` (text extraction, encoding
@@ -101,7 +101,9 @@ def _names(settings: BaseSettings, name: str, known: dict[str, tuple[str, int]])
 def check(settings: BaseSettings) -> None:
     """Validate every crawlfleet setting now, before Scrapy builds any component: a
     mistake stops the node with one line naming the setting (ConfigError)."""
-    from crawlfleet.settings.config import FrontierConfig, RedisConfig, check_unknown
+    from crawlfleet.frontier.config import FrontierConfig
+    from crawlfleet.redis.config import RedisConfig
+    from crawlfleet.settings.config import check_unknown
 
     check_unknown(settings)
     FrontierConfig.from_settings(settings, "spider")  # the real name comes later
@@ -127,8 +129,8 @@ class Addon:
             _one_line_config_errors()
 
     def _update_settings(self, settings: BaseSettings) -> None:
+        from crawlfleet.frontier.politeness import adopt_autothrottle
         from crawlfleet.settings.config import apply_defaults
-        from crawlfleet.settings.politeness import adopt_autothrottle
 
         # the environment beats settings files (deployment), not -s on the command line
         apply_defaults(settings)
@@ -194,7 +196,7 @@ def _take_over_scrapy_redis(settings: BaseSettings, *, say: bool = True) -> None
     """crawlfleet's scheduler and seen-filter over scrapy-redis's, whatever their
     priority; one WARNING saying what is done with each scrapy-redis setting found
     (unless not *say*)."""
-    from crawlfleet.settings.config import redis_url_from
+    from crawlfleet.redis.config import redis_url_from
     from crawlfleet.settings.scrapy_redis import take_over
 
     lines = take_over(settings, redis_url_from(settings)[1], SCHEDULER)

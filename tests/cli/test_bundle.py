@@ -19,7 +19,7 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import validate_job_name
+from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 

@@ -37,19 +37,16 @@ from crawlfleet import addon as addon_module
 from crawlfleet.addon import SCHEDULER, Addon
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.node.redisspider import adopt, seed_source
 from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.node.seeds import SeedReader, requests_from_seed
 from crawlfleet.node.stats import NodeStats
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys, seed_keys
-from crawlfleet.settings.config import (
-    FrontierConfig,
-    RedisConfig,
-    apply_defaults,
-    settings_with_defaults,
-)
+from crawlfleet.settings.config import apply_defaults, settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
 

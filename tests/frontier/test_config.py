@@ -9,7 +9,9 @@ from scrapy.settings import Settings
 
 from crawlfleet.addon import Addon
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
+from crawlfleet.frontier.config import FrontierConfig
+from crawlfleet.redis.config import RedisConfig
+from crawlfleet.settings.config import settings_with_defaults
 
 
 def frontier(**values: Any) -> FrontierConfig:

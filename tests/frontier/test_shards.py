@@ -20,11 +20,11 @@ from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.sharded import JobFrontier, _shares, interleave, shard_of
 from crawlfleet.redis.connection import REDIS_ERRORS, make_client
 from crawlfleet.redis.keys import JobKeys, shard_tag
-from crawlfleet.settings.config import validate_job_name
 
 KW: dict[str, Any] = {"lease_ms": 60000, "offer_size": 50}
 

@@ -18,14 +18,16 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.limits import SPACING
 from crawlfleet.frontier.records import parse_throttle
 from crawlfleet.middlewares.throttle import SiteThrottle, retry_after_ms
 from crawlfleet.node.launcher import wait_all
 from crawlfleet.node.scheduler import Scheduler, robots_probe_ms
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
+from crawlfleet.settings.config import settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.frontier.test_limits import limited_nodes, out

@@ -19,6 +19,7 @@ from scrapy.utils.request import RequestFingerprinter
 from crawlfleet.exceptions import ItemNotDurable
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
@@ -27,10 +28,11 @@ from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.leasing import LEASE_BATCH_MIN
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.localcluster import RedisProcess
-from crawlfleet.settings.config import FrontierConfig, RedisConfig, settings_with_defaults
+from crawlfleet.settings.config import settings_with_defaults
 from tests.frontier.test_shards import shard_down, site_in
 
 FAST = {

@@ -22,10 +22,11 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 
 from crawlfleet.addon import SEND_TIME
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.limits import DEFAULT_MARGIN, delay_limit
+from crawlfleet.frontier.politeness import AUTOTHROTTLE
 from crawlfleet.node.launcher import start_node, wait_all
-from crawlfleet.settings.config import FrontierConfig, settings_with_defaults
-from crawlfleet.settings.politeness import AUTOTHROTTLE
+from crawlfleet.settings.config import settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.loopback import LoopbackSite

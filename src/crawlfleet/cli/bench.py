@@ -62,7 +62,7 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.records import MAX_SHARDS
-from crawlfleet.settings.config import RedisConfig
+from crawlfleet.redis.config import RedisConfig
 
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.

@@ -26,8 +26,8 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.control import command_value
+from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.settings.config import validate_job_name
 from crawlfleet.state.db import state_db_url
 
 NAME = "campaign"

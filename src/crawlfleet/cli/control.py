@@ -27,7 +27,8 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.control import await_acks, command_value, send_command, valid_node_id
-from crawlfleet.settings.config import RedisConfig, validate_job_name
+from crawlfleet.frontier.config import validate_job_name
+from crawlfleet.redis.config import RedisConfig
 
 NAME = "control"
 HELP = "pause, resume, drain or stop nodes, or set their concurrency (through Redis)"

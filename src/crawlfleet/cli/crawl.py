@@ -25,7 +25,8 @@ from crawlfleet.cli.options import (
     resolved_url,
 )
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import FrontierConfig, RedisConfig
+from crawlfleet.frontier.config import FrontierConfig
+from crawlfleet.redis.config import RedisConfig
 
 NAME = "crawl"
 #: Scrapy sets up logging for this command (see cli.main)

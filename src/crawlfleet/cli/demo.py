@@ -32,9 +32,9 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.launcher import start_node
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client, redact
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.config import RedisConfig
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
 

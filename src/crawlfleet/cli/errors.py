@@ -27,9 +27,9 @@ from crawlfleet.cli.options import (
     run_on_frontier,
 )
 from crawlfleet.fleet.errors import RecrawlResult, recrawl_errors, recrawl_standing
+from crawlfleet.frontier.config import BackoffConfig, validate_job_name
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
-from crawlfleet.settings.config import BackoffConfig, validate_job_name
 from crawlfleet.state.db import state_db_url
 from crawlfleet.state.errors import REASONS, STATES, error_stats, list_errors
 

@@ -24,10 +24,11 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import ConfigError, UnknownJob
 from crawlfleet.fleet.snapshot import JobSnapshot, job_names, snapshot
+from crawlfleet.frontier.config import validate_job_name
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
-from crawlfleet.settings.config import RedisConfig, validate_job_name
 
 __all__ = ["problems"]
 

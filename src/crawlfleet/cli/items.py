@@ -32,13 +32,15 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import UnknownJob
 from crawlfleet.fleet.jobs import require_job
+from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.stream import stream_status
 from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport, store_for_url
 from crawlfleet.pipelines.workers import ItemWorker
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import release_embedded
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.config import RedisConfig, check_unknown, validate_job_name
+from crawlfleet.settings.config import check_unknown
 
 NAME = "items"
 HELP = "move items from a job's Redis stream into a store (work), or show the stream (status)"

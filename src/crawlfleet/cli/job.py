@@ -20,7 +20,7 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.fleet.jobs import ResetResult, job_figures, list_jobs, reset_job
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.settings.config import RedisConfig
+from crawlfleet.redis.config import RedisConfig
 
 NAME = "job"
 HELP = "show, list or reset jobs (reset deletes a job's shared state: explicit only)"

@@ -17,8 +17,8 @@ from crawlfleet.cli.options import add_redis_options, add_settings_option, run_o
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.limits import read_limits, set_limits, unset_limits
+from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.frontier.limits import RateLimits
-from crawlfleet.settings.config import validate_job_name
 
 NAME = "limits"
 HELP = "set, unset or list per-site rate limits, the fleet's or a job's own (at run time)"

@@ -30,7 +30,7 @@ from crawlfleet.cli.options import (
     resolved_url,
 )
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.settings.config import RedisConfig
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.state.db import StateDB, state_db_url
 from crawlfleet.state.sealing import Sealer, new_key, rotate
 from crawlfleet.state.tokens import ROLES, create_token, list_tokens, revoke_token

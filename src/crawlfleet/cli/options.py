@@ -39,13 +39,9 @@ from crawlfleet.redis.keys import JobKeys
 
 if TYPE_CHECKING:
     from crawlfleet.state.db import StateDB
-from crawlfleet.settings.config import (
-    FrontierConfig,
-    RedisConfig,
-    apply_defaults,
-    check_unknown,
-    validate_job_name,
-)
+from crawlfleet.frontier.config import FrontierConfig, validate_job_name
+from crawlfleet.redis.config import RedisConfig
+from crawlfleet.settings.config import apply_defaults, check_unknown
 
 __all__ = [
     "CLI_TIMEOUT_SECONDS",

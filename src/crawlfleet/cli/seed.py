@@ -16,8 +16,8 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import CommandFailed
 from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.settings.config import FrontierConfig
 
 NAME = "seed"
 HELP = "add seed URLs (or JSON seed entries) to a job's frontier"

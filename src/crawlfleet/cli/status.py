@@ -29,8 +29,9 @@ from crawlfleet.cli.options import (
 from crawlfleet.cli.watch import watch
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.snapshot import JobSnapshot, configured_limits, job_names, snapshot
+from crawlfleet.frontier.config import validate_job_name
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.config import RedisConfig, validate_job_name
 
 __all__ = ["render"]
 

@@ -18,13 +18,13 @@ from redis.asyncio import Redis
 from scrapy.settings import BaseSettings
 
 from crawlfleet.fleet.jobs import require_job, text
+from crawlfleet.frontier.config import rate_limit_margin
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import MAX_SHARDS, counter_value, parse_throttle
 from crawlfleet.frontier.sharded import interleave, shard_of
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_dict
-from crawlfleet.settings.config import rate_limit_margin
 
 __all__ = [
     "JOBS_MAX",

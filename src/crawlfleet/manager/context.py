@@ -14,14 +14,15 @@ from scrapy.settings import BaseSettings
 
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.snapshot import configured_limits
+from crawlfleet.frontier.config import FrontierConfig, validate_job_name
 from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.manager.callers import RecentCallers
 from crawlfleet.manager.shared import Shared
 from crawlfleet.pipelines.browse import SqlItemReader
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float, get_int, get_path, get_str
-from crawlfleet.settings.config import FrontierConfig, RedisConfig, validate_job_name
 from crawlfleet.state.db import StateDB
 
 __all__ = ["ManagerContext"]

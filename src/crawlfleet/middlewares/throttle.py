@@ -42,10 +42,10 @@ from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.http import Response
 
+from crawlfleet.frontier.config import BackoffConfig, rate_limit_margin
 from crawlfleet.frontier.limits import DEFAULT_MARGIN
 from crawlfleet.middlewares.common import first_request, is_robots
 from crawlfleet.node.scheduler import ROBOTS_PROBE_MS, NodeHandle, Scheduler, node_of
-from crawlfleet.settings.config import BackoffConfig, rate_limit_margin
 
 __all__ = ["ROBOTS_PROBE_SECONDS", "SiteThrottle", "retry_after_ms"]
 

@@ -18,6 +18,7 @@ import time
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.limits import LATE_SHARE, SENT_SHARE, Budgets, RateLimits
 from crawlfleet.frontier.records import Leased, LeaseResult, printable
 from crawlfleet.frontier.serialization import RequestCodec
@@ -26,7 +27,6 @@ from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
-from crawlfleet.settings.config import FrontierConfig
 
 __all__ = [
     "BUSY_POLL_MAX_SECONDS",

@@ -11,9 +11,9 @@ import asyncio
 import logging
 import math
 
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import JobState
 from crawlfleet.node.engine import EngineHooks
-from crawlfleet.settings.config import FrontierConfig
 
 __all__ = ["NO_WORK_LOG_SECONDS", "Lifecycle"]
 

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 
 from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.settings.config import BackoffConfig
+from crawlfleet.frontier.config import BackoffConfig
 
 __all__ = ["SiteReports"]
 

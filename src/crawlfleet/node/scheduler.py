@@ -51,6 +51,7 @@ from crawlfleet.exceptions import (
     SerializationError,
 )
 from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
@@ -66,10 +67,10 @@ from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import REDIS_ERRORS, redact, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
-from crawlfleet.settings.config import FrontierConfig, RedisConfig
 from crawlfleet.state.writer import UNWRITTEN, Outcome
 
 __all__ = [

@@ -40,6 +40,7 @@ from scrapy import Request, Spider
 
 from crawlfleet.exceptions import ConfigError, RedisUnreachable, SerializationError
 from crawlfleet.frontier.base import FrontierBackend, PartialCommit
+from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import CommitResult, JobState, Outgoing
@@ -55,9 +56,9 @@ from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.seeds import SeedReader, requests_from_seed
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
 from crawlfleet.retry import Backoff, GaveUp, Outage, until_reachable
-from crawlfleet.settings.config import FrontierConfig, RedisConfig
 
 __all__ = ["SyncLoop"]
 

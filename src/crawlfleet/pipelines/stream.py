@@ -52,13 +52,14 @@ from scrapy.settings import BaseSettings
 from scrapy.statscollectors import StatsCollector
 
 from crawlfleet.exceptions import ConfigError, MalformedEntry
+from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.store import StorePipeline
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import resolve_url, shared_client
 from crawlfleet.redis.keys import JobKeys, jobs_key
 from crawlfleet.settings.access import get_int, get_str, raw_setting
-from crawlfleet.settings.config import RedisConfig, validate_job_name
 
 __all__ = [
     "ENTRY_VERSION",

@@ -25,8 +25,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
 from crawlfleet.exceptions import CommandFailed
+from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.embedded import EmbeddedRedis
-from crawlfleet.settings.config import RedisConfig, redact_url
+from crawlfleet.settings.config import redact_url
 
 __all__ = [
     "CLUSTER_REPLIES",

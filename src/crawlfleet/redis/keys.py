@@ -6,7 +6,7 @@ robots.txt delay are shared by every job that crawls it, under the hash tag
 ``{polite}``. On one Redis, the lease and heartbeat scripts touch both; on a cluster a
 lease takes a script in each slot and a heartbeat reads the fleet's limits apart
 (crawlfleet.frontier.client, docs/scaling.md). The names "polite" and "proxies" are not
-job names (settings.config.RESERVED_JOB_NAMES).
+job names (crawlfleet.frontier.config.RESERVED_JOB_NAMES).
 
 A job created with N > 1 shards (CRAWLFLEET_SHARDS) keeps its queues, leases and
 seen-filter in N sets of the keys below: shard 0 under ``{<job>}``, shard k under

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from crawlfleet.settings.config import FrontierConfig, RedisConfig, defaults
+from crawlfleet.settings.access import defaults
 
-__all__ = ["FrontierConfig", "RedisConfig", "defaults"]
+__all__ = ["defaults"]

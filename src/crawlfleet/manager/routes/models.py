@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from crawlfleet.settings.config import validate_job_name
+from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.state.models import check_name
 
 __all__ = [
@@ -53,7 +53,7 @@ def _record_name(value: str) -> str:
     return check_name("the", value)
 
 
-#: A job's name in a path or a body (crawlfleet.settings.config.validate_job_name).
+#: A job's name in a path or a body (crawlfleet.frontier.config.validate_job_name).
 JobName = Annotated[str, AfterValidator(validate_job_name)]
 JobPath = Annotated[str, Path(description="the job's name"), AfterValidator(validate_job_name)]
 #: The name of a timer, alert rule, Scrapyd or campaign in a path: 1-64 letters,
