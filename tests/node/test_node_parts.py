@@ -593,7 +593,7 @@ def test_the_end_of_a_redis_hang_counts_from_its_start(
             await client.aclose()
 
     try:
-        with caplog.at_level("WARNING", logger="crawlfleet.retry"):
+        with caplog.at_level("WARNING", logger="crawlfleet.outage"):
             run(body)
     finally:
         server.close()

@@ -38,7 +38,7 @@ from typing import Any
 
 import scrapy
 
-from crawlfleet.benchmark.memory import BATCH, bloom_figures
+from crawlfleet.benchmark.seenfilter import BATCH, bloom_figures
 from crawlfleet.exceptions import CommandFailed
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing, SeenConfig

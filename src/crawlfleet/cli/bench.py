@@ -33,7 +33,6 @@ from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV, find_postgres, run_items
 from crawlfleet.benchmark.manager import run_manager_bench
-from crawlfleet.benchmark.memory import measure_seen
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
 from crawlfleet.benchmark.rediscpu import RedisCpuResult, run_redis_cpu
@@ -53,6 +52,7 @@ from crawlfleet.benchmark.report import (
 )
 from crawlfleet.benchmark.results import Results
 from crawlfleet.benchmark.scale import run_scale
+from crawlfleet.benchmark.seenfilter import measure_seen
 from crawlfleet.cli.options import (
     add_redis_options,
     add_settings_option,

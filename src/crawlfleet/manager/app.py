@@ -24,7 +24,7 @@ import crawlfleet
 from crawlfleet.manager import metrics
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.edge import Edge
-from crawlfleet.manager.errors import install_error_handlers
+from crawlfleet.manager.problems import install_error_handlers
 from crawlfleet.manager.routes import (
     alerts,
     campaigns,

@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 
 from crawlfleet.manager.auth import identify
-from crawlfleet.manager.errors import error_response
+from crawlfleet.manager.problems import error_response
 from crawlfleet.redis.connection import redact
 
 __all__ = ["CSP", "SECURITY_HEADERS", "SIGN_IN_MAX_BYTES", "BodyTooLarge", "Edge"]

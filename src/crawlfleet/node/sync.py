@@ -56,9 +56,9 @@ from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.seeds import SeedReader, requests_from_seed
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
+from crawlfleet.outage import Backoff, GaveUp, Outage, until_reachable
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
-from crawlfleet.retry import Backoff, GaveUp, Outage, until_reachable
 
 __all__ = ["SyncLoop"]
 
