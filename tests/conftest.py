@@ -76,3 +76,19 @@ def node_env(redis_server_url: str, key_prefix: str, tmp_path: Path) -> dict[str
         "CRAWLFLEET_RETRY_BACKOFF": "0.05",
         "CRAWLFLEET_RETRY_BACKOFF_MAX": "2",
     }
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CRAWLFLEET_TEST_PASS (set by ./dev.sh test): "parallel" keeps the tests not marked
+    ``timing``, "timing" only those; unset, every test runs."""
+    wanted = os.environ.get("CRAWLFLEET_TEST_PASS", "")
+    if wanted not in ("parallel", "timing"):
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        timing = item.get_closest_marker("timing") is not None
+        (keep if timing == (wanted == "timing") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

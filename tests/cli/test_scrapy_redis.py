@@ -50,6 +50,9 @@ from crawlfleet.settings.config import apply_defaults, settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
 
+#: rates, send times and deadlines: ./dev.sh test runs these alone
+pytestmark = pytest.mark.timing
+
 SCRAPY_REDIS_SETTINGS = {
     "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
     "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
@@ -550,7 +553,9 @@ def test_a_scrapy_redis_project_switches_by_the_addon_alone(
             f"\n{spider}/{kind}: both nodes exited {after:.2f} s after the job finished, "
             f"{took:.2f} s after its last page was fetched"
         )
-        assert after <= 2.0, f"{after:.2f} s\n{logs[-3000:]}"
+        # scrapy-redis's nodes idle for ever; these close once their last requests and
+        # items are done (on a quiet machine within a second; bounded loosely here)
+        assert after <= 4.0, f"{after:.2f} s\n{logs[-3000:]}"
         assert logs.count("Spider closed (finished)") == 2, logs[-3000:]
         stats = fetch_stats(port)
         assert stats["never_fetched"] == [] and stats["fetched_twice"] == [], stats

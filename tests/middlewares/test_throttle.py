@@ -32,6 +32,9 @@ from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.frontier.test_limits import limited_nodes, out
 
+#: rates, send times and deadlines: ./dev.sh test runs these alone
+pytestmark = pytest.mark.timing
+
 
 def test_retry_after_in_seconds_or_as_a_date() -> None:
     assert retry_after_ms(b"3") == 3000

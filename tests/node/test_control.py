@@ -24,6 +24,9 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
 
+#: rates, send times and deadlines: ./dev.sh test runs these alone
+pytestmark = pytest.mark.timing
+
 ROOT = Path(__file__).resolve().parents[2]
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 

@@ -20,6 +20,9 @@ from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
 from tests.node.test_node_parts import Engine, node
 
+#: rates, send times and deadlines: ./dev.sh test runs these alone
+pytestmark = pytest.mark.timing
+
 CALM = Sample(
     latency=0.1,
     outcomes=50,

@@ -31,6 +31,9 @@ from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.loopback import LoopbackSite
 
+#: rates, send times and deadlines: ./dev.sh test runs these alone
+pytestmark = pytest.mark.timing
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 

@@ -414,7 +414,10 @@ def test_worker_rides_out_a_redis_restart(tmp_path: Path, sql_store: SqlSink) ->
     finally:
         server.close()
     assert report.retries >= 1 and report.left_pending == 0
-    assert report.acknowledged == 350
+    # 350 entries were acknowledged, but an XACK that Redis ran just before the kill -9
+    # lost its reply: the worker cannot count that batch (50), and nothing is left
+    # pending (the entries stored twice are upserts)
+    assert report.acknowledged in (300, 350), report
     assert _version(sql_store, "key00160") == 2 and _version(sql_store, "key00010") == 1
 
 
