@@ -1,5 +1,6 @@
 -- proxy_pick: take the least used proxy of the fleet's pool that may serve a site now
 -- (not resting after a failure, not kept away from that site), counting the use.
+-- uses: clock
 --
 -- KEYS[1] all    hash  proxy id -> proxy URL (credentials included: never shown)
 -- KEYS[2] live   zset  proxy id -> uses so far (the pool: least used first)
@@ -12,8 +13,7 @@
 -- Returns {id, url, uses, proxies left in the pool}; id "" when none may serve the site
 -- now. A proxy that reaches its most uses leaves the pool ("used") with this use.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local site, max_uses, page = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)

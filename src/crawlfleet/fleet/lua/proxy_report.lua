@@ -1,4 +1,5 @@
 -- proxy_report: what became of a request sent through a proxy.
+-- uses: clock
 --
 -- KEYS[1] live   zset  proxy id -> uses (see proxy_pick.lua)
 -- KEYS[2] cool   zset  proxy id -> end of its cool-down (ms)
@@ -21,8 +22,7 @@
 -- ARGV[6] how long (ms) a site's ban keeps the proxy away from that site
 -- Returns "ok", "cooling", "evicted", "banned" or "gone" (it had left the pool already).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local id, outcome, site = ARGV[1], ARGV[2], ARGV[3]
 local cool_ms, max_fail, ban_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local pair = site .. '|' .. id

@@ -1,6 +1,6 @@
 -- commit: one batch from a node: acknowledge finished leases, set malformed entries
 -- aside, and queue new requests whose fingerprint the seen-filter has not seen.
--- uses: seen, counters
+-- uses: seen, counters, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
@@ -50,8 +50,7 @@ local pos = 10 + P
 
 local epoch = redis.call('HGET', KEYS[5], 'epoch')
 if not epoch then
-  local t = redis.call('TIME')
-  epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  epoch = string.format('%.0f', now_us())
   redis.call('HSET', KEYS[5], 'epoch', epoch)
 end
 local known = 0
@@ -82,13 +81,11 @@ for i = 1, B do
 end
 
 local queued, waiting, dups, dup_idx = 0, 0, 0, {}
-local now_ms = nil
 local seq = tonumber(redis.call('HGET', KEYS[5], 'seq') or '0')
 if not seq then
   -- unreadable (a hand edit, a bug): go on from Redis's clock in µs, far above any
   -- sequence used so far, so that no request id is given twice
-  local t = redis.call('TIME')
-  seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  seq = now_us()
   local was = redis.call('HGET', KEYS[5], 'seq')
   redis.call('HSET', KEYS[5], 'seq', string.format('%.0f', seq))
   note_repair(KEYS[5], 'seq', was, string.format('%.0f', seq))
@@ -114,11 +111,7 @@ for i = 1, R do
       redis.call('HSET', KEYS[2], rid,
                  string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
       if delay > 0 then
-        if not now_ms then
-          local t = redis.call('TIME')
-          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        redis.call('ZADD', KEYS[3], now_ms + delay, rid)
+        redis.call('ZADD', KEYS[3], now_ms() + delay, rid)
         redis.call('HSET', KEYS[4], rid, waiting_holder)
         waiting = waiting + 1
       else

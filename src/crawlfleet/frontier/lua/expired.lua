@@ -2,7 +2,7 @@
 -- dead nodes as reaped): leases past their deadline on the Redis clock, and every lease
 -- of a node that missed its heartbeats (it counts as dead: its registry time has passed),
 -- so that a crashed node's work comes back at once, not only at lease expiry.
--- uses: entry
+-- uses: entry, clock
 --
 -- KEYS[1] leases    zset  rid -> lease deadline (ms)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
@@ -24,8 +24,7 @@
 -- left alone. A dead node is marked reaped once all its leases were listed; it is
 -- looked at again only if it heartbeats again and then dies again.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local limit = tonumber(ARGV[1])
 local resumed = tonumber(redis.call('HGET', KEYS[6], 'resumed_at') or '0') or 0
 local in_grace = now - resumed < tonumber(ARGV[2])

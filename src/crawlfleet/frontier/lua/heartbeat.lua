@@ -1,6 +1,6 @@
 -- heartbeat: a node says it is alive (and whether it is busy), renews the leases it
--- uses: counters
 -- holds, and reads the job's state, all on the Redis clock.
+-- uses: counters, clock
 --
 -- KEYS[1] nodes     zset  node id -> time (ms) after which it counts as dead
 -- KEYS[2] nodeinfo  hash  node id -> JSON status written by the node
@@ -29,8 +29,7 @@
 --          requests ever leased in the job (0: it never had work),
 --          {pattern, limit, ...} the fleet's run-time rate limits}
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local node, ttl, info, busy = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local lease_ms = tonumber(ARGV[5])
 local beat_at = tonumber(redis.call('HGET', KEYS[6], 'beat_at') or '0') or 0

@@ -1,7 +1,7 @@
 -- lease: hand up to N queued requests to a node, fairly across the sites offered,
 -- each leased until a deadline on the Redis clock; a request of a rate-limited site
 -- comes with its send time (slot), on the budget's schedule.
--- uses: pace, pop, backoff, counters, entry
+-- uses: pace, pop, backoff, counters, entry, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (0 for a new site; the job's serve counter
 --                         when last served)
@@ -53,8 +53,7 @@
 -- where slot is the request's send time in µs after now (-1: any time) and late how
 -- many µs after its slot it may still be sent.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = now_us()
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 pace_init(KEYS[6], KEYS[7], now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),

@@ -1,7 +1,7 @@
 -- lease_paced: the second half of a lease on a Redis Cluster (pace.lua is the first):
 -- take the offered sites' requests, as many as their reserved slots, each leased until
 -- a deadline on this slot's Redis clock, in the order and round robin of _pop.lua.
--- uses: pop, counters, entry
+-- uses: pop, counters, entry, clock
 --
 -- KEYS[1] sites  KEYS[2] req  KEYS[3] leases  KEYS[4] owner  KEYS[5] counters (as
 -- lease.lua's)
@@ -16,9 +16,7 @@
 -- time), {requests taken per offered site}, {next offer}, requests still queued,
 -- requests leased (all nodes), the job's control command sequence}
 
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local node, deadline, hint_n = ARGV[1], now_ms + tonumber(ARGV[2]), tonumber(ARGV[3])
+local node, deadline, hint_n = ARGV[1], now_ms() + tonumber(ARGV[2]), tonumber(ARGV[3])
 local out, taken, got = {}, {}, 0
 for i = 4, #ARGV - 4, 5 do
   local site, take, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])

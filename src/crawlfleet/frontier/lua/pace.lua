@@ -3,7 +3,7 @@
 -- halves at once): reserve each offered site's slots on its budget's schedule. The
 -- node then takes the requests from the job's slot (lease_paced.lua) and gives back
 -- the slots it could not fill (pace_return.lua).
--- uses: pace, backoff
+-- uses: pace, backoff, clock
 --
 -- KEYS[1] pace      hash  (see _pace.lua)
 -- KEYS[2] throttle  hash  (see _pace.lua)
@@ -20,8 +20,7 @@
 -- A site is reserved as if all its slots will be used: N in all, at most the per-site
 -- share each.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = now_us()
 local want, per_site = tonumber(ARGV[1]), tonumber(ARGV[2])
 pace_init(KEYS[1], KEYS[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
           tonumber(ARGV[6]), tonumber(ARGV[7]))

@@ -4,7 +4,7 @@
 -- hash; a retry whose wait is over joins the back of its priority, after what is
 -- queued). Used for expired leases and the leases of dead nodes (any node), and by a
 -- node that gives back what it holds when it stops.
--- uses: entry, counters
+-- uses: entry, counters, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
@@ -28,8 +28,7 @@
 -- A malformed entry is moved to the bad list (counter "bad"), never requeued; the
 -- caller logs each one.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
 local back, dropped, left_waiting, came_due = 0, 0, 0, 0
 local set_aside = {}

@@ -1,5 +1,5 @@
 -- throttle: slow sites down for every node of the job.
--- uses: backoff
+-- uses: backoff, clock
 --
 -- KEYS[1] throttle  hash  "b:<site>" -> "<interval ms>:<set at ms>:<cause>" (back-off;
 --                         cause "s": a status, "l": latency alone);
@@ -20,8 +20,7 @@
 -- Returns {site, interval ms, ...} as set (back-off: only the sites raised now;
 -- recovered: the sites whose back-off ended, with 0).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local out = {}
 if ARGV[1] == 'robots' then
   for i = 2, #ARGV - 1, 2 do
