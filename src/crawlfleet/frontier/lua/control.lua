@@ -7,7 +7,8 @@
 --         "concurrency")    ARGV[2] value (validated by the caller)
 -- Returns the command's sequence number (nodes apply the newest of each kind).
 
+local control_key, counters_key = KEYS[1], KEYS[2]
 local now = now_ms()
-local seq = count(KEYS[2], 'control_seq', 1)
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({seq = seq, value = ARGV[2], at = now}))
+local seq = count(counters_key, 'control_seq', 1)
+redis.call('HSET', control_key, ARGV[1], cjson.encode({seq = seq, value = ARGV[2], at = now}))
 return seq

@@ -7,8 +7,9 @@
 -- ARGV[1] node id    ARGV[2] node time-to-live (ms)
 -- Returns the other nodes alive (none: this node is now registered, alive for ARGV[2]).
 
+local nodes_key = KEYS[1]
 local now = now_ms()
-local alive = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+local alive = redis.call('ZRANGEBYSCORE', nodes_key, now, '+inf')
 local others = {}
 for i = 1, #alive do
   if alive[i] ~= ARGV[1] then
@@ -16,6 +17,6 @@ for i = 1, #alive do
   end
 end
 if #others == 0 then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZADD', nodes_key, now + tonumber(ARGV[2]), ARGV[1])
 end
 return others
