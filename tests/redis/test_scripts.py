@@ -72,7 +72,7 @@ def _names(keys: JobKeys | FleetKeys | SeedKeys | ProxyKeys, prefix: str = "") -
 def _script_keys() -> dict[str, tuple[list[str], dict[str, str]]]:
     """Script -> (its KEYS as the key schema builds them, key -> name)."""
     job = JobKeys.of("p", "j")
-    fleet, seeds, proxies = job.fleet, seed_keys("s:seed"), ProxyKeys("p")
+    fleet, seeds, proxies = job.fleet, seed_keys("s:seed"), ProxyKeys.of("p")
     of_job = _names(job) | _names(fleet, "fleet_")
     sites = ["a.test", "b.test"]
     return {

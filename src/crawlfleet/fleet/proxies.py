@@ -160,7 +160,7 @@ class ProxyPool:
 
     def __init__(self, client: Redis, prefix: str) -> None:
         self.client = client
-        self.keys = ProxyKeys(prefix)
+        self.keys = ProxyKeys.of(prefix)
         self._pick = client.register_script(script_source("proxy_pick"))
         self._report = client.register_script(script_source("proxy_report"))
         self._add = client.register_script(script_source("proxy_add"))

@@ -107,7 +107,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from redis.crc import key_slot
 
@@ -193,41 +193,21 @@ class FleetKeys:
 
 @dataclass(frozen=True)
 class ProxyKeys:
-    """The keys of the fleet's proxy pool, every job's. Build with ``ProxyKeys(prefix)``."""
+    """The keys of the fleet's proxy pool, every job's (see the module docstring). Build
+    with ``ProxyKeys.of(prefix)``."""
 
-    prefix: str
+    all: str
+    live: str
+    cool: str
+    bans: str
+    gone: str
+    stats: str
+    refill: str
 
-    @property
-    def base(self) -> str:
-        return f"{self.prefix}:{{proxies}}"
-
-    @property
-    def all(self) -> str:
-        return f"{self.base}:all"
-
-    @property
-    def live(self) -> str:
-        return f"{self.base}:live"
-
-    @property
-    def cool(self) -> str:
-        return f"{self.base}:cool"
-
-    @property
-    def bans(self) -> str:
-        return f"{self.base}:bans"
-
-    @property
-    def gone(self) -> str:
-        return f"{self.base}:gone"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.base}:stats"
-
-    @property
-    def refill(self) -> str:
-        return f"{self.base}:refill"
+    @classmethod
+    def of(cls, prefix: str) -> ProxyKeys:
+        base = f"{prefix}:{{proxies}}"
+        return cls(**{field.name: f"{base}:{field.name}" for field in fields(cls)})
 
     def for_proxy_add(self) -> list[str]:
         """The KEYS of proxy_add.lua."""
