@@ -12,7 +12,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -27,13 +27,16 @@ from crawlfleet.frontier.records import (
     CommitResult,
     JobState,
     Leased,
+    LeaseOptions,
     LeaseResult,
     Outgoing,
+    Pacing,
     SeedBatch,
     SeenConfig,
     backoff_left,
     counter_value,
     entry_fault,
+    offered_sites,
     parse_throttle,
     printable,
     split_entry,
@@ -205,54 +208,26 @@ class Frontier:
         )
 
     async def lease(
-        self,
-        node: str,
-        n: int,
-        sites: Sequence[str],
-        *,
-        lease_ms: int,
-        per_site: int,
-        offer_size: int,
-        intervals: Sequence[int] | None = None,
-        budgets: Sequence[str] | None = None,
-        late: Sequence[int] | None = None,
-        backoff_half_life_ms: int = 30_000,
-        robots_probe_ms: int = 0,
-        horizon_us: int = 1_000_000,
-        late_share: float = 0.0125,
-        max_slots: int | None = None,
+        self, node: str, n: int, sites: Sequence[str], **options: Unpack[LeaseOptions]
     ) -> LeaseResult:
-        """Lease up to *n* requests from *sites* (least recently served first).
-
-        *intervals*: per site, the time (µs) between its slots across the cluster (0 or
-        absent: no rate limit); a site's robots.txt Crawl-delay and its adaptive
-        back-off (see :meth:`backoff`) widen it. A request of a paced site comes with
-        its slot (``Leased.slot_us``), at most *horizon_us* ahead, and how late it may
-        be sent (``Leased.late_us``: *late* of its site, or *late_share* of a widened
-        interval); at most *max_slots* per site (default *per_site*). *budgets*: per
-        site, the name of the budget it is paced in (default: the site itself; a scope
-        adds to it, see :mod:`crawlfleet.frontier.limits`). *robots_probe_ms* > 0 (the
-        node obeys robots.txt): a site whose robots.txt is not known yet gives one
-        request per that long, until :meth:`set_robots` records it."""
+        """Lease up to *n* requests from *sites* (least recently served first), as
+        *options* say (:class:`~crawlfleet.frontier.records.LeaseOptions`): one script on
+        one Redis; on a Redis Cluster, where the fleet's pacing keys are in a slot of
+        their own, two or three (:meth:`_lease_paced`)."""
         k = self.keys
-        gaps = list(intervals) if intervals is not None else [0] * len(sites)
-        names = list(budgets) if budgets is not None else list(sites)
-        lateness = list(late) if late is not None else [0] * len(sites)
+        p = Pacing.of(options)
         pacing: list[Any] = [
-            backoff_half_life_ms,
-            robots_probe_ms,
-            horizon_us,
-            repr(float(late_share)),
-            per_site if max_slots is None else max_slots,
+            p.backoff_half_life_ms,
+            p.robots_probe_ms,
+            p.horizon_us,
+            repr(float(p.late_share)),
+            p.max_slots,
         ]
-        offered: list[Any] = []
-        for site, gap, budget, tolerance in zip(sites, gaps, names, lateness, strict=True):
-            offered += [site, gap, budget, tolerance]
+        offered: list[Any] = [value for site in offered_sites(sites, options) for value in site]
         if self.cluster:
-            return await self._lease_paced(
-                node, n, sites, lease_ms, per_site, offer_size, [*pacing, *offered]
-            )
-        args: list[Any] = [node, lease_ms, n, per_site, offer_size, *pacing, *offered]
+            return await self._lease_paced(node, n, sites, options, [*pacing, *offered])
+        per_site, offer_size = options["per_site"], options["offer_size"]
+        args: list[Any] = [node, options["lease_ms"], n, per_site, offer_size, *pacing, *offered]
         self.round_trips += 1
         now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
             "lease", k.for_lease(sites), args
@@ -260,14 +235,7 @@ class Frontier:
         return _lease_result(k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def _lease_paced(
-        self,
-        node: str,
-        n: int,
-        sites: Sequence[str],
-        lease_ms: int,
-        per_site: int,
-        offer_size: int,
-        pace_args: list[Any],
+        self, node: str, n: int, sites: Sequence[str], options: LeaseOptions, pace_args: list[Any]
     ) -> LeaseResult:
         """A lease on a Redis Cluster: reserve the sites' slots in the fleet's slot
         (pace.lua), take the requests in the job's (lease_paced.lua), give back the
@@ -275,9 +243,9 @@ class Frontier:
         k = self.keys
         self.round_trips += 1
         now, paced, ready_in, ended = await self.scripts(
-            "pace", k.fleet.for_pace(), [n, per_site, *pace_args]
+            "pace", k.fleet.for_pace(), [n, options["per_site"], *pace_args]
         )
-        args: list[Any] = [node, lease_ms, offer_size]
+        args: list[Any] = [node, options["lease_ms"], options["offer_size"]]
         for site, (take, first, interval, late, *_rest) in zip(sites, paced, strict=True):
             args += [site, take, first, interval, late]
         self.round_trips += 1
