@@ -58,29 +58,28 @@ end
 local known = 0
 if ARGV[9] == epoch then known = tonumber(ARGV[8]) or 0 end
 
-local acked = 0
-for i = 1, A do
-  local rid = ARGV[pos]; pos = pos + 1
-  if redis.call('HGET', owner_key, rid) == node then
-    redis.call('ZREM', leases_key, rid)
-    redis.call('HDEL', owner_key, rid)
-    redis.call('HDEL', req_key, rid)
-    acked = acked + 1
-  end
-end
-
-local bad = 0
-for i = 1, B do
-  local rid = ARGV[pos]; pos = pos + 1
-  if redis.call('HGET', owner_key, rid) == node then
+-- the lease of *rid* ends if it is still this node's, its request gone for good (its
+-- entry kept in the bad list if *set_aside*); whether it did
+local function end_lease(rid, set_aside)
+  if redis.call('HGET', owner_key, rid) ~= node then return false end
+  if set_aside then
     local entry = redis.call('HGET', req_key, rid)
     if entry then redis.call('RPUSH', bad_key, entry) end
-    redis.call('ZREM', leases_key, rid)
-    redis.call('HDEL', owner_key, rid)
-    redis.call('HDEL', req_key, rid)
-    bad = bad + 1
   end
+  redis.call('ZREM', leases_key, rid)
+  redis.call('HDEL', owner_key, rid)
+  redis.call('HDEL', req_key, rid)
+  return true
 end
+
+local acked, bad = 0, 0
+for i = pos, pos + A - 1 do
+  if end_lease(ARGV[i], false) then acked = acked + 1 end
+end
+for i = pos + A, pos + A + B - 1 do
+  if end_lease(ARGV[i], true) then bad = bad + 1 end
+end
+pos = pos + A + B
 
 local queued, waiting, dups, dup_idx = 0, 0, 0, {}
 local seq = tonumber(redis.call('HGET', counters_key, 'seq') or '0')
