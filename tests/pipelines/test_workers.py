@@ -204,7 +204,7 @@ def test_prune_forgets_only_consumers_without_pending_entries(
     sync_redis.xgroup_createconsumer(keys.items, "items", "me")
     time.sleep(0.05)
     prune = sync_redis.register_script(script_source("items_prune"))
-    gone = prune(keys=[keys.items], args=["items", 10, "me"])
+    gone = prune(keys=keys.for_items_prune(), args=["items", 10, "me"])
     assert gone == [b"idle"]
     names = {c["name"] for c in sync_redis.xinfo_consumers(keys.items, "items")}
     assert names == {b"holder", b"me"}

@@ -1,8 +1,9 @@
 """The fleet's proxy pool, shared by every node and job through Redis (keys
-``<prefix>:{proxies}:*``, one hash slot): each proxy's uses, failures and bans, a
-cool-down after a failure, eviction after failures in a row, a per-site ban that keeps a
-proxy away from the site that banned it (and only from that one), and retirement after
-a set number of uses. A proxy that left the pool is never taken back by a refill.
+``<prefix>:{proxies}:*``, one hash slot: crawlfleet.redis.keys.ProxyKeys): each proxy's
+uses, failures and bans, a cool-down after a failure, eviction after failures in a row,
+a per-site ban that keeps a proxy away from the site that banned it (and only from that
+one), and retirement after a set number of uses. A proxy that left the pool is never
+taken back by a refill.
 
 Sources (``CRAWLFLEET_PROXIES``): a list of proxy URLs, a file (``@path`` or an existing
 path: one URL a line, ``#`` comments), or a provider's HTTP endpoint
@@ -27,6 +28,7 @@ from redis.asyncio import Redis
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.records import text
 from crawlfleet.redis.connection import redact
+from crawlfleet.redis.keys import ProxyKeys
 from crawlfleet.redis.scripts import script_source
 
 __all__ = ["PickedProxy", "ProxyPool", "ProxySources", "parse_sources", "proxy_id", "shown"]
@@ -158,10 +160,7 @@ class ProxyPool:
 
     def __init__(self, client: Redis, prefix: str) -> None:
         self.client = client
-        base = f"{prefix}:{{proxies}}"
-        self.all, self.live, self.cool = f"{base}:all", f"{base}:live", f"{base}:cool"
-        self.bans, self.gone, self.stats = f"{base}:bans", f"{base}:gone", f"{base}:stats"
-        self.refill_lock = f"{base}:refill"
+        self.keys = ProxyKeys.of(prefix)
         self._pick = client.register_script(script_source("proxy_pick"))
         self._report = client.register_script(script_source("proxy_report"))
         self._add = client.register_script(script_source("proxy_add"))
@@ -169,18 +168,17 @@ class ProxyPool:
     async def add(self, urls: Sequence[str]) -> tuple[int, int]:
         """Add *urls* (those that never left the pool): (added, pool size)."""
         if not urls:
-            return 0, int(await self.client.zcard(self.live))
+            return 0, int(await self.client.zcard(self.keys.live))
         args: list[str] = []
         for url in urls:
             args += [proxy_id(url), url]
-        added, size = await self._add(keys=[self.all, self.live, self.gone], args=args)
+        added, size = await self._add(keys=self.keys.for_proxy_add(), args=args)
         return int(added), int(size)
 
     async def pick(self, site: str, *, max_uses: int) -> PickedProxy | None:
         """The least used proxy that may serve *site* now (its use counted), or None."""
         pid, url, uses, left = await self._pick(
-            keys=[self.all, self.live, self.cool, self.bans, self.gone],
-            args=[site, max_uses, PAGE],
+            keys=self.keys.for_proxy_pick(), args=[site, max_uses, PAGE]
         )
         if not pid:
             return None
@@ -199,7 +197,7 @@ class ProxyPool:
         """Record *outcome* ("ok", "dead", "fail", "ban": see proxy_report.lua) of a
         request through proxy *pid*."""
         result = await self._report(
-            keys=[self.live, self.cool, self.bans, self.gone, self.stats],
+            keys=self.keys.for_proxy_report(),
             args=[pid, outcome, site, cool_ms, max_failures, ban_ms],
         )
         return text(result)
@@ -209,32 +207,32 @@ class ProxyPool:
         ids = [w if "://" not in w else proxy_id(w) for w in which]
         removed = 0
         for pid in ids:
-            if await self.client.hexists(self.all, pid):
+            if await self.client.hexists(self.keys.all, pid):
                 async with self.client.pipeline(transaction=True) as pipe:
-                    pipe.zrem(self.live, pid)
-                    pipe.zrem(self.cool, pid)
-                    pipe.hset(self.gone, pid, "removed")
+                    pipe.zrem(self.keys.live, pid)
+                    pipe.zrem(self.keys.cool, pid)
+                    pipe.hset(self.keys.gone, pid, "removed")
                     await pipe.execute()
                 removed += 1
         return removed
 
     async def size(self) -> int:
-        return int(await self.client.zcard(self.live))
+        return int(await self.client.zcard(self.keys.live))
 
     async def may_refill(self) -> bool:
         """Whether this node is the one to ask the provider now (one node per
         ``REFILL_EVERY_MS`` fleet-wide)."""
-        return bool(await self.client.set(self.refill_lock, b"1", nx=True, px=REFILL_EVERY_MS))
+        return bool(await self.client.set(self.keys.refill, b"1", nx=True, px=REFILL_EVERY_MS))
 
     async def status(self) -> list[dict[str, Any]]:
         """Every proxy known to the pool: its URL (redacted), state, uses, ok, failures,
         bans, for ``crawlfleet proxies`` and the manager."""
-        urls = {text(k): text(v) for k, v in (await self.client.hgetall(self.all)).items()}
-        scored: list[Any] = list(await self.client.zrange(self.live, 0, -1, withscores=True))
+        urls = {text(k): text(v) for k, v in (await self.client.hgetall(self.keys.all)).items()}
+        scored: list[Any] = list(await self.client.zrange(self.keys.live, 0, -1, withscores=True))
         live = {text(pair[0]): int(pair[1]) for pair in scored}
-        cool = {text(k) for k in await self.client.zrange(self.cool, 0, -1)}
-        gone = {text(k): text(v) for k, v in (await self.client.hgetall(self.gone)).items()}
-        stats = {text(k): int(v) for k, v in (await self.client.hgetall(self.stats)).items()}
+        cool = {text(k) for k in await self.client.zrange(self.keys.cool, 0, -1)}
+        gone = {text(k): text(v) for k, v in (await self.client.hgetall(self.keys.gone)).items()}
+        stats = {text(k): int(v) for k, v in (await self.client.hgetall(self.keys.stats)).items()}
         out = []
         for pid, url in sorted(urls.items(), key=lambda kv: shown(kv[1])):
             state = "cooling" if pid in cool else "live" if pid in live else gone.get(pid, "?")

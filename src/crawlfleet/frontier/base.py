@@ -14,11 +14,18 @@ in part: the caller sends only the rest again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from crawlfleet.frontier.records import CommitResult, JobState, LeaseResult, Outgoing, SeedBatch
+from crawlfleet.frontier.records import (
+    CommitResult,
+    JobState,
+    LeaseOptions,
+    LeaseResult,
+    Outgoing,
+    SeedBatch,
+)
 
 __all__ = ["FrontierBackend", "PartialCommit"]
 
@@ -82,25 +89,11 @@ class FrontierBackend(Protocol):
         ...
 
     async def lease(
-        self,
-        node: str,
-        n: int,
-        sites: Sequence[str],
-        *,
-        lease_ms: int,
-        per_site: int,
-        offer_size: int,
-        intervals: Sequence[int] | None = None,
-        budgets: Sequence[str] | None = None,
-        late: Sequence[int] | None = None,
-        backoff_half_life_ms: int = 30_000,
-        robots_probe_ms: int = 0,
-        horizon_us: int = 1_000_000,
-        late_share: float = 0.0125,
-        max_slots: int | None = None,
+        self, node: str, n: int, sites: Sequence[str], **options: Unpack[LeaseOptions]
     ) -> LeaseResult:
-        """Lease up to *n* requests of *sites* to *node* until *lease_ms* from now;
-        rate-limited sites (interval > 0) get a send time per request."""
+        """Lease up to *n* requests of *sites* to *node*, as *options* say
+        (:class:`~crawlfleet.frontier.records.LeaseOptions`); rate-limited sites
+        (interval > 0) get a send time per request."""
         ...
 
     async def heartbeat(

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -27,13 +27,16 @@ from crawlfleet.frontier.records import (
     CommitResult,
     JobState,
     Leased,
+    LeaseOptions,
     LeaseResult,
     Outgoing,
+    Pacing,
     SeedBatch,
     SeenConfig,
     backoff_left,
     counter_value,
     entry_fault,
+    offered_sites,
     parse_throttle,
     printable,
     split_entry,
@@ -117,14 +120,12 @@ class Frontier:
     # -- seen-filter keys ----------------------------------------------------------------
     async def _seen_keys(self) -> tuple[list[str], list[Any]]:
         if self.seen.mode == "exact":
-            return [self.keys.seen], []
+            return self.keys.seen_filter("exact"), []
         if self._bloom_layers is None:
             raw = await self.client.hget(self.keys.bloom, "layers")
             self.round_trips += 1
             self._bloom_layers = int(raw or 0)
-        n = self._bloom_layers
-        layers = range(1, n + 1 + BLOOM_SPARES)
-        keys = [self.keys.bloom] + [self.keys.bloom_layer(i) for i in layers]
+        keys = self.keys.seen_filter("bloom", self._bloom_layers + BLOOM_SPARES)
         s = self.seen
         return keys, [
             s.bloom_capacity,
@@ -173,10 +174,9 @@ class Frontier:
             qi = qindex.setdefault(r.site, len(qindex) + 1)
             prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
             tail += [r.fp, qi, r.site, prio, r.payload, max(0, int(r.delay_ms))]
-        queue_keys = [key for site in qindex for key in k.site_queues(site)]
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
-            keys = [k.sites, k.req, k.leases, k.owner, k.counters, k.bad, *seen_keys, *queue_keys]
+            keys = k.for_commit(seen_keys, qindex)
             args = [
                 node,
                 len(seen_keys),
@@ -208,95 +208,49 @@ class Frontier:
         )
 
     async def lease(
-        self,
-        node: str,
-        n: int,
-        sites: Sequence[str],
-        *,
-        lease_ms: int,
-        per_site: int,
-        offer_size: int,
-        intervals: Sequence[int] | None = None,
-        budgets: Sequence[str] | None = None,
-        late: Sequence[int] | None = None,
-        backoff_half_life_ms: int = 30_000,
-        robots_probe_ms: int = 0,
-        horizon_us: int = 1_000_000,
-        late_share: float = 0.0125,
-        max_slots: int | None = None,
+        self, node: str, n: int, sites: Sequence[str], **options: Unpack[LeaseOptions]
     ) -> LeaseResult:
-        """Lease up to *n* requests from *sites* (least recently served first).
-
-        *intervals*: per site, the time (µs) between its slots across the cluster (0 or
-        absent: no rate limit); a site's robots.txt Crawl-delay and its adaptive
-        back-off (see :meth:`backoff`) widen it. A request of a paced site comes with
-        its slot (``Leased.slot_us``), at most *horizon_us* ahead, and how late it may
-        be sent (``Leased.late_us``: *late* of its site, or *late_share* of a widened
-        interval); at most *max_slots* per site (default *per_site*). *budgets*: per
-        site, the name of the budget it is paced in (default: the site itself; a scope
-        adds to it, see :mod:`crawlfleet.frontier.limits`). *robots_probe_ms* > 0 (the
-        node obeys robots.txt): a site whose robots.txt is not known yet gives one
-        request per that long, until :meth:`set_robots` records it."""
+        """Lease up to *n* requests from *sites* (least recently served first), as
+        *options* say (:class:`~crawlfleet.frontier.records.LeaseOptions`): one script on
+        one Redis; on a Redis Cluster, where the fleet's pacing keys are in a slot of
+        their own, two or three (:meth:`_lease_paced`)."""
         k = self.keys
-        gaps = list(intervals) if intervals is not None else [0] * len(sites)
-        names = list(budgets) if budgets is not None else list(sites)
-        lateness = list(late) if late is not None else [0] * len(sites)
+        p = Pacing.of(options)
         pacing: list[Any] = [
-            backoff_half_life_ms,
-            robots_probe_ms,
-            horizon_us,
-            repr(float(late_share)),
-            per_site if max_slots is None else max_slots,
+            p.backoff_half_life_ms,
+            p.robots_probe_ms,
+            p.horizon_us,
+            repr(float(p.late_share)),
+            p.max_slots,
         ]
-        offered: list[Any] = []
-        for site, gap, budget, tolerance in zip(sites, gaps, names, lateness, strict=True):
-            offered += [site, gap, budget, tolerance]
+        offered: list[Any] = [value for site in offered_sites(sites, options) for value in site]
         if self.cluster:
-            return await self._lease_paced(
-                node, n, sites, lease_ms, per_site, offer_size, [*pacing, *offered]
-            )
-        keys = [
-            k.sites,
-            k.req,
-            k.leases,
-            k.owner,
-            k.counters,
-            k.fleet.pace,
-            k.fleet.throttle,
-            *(key for s in sites for key in k.site_queues(s)),
-        ]
-        args: list[Any] = [node, lease_ms, n, per_site, offer_size, *pacing, *offered]
+            return await self._lease_paced(node, n, sites, options, [*pacing, *offered])
+        per_site, offer_size = options["per_site"], options["offer_size"]
+        args: list[Any] = [node, options["lease_ms"], n, per_site, offer_size, *pacing, *offered]
         self.round_trips += 1
         now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
-            "lease", keys, args
+            "lease", k.for_lease(sites), args
         )
         return _lease_result(k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def _lease_paced(
-        self,
-        node: str,
-        n: int,
-        sites: Sequence[str],
-        lease_ms: int,
-        per_site: int,
-        offer_size: int,
-        pace_args: list[Any],
+        self, node: str, n: int, sites: Sequence[str], options: LeaseOptions, pace_args: list[Any]
     ) -> LeaseResult:
         """A lease on a Redis Cluster: reserve the sites' slots in the fleet's slot
         (pace.lua), take the requests in the job's (lease_paced.lua), give back the
         slots left unfilled (pace_return.lua)."""
         k = self.keys
-        polite = [k.fleet.pace, k.fleet.throttle]
         self.round_trips += 1
-        now, paced, ready_in, ended = await self.scripts("pace", polite, [n, per_site, *pace_args])
-        args: list[Any] = [node, lease_ms, offer_size]
+        now, paced, ready_in, ended = await self.scripts(
+            "pace", k.fleet.for_pace(), [n, options["per_site"], *pace_args]
+        )
+        args: list[Any] = [node, options["lease_ms"], options["offer_size"]]
         for site, (take, first, interval, late, *_rest) in zip(sites, paced, strict=True):
             args += [site, take, first, interval, late]
-        keys = [k.sites, k.req, k.leases, k.owner, k.counters]
-        keys += [key for s in sites for key in k.site_queues(s)]
         self.round_trips += 1
         flat, taken, offer, queued, leased, control_seq = await self.scripts(
-            "lease_paced", keys, args
+            "lease_paced", k.for_lease_paced(sites), args
         )
         unused: list[Any] = []
         for site, reserved, got in zip(sites, paced, taken, strict=True):
@@ -312,7 +266,7 @@ class Frontier:
             self.round_trips += 1
             # failing, the slots stay lost to the budget; what was leased is the node's
             with contextlib.suppress(*REDIS_ERRORS):
-                await self.scripts("pace_return", polite, unused)
+                await self.scripts("pace_return", k.fleet.for_pace_return(), unused)
         return _lease_result(k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended)
 
     async def peek(self, size: int) -> LeaseResult:
@@ -409,7 +363,7 @@ class Frontier:
 
     async def _throttle_call(self, args: list[Any]) -> dict[str, int]:
         self.round_trips += 1
-        flat = await self.scripts("throttle", [self.keys.fleet.throttle], args)
+        flat = await self.scripts("throttle", self.keys.fleet.for_throttle(), args)
         return {text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     async def read_throttle(self) -> dict[str, dict[str, int]]:
@@ -448,18 +402,8 @@ class Frontier:
             args += [rid, qi]
         if len(args) == 3:
             return 0
-        keys = [
-            k.sites,
-            k.req,
-            k.leases,
-            k.owner,
-            k.counters,
-            k.nodes,
-            k.bad,
-            *(key for s in qindex for key in k.site_queues(s)),
-        ]
         self.round_trips += 1
-        back, waited, set_aside = await self.scripts("requeue", keys, args)
+        back, waited, set_aside = await self.scripts("requeue", k.for_requeue(qindex), args)
         for i in range(0, len(set_aside), 2):
             logger.error(
                 "Malformed frontier entry %s in %s set aside to %s (job %s): %s",
@@ -476,13 +420,8 @@ class Frontier:
         """Return leases past their deadline, and every lease of a node that missed its
         heartbeats, to their queues; the number returned. Nothing, for *grace_ms* after
         the whole fleet was silent (a Redis outage or hang: live nodes renew first)."""
-        k = self.keys
         self.round_trips += 1
-        flat = await self.scripts(
-            "expired",
-            [k.leases, k.req, k.nodes, k.owner, k.reaped, k.counters],
-            [limit, grace_ms, WAITING],
-        )
+        flat = await self.scripts("expired", self.keys.for_expired(), [limit, grace_ms, WAITING])
         pairs = [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
         return await self._requeue("expired", "", pairs)
 
@@ -505,19 +444,8 @@ class Frontier:
         *status* "leaving" removes the node from the registry. Without *fleet*, the
         fleet's limits are not read (``fleet_limits`` empty: a shard other than 0)."""
         k = self.keys
-        keys = [
-            k.nodes,
-            k.nodeinfo,
-            k.busy,
-            k.leases,
-            k.owner,
-            k.counters,
-            k.limits,
-            k.reaped,
-            k.control,
-        ]
-        if fleet and not self.cluster:  # in another slot on a cluster: read apart
-            keys.append(k.fleet.limits)
+        # the fleet's limits are in another slot on a cluster: read apart
+        keys = k.for_heartbeat(fleet_limits=fleet and not self.cluster)
         self.round_trips += 1
         reply = await self.scripts(
             "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
@@ -546,10 +474,9 @@ class Frontier:
         stored = encode_command(kind, value)
         if not scope or any(c in scope for c in ": \t\r\n"):
             raise ConfigError(f"node id {scope!r} is not valid (no colon or whitespace)")
-        k = self.keys
         self.round_trips += 1
         return int(
-            await self.scripts("control", [k.control, k.counters], [f"{scope}:{kind}", stored])
+            await self.scripts("control", self.keys.for_control(), [f"{scope}:{kind}", stored])
         )
 
     async def node_statuses(self) -> dict[str, dict[str, Any]]:
@@ -560,9 +487,10 @@ class Frontier:
     async def read_seeds(self, key: str, n: int, node: str, lock_ms: int) -> SeedBatch:
         """Up to *n* entries of the seed key *key*, left in place; *node* reads the key
         alone until :meth:`done_seeds` or for *lock_ms*."""
-        keys = seed_keys(key)
         self.round_trips += 1
-        reply = await self.scripts("seeds_read", [keys.seed, keys.reader], [node, n, lock_ms])
+        reply = await self.scripts(
+            "seeds_read", seed_keys(key).for_seeds_read(), [node, n, lock_ms]
+        )
         entries = [e if isinstance(e, bytes) else str(e).encode() for e in reply[2:]]
         return SeedBatch(text(reply[0]), int(reply[1]), entries)
 
@@ -570,12 +498,11 @@ class Frontier:
         self, key: str, node: str, batch: SeedBatch, unreadable: Sequence[bytes] = ()
     ) -> int:
         """Remove *batch* (queued by *node*) from *key*, set *unreadable* aside."""
-        keys = seed_keys(key)
         self.round_trips += 1
         return int(
             await self.scripts(
                 "seeds_done",
-                [keys.seed, keys.reader, keys.unreadable],
+                seed_keys(key).for_seeds_done(),
                 [node, batch.kind, len(batch.entries), *batch.entries, *unreadable],
             )
         )
@@ -612,7 +539,7 @@ class Frontier:
         """Register *node* as alive for *ttl_ms* unless other nodes are alive on the
         job (one step): those nodes, else [] (registered)."""
         self.round_trips += 1
-        reply = await self.scripts("join_alone", [self.keys.nodes], [node, ttl_ms])
+        reply = await self.scripts("join_alone", self.keys.for_join_alone(), [node, ttl_ms])
         return [text(n) for n in reply]
 
     async def reset(self, *, keep_limits: bool = False, keep_nodes: bool = False) -> int:

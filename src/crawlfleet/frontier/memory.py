@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.control import control_fields, desired, encode_command
@@ -26,9 +26,12 @@ from crawlfleet.frontier.records import (
     CommitResult,
     JobState,
     Leased,
+    LeaseOptions,
     LeaseResult,
     Outgoing,
+    Pacing,
     SeedBatch,
+    offered_sites,
 )
 from crawlfleet.redis.keys import seed_keys
 
@@ -190,48 +193,31 @@ class MemoryFrontier:
 
     # -- leasing -----------------------------------------------------------------------
     async def lease(
-        self,
-        node: str,
-        n: int,
-        sites: Sequence[str],
-        *,
-        lease_ms: int,
-        per_site: int,
-        offer_size: int,
-        intervals: Sequence[int] | None = None,
-        budgets: Sequence[str] | None = None,
-        late: Sequence[int] | None = None,
-        backoff_half_life_ms: int = 30_000,
-        robots_probe_ms: int = 0,
-        horizon_us: int = 1_000_000,
-        late_share: float = 0.0125,
-        max_slots: int | None = None,
+        self, node: str, n: int, sites: Sequence[str], **options: Unpack[LeaseOptions]
     ) -> LeaseResult:
         self.round_trips += 1
         j, f = self._job, self._fleet
+        p = Pacing.of(options)
+        lease_ms, per_site = options["lease_ms"], options["per_site"]
         now = _now_us()
         now_ms = now // 1000
-        gaps = list(intervals) if intervals is not None else [0] * len(sites)
-        names = list(budgets) if budgets is not None else list(sites)
-        lates = list(late) if late is not None else [0] * len(sites)
-        most_slots = per_site if max_slots is None else max_slots
         out: list[Leased] = []
         ready_in = -1
         ended: list[str] = []
-        for site, configured, budget, site_late in zip(sites, gaps, names, lates, strict=False):
+        for site, configured, budget, site_late in offered_sites(sites, options):
             if len(out) >= n:
                 break
-            left, _at, _cause = self._backoff_left(site, now_ms, backoff_half_life_ms)
+            left, _at, _cause = self._backoff_left(site, now_ms, p.backoff_half_life_ms)
             if site in f.backoffs and left < BACKOFF_OVER_MS:
                 del f.backoffs[site]
                 ended.append(site)
                 left = 0.0
             robots = f.robots.get(site)
-            probing = robots_probe_ms > 0 and robots is None
+            probing = p.robots_probe_ms > 0 and robots is None
             delay_ms, known_ms = robots if robots is not None else (0, 0)
             interval = max(configured, delay_ms * 1000, int(left) * 1000)
             if interval > configured:
-                site_late = max(site_late, int(interval * late_share))
+                site_late = max(site_late, int(interval * p.late_share))
                 budget = budget.split("|job=", 1)[0]  # the site's delay holds for every job
             take = min(per_site, n - len(out))
             first = now
@@ -249,12 +235,12 @@ class MemoryFrontier:
                     first = max(now, last + interval)
                 if robots is not None:
                     first = max(first, known_ms * 1000 + interval)
-                if first > now + horizon_us:
-                    wait = first - now - horizon_us
+                if first > now + p.horizon_us:
+                    wait = first - now - p.horizon_us
                     ready_in = wait if ready_in < 0 else min(ready_in, wait)
                     take = 0
                 else:
-                    take = min(take, most_slots, (now + horizon_us - first) // interval + 1)
+                    take = min(take, p.max_slots, (now + p.horizon_us - first) // interval + 1)
             if take <= 0 or site not in j.sites:
                 continue
             queue = j.queues.get(site, [])
@@ -283,13 +269,13 @@ class MemoryFrontier:
             if got and interval > 0 and not probing:
                 f.pace[budget] = first + (got - 1) * interval
             if got and probing:
-                f.probes[site] = now_ms + robots_probe_ms
+                f.probes[site] = now_ms + p.robots_probe_ms
         self._count("leased", len(out))
         self._count("leased_total", len(out))
         return LeaseResult(
             now,
             out,
-            self._offer(offer_size),
+            self._offer(options["offer_size"]),
             j.counters.get("queued", 0),
             len(j.leases),
             ready_in,

@@ -5,9 +5,9 @@ and the decoding of the job's hash fields, apart from the client that moves them
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from crawlfleet.frontier.control import Desired
 
@@ -20,14 +20,17 @@ __all__ = [
     "WAITING",
     "CommitResult",
     "JobState",
+    "LeaseOptions",
     "LeaseResult",
     "Leased",
     "Outgoing",
+    "Pacing",
     "SeedBatch",
     "SeenConfig",
     "backoff_left",
     "counter_value",
     "entry_fault",
+    "offered_sites",
     "parse_throttle",
     "printable",
     "split_entry",
@@ -114,6 +117,74 @@ class CommitResult:
     #: the duplicates the node found itself that this commit counted (0 when its epoch
     #: was not the job's)
     known_counted: int = 0
+
+
+class LeaseOptions(TypedDict, total=False):
+    """How a lease is made: the keyword arguments of every frontier's ``lease(node, n,
+    sites, **options)``. Of the offered *sites*, least recently served first, up to *n*
+    requests are leased to *node* until *lease_ms* from now, at most *per_site* of a
+    site; the reply offers up to *offer_size* sites for the next lease.
+
+    *intervals*: per site, the time (µs) between its slots across the cluster (0 or
+    absent: no rate limit); a site's robots.txt Crawl-delay and its adaptive back-off
+    (halving every *backoff_half_life_ms*) widen it. A request of a paced site comes with
+    its slot (``Leased.slot_us``), at most *horizon_us* ahead, and how late it may be
+    sent (``Leased.late_us``: *late* of its site, or *late_share* of a widened
+    interval); at most *max_slots* per site (None: *per_site*). *budgets*: per site, the
+    name of the budget it is paced in (absent: the site itself; a scope adds to it, see
+    :mod:`crawlfleet.frontier.limits`). *robots_probe_ms* > 0 (the node obeys
+    robots.txt): a site whose robots.txt is not known yet gives one request per that
+    long, until ``set_robots`` records it. Defaults: :meth:`Pacing.of` and
+    :func:`offered_sites`."""
+
+    lease_ms: Required[int]
+    per_site: Required[int]
+    offer_size: Required[int]
+    intervals: Sequence[int] | None
+    budgets: Sequence[str] | None
+    late: Sequence[int] | None
+    backoff_half_life_ms: int
+    robots_probe_ms: int
+    horizon_us: int
+    late_share: float
+    max_slots: int | None
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """The pacing of a lease, its defaults filled in (see :class:`LeaseOptions`)."""
+
+    backoff_half_life_ms: int
+    robots_probe_ms: int
+    horizon_us: int
+    late_share: float
+    max_slots: int
+
+    @classmethod
+    def of(cls, options: LeaseOptions) -> Pacing:
+        max_slots = options.get("max_slots")
+        return cls(
+            options.get("backoff_half_life_ms", 30_000),
+            options.get("robots_probe_ms", 0),
+            options.get("horizon_us", 1_000_000),
+            options.get("late_share", 0.0125),
+            options["per_site"] if max_slots is None else max_slots,
+        )
+
+
+def offered_sites(sites: Sequence[str], options: LeaseOptions) -> list[tuple[str, int, str, int]]:
+    """(site, interval µs, budget, late µs) of each offered site, as *options* give them
+    (absent: no rate limit, the site's own budget, not late)."""
+    intervals, budgets, late = options.get("intervals"), options.get("budgets"), options.get("late")
+    return list(
+        zip(
+            sites,
+            [0] * len(sites) if intervals is None else intervals,
+            sites if budgets is None else budgets,
+            [0] * len(sites) if late is None else late,
+            strict=True,
+        )
+    )
 
 
 @dataclass(frozen=True)

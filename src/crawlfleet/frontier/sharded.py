@@ -37,7 +37,7 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Container, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from redis.asyncio import Redis
 
@@ -48,6 +48,7 @@ from crawlfleet.frontier.records import (
     MAX_SHARDS,
     CommitResult,
     JobState,
+    LeaseOptions,
     LeaseResult,
     Outgoing,
     SeedBatch,
@@ -85,6 +86,17 @@ def interleave(lists: Sequence[Sequence[str]], size: int) -> list[str]:
                 if len(out) >= size:
                     return out
     return out
+
+
+def _of_group(options: LeaseOptions, group: list[int]) -> LeaseOptions:
+    """*options* of a lease of the offered sites at the indexes *group* only (their
+    per-site values)."""
+    part = options.copy()
+    intervals, budgets, late = options.get("intervals"), options.get("budgets"), options.get("late")
+    part["intervals"] = None if intervals is None else [intervals[i] for i in group]
+    part["budgets"] = None if budgets is None else [budgets[i] for i in group]
+    part["late"] = None if late is None else [late[i] for i in group]
+    return part
 
 
 def _shares(n: int, sizes: Sequence[int]) -> list[int]:
@@ -429,18 +441,7 @@ class JobFrontier:
         return view.offer(self._rotation(len(parts)), size, now)
 
     async def lease(
-        self,
-        node: str,
-        n: int,
-        sites: Sequence[str],
-        *,
-        lease_ms: int,
-        per_site: int,
-        offer_size: int,
-        intervals: Sequence[int] | None = None,
-        budgets: Sequence[str] | None = None,
-        late: Sequence[int] | None = None,
-        **pacing: Any,
+        self, node: str, n: int, sites: Sequence[str], **options: Unpack[LeaseOptions]
     ) -> LeaseResult:
         """As :meth:`Frontier.lease`, from the shards of *sites* at once (each for its
         share of *n*), while PEEKS_PER_LEASE other shards, in turn, tell their next
@@ -452,18 +453,7 @@ class JobFrontier:
         tried may be ready (lease again), else when the first known one is."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
-            return await self.home.lease(
-                node,
-                n,
-                sites,
-                lease_ms=lease_ms,
-                per_site=per_site,
-                offer_size=offer_size,
-                intervals=intervals,
-                budgets=budgets,
-                late=late,
-                **pacing,
-            )
+            return await self.home.lease(node, n, sites, **options)
         count = len(parts)
         groups: dict[int, list[int]] = {}  # shards in the order the offer names them
         for i, site in enumerate(sites):
@@ -474,24 +464,13 @@ class JobFrontier:
         if 0 not in asked and 0 not in peeked:
             peeked.append(0)  # the job's control sequence is shard 0's
 
-        def pick(values: Sequence[Any] | None, group: list[int]) -> list[Any] | None:
-            return None if values is None else [values[i] for i in group]
-
         calls: list[Awaitable[LeaseResult]] = [
             parts[s].lease(
-                node,
-                shares[s],
-                [sites[i] for i in groups[s]],
-                lease_ms=lease_ms,
-                per_site=per_site,
-                offer_size=offer_size,
-                intervals=pick(intervals, groups[s]),
-                budgets=pick(budgets, groups[s]),
-                late=pick(late, groups[s]),
-                **pacing,
+                node, shares[s], [sites[i] for i in groups[s]], **_of_group(options, groups[s])
             )
             for s in asked
         ]
+        offer_size = options["offer_size"]
         calls += [parts[s].peek(offer_size) for s in peeked]
         outcomes = await asyncio.gather(*calls, return_exceptions=True)
         now = time.monotonic()

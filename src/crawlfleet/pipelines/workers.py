@@ -276,7 +276,7 @@ class ItemWorker:
 
     async def _prune(self) -> None:
         gone = await self._prune_script(
-            keys=[self.keys.items],
+            keys=self.keys.for_items_prune(),
             args=[
                 self.options.group,
                 int(max(_PRUNE_IDLE_SECONDS, self.options.claim_idle_seconds * 2) * 1000),
@@ -351,7 +351,7 @@ class ItemWorker:
             args += [entry_id, reason]
         try:
             acked, moved, deleted = await self._done_script(
-                keys=[self.keys.items, self.keys.items_dead], args=args
+                keys=self.keys.for_items_done(), args=args
             )
         except RedisError:
             self._own_pending = True  # stored but maybe not acknowledged: read them again

@@ -78,16 +78,40 @@ outside this schema. Two keys of crawlfleet's sit in its hash slot (see
     <seed key>:crawlfleet:unreadable   list   entries no request could be made from
 
 (with ``{<seed key>}`` in place of ``<seed key>`` when the key has no hash tag of its own).
+
+The fleet's proxy pool (crawlfleet.fleet.proxies), every job's, under the hash tag
+``{proxies}``::
+
+    <prefix>:{proxies}:all             hash   proxy id -> proxy URL (credentials included:
+                                              never shown)
+    <prefix>:{proxies}:live            zset   proxy id -> uses so far: the pool
+    <prefix>:{proxies}:cool            zset   proxy id -> end of its rest after a failure
+                                              (ms, Redis clock)
+    <prefix>:{proxies}:bans            zset   "<site>|<proxy id>" -> end of the site's ban
+                                              (or rest) of the proxy (ms)
+    <prefix>:{proxies}:gone            hash   proxy id -> why it left the pool
+    <prefix>:{proxies}:stats           hash   "<id>:ok", "<id>:fail", ... -> counts (see
+                                              fleet/lua/proxy_report.lua)
+    <prefix>:{proxies}:refill          string lock: one node at a time asks the proxy
+                                              provider for more (expires)
+
+Each Lua script's KEYS are listed here too, by one method per script, named
+``for_<script>`` (``JobKeys.for_lease``, ``FleetKeys.for_pace``, ``SeedKeys.for_seeds_read``,
+``ProxyKeys.for_proxy_pick``, ...): the script's fixed keys in the order its Lua file
+names them at its top (``local sites_key, req_key = KEYS[1], KEYS[2]``), then the keys
+that vary with a call (the seen-filter's, each offered site's queues), as its header
+says. Callers pass that list as it is: no key list is built anywhere else.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 
 from redis.crc import key_slot
 
-__all__ = ["FleetKeys", "JobKeys", "SeedKeys", "jobs_key", "seed_keys", "shard_tag"]
+__all__ = ["FleetKeys", "JobKeys", "ProxyKeys", "SeedKeys", "jobs_key", "seed_keys", "shard_tag"]
 
 #: Hash slots of a Redis Cluster.
 SLOTS = 16384
@@ -108,6 +132,14 @@ class SeedKeys:
     reader: str
     #: entries set aside as unreadable
     unreadable: str
+
+    def for_seeds_read(self) -> list[str]:
+        """The KEYS of seeds_read.lua."""
+        return [self.seed, self.reader]
+
+    def for_seeds_done(self) -> list[str]:
+        """The KEYS of seeds_done.lua."""
+        return [self.seed, self.reader, self.unreadable]
 
 
 def _has_tag(key: str) -> bool:
@@ -145,6 +177,49 @@ class FleetKeys:
     @property
     def throttle(self) -> str:
         return f"{self.base}:throttle"
+
+    def for_pace(self) -> list[str]:
+        """The KEYS of pace.lua (a lease's first half on a Redis Cluster)."""
+        return [self.pace, self.throttle]
+
+    def for_pace_return(self) -> list[str]:
+        """The KEYS of pace_return.lua (the slots a lease could not fill given back)."""
+        return [self.pace, self.throttle]
+
+    def for_throttle(self) -> list[str]:
+        """The KEYS of throttle.lua."""
+        return [self.throttle]
+
+
+@dataclass(frozen=True)
+class ProxyKeys:
+    """The keys of the fleet's proxy pool, every job's (see the module docstring). Build
+    with ``ProxyKeys.of(prefix)``."""
+
+    all: str
+    live: str
+    cool: str
+    bans: str
+    gone: str
+    stats: str
+    refill: str
+
+    @classmethod
+    def of(cls, prefix: str) -> ProxyKeys:
+        base = f"{prefix}:{{proxies}}"
+        return cls(**{field.name: f"{base}:{field.name}" for field in fields(cls)})
+
+    def for_proxy_add(self) -> list[str]:
+        """The KEYS of proxy_add.lua."""
+        return [self.all, self.live, self.gone]
+
+    def for_proxy_pick(self) -> list[str]:
+        """The KEYS of proxy_pick.lua."""
+        return [self.all, self.live, self.cool, self.bans, self.gone]
+
+    def for_proxy_report(self) -> list[str]:
+        """The KEYS of proxy_report.lua."""
+        return [self.live, self.cool, self.bans, self.gone, self.stats]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -282,6 +357,74 @@ class JobKeys:
     @property
     def items_dead(self) -> str:
         return f"{self.base}:items:dead"
+
+    # -- each script's KEYS (see the module docstring) ------------------------------
+
+    def _queues(self, sites: Iterable[str]) -> list[str]:
+        """Each site's queue and FIFO list, in the order of *sites*: the last KEYS of
+        the scripts that queue or take requests."""
+        return [key for site in sites for key in self.site_queues(site)]
+
+    def _frontier(self) -> list[str]:
+        """The first KEYS of every script that moves requests between queues and
+        leases (commit, lease, lease_paced, requeue)."""
+        return [self.sites, self.req, self.leases, self.owner, self.counters]
+
+    def seen_filter(self, mode: str, layers: int = 0) -> list[str]:
+        """The seen-filter's keys as its Lua library takes them: mode "exact" the set;
+        mode "bloom" the meta hash, then layers 1 to *layers* (those in use and the
+        spares a call may fill)."""
+        if mode == "exact":
+            return [self.seen]
+        return [self.bloom, *(self.bloom_layer(i) for i in range(1, layers + 1))]
+
+    def for_commit(self, seen: Sequence[str], sites: Iterable[str]) -> list[str]:
+        """The KEYS of commit.lua: the seen-filter's keys *seen* (:meth:`seen_filter`),
+        then the queues of *sites*, the i-th site's at its 1-based index i."""
+        return [*self._frontier(), self.bad, *seen, *self._queues(sites)]
+
+    def for_lease(self, sites: Iterable[str]) -> list[str]:
+        """The KEYS of lease.lua (on one Redis: the fleet's pacing keys too), with the
+        queues of the offered *sites*."""
+        fleet = self.fleet
+        return [*self._frontier(), fleet.pace, fleet.throttle, *self._queues(sites)]
+
+    def for_lease_paced(self, sites: Iterable[str]) -> list[str]:
+        """The KEYS of lease_paced.lua (a lease's second half on a Redis Cluster), with
+        the queues of the offered *sites*."""
+        return [*self._frontier(), *self._queues(sites)]
+
+    def for_requeue(self, sites: Iterable[str]) -> list[str]:
+        """The KEYS of requeue.lua, with the queues of *sites*, the i-th site's at its
+        1-based index i."""
+        return [*self._frontier(), self.nodes, self.bad, *self._queues(sites)]
+
+    def for_expired(self) -> list[str]:
+        """The KEYS of expired.lua."""
+        return [self.leases, self.req, self.nodes, self.owner, self.reaped, self.counters]
+
+    def for_heartbeat(self, *, fleet_limits: bool) -> list[str]:
+        """The KEYS of heartbeat.lua; the fleet's run-time limits last if
+        *fleet_limits* (on one Redis: on a cluster they are in another slot)."""
+        node = [self.nodes, self.nodeinfo, self.busy, self.leases, self.owner]
+        job = [self.counters, self.limits, self.reaped, self.control]
+        return [*node, *job, *((self.fleet.limits,) if fleet_limits else ())]
+
+    def for_control(self) -> list[str]:
+        """The KEYS of control.lua."""
+        return [self.control, self.counters]
+
+    def for_join_alone(self) -> list[str]:
+        """The KEYS of join_alone.lua."""
+        return [self.nodes]
+
+    def for_items_done(self) -> list[str]:
+        """The KEYS of items_done.lua."""
+        return [self.items, self.items_dead]
+
+    def for_items_prune(self) -> list[str]:
+        """The KEYS of items_prune.lua."""
+        return [self.items]
 
     def fixed(self) -> list[str]:
         """Keys whose names do not depend on the job's contents (for reset)."""

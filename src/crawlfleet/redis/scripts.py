@@ -10,7 +10,10 @@ library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked 
 ``-- uses: entry`` prepends ``_entry.lua`` (reading a stored request's score and site),
 ``-- uses: counters`` prepends ``_counters.lua`` (the job's counters, robust to a value
 that is not a number), ``-- uses: pace`` and ``-- uses: pop`` the two halves of a lease
-(``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests).
+(``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests), and
+``-- uses: clock`` prepends ``_clock.lua`` (Redis's clock, read once per call: the only
+script piece that reads TIME). Libraries shared by scripts of several packages, such as
+the clock, live in ``crawlfleet/redis/lua/``, searched last.
 A script that uses ``counters`` is run wrapped: its body becomes a function, and the
 reply is ``{repairs, reply}`` (``{repairs, reply, gone}`` if it uses ``entry`` too);
 :class:`ScriptSet` logs each counter repaired (key, field, old and new value) and each
@@ -37,8 +40,14 @@ logger = logging.getLogger(__name__)
 SEEN_MODES = ("exact", "bloom")
 
 
-#: Packages whose ``lua/`` folder holds scripts, searched in this order.
-SCRIPT_PACKAGES = ("crawlfleet.frontier", "crawlfleet.pipelines", "crawlfleet.fleet")
+#: Packages whose ``lua/`` folder holds scripts and libraries, searched in this order
+#: (``crawlfleet.redis``: the libraries scripts of several packages share).
+SCRIPT_PACKAGES = (
+    "crawlfleet.frontier",
+    "crawlfleet.pipelines",
+    "crawlfleet.fleet",
+    "crawlfleet.redis",
+)
 
 
 def _read(name: str) -> str:
@@ -51,7 +60,7 @@ def _read(name: str) -> str:
 
 #: Libraries a script may name in its ``-- uses:`` header (besides "seen"), each
 #: prepended in turn: one that needs another comes before it here.
-LIBRARIES = ("pace", "pop", "backoff", "entry", "counters")
+LIBRARIES = ("pace", "pop", "backoff", "entry", "counters", "clock")
 
 
 def _uses(body: str) -> list[str]:

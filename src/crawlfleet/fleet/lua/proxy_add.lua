@@ -7,13 +7,14 @@
 -- ARGV pairs: proxy id, proxy URL
 -- Returns {proxies added, proxies in the pool}.
 
+local all_key, live_key, gone_key = KEYS[1], KEYS[2], KEYS[3]
 local added = 0
 for i = 1, #ARGV, 2 do
   local id, url = ARGV[i], ARGV[i + 1]
-  if redis.call('HEXISTS', KEYS[3], id) == 0 and redis.call('ZSCORE', KEYS[2], id) == false then
-    redis.call('HSET', KEYS[1], id, url)
-    redis.call('ZADD', KEYS[2], 0, id)
+  if redis.call('HEXISTS', gone_key, id) == 0 and redis.call('ZSCORE', live_key, id) == false then
+    redis.call('HSET', all_key, id, url)
+    redis.call('ZADD', live_key, 0, id)
     added = added + 1
   end
 end
-return {added, redis.call('ZCARD', KEYS[2])}
+return {added, redis.call('ZCARD', live_key)}

@@ -1,5 +1,6 @@
 -- proxy_pick: take the least used proxy of the fleet's pool that may serve a site now
 -- (not resting after a failure, not kept away from that site), counting the use.
+-- uses: clock
 --
 -- KEYS[1] all    hash  proxy id -> proxy URL (credentials included: never shown)
 -- KEYS[2] live   zset  proxy id -> uses so far (the pool: least used first)
@@ -12,25 +13,27 @@
 -- Returns {id, url, uses, proxies left in the pool}; id "" when none may serve the site
 -- now. A proxy that reaches its most uses leaves the pool ("used") with this use.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local all_key, live_key, cool_key, bans_key, gone_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = now_ms()
 local site, max_uses, page = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local size = redis.call('ZCARD', KEYS[2])
+redis.call('ZREMRANGEBYSCORE', cool_key, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', bans_key, '-inf', now)
+local size = redis.call('ZCARD', live_key)
 local start = 0
 while start < size do
-  local candidates = redis.call('ZRANGE', KEYS[2], start, start + page - 1)
+  local candidates = redis.call('ZRANGE', live_key, start, start + page - 1)
   for _, id in ipairs(candidates) do
-    if not redis.call('ZSCORE', KEYS[3], id) and not redis.call('ZSCORE', KEYS[4], site .. '|' .. id) then
-      local url = redis.call('HGET', KEYS[1], id)
+    if not redis.call('ZSCORE', cool_key, id)
+       and not redis.call('ZSCORE', bans_key, site .. '|' .. id) then
+      local url = redis.call('HGET', all_key, id)
       if url then
-        local uses = tonumber(redis.call('ZINCRBY', KEYS[2], 1, id))
+        local uses = tonumber(redis.call('ZINCRBY', live_key, 1, id))
         if max_uses > 0 and uses >= max_uses then
-          redis.call('ZREM', KEYS[2], id)
-          redis.call('HSET', KEYS[5], id, 'used')
+          redis.call('ZREM', live_key, id)
+          redis.call('HSET', gone_key, id, 'used')
         end
-        return {id, url, uses, redis.call('ZCARD', KEYS[2])}
+        return {id, url, uses, redis.call('ZCARD', live_key)}
       end
     end
   end

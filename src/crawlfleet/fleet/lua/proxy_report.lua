@@ -1,4 +1,5 @@
 -- proxy_report: what became of a request sent through a proxy.
+-- uses: clock
 --
 -- KEYS[1] live   zset  proxy id -> uses (see proxy_pick.lua)
 -- KEYS[2] cool   zset  proxy id -> end of its cool-down (ms)
@@ -21,40 +22,41 @@
 -- ARGV[6] how long (ms) a site's ban keeps the proxy away from that site
 -- Returns "ok", "cooling", "evicted", "banned" or "gone" (it had left the pool already).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live_key, cool_key, bans_key, gone_key, stats_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = now_ms()
 local id, outcome, site = ARGV[1], ARGV[2], ARGV[3]
 local cool_ms, max_fail, ban_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local pair = site .. '|' .. id
 if outcome == 'ok' then
-  redis.call('HINCRBY', KEYS[5], id .. ':ok', 1)
-  redis.call('HDEL', KEYS[5], id .. ':streak', pair .. ':streak')
+  redis.call('HINCRBY', stats_key, id .. ':ok', 1)
+  redis.call('HDEL', stats_key, id .. ':streak', pair .. ':streak')
   return 'ok'
 end
 if outcome == 'ban' then
-  redis.call('HINCRBY', KEYS[5], id .. ':ban', 1)
-  redis.call('HINCRBY', KEYS[5], pair .. ':ban', 1)
-  redis.call('ZADD', KEYS[3], now + ban_ms, pair)
+  redis.call('HINCRBY', stats_key, id .. ':ban', 1)
+  redis.call('HINCRBY', stats_key, pair .. ':ban', 1)
+  redis.call('ZADD', bans_key, now + ban_ms, pair)
   return 'banned'
 end
-redis.call('HINCRBY', KEYS[5], id .. ':fail', 1)
-if redis.call('HEXISTS', KEYS[4], id) == 1 then return 'gone' end
+redis.call('HINCRBY', stats_key, id .. ':fail', 1)
+if redis.call('HEXISTS', gone_key, id) == 1 then return 'gone' end
 if outcome == 'fail' then
-  local streak = redis.call('HINCRBY', KEYS[5], pair .. ':streak', 1)
+  local streak = redis.call('HINCRBY', stats_key, pair .. ':streak', 1)
   if streak >= max_fail then
-    redis.call('HDEL', KEYS[5], pair .. ':streak')
-    redis.call('ZADD', KEYS[3], now + ban_ms, pair)
+    redis.call('HDEL', stats_key, pair .. ':streak')
+    redis.call('ZADD', bans_key, now + ban_ms, pair)
     return 'banned'
   end
-  redis.call('ZADD', KEYS[3], now + cool_ms, pair)
+  redis.call('ZADD', bans_key, now + cool_ms, pair)
   return 'cooling'
 end
-local streak = redis.call('HINCRBY', KEYS[5], id .. ':streak', 1)
+local streak = redis.call('HINCRBY', stats_key, id .. ':streak', 1)
 if streak >= max_fail then
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('HSET', KEYS[4], id, 'failed')
+  redis.call('ZREM', live_key, id)
+  redis.call('ZREM', cool_key, id)
+  redis.call('HSET', gone_key, id, 'failed')
   return 'evicted'
 end
-redis.call('ZADD', KEYS[2], now + cool_ms, id)
+redis.call('ZADD', cool_key, now + cool_ms, id)
 return 'cooling'

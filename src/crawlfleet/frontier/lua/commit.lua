@@ -1,6 +1,6 @@
 -- commit: one batch from a node: acknowledge finished leases, set malformed entries
 -- aside, and queue new requests whose fingerprint the seen-filter has not seen.
--- uses: seen, counters
+-- uses: seen, counters, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
@@ -38,6 +38,8 @@
 -- An ack is applied only if the lease is still this node's (a reclaimed lease is
 -- left to its new holder or queue).
 
+local sites_key, req_key, leases_key, owner_key, counters_key, bad_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local node, waiting_holder = ARGV[1], ARGV[7]
 local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
                       tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -48,50 +50,46 @@ seen_init(seen_keys, seen_args)
 local qbase = 6 + S
 local pos = 10 + P
 
-local epoch = redis.call('HGET', KEYS[5], 'epoch')
+local epoch = redis.call('HGET', counters_key, 'epoch')
 if not epoch then
-  local t = redis.call('TIME')
-  epoch = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  redis.call('HSET', KEYS[5], 'epoch', epoch)
+  epoch = string.format('%.0f', now_us())
+  redis.call('HSET', counters_key, 'epoch', epoch)
 end
 local known = 0
 if ARGV[9] == epoch then known = tonumber(ARGV[8]) or 0 end
 
-local acked = 0
-for i = 1, A do
-  local rid = ARGV[pos]; pos = pos + 1
-  if redis.call('HGET', KEYS[4], rid) == node then
-    redis.call('ZREM', KEYS[3], rid)
-    redis.call('HDEL', KEYS[4], rid)
-    redis.call('HDEL', KEYS[2], rid)
-    acked = acked + 1
+-- the lease of *rid* ends if it is still this node's, its request gone for good (its
+-- entry kept in the bad list if *set_aside*); whether it did
+local function end_lease(rid, set_aside)
+  if redis.call('HGET', owner_key, rid) ~= node then return false end
+  if set_aside then
+    local entry = redis.call('HGET', req_key, rid)
+    if entry then redis.call('RPUSH', bad_key, entry) end
   end
+  redis.call('ZREM', leases_key, rid)
+  redis.call('HDEL', owner_key, rid)
+  redis.call('HDEL', req_key, rid)
+  return true
 end
 
-local bad = 0
-for i = 1, B do
-  local rid = ARGV[pos]; pos = pos + 1
-  if redis.call('HGET', KEYS[4], rid) == node then
-    local entry = redis.call('HGET', KEYS[2], rid)
-    if entry then redis.call('RPUSH', KEYS[6], entry) end
-    redis.call('ZREM', KEYS[3], rid)
-    redis.call('HDEL', KEYS[4], rid)
-    redis.call('HDEL', KEYS[2], rid)
-    bad = bad + 1
-  end
+local acked, bad = 0, 0
+for i = pos, pos + A - 1 do
+  if end_lease(ARGV[i], false) then acked = acked + 1 end
 end
+for i = pos + A, pos + A + B - 1 do
+  if end_lease(ARGV[i], true) then bad = bad + 1 end
+end
+pos = pos + A + B
 
 local queued, waiting, dups, dup_idx = 0, 0, 0, {}
-local now_ms = nil
-local seq = tonumber(redis.call('HGET', KEYS[5], 'seq') or '0')
+local seq = tonumber(redis.call('HGET', counters_key, 'seq') or '0')
 if not seq then
   -- unreadable (a hand edit, a bug): go on from Redis's clock in µs, far above any
   -- sequence used so far, so that no request id is given twice
-  local t = redis.call('TIME')
-  seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local was = redis.call('HGET', KEYS[5], 'seq')
-  redis.call('HSET', KEYS[5], 'seq', string.format('%.0f', seq))
-  note_repair(KEYS[5], 'seq', was, string.format('%.0f', seq))
+  seq = now_us()
+  local was = redis.call('HGET', counters_key, 'seq')
+  redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq))
+  note_repair(counters_key, 'seq', was, string.format('%.0f', seq))
 end
 for i = 1, R do
   local fp, qi, site, prio, payload = ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2],
@@ -108,22 +106,18 @@ for i = 1, R do
     if prio == 0 and delay <= 0 then
       -- the lean form: an item of the site's FIFO list, no req entry while queued
       redis.call('RPUSH', KEYS[qbase + 2 * qi], rid .. '\0' .. payload)
-      redis.call('ZADD', KEYS[1], 'NX', 0, site)
+      redis.call('ZADD', sites_key, 'NX', 0, site)
       queued = queued + 1
     else
-      redis.call('HSET', KEYS[2], rid,
+      redis.call('HSET', req_key, rid,
                  string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
       if delay > 0 then
-        if not now_ms then
-          local t = redis.call('TIME')
-          now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        redis.call('ZADD', KEYS[3], now_ms + delay, rid)
-        redis.call('HSET', KEYS[4], rid, waiting_holder)
+        redis.call('ZADD', leases_key, now_ms() + delay, rid)
+        redis.call('HSET', owner_key, rid, waiting_holder)
         waiting = waiting + 1
       else
         redis.call('ZADD', KEYS[qbase + 2 * qi - 1], score, rid)
-        redis.call('ZADD', KEYS[1], 'NX', 0, site)
+        redis.call('ZADD', sites_key, 'NX', 0, site)
         queued = queued + 1
       end
     end
@@ -131,18 +125,18 @@ for i = 1, R do
 end
 seen_finish()
 
-if R > 0 then redis.call('HSET', KEYS[5], 'seq', string.format('%.0f', seq)) end
+if R > 0 then redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq)) end
 if queued > 0 then
-  count(KEYS[5], 'queued', queued)
-  count(KEYS[5], 'enqueued', queued)
+  count(counters_key, 'queued', queued)
+  count(counters_key, 'enqueued', queued)
 end
 if waiting > 0 then
-  count(KEYS[5], 'leased', waiting)
-  count(KEYS[5], 'waiting', waiting)
-  count(KEYS[5], 'enqueued', waiting)
+  count(counters_key, 'leased', waiting)
+  count(counters_key, 'waiting', waiting)
+  count(counters_key, 'enqueued', waiting)
 end
-if dups + known > 0 then count(KEYS[5], 'duplicates', dups + known) end
-if acked + bad > 0 then count(KEYS[5], 'leased', -(acked + bad)) end
-if acked > 0 then count(KEYS[5], 'acked', acked) end
-if bad > 0 then count(KEYS[5], 'bad', bad) end
+if dups + known > 0 then count(counters_key, 'duplicates', dups + known) end
+if acked + bad > 0 then count(counters_key, 'leased', -(acked + bad)) end
+if acked > 0 then count(counters_key, 'acked', acked) end
+if bad > 0 then count(counters_key, 'bad', bad) end
 return {queued + waiting, dups, acked, dup_idx, seen_new_layers(), epoch, known}

@@ -1,5 +1,5 @@
 -- control: record a command for the nodes of a job (see frontier/control.py).
--- uses: counters
+-- uses: counters, clock
 --
 -- KEYS[1] control   hash  "<scope>:<kind>" -> JSON {"seq", "value", "at"}
 -- KEYS[2] counters  hash  (control_seq: the job's command sequence)
@@ -7,8 +7,8 @@
 --         "concurrency")    ARGV[2] value (validated by the caller)
 -- Returns the command's sequence number (nodes apply the newest of each kind).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local seq = count(KEYS[2], 'control_seq', 1)
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({seq = seq, value = ARGV[2], at = now}))
+local control_key, counters_key = KEYS[1], KEYS[2]
+local now = now_ms()
+local seq = count(counters_key, 'control_seq', 1)
+redis.call('HSET', control_key, ARGV[1], cjson.encode({seq = seq, value = ARGV[2], at = now}))
 return seq

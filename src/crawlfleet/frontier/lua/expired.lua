@@ -2,7 +2,7 @@
 -- dead nodes as reaped): leases past their deadline on the Redis clock, and every lease
 -- of a node that missed its heartbeats (it counts as dead: its registry time has passed),
 -- so that a crashed node's work comes back at once, not only at lease expiry.
--- uses: entry
+-- uses: entry, clock
 --
 -- KEYS[1] leases    zset  rid -> lease deadline (ms)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>"
@@ -24,10 +24,11 @@
 -- left alone. A dead node is marked reaped once all its leases were listed; it is
 -- looked at again only if it heartbeats again and then dies again.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local leases_key, req_key, nodes_key, owner_key, reaped_key, counters_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local now = now_ms()
 local limit = tonumber(ARGV[1])
-local resumed = tonumber(redis.call('HGET', KEYS[6], 'resumed_at') or '0') or 0
+local resumed = tonumber(redis.call('HGET', counters_key, 'resumed_at') or '0') or 0
 local in_grace = now - resumed < tonumber(ARGV[2])
 local waiting_holder = ARGV[3]
 local picked, out = {}, {}
@@ -35,31 +36,32 @@ local picked, out = {}, {}
 local function add(rid)
   if picked[rid] or #out >= 2 * limit then return end
   picked[rid] = true
-  local _, site = entry_parts(redis.call('HGET', KEYS[2], rid))
+  local _, site = entry_parts(redis.call('HGET', req_key, rid))
   out[#out + 1] = rid
   out[#out + 1] = site or ''
 end
 
-for _, rid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)) do
-  if not in_grace or redis.call('HGET', KEYS[4], rid) == waiting_holder then add(rid) end
+local due = redis.call('ZRANGEBYSCORE', leases_key, '-inf', '(' .. now, 'LIMIT', 0, limit)
+for _, rid in ipairs(due) do
+  if not in_grace or redis.call('HGET', owner_key, rid) == waiting_holder then add(rid) end
 end
 if in_grace then return out end
 
 local dead = {}
 local found = false
-for _, node in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. now)) do
-  if not redis.call('ZSCORE', KEYS[5], node) then
+for _, node in ipairs(redis.call('ZRANGEBYSCORE', nodes_key, '-inf', '(' .. now)) do
+  if not redis.call('ZSCORE', reaped_key, node) then
     dead[node] = true
     found = true
   end
 end
 if found then
-  local owners = redis.call('HGETALL', KEYS[4])
+  local owners = redis.call('HGETALL', owner_key)
   for i = 1, #owners, 2 do
     if dead[owners[i + 1]] then add(owners[i]) end
   end
   if #out < 2 * limit then
-    for node in pairs(dead) do redis.call('ZADD', KEYS[5], now, node) end
+    for node in pairs(dead) do redis.call('ZADD', reaped_key, now, node) end
   end
 end
 return out

@@ -1,6 +1,6 @@
 -- heartbeat: a node says it is alive (and whether it is busy), renews the leases it
--- uses: counters
 -- holds, and reads the job's state, all on the Redis clock.
+-- uses: counters, clock
 --
 -- KEYS[1] nodes     zset  node id -> time (ms) after which it counts as dead
 -- KEYS[2] nodeinfo  hash  node id -> JSON status written by the node
@@ -11,7 +11,7 @@
 -- KEYS[7] limits    hash  site pattern -> rate limit set at run time
 -- KEYS[8] reaped    zset  node id -> time its leases were returned (see expired.lua)
 -- KEYS[9] control   hash  "<scope>:<kind>" -> command JSON (see frontier/control.py)
--- KEYS[10] fleet limits  hash  site pattern -> rate limit every job shares, set at run
+-- KEYS[10] fleet_limits  hash  site pattern -> rate limit every job shares, set at run
 --                         time (left out on a Redis Cluster, where it is in another
 --                         slot: the client reads it apart)
 -- (counters: "beat_at", the last heartbeat of any node (ms); "resumed_at", when the
@@ -29,47 +29,51 @@
 --          requests ever leased in the job (0: it never had work),
 --          {pattern, limit, ...} the fleet's run-time rate limits}
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nodes_key, nodeinfo_key, busy_key, leases_key, owner_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local counters_key, limits_key, reaped_key, control_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local fleet_limits_key = KEYS[10]  -- nil on a Redis Cluster
+local now = now_ms()
 local node, ttl, info, busy = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local lease_ms = tonumber(ARGV[5])
-local beat_at = tonumber(redis.call('HGET', KEYS[6], 'beat_at') or '0') or 0
-if now - beat_at > ttl then redis.call('HSET', KEYS[6], 'resumed_at', now) end
-redis.call('HSET', KEYS[6], 'beat_at', now)
+local beat_at = tonumber(redis.call('HGET', counters_key, 'beat_at') or '0') or 0
+if now - beat_at > ttl then redis.call('HSET', counters_key, 'resumed_at', now) end
+redis.call('HSET', counters_key, 'beat_at', now)
 if info == 'leaving' then
-  redis.call('ZREM', KEYS[1], node)
-  redis.call('HDEL', KEYS[2], node)
-  redis.call('ZREM', KEYS[3], node)
+  redis.call('ZREM', nodes_key, node)
+  redis.call('HDEL', nodeinfo_key, node)
+  redis.call('ZREM', busy_key, node)
 else
-  redis.call('ZADD', KEYS[1], now + ttl, node)
-  redis.call('HSET', KEYS[2], node, info)
-  redis.call('ZREM', KEYS[8], node)
+  redis.call('ZADD', nodes_key, now + ttl, node)
+  redis.call('HSET', nodeinfo_key, node, info)
+  redis.call('ZREM', reaped_key, node)
   if busy == '1' then
-    redis.call('ZADD', KEYS[3], now + ttl, node)
+    redis.call('ZADD', busy_key, now + ttl, node)
   else
-    redis.call('ZREM', KEYS[3], node)
+    redis.call('ZREM', busy_key, node)
   end
 end
 local renewed = 0
 for i = 6, #ARGV do
-  if redis.call('HGET', KEYS[5], ARGV[i]) == node then
-    redis.call('ZADD', KEYS[4], 'XX', now + lease_ms, ARGV[i])
+  if redis.call('HGET', owner_key, ARGV[i]) == node then
+    redis.call('ZADD', leases_key, 'XX', now + lease_ms, ARGV[i])
     renewed = renewed + 1
   end
 end
 -- forget nodes dead for over an hour, so the registry does not grow without bound
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
+local gone = redis.call('ZRANGEBYSCORE', nodes_key, '-inf', now - 3600000)
 for _, old in ipairs(gone) do
-  redis.call('ZREM', KEYS[1], old)
-  redis.call('HDEL', KEYS[2], old)
-  redis.call('ZREM', KEYS[8], old)
+  redis.call('ZREM', nodes_key, old)
+  redis.call('HDEL', nodeinfo_key, old)
+  redis.call('ZREM', reaped_key, old)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local busy_others = redis.call('ZCOUNT', KEYS[3], now, '+inf')
+redis.call('ZREMRANGEBYSCORE', busy_key, '-inf', now)
+local busy_others = redis.call('ZCOUNT', busy_key, now, '+inf')
 if busy == '1' and info ~= 'leaving' then busy_others = busy_others - 1 end
-local queued = counter(KEYS[6], 'queued')
-return {now, queued, redis.call('ZCARD', KEYS[4]), redis.call('ZCOUNT', KEYS[1], now, '+inf'),
-        busy_others, renewed, redis.call('HGETALL', KEYS[7]),
-        redis.call('HMGET', KEYS[9], '*:state', '*:concurrency', node .. ':state',
+local queued = counter(counters_key, 'queued')
+return {now, queued, redis.call('ZCARD', leases_key), redis.call('ZCOUNT', nodes_key, now, '+inf'),
+        busy_others, renewed, redis.call('HGETALL', limits_key),
+        redis.call('HMGET', control_key, '*:state', '*:concurrency', node .. ':state',
                    node .. ':concurrency'),
-        counter(KEYS[6], 'leased_total'), KEYS[10] and redis.call('HGETALL', KEYS[10]) or {}}
+        counter(counters_key, 'leased_total'),
+        fleet_limits_key and redis.call('HGETALL', fleet_limits_key) or {}}

@@ -1,24 +1,25 @@
 -- lease: hand up to N queued requests to a node, fairly across the sites offered,
 -- each leased until a deadline on the Redis clock; a request of a rate-limited site
 -- comes with its send time (slot), on the budget's schedule.
--- uses: pace, pop, backoff, counters, entry
+-- uses: pace, pop, backoff, counters, entry, clock
 --
--- KEYS[1] sites     zset  site -> serve order (0 for a new site; the job's serve counter
---                         when last served)
--- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
--- KEYS[3] leases    zset  rid -> lease deadline (ms)
--- KEYS[4] owner     hash  rid -> node id
--- KEYS[5] counters  hash
--- KEYS[6] pace      hash  budget -> its last slot granted (µs, Redis clock; kept for
---                         sites with an interval). A budget is a site, or a site within
---                         a scope (node IP, crawler type): limits.py
--- KEYS[7] throttle  hash  "b:<site>" -> "<interval ms>:<set at ms>": the site's adaptive
---                         back-off (throttle.lua), halving every half-life;
---                         "r:<site>" -> "<its robots.txt Crawl-delay (ms; 0: none)>:<when
---                         it became known (ms)>" (absent: robots.txt not read yet; the
---                         first slot comes one interval after it, as the probe request
---                         went out then); "p:<site>" -> end of the current robots probe
---                         (ms)
+-- KEYS[1] sites           zset  site -> serve order (0 for a new site; the job's serve
+--                               counter when last served)
+-- KEYS[2] req             hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
+-- KEYS[3] leases          zset  rid -> lease deadline (ms)
+-- KEYS[4] owner           hash  rid -> node id
+-- KEYS[5] counters        hash
+-- KEYS[6] fleet_pace      hash  (the fleet's, every job's) budget -> its last slot
+--                               granted (µs, Redis clock; kept for sites with an
+--                               interval). A budget is a site, or a site within a scope
+--                               (node IP, crawler type): limits.py
+-- KEYS[7] fleet_throttle  hash  (the fleet's) "b:<site>" -> "<interval ms>:<set at
+--                               ms>": the site's adaptive back-off (throttle.lua),
+--                               halving every half-life; "r:<site>" -> "<its robots.txt
+--                               Crawl-delay (ms; 0: none)>:<when it became known (ms)>"
+--                               (absent: robots.txt not read yet; the first slot comes
+--                               one interval after it, as the probe request went out
+--                               then); "p:<site>" -> end of the current robots probe (ms)
 -- KEYS[8 ..]        two keys per offered site, in the order of the offer: its queue
 --                   (zset) and its FIFO list of priority-0 requests (commit.lua)
 --
@@ -53,12 +54,14 @@
 -- where slot is the request's send time in µs after now (-1: any time) and late how
 -- many µs after its slot it may still be sent.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local sites_key, req_key, leases_key, owner_key, counters_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local fleet_pace_key, fleet_throttle_key = KEYS[6], KEYS[7]
+local now = now_us()
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-pace_init(KEYS[6], KEYS[7], now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
-          tonumber(ARGV[9]), tonumber(ARGV[10]))
+pace_init(fleet_pace_key, fleet_throttle_key, now, tonumber(ARGV[6]), tonumber(ARGV[7]),
+          tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
 local deadline = math.floor(now / 1000) + lease_ms
 local out, got = {}, 0
 
@@ -68,12 +71,12 @@ for i = 11, #ARGV - 3, 4 do
   local take, first, interval, late, probing, budget =
     pace_site(site, tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]),
               math.min(per_site, want - got))
-  if take > 0 and redis.call('ZSCORE', KEYS[1], site) then
+  if take > 0 and redis.call('ZSCORE', sites_key, site) then
     local n = 0
-    pop_site(KEYS[1], KEYS[2], KEYS[5], site, KEYS[8 + (i - 11) / 2], KEYS[9 + (i - 11) / 2],
+    pop_site(sites_key, req_key, counters_key, site, KEYS[8 + (i - 11) / 2], KEYS[9 + (i - 11) / 2],
              take, function(rid, entry)
       local slot = pace_slot(first, interval, probing, n)
-      if pop_lease(KEYS[3], KEYS[4], node, deadline, out, rid, entry, slot,
+      if pop_lease(leases_key, owner_key, node, deadline, out, rid, entry, slot,
                    slot >= 0 and late or 0) then
         n = n + 1
       end
@@ -83,11 +86,11 @@ for i = 11, #ARGV - 3, 4 do
   end
 end
 if got > 0 then
-  count(KEYS[5], 'leased', got)
-  count(KEYS[5], 'leased_total', got)
+  count(counters_key, 'leased', got)
+  count(counters_key, 'leased_total', got)
 end
-local hint = redis.call('ZRANGE', KEYS[1], 0, hint_n - 1)
-local queued = counter(KEYS[5], 'queued')
-local control_seq = counter(KEYS[5], 'control_seq')
-return {now, out, hint, queued, redis.call('ZCARD', KEYS[3]), PACE.ready_in, control_seq,
+local hint = redis.call('ZRANGE', sites_key, 0, hint_n - 1)
+local queued = counter(counters_key, 'queued')
+local control_seq = counter(counters_key, 'control_seq')
+return {now, out, hint, queued, redis.call('ZCARD', leases_key), PACE.ready_in, control_seq,
         PACE.ended}

@@ -1,7 +1,7 @@
 -- lease_paced: the second half of a lease on a Redis Cluster (pace.lua is the first):
 -- take the offered sites' requests, as many as their reserved slots, each leased until
 -- a deadline on this slot's Redis clock, in the order and round robin of _pop.lua.
--- uses: pop, counters, entry
+-- uses: pop, counters, entry, clock
 --
 -- KEYS[1] sites  KEYS[2] req  KEYS[3] leases  KEYS[4] owner  KEYS[5] counters (as
 -- lease.lua's)
@@ -16,20 +16,20 @@
 -- time), {requests taken per offered site}, {next offer}, requests still queued,
 -- requests leased (all nodes), the job's control command sequence}
 
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local node, deadline, hint_n = ARGV[1], now_ms + tonumber(ARGV[2]), tonumber(ARGV[3])
+local sites_key, req_key, leases_key, owner_key, counters_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local node, deadline, hint_n = ARGV[1], now_ms() + tonumber(ARGV[2]), tonumber(ARGV[3])
 local out, taken, got = {}, {}, 0
 for i = 4, #ARGV - 4, 5 do
   local site, take, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local interval, late = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   local k = 6 + 2 * (i - 4) / 5
   local n = 0
-  if take > 0 and redis.call('ZSCORE', KEYS[1], site) then
-    pop_site(KEYS[1], KEYS[2], KEYS[5], site, KEYS[k], KEYS[k + 1], take,
+  if take > 0 and redis.call('ZSCORE', sites_key, site) then
+    pop_site(sites_key, req_key, counters_key, site, KEYS[k], KEYS[k + 1], take,
              function(rid, entry)
       local slot = first >= 0 and first + n * interval or -1
-      if pop_lease(KEYS[3], KEYS[4], node, deadline, out, rid, entry, slot,
+      if pop_lease(leases_key, owner_key, node, deadline, out, rid, entry, slot,
                    first >= 0 and late or 0) then
         n = n + 1
       end
@@ -39,8 +39,8 @@ for i = 4, #ARGV - 4, 5 do
   taken[#taken + 1] = n
 end
 if got > 0 then
-  count(KEYS[5], 'leased', got)
-  count(KEYS[5], 'leased_total', got)
+  count(counters_key, 'leased', got)
+  count(counters_key, 'leased_total', got)
 end
-return {out, taken, redis.call('ZRANGE', KEYS[1], 0, hint_n - 1), counter(KEYS[5], 'queued'),
-        redis.call('ZCARD', KEYS[3]), counter(KEYS[5], 'control_seq')}
+return {out, taken, redis.call('ZRANGE', sites_key, 0, hint_n - 1), counter(counters_key, 'queued'),
+        redis.call('ZCARD', leases_key), counter(counters_key, 'control_seq')}

@@ -3,7 +3,7 @@
 -- halves at once): reserve each offered site's slots on its budget's schedule. The
 -- node then takes the requests from the job's slot (lease_paced.lua) and gives back
 -- the slots it could not fill (pace_return.lua).
--- uses: pace, backoff
+-- uses: pace, backoff, clock
 --
 -- KEYS[1] pace      hash  (see _pace.lua)
 -- KEYS[2] throttle  hash  (see _pace.lua)
@@ -20,10 +20,10 @@
 -- A site is reserved as if all its slots will be used: N in all, at most the per-site
 -- share each.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local pace_key, throttle_key = KEYS[1], KEYS[2]
+local now = now_us()
 local want, per_site = tonumber(ARGV[1]), tonumber(ARGV[2])
-pace_init(KEYS[1], KEYS[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+pace_init(pace_key, throttle_key, now, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
           tonumber(ARGV[6]), tonumber(ARGV[7]))
 local out, reserved = {}, 0
 for i = 8, #ARGV - 3, 4 do
@@ -35,7 +35,7 @@ for i = 8, #ARGV - 3, 4 do
   if take > 0 then
     before = pace_use(site, budget, first, interval, probing, take) or ''
     if probing then
-      last = redis.call('HGET', KEYS[2], 'p:' .. site)
+      last = redis.call('HGET', throttle_key, 'p:' .. site)
     elseif interval > 0 then
       last = digits(first + (take - 1) * interval)
     end

@@ -11,12 +11,13 @@
 -- robots probe, "p:<site>" in throttle; "0": the budget's last slot, in pace)
 -- Returns the number of reservations given back.
 
+local pace_key, throttle_key = KEYS[1], KEYS[2]
 local back = 0
 for i = 1, #ARGV - 4, 5 do
   local site, budget, last, restore, probing = ARGV[i], ARGV[i + 1], ARGV[i + 2],
                                                ARGV[i + 3], ARGV[i + 4]
-  local key, field = KEYS[1], budget
-  if probing == '1' then key, field = KEYS[2], 'p:' .. site end
+  local key, field = pace_key, budget
+  if probing == '1' then key, field = throttle_key, 'p:' .. site end
   if redis.call('HGET', key, field) == last then
     if restore == '' then
       redis.call('HDEL', key, field)

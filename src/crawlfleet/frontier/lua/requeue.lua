@@ -4,7 +4,7 @@
 -- hash; a retry whose wait is over joins the back of its priority, after what is
 -- queued). Used for expired leases and the leases of dead nodes (any node), and by a
 -- node that gives back what it holds when it stops.
--- uses: entry, counters
+-- uses: entry, counters, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
@@ -28,25 +28,26 @@
 -- A malformed entry is moved to the bad list (counter "bad"), never requeued; the
 -- caller logs each one.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local sites_key, req_key, leases_key, owner_key, counters_key, nodes_key, bad_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local now = now_ms()
 local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
 local back, dropped, left_waiting, came_due = 0, 0, 0, 0
 local set_aside = {}
 local fronts = {}  -- site index -> {{seq, FIFO item}, ...}
 for i = 4, #ARGV, 2 do
   local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
-  local deadline = redis.call('ZSCORE', KEYS[3], rid)
+  local deadline = redis.call('ZSCORE', leases_key, rid)
   local ok, was_waiting = false, false
   if deadline then
-    local holder = redis.call('HGET', KEYS[4], rid)
+    local holder = redis.call('HGET', owner_key, rid)
     if holder == waiting_holder then
       ok = tonumber(deadline) < now
       was_waiting = ok
     elseif mode == 'expired' then
       ok = tonumber(deadline) < now
       if not ok then
-        local alive_until = holder and redis.call('ZSCORE', KEYS[6], holder)
+        local alive_until = holder and redis.call('ZSCORE', nodes_key, holder)
         ok = not alive_until or tonumber(alive_until) < now
       end
     else
@@ -54,9 +55,9 @@ for i = 4, #ARGV, 2 do
     end
   end
   if ok then
-    redis.call('ZREM', KEYS[3], rid)
-    redis.call('HDEL', KEYS[4], rid)
-    local entry = redis.call('HGET', KEYS[2], rid)
+    redis.call('ZREM', leases_key, rid)
+    redis.call('HDEL', owner_key, rid)
+    local entry = redis.call('HGET', req_key, rid)
     local score, site, payload = entry_parts(entry)
     if was_waiting then left_waiting = left_waiting + 1 end
     if score and qi > 0 then
@@ -64,44 +65,44 @@ for i = 4, #ARGV, 2 do
       if was_waiting and fifo_score(score) and seq and seq % SEQ_SPAN == score then
         -- a retry whose time has come: queued after what is queued now
         redis.call('RPUSH', KEYS[7 + 2 * qi], rid .. '\0' .. payload)
-        redis.call('HDEL', KEYS[2], rid)
+        redis.call('HDEL', req_key, rid)
       elseif fifo_score(score) and seq and seq % SEQ_SPAN == score then
         fronts[qi] = fronts[qi] or {}
         table.insert(fronts[qi], {seq, rid .. '\0' .. payload})
-        redis.call('HDEL', KEYS[2], rid)
+        redis.call('HDEL', req_key, rid)
       else
         if was_waiting then
           -- a retry whose wait is over: at the back of its priority, as a new request
           local prio_part = math.floor(score / SEQ_SPAN) * SEQ_SPAN
-          score = prio_part + (count(KEYS[5], 'seq', 1) % SEQ_SPAN)
-          redis.call('HSET', KEYS[2], rid,
+          score = prio_part + (count(counters_key, 'seq', 1) % SEQ_SPAN)
+          redis.call('HSET', req_key, rid,
                      string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
         end
         redis.call('ZADD', KEYS[6 + 2 * qi], score, rid)
       end
-      redis.call('ZADD', KEYS[1], 'NX', 0, site)
+      redis.call('ZADD', sites_key, 'NX', 0, site)
       back = back + 1
       if was_waiting then came_due = came_due + 1 end
     else
       if not entry then
-        note_gone(KEYS[2], rid)
+        note_gone(req_key, rid)
       else
-        redis.call('RPUSH', KEYS[7], entry)
-        count(KEYS[5], 'bad', 1)
+        redis.call('RPUSH', bad_key, entry)
+        count(counters_key, 'bad', 1)
         set_aside[#set_aside + 1] = rid
         set_aside[#set_aside + 1] = entry_fault(entry)
           or 'its site was not given (it was listed while malformed)'
       end
-      redis.call('HDEL', KEYS[2], rid)
+      redis.call('HDEL', req_key, rid)
       dropped = dropped + 1
     end
   end
 end
 for qi, items in pairs(fronts) do fifo_push_front(KEYS[7 + 2 * qi], items) end
-if back + dropped > 0 then count(KEYS[5], 'leased', -(back + dropped)) end
-if left_waiting > 0 then count(KEYS[5], 'waiting', -left_waiting) end
+if back + dropped > 0 then count(counters_key, 'leased', -(back + dropped)) end
+if left_waiting > 0 then count(counters_key, 'waiting', -left_waiting) end
 if back > 0 then
-  count(KEYS[5], 'queued', back)
-  if back > came_due then count(KEYS[5], 'requeued', back - came_due) end
+  count(counters_key, 'queued', back)
+  if back > came_due then count(counters_key, 'requeued', back - came_due) end
 end
 return {back, came_due, set_aside}

@@ -1,5 +1,5 @@
 -- throttle: slow sites down for every node of the job.
--- uses: backoff
+-- uses: backoff, clock
 --
 -- KEYS[1] throttle  hash  "b:<site>" -> "<interval ms>:<set at ms>:<cause>" (back-off;
 --                         cause "s": a status, "l": latency alone);
@@ -20,16 +20,16 @@
 -- Returns {site, interval ms, ...} as set (back-off: only the sites raised now;
 -- recovered: the sites whose back-off ended, with 0).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local throttle_key = KEYS[1]
+local now = now_ms()
 local out = {}
 if ARGV[1] == 'robots' then
   for i = 2, #ARGV - 1, 2 do
     local ms = tonumber(ARGV[i + 1])
     -- when it became known: the site's first slot is one interval after it (the
     -- probe request went out as robots.txt was read, just before this report)
-    redis.call('HSET', KEYS[1], 'r:' .. ARGV[i], ms .. ':' .. now)
-    redis.call('HDEL', KEYS[1], 'p:' .. ARGV[i])
+    redis.call('HSET', throttle_key, 'r:' .. ARGV[i], ms .. ':' .. now)
+    redis.call('HDEL', throttle_key, 'p:' .. ARGV[i])
     out[#out + 1] = ARGV[i]
     out[#out + 1] = ms
   end
@@ -38,9 +38,9 @@ end
 if ARGV[1] == 'recovered' then
   for i = 2, #ARGV do
     local field = 'b:' .. ARGV[i]
-    local _, _, cause = backoff_left(redis.call('HGET', KEYS[1], field), now, 1)
+    local _, _, cause = backoff_left(redis.call('HGET', throttle_key, field), now, 1)
     if cause == 'l' then
-      redis.call('HDEL', KEYS[1], field)
+      redis.call('HDEL', throttle_key, field)
       out[#out + 1] = ARGV[i]
       out[#out + 1] = 0
     end
@@ -51,19 +51,19 @@ local longest, half_life = tonumber(ARGV[2]), tonumber(ARGV[3])
 for i = 4, #ARGV - 3, 4 do
   local site, floor, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local field = 'b:' .. site
-  local raw = redis.call('HGET', KEYS[1], field)
+  local raw = redis.call('HGET', throttle_key, field)
   local current, at, was = backoff_left(raw, now, half_life)
   if current < 10 then was = '' end
   local cause = was
   if cause ~= 's' then cause = ARGV[i + 3] end
   if current >= 10 and now - at < current and cause ~= was then
     -- not raised again so soon, but a status now shares the blame: it will decay
-    redis.call('HSET', KEYS[1], field, string.match(raw, '^(%d+:%d+)') .. ':' .. cause)
+    redis.call('HSET', throttle_key, field, string.match(raw, '^(%d+:%d+)') .. ':' .. cause)
   end
   if current < 10 or now - at >= current then
     local raised = math.min(longest, math.max(first, current * 2))
     raised = math.floor(math.max(raised, floor))
-    redis.call('HSET', KEYS[1], field, raised .. ':' .. now .. ':' .. cause)
+    redis.call('HSET', throttle_key, field, raised .. ':' .. now .. ':' .. cause)
     out[#out + 1] = site
     out[#out + 1] = raised
   end

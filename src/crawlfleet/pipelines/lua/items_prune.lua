@@ -9,9 +9,10 @@
 -- ARGV[3] the calling consumer (never deleted)
 -- Returns the names of the consumers deleted.
 
-local stream, group, idle, caller = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local items_key = KEYS[1]
+local group, idle, caller = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local gone = {}
-for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', items_key, group)) do
   local name, pending, quiet
   for j = 1, #c, 2 do
     if c[j] == 'name' then name = c[j + 1] end
@@ -19,7 +20,7 @@ for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
     if c[j] == 'idle' then quiet = tonumber(c[j + 1]) end
   end
   if name ~= caller and pending == 0 and quiet > idle then
-    redis.call('XGROUP', 'DELCONSUMER', stream, group, name)
+    redis.call('XGROUP', 'DELCONSUMER', items_key, group, name)
     gone[#gone + 1] = name
   end
 end
