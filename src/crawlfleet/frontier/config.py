@@ -280,7 +280,7 @@ def rate_limit_margin(settings: BaseSettings) -> float:
     return margin
 
 
-#: Hash tags of the fleet's own keys (crawlfleet.redis.keys, crawlfleet.fleet.proxies):
+#: Hash tags of the fleet's own keys (crawlfleet.redis.keys):
 #: a job of one of these names would share their keys.
 RESERVED_JOB_NAMES = ("polite", "proxies")
 
