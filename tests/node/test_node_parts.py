@@ -28,6 +28,7 @@ from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.leasing import LEASE_BATCH_MIN
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.parts import parts_of
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -469,7 +470,7 @@ def test_an_item_a_store_gave_up_is_not_a_failure_but_a_dropped_one_is(tmp_path:
         scheduler = node({}, Engine())
         await scheduler.start(Spider("job"))
         crawler = get_crawler(Spider)
-        crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+        parts_of(crawler).node = scheduler
         writer = RegistryWriter(f"sqlite:///{tmp_path / 'state.sqlite3'}")
         registry = FailureRegistry(crawler, writer)
         request = Request("http://a.test/p")

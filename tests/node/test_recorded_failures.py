@@ -24,6 +24,7 @@ from crawlfleet.node import sync
 from crawlfleet.node.launcher import start_node
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.parts import parts_of
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import list_errors
 from crawlfleet.state.writer import RegistryWriter
@@ -99,7 +100,7 @@ def test_a_failure_settled_before_the_engine_is_done_and_one_given_back_at_close
 # -- a node with a real writer --------------------------------------------------------
 def registry_of(scheduler: Scheduler, writer: RegistryWriter) -> FailureRegistry:
     crawler = get_crawler(Spider)
-    crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+    parts_of(crawler).node = scheduler
     return FailureRegistry(crawler, writer)
 
 

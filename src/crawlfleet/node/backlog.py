@@ -5,47 +5,20 @@ written is a page a crash would have fetched again. The node keeps that bounded:
 ``CRAWLFLEET_ITEMS_PENDING_MAX`` items wait for a store (one that is down, or slower
 than the crawl), it leases nothing and hands its engine nothing until they are
 written; while a store is down it also gives back the requests it holds ready. The
-store pipelines register their sinks with :func:`item_stores`; the sync loop and the
+store pipelines register their sinks in the crawler's
+``parts_of(crawler).item_stores`` (:mod:`crawlfleet.parts`); the sync loop and the
 scheduler ask :meth:`Backlog.over`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from crawlfleet.parts import StoreGauge
 
-from scrapy.crawler import Crawler
-
-__all__ = ["WAITING_FOR_STORE", "Backlog", "StoreGauge", "item_stores"]
+__all__ = ["WAITING_FOR_STORE", "Backlog"]
 
 #: The node state shown while it waits for an item store (`crawlfleet status`, the
 #: dashboard).
 WAITING_FOR_STORE = "waiting for the item store"
-
-
-class StoreGauge(Protocol):
-    """What the node reads of an item store (a sink)."""
-
-    @property
-    def target(self) -> str:
-        """What the store writes to, for log lines."""
-
-    @property
-    def pending(self) -> int:
-        """Records accepted but not written yet."""
-
-    @property
-    def unreachable(self) -> bool:
-        """The store is down: its last attempt failed and nothing was written since."""
-
-
-def item_stores(crawler: Crawler) -> list[StoreGauge]:
-    """The crawler's list of item stores (created on first use): each store pipeline
-    appends its sink, the node watches them."""
-    stores: list[StoreGauge] | None = getattr(crawler, "crawlfleet_item_stores", None)
-    if stores is None:
-        stores = []
-        crawler.crawlfleet_item_stores = stores  # type: ignore[attr-defined]
-    return stores
 
 
 class Backlog:

@@ -30,7 +30,8 @@ from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
-from crawlfleet.node.scheduler import node_of, status_providers
+from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.parts import parts_of
 from crawlfleet.redis.connection import redact
 from crawlfleet.state.records import REASONS
 from crawlfleet.state.url import check_state_db_url, state_db_url
@@ -112,14 +113,14 @@ class HeldLoop(ABC):
         self.phase = ""
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
-        status_providers(crawler).append(self.status)
+        parts_of(crawler).status_providers.append(self.status)
 
     def status(self) -> dict[str, Any]:
         """For the node's heartbeat status: ``{"phase": ...}`` while there is one."""
         return {"phase": self.phase} if self.phase else {}
 
     def spider_opened(self, spider: Spider) -> None:
-        scheduler = node_of(self.crawler)
+        scheduler = Scheduler.of(self.crawler)
         if scheduler is None:
             logger.error("%s needs the crawlfleet scheduler: off", type(self).__name__)
             return

@@ -15,8 +15,10 @@ but released, back to its queue. While too many items wait for the item stores
 A request that failed for good is acknowledged only once its failure is durable in the
 error registry (:meth:`Scheduler.hold_for_record`); until then its lease stays held.
 
-Middlewares and extensions reach the node through this object, found as
-``crawler.crawlfleet_scheduler``; what they may use is :class:`NodeHandle`.
+Middlewares and extensions reach the node through this object, registered as the
+crawler's ``parts_of(crawler).node`` (:mod:`crawlfleet.parts`); what they may use is
+:class:`~crawlfleet.parts.NodeHandle`, found with :func:`~crawlfleet.parts.node_of`.
+node/'s own extensions, which use more of it, find it with :meth:`Scheduler.of`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 from scrapy import Request, Spider, signals
@@ -51,12 +53,13 @@ from crawlfleet.exceptions import (
     SerializationError,
 )
 from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
-from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
+from crawlfleet.node.backlog import WAITING_FOR_STORE
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
@@ -67,20 +70,14 @@ from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
+from crawlfleet.parts import StatusProvider, node_of, parts_of
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import REDIS_ERRORS, redact, shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
-from crawlfleet.state.writer import UNWRITTEN, Outcome
+from crawlfleet.state.writer import UNWRITTEN
 
-__all__ = [
-    "ROBOTS_PROBE_MS",
-    "NodeHandle",
-    "Scheduler",
-    "new_node_id",
-    "node_of",
-    "status_providers",
-]
+__all__ = ["ROBOTS_PROBE_MS", "Scheduler", "new_node_id", "robots_probe_ms"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,19 +90,6 @@ REFUSED = "refused"
 ROBOTS_PROBE_MS = 10_000
 #: Scrapy's middleware that reads robots.txt (the probe needs it to end).
 ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
-
-
-def status_providers(crawler: Crawler) -> list[Callable[[], dict[str, Any]]]:
-    """The crawler's list of node-status providers (created on first use). An extension
-    appends a callable returning a JSON-able dict; the node publishes the merged dicts
-    with every heartbeat."""
-    providers: list[Callable[[], dict[str, Any]]] | None = getattr(
-        crawler, "crawlfleet_status_providers", None
-    )
-    if providers is None:
-        providers = []
-        crawler.crawlfleet_status_providers = providers  # type: ignore[attr-defined]
-    return providers
 
 
 def robots_probe_ms(settings: BaseSettings) -> int:
@@ -129,39 +113,6 @@ def _delay_ms(value: Any) -> int:
 def new_node_id() -> str:
     """host-pid-random: unique per process, readable in status listings."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-class NodeHandle(Protocol):
-    """What middlewares and extensions use of the node (the scheduler)."""
-
-    #: keys requests to sites (queues, budgets)
-    sites: SiteKeyer
-    #: the node's state and concurrency
-    steering: Steering
-    #: the worst event-loop lag of the last feedback interval (ms; set by the feedback
-    #: controller): a lagging node's latencies say more about it than about sites
-    loop_lag_ms: float
-
-    @property
-    def in_progress(self) -> int: ...
-
-    def site_of(self, request: Request) -> str: ...
-
-    def encode(self, request: Request) -> bytes: ...
-
-    def report_slow(
-        self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
-    ) -> None: ...
-
-    def report_recovered(self, site: str, why: str) -> None: ...
-
-    def report_robots(self, site: str, delay_ms: int) -> None: ...
-
-    def set_feedback_limit(self, limit: int | None) -> None: ...
-
-    def hold_for_record(
-        self, request: Request, flush: Callable[[], None]
-    ) -> Callable[[Outcome], None] | None: ...
 
 
 class Scheduler(BaseScheduler):
@@ -203,7 +154,7 @@ class Scheduler(BaseScheduler):
         #: hooks into the engine, set by from_crawler (no-ops without a crawler)
         self.engine = EngineHooks()
         #: callables whose dicts are merged into the node status of each heartbeat
-        self.status_providers: list[Callable[[], dict[str, Any]]] = []
+        self.status_providers: list[StatusProvider] = []
         self.site_rates = SiteRates(site_window_seconds)
         self.ledger = Ledger(self._slot_due, self.site_rates.done, config.seen_cache_size)
         self.lifecycle = Lifecycle(config, self.engine, self.node_id)
@@ -267,19 +218,25 @@ class Scheduler(BaseScheduler):
                 settings, "CRAWLFLEET_TELEMETRY_WINDOW_SECONDS", minimum=1
             ),
         )
-        scheduler.bind_engine(engine_hooks(crawler), status_providers(crawler))
-        scheduler.sync.backlog.stores = item_stores(crawler)
+        parts = parts_of(crawler)
+        scheduler.bind_engine(engine_hooks(crawler), parts.status_providers)
+        scheduler.sync.backlog.stores = parts.item_stores
         crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
         scheduler.robots_probe_ms = robots_probe_ms(settings)
         scheduler.flush_on_start = settings.getbool("SCHEDULER_FLUSH_ON_START")
-        #: middlewares and extensions find the node here (see NodeHandle)
-        crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+        parts.node = scheduler  # middlewares and extensions find the node here
         return scheduler
 
-    def bind_engine(
-        self, engine: EngineHooks, providers: list[Callable[[], dict[str, Any]]]
-    ) -> None:
+    @classmethod
+    def of(cls, crawler: Crawler | None) -> Scheduler | None:
+        """The crawlfleet scheduler of *crawler* with all its parts, for node/'s own
+        extensions (feedback, re-crawl, campaigns); None as for
+        :func:`~crawlfleet.parts.node_of`, which the others use."""
+        node = node_of(crawler)
+        return node if isinstance(node, Scheduler) else None
+
+    def bind_engine(self, engine: EngineHooks, providers: list[StatusProvider]) -> None:
         """Use *engine*'s hooks (every part that calls the engine gets them) and publish
         the status of *providers* with each heartbeat."""
         self.engine = self.sync.engine = self.sync.leaser.engine = self.lifecycle.engine = engine
@@ -505,6 +462,11 @@ class Scheduler(BaseScheduler):
         return status
 
     # -- NodeHandle: what middlewares and extensions use --------------------------------
+    @property
+    def job(self) -> str:
+        """The job this node works on."""
+        return self.config.job
+
     def encode(self, request: Request) -> bytes:
         """*request* as the frontier stores it; SerializationError if it cannot go."""
         return self.sync.leaser.codec.encode(request)
@@ -519,6 +481,23 @@ class Scheduler(BaseScheduler):
         rid = self.ledger.handed.get(request)
         site = self.ledger.held.get(rid) if rid is not None else None
         return site if site is not None else self.sites.site(request)
+
+    def send_by(self, request: Request) -> float | None:
+        """The event-loop time by which slotted *request* must be on its way (None: it
+        has no slot)."""
+        return self.ledger.send_by.get(request)
+
+    def starts_now(self, request: Request) -> bool:
+        """Whether the downloader would start *request* at once (not queue it)."""
+        return self.engine.starts_now(request)
+
+    def shared_redis(self) -> tuple[Redis, str] | None:
+        """The Redis client of this node's frontier and the fleet's key prefix; None for
+        a frontier that is not in Redis."""
+        frontier = self.frontier
+        if isinstance(frontier, (JobFrontier, Frontier)):
+            return frontier.client, frontier.keys.prefix
+        return None
 
     def report_slow(
         self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
@@ -546,7 +525,7 @@ class Scheduler(BaseScheduler):
 
     def hold_for_record(
         self, request: Request, flush: Callable[[], None]
-    ) -> Callable[[Outcome], None] | None:
+    ) -> Callable[[str], None] | None:
         """A final failure of *request* is about to be queued for the error registry:
         the node keeps *request*'s lease (held, renewed) until the record is settled,
         and acknowledges it only then (or gives it back if the record could not be
@@ -559,14 +538,14 @@ class Scheduler(BaseScheduler):
             return None
         self.sync.flush_records = flush
 
-        def settled(outcome: Outcome) -> None:
+        def settled(outcome: str) -> None:
             # a closed loop (RuntimeError): the node is gone, its leases expire
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._record_settled, request, outcome)
 
         return settled
 
-    def _record_settled(self, request: Request, outcome: Outcome) -> None:
+    def _record_settled(self, request: Request, outcome: str) -> None:
         """On the loop: the writer settled a failure record of *request*."""
         ledger = self.ledger
         if request not in ledger.records:
@@ -576,10 +555,3 @@ class Scheduler(BaseScheduler):
             self.stats.inc("crawlfleet/errors/unwritten")
         if ledger.record_settled(request, written):
             self.sync.kick()  # its ack or release goes out soon
-
-
-def node_of(crawler: Crawler | None) -> Scheduler | None:
-    """The crawlfleet scheduler (the node) of *crawler*: None before it opens, or when
-    the crawler runs another scheduler. Middlewares and extensions find the node so."""
-    scheduler = getattr(crawler, "crawlfleet_scheduler", None)
-    return scheduler if isinstance(scheduler, Scheduler) else None
