@@ -1,5 +1,6 @@
 """Waiting for a service that does not answer: one back-off and one outage report for
-every loop that talks to Redis (nodes, item workers, commands)."""
+every loop that talks to Redis (nodes, item workers, commands): :func:`until_reachable`
+for a call that must get through, :meth:`Outage.attempt` for a loop that goes on."""
 
 from __future__ import annotations
 
@@ -143,3 +144,28 @@ class Outage:
                 what_waited(),
             )
             self.since = None
+
+    async def attempt(
+        self,
+        call: Callable[[], Awaitable[object]],
+        backoff: Backoff,
+        *,
+        waited: Callable[[], str],
+        wait: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> bool:
+        """One turn of a loop that goes on through an outage: ``await call()``. When
+        Redis does not answer (REDIS_ERRORS), the failure is said as :meth:`failed` says
+        it (counted from when the call began), *wait* is awaited with *backoff*'s next
+        delay (the loop's own sleep: it may cut it short), and False is returned. When it
+        answers, an outage ends (:meth:`succeeded`, saying what *waited*), the back-off
+        starts over, and True is returned. Other errors go to the caller."""
+        began = time.monotonic()
+        try:
+            await call()
+        except REDIS_ERRORS as exc:
+            self.failed(exc, began)
+            await wait(backoff.next())
+            return False
+        self.succeeded(waited)
+        backoff.reset()
+        return True
