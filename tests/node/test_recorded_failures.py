@@ -20,7 +20,7 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.middlewares.failures import FailureRegistry
-from crawlfleet.node import sync
+from crawlfleet.node import leaving
 from crawlfleet.node.launcher import start_node
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
@@ -179,7 +179,7 @@ def test_a_node_closing_while_the_state_db_is_down_gives_its_failed_requests_bac
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # longer than a lease (2 s) and a node's timeout (0.3 s): the closing node renews
-    monkeypatch.setattr(sync, "CLOSE_RECORD_SECONDS", 3.0)
+    monkeypatch.setattr(leaving, "CLOSE_RECORD_SECONDS", 3.0)
 
     async def body() -> None:
         store: dict[str, Any] = {}

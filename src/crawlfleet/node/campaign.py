@@ -116,7 +116,7 @@ class CampaignFeeder(HeldLoop):
                     self._down_since = None
             except ConfigError as exc:  # the campaign is unknown: nothing to feed, ever
                 logger.error("Campaign: %s", exc)
-                scheduler.sync.holds.discard(HOLD)
+                scheduler.lifecycle.holds.discard(HOLD)
                 scheduler.lifecycle.close_once("campaign unknown")
                 return
             except SQLAlchemyError as exc:
@@ -154,7 +154,7 @@ class CampaignFeeder(HeldLoop):
             status = await asyncio.to_thread(
                 campaign_status, self.db, self.name, failed_units=False
             )
-            counters = await scheduler.sync.frontier.counters()
+            counters = await scheduler.frontier.counters()
         except Exception:
             logger.debug("Campaign %r: no progress line this time", self.name, exc_info=True)
             return
@@ -168,7 +168,7 @@ class CampaignFeeder(HeldLoop):
     async def _round(self, scheduler: Any) -> None:
         from crawlfleet.state.campaigns import ACTIVE, claim_units
 
-        sync = scheduler.sync
+        holds = scheduler.lifecycle.holds
         info, units = await asyncio.to_thread(
             claim_units,
             self.db,
@@ -185,9 +185,9 @@ class CampaignFeeder(HeldLoop):
                 f"{scheduler.config.job!r}"
             )
         if state not in ACTIVE:
-            sync.holds.discard(HOLD)  # the job finishes once its frontier is empty
+            holds.discard(HOLD)  # the job finishes once its frontier is empty
             return
-        sync.holds.add(HOLD)
+        holds.add(HOLD)
         if units:
             await self._feed(scheduler, units, info["template"])
             self._settled.reset()
@@ -195,7 +195,7 @@ class CampaignFeeder(HeldLoop):
         if state not in ("running", "stopping"):
             self._settled.reset()  # paused: the frontier settles anew afterwards
             return
-        if await self._settled.check(sync.frontier):
+        if await self._settled.check(scheduler.frontier):
             await self._wrap_up(scheduler, state, info)
 
     async def _feed(self, scheduler: Any, units: list[Any], template: str) -> None:
@@ -232,7 +232,7 @@ class CampaignFeeder(HeldLoop):
         if self._concluded != settled.epoch:
             if state == "running":
                 links = await recrawl_errors(
-                    scheduler.sync.frontier, self.db, max_recrawls=info["max_attempts"] - 1
+                    scheduler.frontier, self.db, max_recrawls=info["max_attempts"] - 1
                 )
                 if links.queued:
                     logger.info(

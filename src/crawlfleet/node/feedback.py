@@ -255,7 +255,7 @@ class Feedback:
         controller, scheduler = self.controller, self.scheduler
         if controller is None or scheduler is None:
             return
-        if scheduler.sync.waiting_for_store:
+        if scheduler.sync.backlog.waiting_for_store:
             self._reset_interval()  # busy with pages that wait for the store: no sample
             return
         errors = self._stat("downloader/exception_count") - self._errors0

@@ -124,7 +124,7 @@ class HeldLoop(ABC):
         if scheduler is None:
             logger.error("%s needs the crawlfleet scheduler: off", type(self).__name__)
             return
-        scheduler.sync.holds.add(self.HOLD)
+        scheduler.lifecycle.holds.add(self.HOLD)
         self.task = asyncio.ensure_future(self._run(scheduler))
 
     async def spider_closed(self, spider: Spider) -> None:
@@ -137,7 +137,7 @@ class HeldLoop(ABC):
 
     @abstractmethod
     async def _run(self, scheduler: Any) -> None:
-        """The loop; it lets the job go with ``scheduler.sync.holds.discard(HOLD)``."""
+        """The loop; it lets the job go with ``scheduler.lifecycle.holds.discard(HOLD)``."""
 
 
 class RecrawlPhase(HeldLoop):
@@ -196,7 +196,7 @@ class RecrawlPhase(HeldLoop):
         from crawlfleet.fleet.errors import recrawl_errors
 
         settled = Settled()
-        frontier = scheduler.sync.frontier
+        frontier = scheduler.frontier
         said = -OUTAGE_LOG_SECONDS
         checked = -1  # the epoch in which a round found nothing to re-crawl
         while True:
@@ -241,7 +241,7 @@ class RecrawlPhase(HeldLoop):
                 continue
             logger.info("Re-crawl phase: nothing left to re-crawl")
             self.phase = ""
-            scheduler.sync.holds.discard(HOLD)
+            scheduler.lifecycle.holds.discard(HOLD)
             return
 
     async def _progress(self, scheduler: Any, *, over: bool = False) -> None:
@@ -252,7 +252,7 @@ class RecrawlPhase(HeldLoop):
             self.db = await asyncio.to_thread(open_db, self.db_url)
         half_life = scheduler.config.backoff.half_life_seconds
         progress, backoff = await recrawl_standing(
-            scheduler.sync.frontier, self.db, self.round_ids, half_life_ms=int(half_life * 1000)
+            scheduler.frontier, self.db, self.round_ids, half_life_ms=int(half_life * 1000)
         )
         elapsed = self.cadence.elapsed() if over else None
         line = recrawl_line(progress, self.rounds, backoff, seconds=elapsed)

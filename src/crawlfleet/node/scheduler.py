@@ -44,7 +44,6 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.internet.defer import Deferred
 
-from crawlfleet import __version__
 from crawlfleet.addon import fail_command
 from crawlfleet.exceptions import (
     ConfigError,
@@ -59,20 +58,21 @@ from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
-from crawlfleet.node.backlog import WAITING_FOR_STORE
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
+from crawlfleet.node.joining import say_joined
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.redisspider import adopt, seed_source
 from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.siterates import SiteRates
 from crawlfleet.node.stats import NodeStats
+from crawlfleet.node.status import node_status
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
 from crawlfleet.parts import StatusProvider, node_of, parts_of
 from crawlfleet.redis.config import RedisConfig
-from crawlfleet.redis.connection import REDIS_ERRORS, redact, shared_client
+from crawlfleet.redis.connection import shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
 from crawlfleet.state.writer import UNWRITTEN
@@ -239,7 +239,7 @@ class Scheduler(BaseScheduler):
     def bind_engine(self, engine: EngineHooks, providers: list[StatusProvider]) -> None:
         """Use *engine*'s hooks (every part that calls the engine gets them) and publish
         the status of *providers* with each heartbeat."""
-        self.engine = self.sync.engine = self.sync.leaser.engine = self.lifecycle.engine = engine
+        self.engine.bind(engine)  # the object every part holds
         self.status_providers = providers
 
     @property
@@ -285,63 +285,13 @@ class Scheduler(BaseScheduler):
             raise CloseSpider(self.start_failed)
 
     async def start(self, spider: Spider) -> None:
-        """Join the job, start the sync loop. RedisUnreachable when Redis does not answer
-        within CRAWLFLEET_REDIS_START_TIMEOUT."""
+        """Join the job (reset it first with SCHEDULER_FLUSH_ON_START), start the sync
+        loop. RedisUnreachable when Redis does not answer within
+        CRAWLFLEET_REDIS_START_TIMEOUT; ConfigError when the job may not be reset."""
         self._loop = asyncio.get_running_loop()
-        if self.flush_on_start:
-            await self._flush_job()
-        await self.sync.open(spider)
+        await self.sync.open(spider, flush_first=self.flush_on_start)
         self.engine.load_handlers()
-        logger.info(
-            "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
-            self.node_id,
-            self.config.job,
-            self.config.seen_mode,
-            self.config.site_key,
-            self.config.prefetch,
-        )
-        rc = self.redis_config
-        logger.debug(
-            "Redis: %s from %s",
-            redact(rc.url) if rc.url else "the embedded Redis",
-            rc.url_source if rc.url else f"no setting (data in {rc.data_dir})",
-        )
-        config = self.config
-        logger.info(
-            "%s",
-            config.politeness.describe(
-                config.configured_limits,
-                backoff_start=config.backoff.start_seconds,
-                backoff_max=config.backoff.max_seconds,
-            ),
-        )
-
-    async def _flush_job(self) -> None:
-        """SCHEDULER_FLUSH_ON_START, as scrapy-redis means it (a crawl starting from
-        nothing): the job is reset before this node joins it, unless other nodes work
-        on it: ConfigError then (their work would be lost)."""
-        job = self.config.job
-        ttl_ms = int(self.config.node_timeout_seconds * 1000)
-        try:
-            # registered first, in one step with the check: a node starting meanwhile
-            # sees this one, and the reset keeps it registered
-            live = await self.frontier.join_alone(self.node_id, ttl_ms)
-        except REDIS_ERRORS as exc:
-            raise RedisUnreachable(f"Redis unreachable at start: {redact(str(exc))}") from None
-        if live:
-            raise ConfigError(
-                f"SCHEDULER_FLUSH_ON_START = True would delete job {job!r} while "
-                f"{len(live)} other node(s) work on it: remove the setting (the job's "
-                f"state persists), and to start over stop its nodes and run "
-                f"`crawlfleet job reset {job}`"
-            )
-        deleted = await self.frontier.reset(keep_limits=True, keep_nodes=True)
-        logger.warning(
-            "SCHEDULER_FLUSH_ON_START: job %r reset before this node joined it "
-            "(%d keys deleted; no other node was alive)",
-            job,
-            deleted,
-        )
+        say_joined(self.node_id, self.config, self.redis_config)
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self.stop(reason))
@@ -429,37 +379,20 @@ class Scheduler(BaseScheduler):
         return run_summary(self.stats.all(), self.node_id, reason, self._started)
 
     def node_status(self) -> dict[str, Any]:
-        """What this node publishes with each heartbeat (``<job>:nodeinfo``): its own
-        figures, then those of every provider in ``status_providers``."""
-        ledger = self.ledger
-        status: dict[str, Any] = {
-            "node": self.node_id,
-            "host": socket.gethostname(),
-            "ip": self.config.node_ip,
-            "pid": os.getpid(),
-            "job": self.config.job,
-            "spider": getattr(self.spider, "name", ""),
-            "version": __version__,
-            "started": self._started,
-            "buffered": ledger.ready,
-            "in_progress": len(ledger.handed),
-            "held": len(ledger.held),
-            "pages": self.stats.get("response_received_count"),
-            "items": self.stats.get("item_scraped_count"),
-            "done": self.stats.get("crawlfleet/frontier/acked"),
-            "sites": self.site_rates.figures(ledger.held.values()),
-            "items_waiting": self.sync.backlog.waiting(),
-            "failures_waiting": len(ledger.recorded),
-        }
-        for provider in self.status_providers:
-            try:
-                status.update(provider())
-            except Exception:
-                logger.exception("node status provider %r failed", provider)
-        status.update(self.steering.status())
-        if status["state"] == "running" and self.sync.waiting_for_store:
-            status["state"] = WAITING_FOR_STORE
-        return status
+        """What this node publishes with each heartbeat (``<job>:nodeinfo``): see
+        :mod:`crawlfleet.node.status`."""
+        return node_status(
+            self.node_id,
+            self.config,
+            self.spider,
+            self._started,
+            ledger=self.ledger,
+            stats=self.stats,
+            site_rates=self.site_rates,
+            backlog=self.sync.backlog,
+            steering=self.steering,
+            providers=self.status_providers,
+        )
 
     # -- NodeHandle: what middlewares and extensions use --------------------------------
     @property
@@ -536,7 +469,7 @@ class Scheduler(BaseScheduler):
         loop = self._loop
         if loop is None or not self.ledger.recording(request):
             return None
-        self.sync.flush_records = flush
+        self.sync.leaving.flush_records = flush
 
         def settled(outcome: str) -> None:
             # a closed loop (RuntimeError): the node is gone, its leases expire
