@@ -100,12 +100,21 @@ class Outage:
     *every* seconds while it lasts, and its end with its duration, counted from the
     start of the first call that failed or hung (not from when its failure was seen: a
     hung call is seen only at its socket timeout). *holding* says what waits meanwhile
-    (called when a line is logged)."""
+    (called when a line is logged); *describe* says what failed (default: the error's
+    class and message, passwords redacted)."""
 
-    def __init__(self, service: str, holding: Callable[[], str], every: float = 60.0) -> None:
+    def __init__(
+        self,
+        service: str,
+        holding: Callable[[], str],
+        every: float = 60.0,
+        *,
+        describe: Callable[[BaseException], str] | None = None,
+    ) -> None:
         self.service = service
         self.holding = holding
         self.every = every
+        self.describe = describe or _described
         #: monotonic time the outage began (None: none now)
         self.since: float | None = None
         self._logged = 0.0
@@ -114,7 +123,7 @@ class Outage:
         """A call failed with *exc*; *began*: when it started (``time.monotonic()``;
         default: now)."""
         now = time.monotonic()
-        what = f"{type(exc).__name__}: {redact(str(exc))}"
+        what = self.describe(exc)
         if self.since is None:
             self.since = min(now, began) if began is not None else now
             self._logged = now
@@ -169,3 +178,7 @@ class Outage:
         self.succeeded(waited)
         backoff.reset()
         return True
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {redact(str(exc))}"

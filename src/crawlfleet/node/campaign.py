@@ -36,6 +36,7 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.meta import UNIT_ID_META, UNIT_META
 from crawlfleet.node.progress import campaign_line, progress_seconds
 from crawlfleet.node.recrawl import SETTLE_SECONDS, HeldLoop, Settled, open_db
+from crawlfleet.outage import Outage
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
 __all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
@@ -47,7 +48,7 @@ ROUND_SECONDS = 1.0
 MAX_ROUND_SECONDS = 30.0
 #: Units claimed at most per round.
 UNITS_PER_ROUND = 5
-#: While the state DB does not answer, the node says so this often.
+#: While the state DB does not answer (or rounds fail), the node says so this often.
 OUTAGE_LOG_SECONDS = 60.0
 HOLD = "campaign"
 
@@ -65,8 +66,14 @@ class CampaignFeeder(HeldLoop):
         self.fed = 0
         #: a unit leased and not fed within this long goes to another node
         self.lease_seconds = crawler.settings.getfloat("CRAWLFLEET_LEASE_SECONDS")
-        self._down_since: float | None = None
-        self._said_down = 0.0
+        #: the state DB not answering, as this node's rounds see it (said by class only:
+        #: a database error's text can be long, and carry the query)
+        self._db_outage = Outage(
+            f"The state DB of campaign {name!r}",
+            lambda: "its units wait",
+            OUTAGE_LOG_SECONDS,
+            describe=lambda exc: type(exc).__name__,
+        )
         self._last_state = ""
         self._settled = Settled()
         #: the settling epoch in which no failed link was left to re-crawl
@@ -107,29 +114,14 @@ class CampaignFeeder(HeldLoop):
                 await self._round(scheduler)
                 await self._progress(scheduler)
                 failed = 0
-                if self._down_since is not None:
-                    logger.info(
-                        "Campaign %r: state DB back after %.0f s",
-                        self.name,
-                        loop.time() - self._down_since,
-                    )
-                    self._down_since = None
+                self._db_outage.succeeded(lambda: "its units are fed again")
             except ConfigError as exc:  # the campaign is unknown: nothing to feed, ever
                 logger.error("Campaign: %s", exc)
                 scheduler.lifecycle.holds.discard(HOLD)
                 scheduler.lifecycle.close_once("campaign unknown")
                 return
             except SQLAlchemyError as exc:
-                now = loop.time()
-                if self._down_since is None:
-                    self._down_since = now
-                if now - self._said_down >= OUTAGE_LOG_SECONDS:
-                    self._said_down = now
-                    logger.warning(
-                        "Campaign %r: the state DB does not answer (%s); units wait",
-                        self.name,
-                        type(exc).__name__,
-                    )
+                self._db_outage.failed(exc)
             except Exception:
                 # a bug (a unit hook that raises, say): said once a minute, and the
                 # rounds slow down, up to one every MAX_ROUND_SECONDS
