@@ -1,5 +1,6 @@
 """Waiting for a service that does not answer: one back-off and one outage report for
-every loop that talks to Redis (nodes, item workers, commands)."""
+every loop that talks to Redis (nodes, item workers, commands): :func:`until_reachable`
+for a call that must get through, :meth:`Outage.attempt` for a loop that goes on."""
 
 from __future__ import annotations
 
@@ -99,12 +100,21 @@ class Outage:
     *every* seconds while it lasts, and its end with its duration, counted from the
     start of the first call that failed or hung (not from when its failure was seen: a
     hung call is seen only at its socket timeout). *holding* says what waits meanwhile
-    (called when a line is logged)."""
+    (called when a line is logged); *describe* says what failed (default: the error's
+    class and message, passwords redacted)."""
 
-    def __init__(self, service: str, holding: Callable[[], str], every: float = 60.0) -> None:
+    def __init__(
+        self,
+        service: str,
+        holding: Callable[[], str],
+        every: float = 60.0,
+        *,
+        describe: Callable[[BaseException], str] | None = None,
+    ) -> None:
         self.service = service
         self.holding = holding
         self.every = every
+        self.describe = describe or _described
         #: monotonic time the outage began (None: none now)
         self.since: float | None = None
         self._logged = 0.0
@@ -113,7 +123,7 @@ class Outage:
         """A call failed with *exc*; *began*: when it started (``time.monotonic()``;
         default: now)."""
         now = time.monotonic()
-        what = f"{type(exc).__name__}: {redact(str(exc))}"
+        what = self.describe(exc)
         if self.since is None:
             self.since = min(now, began) if began is not None else now
             self._logged = now
@@ -143,3 +153,32 @@ class Outage:
                 what_waited(),
             )
             self.since = None
+
+    async def attempt(
+        self,
+        call: Callable[[], Awaitable[object]],
+        backoff: Backoff,
+        *,
+        waited: Callable[[], str],
+        wait: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> bool:
+        """One turn of a loop that goes on through an outage: ``await call()``. When
+        Redis does not answer (REDIS_ERRORS), the failure is said as :meth:`failed` says
+        it (counted from when the call began), *wait* is awaited with *backoff*'s next
+        delay (the loop's own sleep: it may cut it short), and False is returned. When it
+        answers, an outage ends (:meth:`succeeded`, saying what *waited*), the back-off
+        starts over, and True is returned. Other errors go to the caller."""
+        began = time.monotonic()
+        try:
+            await call()
+        except REDIS_ERRORS as exc:
+            self.failed(exc, began)
+            await wait(backoff.next())
+            return False
+        self.succeeded(waited)
+        backoff.reset()
+        return True
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {redact(str(exc))}"

@@ -24,6 +24,7 @@ from crawlfleet.frontier.records import parse_throttle
 from crawlfleet.middlewares.throttle import SiteThrottle, retry_after_ms
 from crawlfleet.node.launcher import wait_all
 from crawlfleet.node.scheduler import Scheduler, robots_probe_ms
+from crawlfleet.parts import parts_of
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -144,7 +145,7 @@ def throttle_on(settings: dict[str, Any]) -> tuple[SiteThrottle, Scheduler]:
         redis_config=RedisConfig.from_settings(full),
         fingerprint=lambda r: b"",
     )
-    crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+    parts_of(crawler).node = scheduler
     return SiteThrottle.from_crawler(crawler), scheduler
 
 

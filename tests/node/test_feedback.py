@@ -120,9 +120,9 @@ def test_the_limit_holds_while_the_node_waits_for_its_item_store() -> None:
         assert ext.controller is not None
         return ext.controller.limit
 
-    scheduler.sync.waiting_for_store = True
+    scheduler.sync.backlog.waiting_for_store = True
     assert intervals(3 * CALM_INTERVALS) == 4
-    scheduler.sync.waiting_for_store = False
+    scheduler.sync.backlog.waiting_for_store = False
     assert intervals(CALM_INTERVALS) == 5
 
 

@@ -28,6 +28,7 @@ from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.leasing import LEASE_BATCH_MIN
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.parts import parts_of
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -422,17 +423,17 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     time still leases LEASE_BATCH_MIN at once, and keeps its new links for the next
     batch, while the job has a prefetch queued for every node; not when it runs short."""
     scheduler = node({}, Engine(), {"CONCURRENT_REQUESTS": 16})
-    leaser, sync = scheduler.sync.leaser, scheduler.sync
+    leaser, outbox = scheduler.sync.leaser, scheduler.sync.outbox
     scheduler.steering.set_feedback(2)
     assert scheduler.steering.prefetch == 2
     scheduler.ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
     leaser.job_queued, leaser.live_nodes = 31, 2  # short of 16 for each of 2 nodes
-    assert leaser.wanted() == 2 and sync._flush_due(0.0)
+    assert leaser.wanted() == 2 and outbox.due(0.0)
     leaser.job_queued = 32
     assert leaser.wanted() == LEASE_BATCH_MIN
     scheduler.ledger.add_ready(Request("http://a.test/1"), "1")  # still something in hand
-    sync._last_flush = 0.0
-    assert not sync._flush_due(0.001) and sync._flush_due(1.0)  # CRAWLFLEET_FLUSH_SECONDS
+    outbox.last_flush = 0.0
+    assert not outbox.due(0.001) and outbox.due(1.0)  # CRAWLFLEET_FLUSH_SECONDS
 
 
 def test_a_retried_start_request_is_queued_again_not_dropped_as_seen() -> None:
@@ -469,7 +470,7 @@ def test_an_item_a_store_gave_up_is_not_a_failure_but_a_dropped_one_is(tmp_path:
         scheduler = node({}, Engine())
         await scheduler.start(Spider("job"))
         crawler = get_crawler(Spider)
-        crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+        parts_of(crawler).node = scheduler
         writer = RegistryWriter(f"sqlite:///{tmp_path / 'state.sqlite3'}")
         registry = FailureRegistry(crawler, writer)
         request = Request("http://a.test/p")

@@ -20,10 +20,11 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.middlewares.failures import FailureRegistry
-from crawlfleet.node import sync
+from crawlfleet.node import leaving
 from crawlfleet.node.launcher import start_node
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.parts import parts_of
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import list_errors
 from crawlfleet.state.writer import RegistryWriter
@@ -99,7 +100,7 @@ def test_a_failure_settled_before_the_engine_is_done_and_one_given_back_at_close
 # -- a node with a real writer --------------------------------------------------------
 def registry_of(scheduler: Scheduler, writer: RegistryWriter) -> FailureRegistry:
     crawler = get_crawler(Spider)
-    crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+    parts_of(crawler).node = scheduler
     return FailureRegistry(crawler, writer)
 
 
@@ -178,7 +179,7 @@ def test_a_node_closing_while_the_state_db_is_down_gives_its_failed_requests_bac
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # longer than a lease (2 s) and a node's timeout (0.3 s): the closing node renews
-    monkeypatch.setattr(sync, "CLOSE_RECORD_SECONDS", 3.0)
+    monkeypatch.setattr(leaving, "CLOSE_RECORD_SECONDS", 3.0)
 
     async def body() -> None:
         store: dict[str, Any] = {}

@@ -97,7 +97,7 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
 
             def step_until_waiting() -> bool:
                 engine_step()
-                return scheduler.sync.waiting_for_store
+                return scheduler.sync.backlog.waiting_for_store
 
             await until(step_until_waiting, 10)
             assert sink.pending >= BOUND
@@ -123,7 +123,7 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
                 engine_step()
                 await asyncio.sleep(0.005)
             await asyncio.gather(*saves)
-            assert not scheduler.sync.waiting_for_store
+            assert not scheduler.sync.backlog.waiting_for_store
             assert scheduler.node_status()["state"] == "running"
             await scheduler.stop("finished")
         finally:
@@ -131,12 +131,12 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
             await client.aclose()
 
     try:
-        with caplog.at_level("INFO", logger="crawlfleet.node.sync"):
+        with caplog.at_level("INFO", logger="crawlfleet.node.backlog"):
             run(body)
     finally:
         lock.close()
     assert sink.count() == PAGES
-    said = [r.getMessage() for r in caplog.records if r.name == "crawlfleet.node.sync"]
+    said = [r.getMessage() for r in caplog.records if r.name == "crawlfleet.node.backlog"]
     waiting = [m for m in said if "is waiting for the item store" in m]
     assert len(waiting) == 1 and f"(CRAWLFLEET_ITEMS_PENDING_MAX {BOUND})" in waiting[0]
     assert any("takes work again" in m for m in said), said

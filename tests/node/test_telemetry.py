@@ -16,8 +16,8 @@ from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.node.launcher import start_node, wait_all
-from crawlfleet.node.scheduler import status_providers
 from crawlfleet.node.telemetry import PREVIEW_CHARS, PREVIEW_FIELDS, Telemetry, Window, preview
+from crawlfleet.parts import parts_of
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
@@ -49,7 +49,7 @@ def test_window_keeps_only_the_last_seconds() -> None:
 def test_figures_from_stats_and_signals() -> None:
     crawler = get_crawler(Spider, {"CONCURRENT_REQUESTS": 7})
     ext = Telemetry.from_crawler(crawler)
-    assert ext.status in status_providers(crawler)
+    assert ext.status in parts_of(crawler).status_providers
     assert ext.concurrency == 7 and ext.window_seconds == 60.0
     # rates and latency: drive a fake clock from here on
     clock = Clock()

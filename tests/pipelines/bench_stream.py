@@ -24,6 +24,7 @@ from typing import Any
 import redis
 from scrapy.utils.test import get_crawler
 
+from crawlfleet.parts import parts_of
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
@@ -62,7 +63,9 @@ async def _pipeline(url: str, prefix: str, job: str, n: int) -> float:
         await pipeline.process_item(_item(i))
     await pipeline.close_spider(None)
     elapsed = time.perf_counter() - started
-    await crawler._crawlfleet_redis.aclose()  # type: ignore[attr-defined]
+    client = parts_of(crawler).redis
+    assert client is not None
+    await client.aclose()
     return elapsed
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from scrapy.utils.test import get_crawler
 
-from crawlfleet.node.scheduler import status_providers
+from crawlfleet.parts import parts_of
 from crawlfleet.pipelines.browse import SqlItemReader, stream_identity
 from crawlfleet.pipelines.sql import SqlStorePipeline
 from crawlfleet.pipelines.stream import RedisStreamSink, redis_identity
@@ -17,7 +17,7 @@ from crawlfleet.pipelines.stream import RedisStreamSink, redis_identity
 
 def published(crawler: Any) -> dict[str, Any]:
     status: dict[str, Any] = {}
-    for provider in status_providers(crawler):
+    for provider in parts_of(crawler).status_providers:
         status.update(provider())
     return status
 

@@ -17,6 +17,7 @@ import redis
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.exceptions import ConfigError, MalformedEntry
+from crawlfleet.parts import parts_of
 from crawlfleet.pipelines.buffered import StoreOptions
 from crawlfleet.pipelines.key import make_key
 from crawlfleet.pipelines.sinks import StoredItem
@@ -153,7 +154,9 @@ def test_pipeline_appends_items_on_the_shared_client(
             item = {"url": f"https://shop.example/p/{i}", "name": f"product {i}", "_html": "x"}
             assert await pipeline.process_item(item) is item
         await pipeline.close_spider(None)
-        await crawler._crawlfleet_redis.aclose()  # type: ignore[attr-defined]
+        client = parts_of(crawler).redis
+        assert client is not None
+        await client.aclose()
 
     asyncio.run(asyncio.wait_for(crawl(), 30))
     keys = JobKeys.of(key_prefix, "shop")

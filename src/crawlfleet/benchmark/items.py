@@ -51,6 +51,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.test import get_crawler
 from sqlalchemy.engine import make_url
 
+from crawlfleet.parts import parts_of
 from crawlfleet.pipelines.clean import CleanPipeline
 from crawlfleet.pipelines.encoding import CharsetMiddleware, EncodingPipeline
 from crawlfleet.pipelines.quality import token_f1
@@ -257,7 +258,7 @@ async def _feed(crawler: Crawler, items: list[dict[str, Any]]) -> tuple[float, i
                 await _maybe_await(pipeline.close_spider(None))
         seconds = time.perf_counter() - started
         # the stream store's shared client is closed by the engine, which is not running
-        client = getattr(crawler, "_crawlfleet_redis", None)
+        client = parts_of(crawler).redis
         if client is not None:
             await client.aclose()
     return seconds, dropped

@@ -33,7 +33,7 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.meta import BAN_META, DELAY_META, NEW_IDENTITY_META
 from crawlfleet.middlewares.common import first_request, is_robots
 from crawlfleet.middlewares.retry import backoff_seconds, check_backoff
-from crawlfleet.node.scheduler import node_of
+from crawlfleet.parts import NodeParts, node_of, parts_of
 
 __all__ = ["BODY_BYTES", "BanDetector", "Banned"]
 
@@ -96,7 +96,7 @@ class BanDetector:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BanDetector:
         detector = cls._build(crawler)
-        crawler.crawlfleet_bans = detector  # type: ignore[attr-defined]  # for ProxyRotation
+        parts_of(crawler).bans = detector  # for ProxyRotation
         return detector
 
     @classmethod
@@ -154,9 +154,10 @@ class BanDetector:
         if scheduler is not None:
             scheduler.report_slow(site, f"it banned the crawler ({why})")
         self._inc("crawlfleet/bans/count")
-        proxies = getattr(self.crawler, "crawlfleet_proxies", None)
-        if proxies is not None:  # that proxy is kept away from this site for a while
-            proxies.banned(request)
+        # without a crawler (a detector built by hand): no part to tell
+        parts = parts_of(self.crawler) if self.crawler is not None else NodeParts()
+        if parts.proxies is not None:  # that proxy is kept away from this site for a while
+            parts.proxies.banned(request)
         bans = int(request.meta.get(BAN_META, 0)) + 1
         if bans <= self.retries:
             self._inc("crawlfleet/bans/retried")
@@ -170,9 +171,8 @@ class BanDetector:
             retry.meta.pop("is_start_request", None)  # start requests pass the filter once
             return retry
         self._inc("crawlfleet/bans/gave_up")
-        failures = getattr(self.crawler, "crawlfleet_failures", None)
-        if failures is not None:
-            failures.record(request, "ban", why, status=response.status)
+        if parts.failures is not None:
+            parts.failures.record(request, "ban", why, status=response.status)
         raise Banned(f"{request.url}: banned {bans} time(s), last: {why}")
 
     def _inc(self, key: str) -> None:

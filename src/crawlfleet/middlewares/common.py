@@ -1,6 +1,6 @@
 """What crawlfleet's middlewares share: the site of a request as its node sees it, and
 telling Scrapy's robots.txt requests apart (the node itself: node_of in
-crawlfleet.node.scheduler)."""
+crawlfleet.parts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from scrapy import Request
 from scrapy.crawler import Crawler
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawlfleet.node.scheduler import node_of
+from crawlfleet.parts import node_of
 
 __all__ = ["first_request", "is_robots", "site_of"]
 

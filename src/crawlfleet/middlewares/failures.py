@@ -42,7 +42,7 @@ from twisted.python.failure import Failure as TwistedFailure
 from crawlfleet.exceptions import ItemNotDurable, SerializationError
 from crawlfleet.meta import ERROR_META, UNIT_ID_META, UNIT_META
 from crawlfleet.middlewares.common import is_robots
-from crawlfleet.node.scheduler import node_of, status_providers
+from crawlfleet.parts import node_of, parts_of
 from crawlfleet.state.records import Failure, utcnow
 from crawlfleet.state.url import check_state_db_url, state_db_identity, state_db_url
 from crawlfleet.state.writer import RegistryWriter
@@ -75,8 +75,9 @@ class FailureRegistry:
         # the node says where its failures go: the manager shows nodes that write to
         # another state DB than the one it reads
         where = {"state_db": state_db_identity(url)}
-        status_providers(crawler).append(lambda: where)
-        crawler.crawlfleet_failures = ext  # type: ignore[attr-defined]  # for BanDetector
+        parts = parts_of(crawler)
+        parts.status_providers.append(lambda: where)
+        parts.failures = ext  # for BanDetector and ProxyRotation
         crawler.signals.connect(ext.spider_error, signal=signals.spider_error)
         crawler.signals.connect(ext.item_error, signal=signals.item_error)
         crawler.signals.connect(ext.item_dropped, signal=signals.item_dropped)
@@ -146,7 +147,7 @@ class FailureRegistry:
         scheduler = node_of(self.crawler)
         eid = request.meta.get(ERROR_META)
         if scheduler is not None and isinstance(eid, int):
-            self.writer.resolved(scheduler.config.job, eid)
+            self.writer.resolved(scheduler.job, eid)
 
     def record(
         self,
@@ -171,7 +172,7 @@ class FailureRegistry:
             self.writer.unit_finished(unit_id, ok=False, error=f"{reason}: {detail}")
         fingerprinter = self.crawler.request_fingerprinter
         failure = Failure(
-            job=scheduler.config.job,
+            job=scheduler.job,
             fingerprint=fingerprinter.fingerprint(request).hex(),
             url=request.url,
             site=scheduler.site_of(request),

@@ -72,7 +72,7 @@ from crawlfleet.fleet.proxies import (
 )
 from crawlfleet.meta import DELAY_META, POOL_PROXY_META, PROXY_WAITS_META, SESSION_META
 from crawlfleet.middlewares.common import is_robots, site_of
-from crawlfleet.node.scheduler import node_of
+from crawlfleet.parts import node_of, parts_of
 
 __all__ = ["GATEWAY_STATUSES", "NoProxy", "ProxyRotation"]
 
@@ -147,21 +147,20 @@ class ProxyRotation:
         if not crawler.settings.getbool("CRAWLFLEET_PROXY_ENABLED"):
             raise NotConfigured  # CRAWLFLEET_PROXY_ENABLED is off (no message: Scrapy warns of one)
         mw = cls(crawler, parse_sources(crawler.settings.get("CRAWLFLEET_PROXIES")))
-        crawler.crawlfleet_proxies = mw  # type: ignore[attr-defined]  # for BanDetector
+        parts_of(crawler).proxies = mw  # for BanDetector
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
         return mw
 
     async def spider_opened(self, spider: Spider) -> None:
-        scheduler = node_of(self.crawler)
-        frontier = scheduler.sync.frontier if scheduler is not None else None
-        client, keys = getattr(frontier, "client", None), getattr(frontier, "keys", None)
-        if client is None or keys is None:
+        node = node_of(self.crawler)
+        shared = node.shared_redis() if node is not None else None
+        if shared is None:
             # no pool: every request waits in the frontier (process_request), none is
             # sent directly
             logger.error("CRAWLFLEET_PROXY_ENABLED needs the crawlfleet scheduler on Redis")
             return
-        pool = ProxyPool(client, keys.prefix)
+        pool = ProxyPool(*shared)
         added, size = await pool.add(self.sources.urls)
         self.pool = pool
         if self.sources.provider and size < max(self.min_pool, 1):
@@ -224,7 +223,7 @@ class ProxyRotation:
     def _none_available(self, request: Request, site: str) -> Request:
         waits = int(request.meta.get(PROXY_WAITS_META, 0)) + 1
         if waits > MAX_WAITS:
-            failures = getattr(self.crawler, "crawlfleet_failures", None)
+            failures = parts_of(self.crawler).failures
             detail = f"NoProxy: no proxy could serve {site} after {MAX_WAITS} waits"
             if failures is not None:
                 failures.record(request, "exception", detail)
@@ -259,7 +258,7 @@ class ProxyRotation:
         elif response.status in GATEWAY_STATUSES:
             self._outcome(request, "fail")
         else:
-            bans = getattr(self.crawler, "crawlfleet_bans", None)
+            bans = parts_of(self.crawler).bans
             if bans is None or bans.why_banned(request, response) is None:
                 self._outcome(request, "ok")  # a ban is reported by BanDetector
         return response
@@ -283,7 +282,7 @@ class ProxyRotation:
             # the session's proxy failed or was refused: the session ends with it (a new
             # jar, identity and proxy; never the old cookies from a new address)
             self._by_session.pop(str(session), None)
-            sessions = getattr(self.crawler, "crawlfleet_sessions", None)
+            sessions = parts_of(self.crawler).sessions
             if sessions is not None:
                 sessions.end(str(session))
         site = site_of(self.crawler, request)

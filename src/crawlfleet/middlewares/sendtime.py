@@ -25,7 +25,7 @@ import logging
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 
-from crawlfleet.node.scheduler import node_of
+from crawlfleet.parts import node_of
 
 __all__ = ["SendTime"]
 
@@ -37,22 +37,24 @@ class SendTime:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self.stats = crawler.stats
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SendTime:
         return cls(crawler)
 
     def process_request(self, request: Request, spider: Spider | None = None) -> Request | None:
-        scheduler = node_of(self.crawler)
-        if scheduler is None:
+        node = node_of(self.crawler)
+        if node is None:
             return None
-        send_by = scheduler.ledger.send_by.get(request)
+        send_by = node.send_by(request)
         if send_by is None:
             return None  # not rate-limited (or a robots probe): any time is its time
         late = asyncio.get_event_loop().time() > send_by
-        if not late and scheduler.engine.starts_now(request):
+        if not late and node.starts_now(request):
             return None
-        scheduler.stats.inc("crawlfleet/scheduler/late")
+        if self.stats is not None:
+            self.stats.inc_value("crawlfleet/scheduler/late")
         logger.debug(
             "%s %s: given back for a new slot",
             request,

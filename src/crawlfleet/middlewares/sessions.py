@@ -28,6 +28,7 @@ from scrapy.exceptions import NotConfigured
 
 from crawlfleet.meta import NEW_IDENTITY_META, SESSION_META
 from crawlfleet.middlewares.common import is_robots, site_of
+from crawlfleet.parts import parts_of
 
 __all__ = ["SESSION_META", "Sessions"]
 
@@ -51,7 +52,7 @@ class Sessions:
         if not crawler.settings.getbool("CRAWLFLEET_SESSIONS"):
             raise NotConfigured  # CRAWLFLEET_SESSIONS is off (no message: Scrapy warns of one)
         mw = cls(crawler)
-        crawler.crawlfleet_sessions = mw  # type: ignore[attr-defined]  # for ProxyRotation
+        parts_of(crawler).sessions = mw  # for ProxyRotation
         return mw
 
     def session_of(self, site: str) -> str:

@@ -45,7 +45,8 @@ from scrapy.http import Response
 from crawlfleet.frontier.config import BackoffConfig, rate_limit_margin
 from crawlfleet.frontier.limits import DEFAULT_MARGIN
 from crawlfleet.middlewares.common import first_request, is_robots
-from crawlfleet.node.scheduler import ROBOTS_PROBE_MS, NodeHandle, Scheduler, node_of
+from crawlfleet.node.scheduler import ROBOTS_PROBE_MS
+from crawlfleet.parts import NodeHandle, node_of
 
 __all__ = ["ROBOTS_PROBE_SECONDS", "SiteThrottle", "retry_after_ms"]
 
@@ -131,7 +132,7 @@ class SiteThrottle:
             margin=rate_limit_margin(crawler.settings),
         )
 
-    def _scheduler(self) -> Scheduler | None:
+    def _scheduler(self) -> NodeHandle | None:
         return node_of(self.crawler)
 
     def process_response(
@@ -164,8 +165,9 @@ class SiteThrottle:
         return self.obey_robots and is_robots(request)
 
     def _robots_site(self, scheduler: NodeHandle, request: Request) -> str:
-        """The site whose robots.txt *request* fetched: the one first asked."""
-        return scheduler.sites.site(first_request(request))
+        """The site whose robots.txt *request* fetched: the one first asked (keyed by the
+        node: a robots.txt request is never leased)."""
+        return scheduler.site_of(first_request(request))
 
     def _robots(self, scheduler: NodeHandle, request: Request, response: Response) -> None:
         """Report the Crawl-delay (0 when none, or robots.txt is missing or unreadable:

@@ -36,6 +36,7 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.meta import UNIT_ID_META, UNIT_META
 from crawlfleet.node.progress import campaign_line, progress_seconds
 from crawlfleet.node.recrawl import SETTLE_SECONDS, HeldLoop, Settled, open_db
+from crawlfleet.outage import Outage
 from crawlfleet.state.url import check_state_db_url, state_db_url
 
 __all__ = ["UNIT_ID_META", "UNIT_META", "CampaignFeeder", "UnitMeta"]
@@ -47,7 +48,7 @@ ROUND_SECONDS = 1.0
 MAX_ROUND_SECONDS = 30.0
 #: Units claimed at most per round.
 UNITS_PER_ROUND = 5
-#: While the state DB does not answer, the node says so this often.
+#: While the state DB does not answer (or rounds fail), the node says so this often.
 OUTAGE_LOG_SECONDS = 60.0
 HOLD = "campaign"
 
@@ -65,8 +66,14 @@ class CampaignFeeder(HeldLoop):
         self.fed = 0
         #: a unit leased and not fed within this long goes to another node
         self.lease_seconds = crawler.settings.getfloat("CRAWLFLEET_LEASE_SECONDS")
-        self._down_since: float | None = None
-        self._said_down = 0.0
+        #: the state DB not answering, as this node's rounds see it (said by class only:
+        #: a database error's text can be long, and carry the query)
+        self._db_outage = Outage(
+            f"The state DB of campaign {name!r}",
+            lambda: "its units wait",
+            OUTAGE_LOG_SECONDS,
+            describe=lambda exc: type(exc).__name__,
+        )
         self._last_state = ""
         self._settled = Settled()
         #: the settling epoch in which no failed link was left to re-crawl
@@ -107,29 +114,14 @@ class CampaignFeeder(HeldLoop):
                 await self._round(scheduler)
                 await self._progress(scheduler)
                 failed = 0
-                if self._down_since is not None:
-                    logger.info(
-                        "Campaign %r: state DB back after %.0f s",
-                        self.name,
-                        loop.time() - self._down_since,
-                    )
-                    self._down_since = None
+                self._db_outage.succeeded(lambda: "its units are fed again")
             except ConfigError as exc:  # the campaign is unknown: nothing to feed, ever
                 logger.error("Campaign: %s", exc)
-                scheduler.sync.holds.discard(HOLD)
+                scheduler.lifecycle.holds.discard(HOLD)
                 scheduler.lifecycle.close_once("campaign unknown")
                 return
             except SQLAlchemyError as exc:
-                now = loop.time()
-                if self._down_since is None:
-                    self._down_since = now
-                if now - self._said_down >= OUTAGE_LOG_SECONDS:
-                    self._said_down = now
-                    logger.warning(
-                        "Campaign %r: the state DB does not answer (%s); units wait",
-                        self.name,
-                        type(exc).__name__,
-                    )
+                self._db_outage.failed(exc)
             except Exception:
                 # a bug (a unit hook that raises, say): said once a minute, and the
                 # rounds slow down, up to one every MAX_ROUND_SECONDS
@@ -154,7 +146,7 @@ class CampaignFeeder(HeldLoop):
             status = await asyncio.to_thread(
                 campaign_status, self.db, self.name, failed_units=False
             )
-            counters = await scheduler.sync.frontier.counters()
+            counters = await scheduler.frontier.counters()
         except Exception:
             logger.debug("Campaign %r: no progress line this time", self.name, exc_info=True)
             return
@@ -168,7 +160,7 @@ class CampaignFeeder(HeldLoop):
     async def _round(self, scheduler: Any) -> None:
         from crawlfleet.state.campaigns import ACTIVE, claim_units
 
-        sync = scheduler.sync
+        holds = scheduler.lifecycle.holds
         info, units = await asyncio.to_thread(
             claim_units,
             self.db,
@@ -185,9 +177,9 @@ class CampaignFeeder(HeldLoop):
                 f"{scheduler.config.job!r}"
             )
         if state not in ACTIVE:
-            sync.holds.discard(HOLD)  # the job finishes once its frontier is empty
+            holds.discard(HOLD)  # the job finishes once its frontier is empty
             return
-        sync.holds.add(HOLD)
+        holds.add(HOLD)
         if units:
             await self._feed(scheduler, units, info["template"])
             self._settled.reset()
@@ -195,7 +187,7 @@ class CampaignFeeder(HeldLoop):
         if state not in ("running", "stopping"):
             self._settled.reset()  # paused: the frontier settles anew afterwards
             return
-        if await self._settled.check(sync.frontier):
+        if await self._settled.check(scheduler.frontier):
             await self._wrap_up(scheduler, state, info)
 
     async def _feed(self, scheduler: Any, units: list[Any], template: str) -> None:
@@ -232,7 +224,7 @@ class CampaignFeeder(HeldLoop):
         if self._concluded != settled.epoch:
             if state == "running":
                 links = await recrawl_errors(
-                    scheduler.sync.frontier, self.db, max_recrawls=info["max_attempts"] - 1
+                    scheduler.frontier, self.db, max_recrawls=info["max_attempts"] - 1
                 )
                 if links.queued:
                     logger.info(

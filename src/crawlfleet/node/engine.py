@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from scrapy import Request, signals
@@ -58,6 +58,11 @@ class EngineHooks:
     #: (which would go out late by the time that takes)
     load_handlers: Callable[[], None] = _nothing
     _pending: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def bind(self, other: EngineHooks) -> None:
+        """Call *other*'s engine from now on: every part that holds this object does."""
+        for hook in fields(self):
+            setattr(self, hook.name, getattr(other, hook.name))
 
 
 def _slot_of(crawler: Crawler) -> Any:

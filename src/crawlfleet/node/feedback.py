@@ -46,8 +46,9 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 
-from crawlfleet.node.scheduler import Scheduler, node_of, status_providers
+from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.node.telemetry import LoopLagProbe
+from crawlfleet.parts import parts_of
 from crawlfleet.settings.access import get_bool, get_float, get_int
 
 __all__ = ["Controller", "Feedback", "Limits", "Sample"]
@@ -197,12 +198,12 @@ class Feedback:
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(ext.response_received, signal=signals.response_received)
-        status_providers(crawler).append(ext.status)
+        parts_of(crawler).status_providers.append(ext.status)
         return ext
 
     # -- signals ------------------------------------------------------------------------
     def spider_opened(self, spider: Spider) -> None:
-        scheduler = node_of(self.crawler)
+        scheduler = Scheduler.of(self.crawler)
         if scheduler is None:
             logger.info("Feedback needs the crawlfleet scheduler: not running")
             return
@@ -254,7 +255,7 @@ class Feedback:
         controller, scheduler = self.controller, self.scheduler
         if controller is None or scheduler is None:
             return
-        if scheduler.sync.waiting_for_store:
+        if scheduler.sync.backlog.waiting_for_store:
             self._reset_interval()  # busy with pages that wait for the store: no sample
             return
         errors = self._stat("downloader/exception_count") - self._errors0

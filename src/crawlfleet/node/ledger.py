@@ -1,8 +1,8 @@
 """A node's local ledger of requests: every request it holds, and in which state.
 
 Pure bookkeeping on the event loop, no I/O: the scheduler adds to it, the sync loop
-(:mod:`crawlfleet.node.sync`) sends what it collects to the frontier and records what
-the frontier hands out. A request is in exactly one place:
+(:mod:`crawlfleet.node.sync`: its outbox, leaser and heartbeat) sends what it collects
+to the frontier and records what the frontier hands out. A request is in exactly one place:
 
 - ``out``: new requests (fingerprint, payload) waiting for the next commit batch;
   ``known``: new requests dropped as duplicates because the node's seen cache knew

@@ -2,7 +2,9 @@
 
 A job is finished when nothing is queued, nothing is leased, no node is busy, for
 CRAWLFLEET_FINISH_GRACE_SECONDS in a row, and it had work at some point: nodes started
-before the first seed wait for it (and say so once a minute).
+before the first seed wait for it (and say so once a minute). A part that feeds the job
+from outside (a campaign, a re-crawl phase) keeps it from finishing for this node while
+it holds it (:attr:`Lifecycle.holds`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class Lifecycle:
         self._next_no_work_log = 0.0
         #: the seed key this node reads ("" for none), named while it waits for seeds
         self.seed_key = ""
+        #: reasons the job must not count as finished for this node ("campaign",
+        #: "recrawl": parts that may queue more work); each part adds and discards its own
+        self.holds: set[str] = set()
 
     def update(
         self,

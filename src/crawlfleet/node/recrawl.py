@@ -30,7 +30,8 @@ from scrapy.exceptions import NotConfigured
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
-from crawlfleet.node.scheduler import node_of, status_providers
+from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.parts import parts_of
 from crawlfleet.redis.connection import redact
 from crawlfleet.state.records import REASONS
 from crawlfleet.state.url import check_state_db_url, state_db_url
@@ -112,18 +113,18 @@ class HeldLoop(ABC):
         self.phase = ""
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
-        status_providers(crawler).append(self.status)
+        parts_of(crawler).status_providers.append(self.status)
 
     def status(self) -> dict[str, Any]:
         """For the node's heartbeat status: ``{"phase": ...}`` while there is one."""
         return {"phase": self.phase} if self.phase else {}
 
     def spider_opened(self, spider: Spider) -> None:
-        scheduler = node_of(self.crawler)
+        scheduler = Scheduler.of(self.crawler)
         if scheduler is None:
             logger.error("%s needs the crawlfleet scheduler: off", type(self).__name__)
             return
-        scheduler.sync.holds.add(self.HOLD)
+        scheduler.lifecycle.holds.add(self.HOLD)
         self.task = asyncio.ensure_future(self._run(scheduler))
 
     async def spider_closed(self, spider: Spider) -> None:
@@ -136,7 +137,7 @@ class HeldLoop(ABC):
 
     @abstractmethod
     async def _run(self, scheduler: Any) -> None:
-        """The loop; it lets the job go with ``scheduler.sync.holds.discard(HOLD)``."""
+        """The loop; it lets the job go with ``scheduler.lifecycle.holds.discard(HOLD)``."""
 
 
 class RecrawlPhase(HeldLoop):
@@ -195,7 +196,7 @@ class RecrawlPhase(HeldLoop):
         from crawlfleet.fleet.errors import recrawl_errors
 
         settled = Settled()
-        frontier = scheduler.sync.frontier
+        frontier = scheduler.frontier
         said = -OUTAGE_LOG_SECONDS
         checked = -1  # the epoch in which a round found nothing to re-crawl
         while True:
@@ -240,7 +241,7 @@ class RecrawlPhase(HeldLoop):
                 continue
             logger.info("Re-crawl phase: nothing left to re-crawl")
             self.phase = ""
-            scheduler.sync.holds.discard(HOLD)
+            scheduler.lifecycle.holds.discard(HOLD)
             return
 
     async def _progress(self, scheduler: Any, *, over: bool = False) -> None:
@@ -251,7 +252,7 @@ class RecrawlPhase(HeldLoop):
             self.db = await asyncio.to_thread(open_db, self.db_url)
         half_life = scheduler.config.backoff.half_life_seconds
         progress, backoff = await recrawl_standing(
-            scheduler.sync.frontier, self.db, self.round_ids, half_life_ms=int(half_life * 1000)
+            scheduler.frontier, self.db, self.round_ids, half_life_ms=int(half_life * 1000)
         )
         elapsed = self.cadence.elapsed() if over else None
         line = recrawl_line(progress, self.rounds, backoff, seconds=elapsed)

@@ -15,8 +15,10 @@ but released, back to its queue. While too many items wait for the item stores
 A request that failed for good is acknowledged only once its failure is durable in the
 error registry (:meth:`Scheduler.hold_for_record`); until then its lease stays held.
 
-Middlewares and extensions reach the node through this object, found as
-``crawler.crawlfleet_scheduler``; what they may use is :class:`NodeHandle`.
+Middlewares and extensions reach the node through this object, registered as the
+crawler's ``parts_of(crawler).node`` (:mod:`crawlfleet.parts`); what they may use is
+:class:`~crawlfleet.parts.NodeHandle`, found with :func:`~crawlfleet.parts.node_of`.
+node/'s own extensions, which use more of it, find it with :meth:`Scheduler.of`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 from scrapy import Request, Spider, signals
@@ -42,7 +44,6 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.internet.defer import Deferred
 
-from crawlfleet import __version__
 from crawlfleet.addon import fail_command
 from crawlfleet.exceptions import (
     ConfigError,
@@ -51,36 +52,32 @@ from crawlfleet.exceptions import (
     SerializationError,
 )
 from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
-from crawlfleet.node.backlog import WAITING_FOR_STORE, item_stores
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
+from crawlfleet.node.joining import say_joined
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.redisspider import adopt, seed_source
 from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.siterates import SiteRates
 from crawlfleet.node.stats import NodeStats
+from crawlfleet.node.status import node_status
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
+from crawlfleet.parts import StatusProvider, node_of, parts_of
 from crawlfleet.redis.config import RedisConfig
-from crawlfleet.redis.connection import REDIS_ERRORS, redact, shared_client
+from crawlfleet.redis.connection import shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float
-from crawlfleet.state.writer import UNWRITTEN, Outcome
+from crawlfleet.state.writer import UNWRITTEN
 
-__all__ = [
-    "ROBOTS_PROBE_MS",
-    "NodeHandle",
-    "Scheduler",
-    "new_node_id",
-    "node_of",
-    "status_providers",
-]
+__all__ = ["ROBOTS_PROBE_MS", "Scheduler", "new_node_id", "robots_probe_ms"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,19 +90,6 @@ REFUSED = "refused"
 ROBOTS_PROBE_MS = 10_000
 #: Scrapy's middleware that reads robots.txt (the probe needs it to end).
 ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
-
-
-def status_providers(crawler: Crawler) -> list[Callable[[], dict[str, Any]]]:
-    """The crawler's list of node-status providers (created on first use). An extension
-    appends a callable returning a JSON-able dict; the node publishes the merged dicts
-    with every heartbeat."""
-    providers: list[Callable[[], dict[str, Any]]] | None = getattr(
-        crawler, "crawlfleet_status_providers", None
-    )
-    if providers is None:
-        providers = []
-        crawler.crawlfleet_status_providers = providers  # type: ignore[attr-defined]
-    return providers
 
 
 def robots_probe_ms(settings: BaseSettings) -> int:
@@ -129,39 +113,6 @@ def _delay_ms(value: Any) -> int:
 def new_node_id() -> str:
     """host-pid-random: unique per process, readable in status listings."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-class NodeHandle(Protocol):
-    """What middlewares and extensions use of the node (the scheduler)."""
-
-    #: keys requests to sites (queues, budgets)
-    sites: SiteKeyer
-    #: the node's state and concurrency
-    steering: Steering
-    #: the worst event-loop lag of the last feedback interval (ms; set by the feedback
-    #: controller): a lagging node's latencies say more about it than about sites
-    loop_lag_ms: float
-
-    @property
-    def in_progress(self) -> int: ...
-
-    def site_of(self, request: Request) -> str: ...
-
-    def encode(self, request: Request) -> bytes: ...
-
-    def report_slow(
-        self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
-    ) -> None: ...
-
-    def report_recovered(self, site: str, why: str) -> None: ...
-
-    def report_robots(self, site: str, delay_ms: int) -> None: ...
-
-    def set_feedback_limit(self, limit: int | None) -> None: ...
-
-    def hold_for_record(
-        self, request: Request, flush: Callable[[], None]
-    ) -> Callable[[Outcome], None] | None: ...
 
 
 class Scheduler(BaseScheduler):
@@ -203,7 +154,7 @@ class Scheduler(BaseScheduler):
         #: hooks into the engine, set by from_crawler (no-ops without a crawler)
         self.engine = EngineHooks()
         #: callables whose dicts are merged into the node status of each heartbeat
-        self.status_providers: list[Callable[[], dict[str, Any]]] = []
+        self.status_providers: list[StatusProvider] = []
         self.site_rates = SiteRates(site_window_seconds)
         self.ledger = Ledger(self._slot_due, self.site_rates.done, config.seen_cache_size)
         self.lifecycle = Lifecycle(config, self.engine, self.node_id)
@@ -267,22 +218,28 @@ class Scheduler(BaseScheduler):
                 settings, "CRAWLFLEET_TELEMETRY_WINDOW_SECONDS", minimum=1
             ),
         )
-        scheduler.bind_engine(engine_hooks(crawler), status_providers(crawler))
-        scheduler.sync.backlog.stores = item_stores(crawler)
+        parts = parts_of(crawler)
+        scheduler.bind_engine(engine_hooks(crawler), parts.status_providers)
+        scheduler.sync.backlog.stores = parts.item_stores
         crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
         scheduler.robots_probe_ms = robots_probe_ms(settings)
         scheduler.flush_on_start = settings.getbool("SCHEDULER_FLUSH_ON_START")
-        #: middlewares and extensions find the node here (see NodeHandle)
-        crawler.crawlfleet_scheduler = scheduler  # type: ignore[attr-defined]
+        parts.node = scheduler  # middlewares and extensions find the node here
         return scheduler
 
-    def bind_engine(
-        self, engine: EngineHooks, providers: list[Callable[[], dict[str, Any]]]
-    ) -> None:
+    @classmethod
+    def of(cls, crawler: Crawler | None) -> Scheduler | None:
+        """The crawlfleet scheduler of *crawler* with all its parts, for node/'s own
+        extensions (feedback, re-crawl, campaigns); None as for
+        :func:`~crawlfleet.parts.node_of`, which the others use."""
+        node = node_of(crawler)
+        return node if isinstance(node, Scheduler) else None
+
+    def bind_engine(self, engine: EngineHooks, providers: list[StatusProvider]) -> None:
         """Use *engine*'s hooks (every part that calls the engine gets them) and publish
         the status of *providers* with each heartbeat."""
-        self.engine = self.sync.engine = self.sync.leaser.engine = self.lifecycle.engine = engine
+        self.engine.bind(engine)  # the object every part holds
         self.status_providers = providers
 
     @property
@@ -328,63 +285,13 @@ class Scheduler(BaseScheduler):
             raise CloseSpider(self.start_failed)
 
     async def start(self, spider: Spider) -> None:
-        """Join the job, start the sync loop. RedisUnreachable when Redis does not answer
-        within CRAWLFLEET_REDIS_START_TIMEOUT."""
+        """Join the job (reset it first with SCHEDULER_FLUSH_ON_START), start the sync
+        loop. RedisUnreachable when Redis does not answer within
+        CRAWLFLEET_REDIS_START_TIMEOUT; ConfigError when the job may not be reset."""
         self._loop = asyncio.get_running_loop()
-        if self.flush_on_start:
-            await self._flush_job()
-        await self.sync.open(spider)
+        await self.sync.open(spider, flush_first=self.flush_on_start)
         self.engine.load_handlers()
-        logger.info(
-            "crawlfleet node %s on job %r (seen-filter: %s, site key: %s, prefetch: %d)",
-            self.node_id,
-            self.config.job,
-            self.config.seen_mode,
-            self.config.site_key,
-            self.config.prefetch,
-        )
-        rc = self.redis_config
-        logger.debug(
-            "Redis: %s from %s",
-            redact(rc.url) if rc.url else "the embedded Redis",
-            rc.url_source if rc.url else f"no setting (data in {rc.data_dir})",
-        )
-        config = self.config
-        logger.info(
-            "%s",
-            config.politeness.describe(
-                config.configured_limits,
-                backoff_start=config.backoff.start_seconds,
-                backoff_max=config.backoff.max_seconds,
-            ),
-        )
-
-    async def _flush_job(self) -> None:
-        """SCHEDULER_FLUSH_ON_START, as scrapy-redis means it (a crawl starting from
-        nothing): the job is reset before this node joins it, unless other nodes work
-        on it: ConfigError then (their work would be lost)."""
-        job = self.config.job
-        ttl_ms = int(self.config.node_timeout_seconds * 1000)
-        try:
-            # registered first, in one step with the check: a node starting meanwhile
-            # sees this one, and the reset keeps it registered
-            live = await self.frontier.join_alone(self.node_id, ttl_ms)
-        except REDIS_ERRORS as exc:
-            raise RedisUnreachable(f"Redis unreachable at start: {redact(str(exc))}") from None
-        if live:
-            raise ConfigError(
-                f"SCHEDULER_FLUSH_ON_START = True would delete job {job!r} while "
-                f"{len(live)} other node(s) work on it: remove the setting (the job's "
-                f"state persists), and to start over stop its nodes and run "
-                f"`crawlfleet job reset {job}`"
-            )
-        deleted = await self.frontier.reset(keep_limits=True, keep_nodes=True)
-        logger.warning(
-            "SCHEDULER_FLUSH_ON_START: job %r reset before this node joined it "
-            "(%d keys deleted; no other node was alive)",
-            job,
-            deleted,
-        )
+        say_joined(self.node_id, self.config, self.redis_config)
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self.stop(reason))
@@ -472,39 +379,27 @@ class Scheduler(BaseScheduler):
         return run_summary(self.stats.all(), self.node_id, reason, self._started)
 
     def node_status(self) -> dict[str, Any]:
-        """What this node publishes with each heartbeat (``<job>:nodeinfo``): its own
-        figures, then those of every provider in ``status_providers``."""
-        ledger = self.ledger
-        status: dict[str, Any] = {
-            "node": self.node_id,
-            "host": socket.gethostname(),
-            "ip": self.config.node_ip,
-            "pid": os.getpid(),
-            "job": self.config.job,
-            "spider": getattr(self.spider, "name", ""),
-            "version": __version__,
-            "started": self._started,
-            "buffered": ledger.ready,
-            "in_progress": len(ledger.handed),
-            "held": len(ledger.held),
-            "pages": self.stats.get("response_received_count"),
-            "items": self.stats.get("item_scraped_count"),
-            "done": self.stats.get("crawlfleet/frontier/acked"),
-            "sites": self.site_rates.figures(ledger.held.values()),
-            "items_waiting": self.sync.backlog.waiting(),
-            "failures_waiting": len(ledger.recorded),
-        }
-        for provider in self.status_providers:
-            try:
-                status.update(provider())
-            except Exception:
-                logger.exception("node status provider %r failed", provider)
-        status.update(self.steering.status())
-        if status["state"] == "running" and self.sync.waiting_for_store:
-            status["state"] = WAITING_FOR_STORE
-        return status
+        """What this node publishes with each heartbeat (``<job>:nodeinfo``): see
+        :mod:`crawlfleet.node.status`."""
+        return node_status(
+            self.node_id,
+            self.config,
+            self.spider,
+            self._started,
+            ledger=self.ledger,
+            stats=self.stats,
+            site_rates=self.site_rates,
+            backlog=self.sync.backlog,
+            steering=self.steering,
+            providers=self.status_providers,
+        )
 
     # -- NodeHandle: what middlewares and extensions use --------------------------------
+    @property
+    def job(self) -> str:
+        """The job this node works on."""
+        return self.config.job
+
     def encode(self, request: Request) -> bytes:
         """*request* as the frontier stores it; SerializationError if it cannot go."""
         return self.sync.leaser.codec.encode(request)
@@ -519,6 +414,23 @@ class Scheduler(BaseScheduler):
         rid = self.ledger.handed.get(request)
         site = self.ledger.held.get(rid) if rid is not None else None
         return site if site is not None else self.sites.site(request)
+
+    def send_by(self, request: Request) -> float | None:
+        """The event-loop time by which slotted *request* must be on its way (None: it
+        has no slot)."""
+        return self.ledger.send_by.get(request)
+
+    def starts_now(self, request: Request) -> bool:
+        """Whether the downloader would start *request* at once (not queue it)."""
+        return self.engine.starts_now(request)
+
+    def shared_redis(self) -> tuple[Redis, str] | None:
+        """The Redis client of this node's frontier and the fleet's key prefix; None for
+        a frontier that is not in Redis."""
+        frontier = self.frontier
+        if isinstance(frontier, (JobFrontier, Frontier)):
+            return frontier.client, frontier.keys.prefix
+        return None
 
     def report_slow(
         self, site: str, why: str, floor_ms: int = 0, first_ms: int = 0, *, latency: bool = False
@@ -546,7 +458,7 @@ class Scheduler(BaseScheduler):
 
     def hold_for_record(
         self, request: Request, flush: Callable[[], None]
-    ) -> Callable[[Outcome], None] | None:
+    ) -> Callable[[str], None] | None:
         """A final failure of *request* is about to be queued for the error registry:
         the node keeps *request*'s lease (held, renewed) until the record is settled,
         and acknowledges it only then (or gives it back if the record could not be
@@ -557,16 +469,16 @@ class Scheduler(BaseScheduler):
         loop = self._loop
         if loop is None or not self.ledger.recording(request):
             return None
-        self.sync.flush_records = flush
+        self.sync.leaving.flush_records = flush
 
-        def settled(outcome: Outcome) -> None:
+        def settled(outcome: str) -> None:
             # a closed loop (RuntimeError): the node is gone, its leases expire
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._record_settled, request, outcome)
 
         return settled
 
-    def _record_settled(self, request: Request, outcome: Outcome) -> None:
+    def _record_settled(self, request: Request, outcome: str) -> None:
         """On the loop: the writer settled a failure record of *request*."""
         ledger = self.ledger
         if request not in ledger.records:
@@ -576,10 +488,3 @@ class Scheduler(BaseScheduler):
             self.stats.inc("crawlfleet/errors/unwritten")
         if ledger.record_settled(request, written):
             self.sync.kick()  # its ack or release goes out soon
-
-
-def node_of(crawler: Crawler | None) -> Scheduler | None:
-    """The crawlfleet scheduler (the node) of *crawler*: None before it opens, or when
-    the crawler runs another scheduler. Middlewares and extensions find the node so."""
-    scheduler = getattr(crawler, "crawlfleet_scheduler", None)
-    return scheduler if isinstance(scheduler, Scheduler) else None

@@ -13,7 +13,7 @@ old generation moves to the new one, so the links a crawl keeps meeting stay. At
 
 The cache belongs to one incarnation of the job, named by the *epoch* Redis gives it
 (see ``commit.lua``): a node that sees another epoch (the job was reset under it)
-starts over, see :class:`~crawlfleet.node.sync.SyncLoop`.
+starts over, see :class:`~crawlfleet.node.outbox.Outbox`.
 """
 
 from __future__ import annotations

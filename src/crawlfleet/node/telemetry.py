@@ -1,7 +1,7 @@
 """Live figures of this node, published with every heartbeat (``<job>:nodeinfo``).
 
-The ``Telemetry`` extension registers a node-status provider (see
-:func:`crawlfleet.node.scheduler.status_providers`). Rates are computed from stats
+The ``Telemetry`` extension registers a node-status provider (in
+``parts_of(crawler).status_providers``, :mod:`crawlfleet.parts`). Rates are computed from stats
 deltas at each heartbeat over a sliding window of ``CRAWLFLEET_TELEMETRY_WINDOW_SECONDS``;
 per request it only adds a download latency to a one-second bucket (O(1)). Published
 keys (all JSON numbers, ``None`` where nothing was measured yet):
@@ -37,7 +37,7 @@ from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.http import Response
 
-from crawlfleet.node.scheduler import status_providers
+from crawlfleet.parts import parts_of
 from crawlfleet.settings.access import get_float, get_int
 
 __all__ = ["LoopLagProbe", "Telemetry", "Window", "preview"]
@@ -205,7 +205,7 @@ class Telemetry:
             crawler.signals.connect(ext.item_scraped, signal=signals.item_scraped)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
-        status_providers(crawler).append(ext.status)
+        parts_of(crawler).status_providers.append(ext.status)
         return ext
 
     # -- signals ------------------------------------------------------------------------

@@ -33,9 +33,8 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DropItem
 
-from crawlfleet.node.backlog import item_stores
 from crawlfleet.node.engine import is_stopping
-from crawlfleet.node.scheduler import status_providers
+from crawlfleet.parts import parts_of
 from crawlfleet.pipelines._util import item_type, item_url
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.key import ItemKeyer, KeyUnavailable
@@ -51,12 +50,12 @@ def _published_stores(crawler: Crawler) -> list[dict[str, str]]:
     """The identities of the crawler's item stores (created on first use, with the
     status provider that publishes them as ``item_stores``): the manager compares them
     with the stores it reads items from."""
-    published: list[dict[str, str]] | None = getattr(crawler, "crawlfleet_store_identities", None)
+    parts = parts_of(crawler)
+    published = parts.store_identities
     if published is None:
-        published = []
-        crawler.crawlfleet_store_identities = published  # type: ignore[attr-defined]
+        published = parts.store_identities = []
         stores = published
-        status_providers(crawler).append(lambda: {"item_stores": list(stores)})
+        parts.status_providers.append(lambda: {"item_stores": list(stores)})
     return published
 
 
@@ -90,7 +89,7 @@ class StorePipeline(ABC):
         )
         pipeline.crawler = crawler
         # the node stops leasing while too many items wait for a store that is down
-        item_stores(crawler).append(sink)
+        parts_of(crawler).item_stores.append(sink)
         _published_stores(crawler).append(sink.identity())
         if isinstance(sink, BufferedSink):
             # Once a running crawl is asked to stop (Ctrl-C, a control command), items

@@ -25,6 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
 from crawlfleet.exceptions import CommandFailed
+from crawlfleet.parts import parts_of
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.embedded import EmbeddedRedis
 from crawlfleet.settings.config import redact_url
@@ -191,12 +192,13 @@ def make_client(url: str, **options: Any) -> Redis:
 
 
 def shared_client(crawler: Any, config: RedisConfig) -> Redis:
-    """The client of this crawler's process, created once and kept on the crawler; it is
-    closed when the engine stops (after every component has closed)."""
-    client: Redis | None = getattr(crawler, "_crawlfleet_redis", None)
+    """The client of this crawler's process, created once and kept with the crawler's
+    parts (``parts_of(crawler).redis``); it is closed when the engine stops (after every
+    component has closed)."""
+    parts = parts_of(crawler)
+    client = parts.redis
     if client is None:
-        client = make_client(resolve_url(config))
-        crawler._crawlfleet_redis = client
+        client = parts.redis = make_client(resolve_url(config))
 
         async def close() -> None:
             await client.aclose()

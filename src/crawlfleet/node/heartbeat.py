@@ -1,0 +1,207 @@
+"""A node's registration in its job: heartbeats, and the upkeep of the job's leases.
+
+The sync loop (:mod:`crawlfleet.node.sync`) calls :meth:`Heartbeat.due` each round;
+its contract:
+
+- Every CRAWLFLEET_HEARTBEAT_SECONDS (every IDLE_HEARTBEAT_SECONDS at most while the
+  node is idle and closes when the job is finished, so that it sees the end soon; at
+  once when it just ran out of work, or its status changed) the node renews its
+  registration (it lapses after CRAWLFLEET_NODE_TIMEOUT_SECONDS without one) and every
+  lease it holds, publishes its status (``<job>:nodeinfo``), and reads the job's state:
+  its counts go to the leaser, its limits and commands to
+  :class:`~crawlfleet.node.control.Control`, whether it is finished to the
+  :class:`~crawlfleet.node.lifecycle.Lifecycle`.
+- Between heartbeats, at least every CONTROL_CHECK_SECONDS, it reads the job's command
+  sequence (a lease reads it too): a new command brings the next heartbeat forward, so
+  that a pause holds within a second.
+- Every CRAWLFLEET_RECLAIM_SECONDS, and when a request queued with a delay comes due,
+  it returns the expired leases of any node (a dead one's among them) to their queues.
+- At close: :meth:`Heartbeat.beat` with ``leaving`` says so (no command is taken any
+  more), and :meth:`Heartbeat.keep_alive` renews the registration and leases alone.
+
+Every call raises Redis's errors (but :meth:`keep_alive`): the loop waits them out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from crawlfleet.frontier.base import FrontierBackend
+from crawlfleet.frontier.config import FrontierConfig
+from crawlfleet.frontier.records import JobState
+from crawlfleet.node.control import Control
+from crawlfleet.node.leasing import Leaser
+from crawlfleet.node.ledger import Ledger
+from crawlfleet.node.lifecycle import Lifecycle
+from crawlfleet.node.seeds import SeedReader
+from crawlfleet.node.stats import NodeStats
+from crawlfleet.redis.connection import REDIS_ERRORS, redact
+
+__all__ = ["CONTROL_CHECK_SECONDS", "IDLE_HEARTBEAT_SECONDS", "Heartbeat"]
+
+logger = logging.getLogger(__name__)
+
+#: Heartbeat period of a node with nothing to do, so that it sees the job finish soon.
+IDLE_HEARTBEAT_SECONDS = 0.1
+#: A node looks for new control commands at least this often (pause within a second).
+CONTROL_CHECK_SECONDS = 0.5
+
+
+class Heartbeat:
+    """Keeps node *node_id* registered in its job (see the module docstring).
+
+    *status*: what the node publishes; *idle*: whether it holds nothing and the engine
+    reads no start requests; *feeding*: whether requests fed from outside the engine
+    wait to be sent (the job is not finished for this node meanwhile)."""
+
+    def __init__(
+        self,
+        *,
+        frontier: FrontierBackend,
+        ledger: Ledger,
+        leaser: Leaser,
+        lifecycle: Lifecycle,
+        control: Control,
+        config: FrontierConfig,
+        node_id: str,
+        stats: NodeStats,
+        seeds: SeedReader | None,
+        status: Callable[[], dict[str, Any]],
+        idle: Callable[[], bool],
+        feeding: Callable[[], bool],
+    ) -> None:
+        self.frontier = frontier
+        self.ledger = ledger
+        self.leaser = leaser
+        self.lifecycle = lifecycle
+        self.control = control
+        self.config = config
+        self.node_id = node_id
+        self.stats = stats
+        self.seeds = seeds
+        self.status = status
+        self.idle = idle
+        self.feeding = feeding
+        #: the job's state as the last heartbeat read it (None: none yet)
+        self.state: JobState | None = None
+        self._next_beat = 0.0
+        self._next_reclaim = 0.0
+        self._was_idle = False  # at the last heartbeat
+        self._control_seq = -1  # the job's newest command known (-1: not read yet)
+        self._next_control_check = 0.0
+
+    def now(self) -> None:
+        """Beat at the next round (the node's status changed)."""
+        self._next_beat = 0.0
+
+    def reclaim_by(self, when: float) -> None:
+        """Reclaim expired leases by monotonic time *when* at the latest."""
+        self._next_reclaim = min(self._next_reclaim, when)
+
+    def watch_idle(self) -> None:
+        """The node just ran out of work: say so at the next beat, at once (the job may
+        be finished)."""
+        if not self._was_idle and self.idle():
+            self._next_beat = 0.0
+
+    async def due(self, now: float) -> None:
+        """What is due at monotonic time *now*: a look at the command sequence, a
+        heartbeat, a reclaim of expired leases."""
+        if now >= self._next_control_check and now < self._next_beat:
+            self.note_control_seq(await self.frontier.control_seq())
+        if now >= self._next_beat:
+            await self.beat()
+        if now >= self._next_reclaim:
+            await self._reclaim(now)
+
+    def note_control_seq(self, seq: int) -> None:
+        """The job's command sequence as just read: a new command is read (with a
+        heartbeat) at once."""
+        self._next_control_check = time.monotonic() + CONTROL_CHECK_SECONDS
+        if seq != self._control_seq:
+            if self._control_seq >= 0:
+                self._next_beat = 0.0
+            self._control_seq = seq
+
+    async def beat(self, *, leaving: bool = False) -> None:
+        """Renew the registration and leases, publish the status (``"leaving"`` when
+        *leaving*), take in the job's state."""
+        idle = self.idle()
+        status = "leaving" if leaving else json.dumps(self.status(), default=str)
+        state = await self.frontier.heartbeat(
+            self.node_id,
+            ttl_ms=int(self.config.node_timeout_seconds * 1000),
+            status=status,
+            busy=not idle,
+            lease_ms=int(self.config.lease_seconds * 1000),
+            renew=list(self.ledger.held),
+        )
+        self.state = state
+        self.leaser.job_queued, self.leaser.live_nodes = state.queued, state.live_nodes
+        self.count_cache()
+        if not leaving:
+            await self.control.take(state)
+        now = time.monotonic()
+        fast = idle and self.config.close_when_finished
+        self._next_beat = now + (
+            min(IDLE_HEARTBEAT_SECONDS, self.config.heartbeat_seconds)
+            if fast
+            else self.config.heartbeat_seconds
+        )
+        self._was_idle = idle
+        if state.queued > 0 and not self.ledger.ready:
+            self.leaser.now()
+        seeds = self.seeds
+        waiting = bool(self.lifecycle.holds) or self.feeding()
+        waiting = waiting or (seeds is not None and seeds.waiting)
+        read_at = seeds.read_at if seeds is not None else math.inf
+        self.lifecycle.update(state, idle, waiting, now, read_at)
+        since = self.lifecycle.empty_since
+        if seeds is not None and since is not None and read_at < since:
+            # the job looks finished: read the seed key once more first (seeds pushed
+            # since the last read must not be left behind)
+            seeds.next_at = 0.0
+
+    async def keep_alive(self) -> None:
+        """A heartbeat that renews the registration and leases and nothing else (at
+        close, the loop stopped). A failure is logged at DEBUG and ignored: the close
+        goes on, and the leases may lapse (their pages are crawled again)."""
+        try:
+            await self.frontier.heartbeat(
+                self.node_id,
+                ttl_ms=int(self.config.node_timeout_seconds * 1000),
+                status=json.dumps(self.status(), default=str),
+                busy=True,
+                lease_ms=int(self.config.lease_seconds * 1000),
+                renew=list(self.ledger.held),
+            )
+        except REDIS_ERRORS as exc:  # one try: the close does not wait for Redis here
+            logger.debug("Heartbeat while closing failed: %s", redact(str(exc)))
+
+    async def _reclaim(self, now: float) -> None:
+        self._next_reclaim = now + self.config.reclaim_seconds
+        back = await self.frontier.reclaim_expired(
+            grace_ms=int(self.config.node_timeout_seconds * 1000)
+        )
+        due, self.frontier.came_due = self.frontier.came_due, 0
+        if back:
+            logger.info(
+                "Returned %d leases (expired, or held by a dead node) to their queues", back
+            )
+            self.stats.inc("crawlfleet/frontier/reclaimed", back)
+        if due:
+            self.stats.inc("crawlfleet/frontier/retries_due", due)
+        if back or due:
+            self.leaser.work_arrived()
+
+    def count_cache(self) -> None:
+        """The seen cache's figures into the node's stats."""
+        seen = self.ledger.seen
+        self.stats.set("crawlfleet/seen_cache/lookups", seen.lookups)
+        self.stats.set("crawlfleet/seen_cache/hits", seen.hits)
+        self.stats.set("crawlfleet/seen_cache/size", len(seen))
