@@ -1,6 +1,11 @@
 """Waiting for a service that does not answer: one back-off and one outage report for
-every loop that talks to Redis (nodes, item workers, commands): :func:`until_reachable`
-for a call that must get through, :meth:`Outage.attempt` for a loop that goes on."""
+every loop that waits one out (Redis for nodes, item workers and commands; item stores;
+the state DB for the error registry, campaigns and the manager).
+
+:class:`Backoff` says how long to wait before the next try, :class:`Outage` when the
+outage began and what to say when it begins, lasts and ends; :func:`until_reachable`
+puts both around a call that must get through, :meth:`Outage.attempt` around one turn
+of a loop that goes on."""
 
 from __future__ import annotations
 
@@ -96,63 +101,77 @@ async def until_reachable(
 
 
 class Outage:
-    """An outage of *service* as a loop sees it: said at once, then every
-    *every* seconds while it lasts, and its end with its duration, counted from the
-    start of the first call that failed or hung (not from when its failure was seen: a
-    hung call is seen only at its socket timeout). *holding* says what waits meanwhile
-    (called when a line is logged); *describe* says what failed (default: the error's
-    class and message, passwords redacted)."""
+    """An outage of *service* as a loop sees it: when it began, said when it begins,
+    again every *every* seconds while it lasts (0: at every failure; None: never), and
+    at its end with its length. It counts from the start of the first call that failed
+    or hung (not from when its failure was seen: a hung call is seen only at its socket
+    timeout).
+
+    The words are the loop's own, said in its own logger or on its screen:
+    *say_down* (the error) when the outage begins, *say_still* (the error and the
+    seconds since it began) while it lasts, *say_back* (the seconds it lasted) at its
+    end. One left out says a node's words, in this module's logger: the node goes on
+    meanwhile, *holding* (called when a line is said) tells what waits, and *describe*
+    what failed (default: the error's class and message, passwords redacted).
+    *clock* is what :attr:`since` counts on: ``time.monotonic``, or ``time.time`` where
+    the start is shown as a time of day."""
 
     def __init__(
         self,
         service: str,
-        holding: Callable[[], str],
-        every: float = 60.0,
+        holding: Callable[[], str] = str,
+        every: float | None = 60.0,
         *,
         describe: Callable[[BaseException], str] | None = None,
+        say_down: Callable[[BaseException], None] | None = None,
+        say_still: Callable[[BaseException, float], None] | None = None,
+        say_back: Callable[[float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.service = service
         self.holding = holding
         self.every = every
         self.describe = describe or _described
-        #: monotonic time the outage began (None: none now)
+        self.clock = clock
+        self._say_down = say_down or self._node_down
+        self._say_still = say_still or self._node_still
+        self._say_back = say_back
+        #: when the outage began, on *clock* (None: none now)
         self.since: float | None = None
-        self._logged = 0.0
+        self._said = 0.0
+
+    @property
+    def down(self) -> bool:
+        """An outage is under way: the last call failed."""
+        return self.since is not None
 
     def failed(self, exc: BaseException, began: float | None = None) -> None:
-        """A call failed with *exc*; *began*: when it started (``time.monotonic()``;
+        """A call failed with *exc*; *began*: when it started (on :attr:`clock`;
         default: now)."""
-        now = time.monotonic()
-        what = self.describe(exc)
+        now = self.clock()
         if self.since is None:
             self.since = min(now, began) if began is not None else now
-            self._logged = now
-            logger.warning(
-                "%s unreachable (%s): the node goes on with what it holds and retries; %s, "
-                "nothing is lost",
-                self.service,
-                what,
-                self.holding(),
-            )
-        elif now - self._logged >= self.every:
-            self._logged = now
-            logger.warning(
-                "%s still unreachable after %.0fs (%s); %s",
-                self.service,
-                now - self.since,
-                what,
-                self.holding(),
-            )
+            self._said = now
+            self._say_down(exc)
+        elif self.every is not None and now - self._said >= self.every:
+            self._said = now
+            self._say_still(exc, now - self.since)
 
-    def succeeded(self, what_waited: Callable[[], str]) -> None:
-        if self.since is not None:
+    def succeeded(self, what_waited: Callable[[], str] = str) -> float | None:
+        """A call succeeded: the outage under way (if any) ends and is said; returns
+        how long it lasted (None: there was none). *what_waited* completes a node's
+        words (see the class docstring)."""
+        if self.since is None:
+            return None
+        seconds = self.clock() - self.since
+        self.since = None
+        if self._say_back is not None:
+            self._say_back(seconds)
+        else:
             logger.warning(
-                "%s reachable again after %.1fs; %s",
-                self.service,
-                time.monotonic() - self.since,
-                what_waited(),
+                "%s reachable again after %.1fs; %s", self.service, seconds, what_waited()
             )
-            self.since = None
+        return seconds
 
     async def attempt(
         self,
@@ -168,7 +187,7 @@ class Outage:
         delay (the loop's own sleep: it may cut it short), and False is returned. When it
         answers, an outage ends (:meth:`succeeded`, saying what *waited*), the back-off
         starts over, and True is returned. Other errors go to the caller."""
-        began = time.monotonic()
+        began = self.clock()
         try:
             await call()
         except REDIS_ERRORS as exc:
@@ -179,6 +198,25 @@ class Outage:
         backoff.reset()
         return True
 
+    def _node_down(self, exc: BaseException) -> None:
+        logger.warning(
+            "%s unreachable (%s): the node goes on with what it holds and retries; %s, "
+            "nothing is lost",
+            self.service,
+            self.describe(exc),
+            self.holding(),
+        )
+
+    def _node_still(self, exc: BaseException, seconds: float) -> None:
+        logger.warning(
+            "%s still unreachable after %.0fs (%s); %s",
+            self.service,
+            seconds,
+            self.describe(exc),
+            self.holding(),
+        )
+
 
 def _described(exc: BaseException) -> str:
+    """``Type: message`` of *exc*, without a password that its message may carry."""
     return f"{type(exc).__name__}: {redact(str(exc))}"

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.markup import escape
 
 from crawlfleet.cli.options import redis_problem
+from crawlfleet.outage import Outage
 from crawlfleet.redis.connection import REDIS_ERRORS
 
 __all__ = ["watch"]
@@ -41,7 +42,14 @@ async def watch(
     live = (
         Live(console=console, auto_refresh=False) if console.is_terminal and not as_json else None
     )
-    down_since: float | None = None
+    # on a terminal the screen shows the outage at every refresh; piped, its start and end
+    outage = Outage(
+        "Redis",
+        every=None,
+        clock=time.time,  # its start is shown as a time of day
+        say_down=(lambda exc: None) if live else _said_down,
+        say_back=(lambda seconds: None) if live else _said_back,
+    )
     refreshes = 0
     if live:
         live.start()
@@ -51,22 +59,16 @@ async def watch(
             try:
                 view = await collect()
             except REDIS_ERRORS as exc:  # keep watching: say so, try again
-                now = time.time()
-                if down_since is None:
-                    down_since = began
-                    if not live:
-                        _note(f"{redis_problem(exc)}; still watching")
-                if live:
+                outage.failed(exc, began)
+                if live and outage.since is not None:
                     live.update(
                         f"[red]{escape(redis_problem(exc))}[/]\n"
-                        f"since {_clock(down_since)} ({now - down_since:.0f} s); "
+                        f"since {_clock(outage.since)} ({time.time() - outage.since:.0f} s); "
                         f"retrying every {interval:g} s (Ctrl-C to stop)",
                         refresh=True,
                     )
             else:
-                if down_since is not None and not live:
-                    _note(f"Redis reachable again after {time.time() - down_since:.0f} s")
-                down_since = None
+                outage.succeeded()
                 if live:
                     live.update(render(view), refresh=True)
                 elif as_json:
@@ -76,11 +78,19 @@ async def watch(
                     console.print(render(view))
             refreshes += 1
             if count and refreshes >= count:
-                return 0 if down_since is None else 1
+                return 1 if outage.down else 0
             await asyncio.sleep(interval)
     finally:
         if live:
             live.stop()
+
+
+def _said_down(exc: BaseException) -> None:
+    _note(f"{redis_problem(exc)}; still watching")
+
+
+def _said_back(seconds: float) -> None:
+    _note(f"Redis reachable again after {seconds:.0f} s")
 
 
 def _note(text: str) -> None:

@@ -23,6 +23,7 @@ from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.launch import start_processes
 from crawlfleet.manager.routes.models import RunBody
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError
+from crawlfleet.outage import Outage
 from crawlfleet.redis.connection import REDIS_FAILURES
 from crawlfleet.state.events import record_event
 from crawlfleet.state.models import utcnow
@@ -205,8 +206,7 @@ async def _fire(ctx: ManagerContext, timer: dict[str, Any]) -> tuple[str, str]:
 async def watch(ctx: ManagerContext, interval: float) -> None:
     """observe_runs every *interval* seconds until cancelled; an outage of Redis or the
     state DB is logged once when it starts and once when it ends."""
-    trouble: str | None = None
-    since = datetime.now(UTC)
+    outages = {what: _outage(what) for what in ("Redis", "the state DB")}
     while True:
         try:
             snaps = await fleet_snapshots(ctx)
@@ -215,18 +215,20 @@ async def watch(ctx: ManagerContext, interval: float) -> None:
             await observe_processes(ctx)
             await observe_timers(ctx)
             await evaluate(ctx, snaps)
-            if trouble:
-                logger.info("watch: %s back after %.0f s", trouble, _age(since))
-                trouble = None
+            for outage in outages.values():
+                outage.succeeded()
         except (*REDIS_FAILURES, SQLAlchemyError) as exc:
-            what = "the state DB" if isinstance(exc, SQLAlchemyError) else "Redis"
-            if trouble != what:
-                logger.warning(
-                    "watch: %s does not answer (%s); runs wait", what, type(exc).__name__
-                )
-                trouble, since = what, datetime.now(UTC)
+            outages["the state DB" if isinstance(exc, SQLAlchemyError) else "Redis"].failed(exc)
         await asyncio.sleep(interval)
 
 
-def _age(since: datetime) -> float:
-    return (datetime.now(UTC) - since).total_seconds()
+def _outage(what: str) -> Outage:
+    """An outage of *what* as the watch says it: its start and its end, no more."""
+    return Outage(
+        what,
+        every=None,
+        say_down=lambda exc: logger.warning(
+            "watch: %s does not answer (%s); runs wait", what, type(exc).__name__
+        ),
+        say_back=lambda seconds: logger.info("watch: %s back after %.0f s", what, seconds),
+    )

@@ -53,6 +53,7 @@ from scrapy.settings import BaseSettings
 from scrapy.statscollectors import StatsCollector
 
 from crawlfleet.exceptions import ConfigError, ItemNotDurable
+from crawlfleet.outage import Backoff, Outage
 from crawlfleet.pipelines._threads import Completion, Wakeup, run_in_thread, settle
 from crawlfleet.pipelines._util import describe_error
 from crawlfleet.pipelines.sinks import ItemSink, StoredItem
@@ -143,8 +144,9 @@ class BufferedSink(ItemSink):
         self._abandoned = False
         self._deadline = float("inf")
         self._full_logged_at = -float("inf")
-        self._down_since: float | None = None  # set by the worker while the store is down
-        self._back_said = False  # the worker said the store is back (nothing written yet)
+        #: set by the worker while the store is down: its last attempt failed and
+        #: nothing was written since
+        self._failing = False
         self._replay_files: list[Path] = []
         self._replay_left = 0
         self._run_suffix = f"{time.strftime('%Y%m%dT%H%M%S')}-{id(self):x}"
@@ -196,7 +198,7 @@ class BufferedSink(ItemSink):
     def unreachable(self) -> bool:
         """The store is down: its last attempt failed and nothing was written since.
         Safe from any thread."""
-        return self._down_since is not None
+        return self._failing
 
     def open(self) -> None:
         """Load spill files of an earlier run, then start the worker thread."""
@@ -223,7 +225,7 @@ class BufferedSink(ItemSink):
 
     def _giving_up(self) -> bool:
         """The store is down and the crawl is stopping: awaited records are given up."""
-        return self._down_since is not None and self.stopping is not None and self.stopping()
+        return self._failing and self.stopping is not None and self.stopping()
 
     def _not_durable(self) -> ItemNotDurable:
         return ItemNotDurable(
@@ -319,7 +321,34 @@ class BufferedSink(ItemSink):
             return [record for _, record, _ in islice(self._buffer, opts.batch_items)]
 
     def _run(self) -> None:
-        delay = self.options.retry_min_seconds
+        backoff = Backoff(self.options.retry_min_seconds, self.options.retry_max_seconds)
+        target = self.target
+        # the store is back once setup succeeds: said then, with every record waiting,
+        # before the first of them is written (unreachable holds until one is written)
+        outage = Outage(
+            target,
+            every=0.0,
+            say_down=lambda exc: logger.warning(
+                "Item store %s is unreachable (%s); %d items wait in memory, retrying in %.1f s",
+                target,
+                describe_error(exc),
+                len(self._buffer),
+                backoff.delay,
+            ),
+            say_still=lambda exc, seconds: logger.info(
+                "Item store %s still unreachable after %.0f s (%s); %d items waiting",
+                target,
+                seconds,
+                describe_error(exc),
+                len(self._buffer),
+            ),
+            say_back=lambda seconds: logger.warning(
+                "Item store %s is back after %.1f s; writing %d waiting items",
+                target,
+                seconds,
+                len(self._buffer),
+            ),
+        )
         ready = False
         try:
             while (batch := self._next_batch()) is not None:
@@ -327,40 +356,22 @@ class BufferedSink(ItemSink):
                     if not ready:
                         self.setup()
                         ready = True
-                        self._say_back()
+                        outage.succeeded()
                     refused = self._write_isolating(batch)
                 except Exception as exc:
                     ready = False
-                    now = time.monotonic()
                     self._inc("retries")
-                    if self._down_since is None:
-                        self._down_since = now
-                        logger.warning(
-                            "Item store %s is unreachable (%s); %d items wait in memory, "
-                            "retrying in %.1f s",
-                            self.target,
-                            describe_error(exc),
-                            len(self._buffer),
-                            delay,
-                        )
-                    else:
-                        logger.info(
-                            "Item store %s still unreachable after %.0f s (%s); %d items waiting",
-                            self.target,
-                            now - self._down_since,
-                            describe_error(exc),
-                            len(self._buffer),
-                        )
+                    self._failing = True
+                    outage.failed(exc)
+                    now = time.monotonic()
                     if self._closing and now >= self._deadline:
                         return
-                    self._pause(min(delay, max(0.0, self._deadline - now)))
-                    delay = min(delay * 2, self.options.retry_max_seconds)
+                    self._pause(min(backoff.next(), max(0.0, self._deadline - now)))
                     continue
                 self._done(len(batch), refused)
-                if self._down_since is not None:
-                    self._down_since = None
-                    self._back_said = False
-                    delay = self.options.retry_min_seconds
+                if self._failing:
+                    self._failing = False
+                    backoff.reset()
         except BaseException:
             logger.exception(
                 "Item store %s: writer thread failed; %d items stay in memory until close",
@@ -373,19 +384,6 @@ class BufferedSink(ItemSink):
                 self.teardown()
             except Exception:
                 logger.exception("Item store %s: error while closing", self.target)
-
-    def _say_back(self) -> None:
-        """The store answers again after being down (setup succeeded): say so once,
-        with every record waiting, before the first of them is written."""
-        if self._down_since is None or self._back_said:
-            return
-        self._back_said = True
-        logger.warning(
-            "Item store %s is back after %.1f s; writing %d waiting items",
-            self.target,
-            time.monotonic() - self._down_since,
-            len(self._buffer),
-        )
 
     def _pause(self, seconds: float) -> None:
         """Sleep before a retry (cut short by close); every second, give up the awaited

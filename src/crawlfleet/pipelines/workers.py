@@ -46,6 +46,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from crawlfleet.exceptions import MalformedEntry
+from crawlfleet.outage import Backoff, Outage
 from crawlfleet.pipelines._threads import run_in_thread
 from crawlfleet.pipelines._util import describe_error
 from crawlfleet.pipelines.buffered import BufferedSink
@@ -107,8 +108,23 @@ class ItemWorker:
         self._next_claim = 0.0
         self._next_prune = 0.0
         self._next_progress = 0.0
-        self._redis_down_since: float | None = None
-        self._redis_delay = self.options.retry_min_seconds
+        self._redis_backoff = Backoff(
+            self.options.retry_min_seconds, self.options.retry_max_seconds
+        )
+        consumer = self.options.consumer
+        self._redis_outage = Outage(
+            "Redis",
+            every=None,
+            say_down=lambda exc: logger.warning(
+                "Redis is unreachable for item worker %s (%s); retrying in %.1f s",
+                consumer,
+                describe_error(exc),
+                self._redis_backoff.delay,
+            ),
+            say_back=lambda seconds: logger.warning(
+                "Redis is back for item worker %s after %.1f s", consumer, seconds
+            ),
+        )
 
     @property
     def _claim_interval(self) -> float:
@@ -363,8 +379,29 @@ class ItemWorker:
     async def _store(self, records: list[StoredItem]) -> dict[str, str] | None:
         """Write *records* until the store confirms; return key -> reason of the records
         it refused, or None if a stop came while the store was down."""
-        delay = self.options.retry_min_seconds
-        down_since: float | None = None
+        target = self.store.target
+        backoff = Backoff(self.options.retry_min_seconds, self.options.retry_max_seconds)
+        outage = Outage(
+            target,
+            every=0.0,
+            say_down=lambda exc: logger.warning(
+                "Item store %s is unreachable (%s); %d items wait in the stream, "
+                "retrying in %.1f s",
+                target,
+                describe_error(exc),
+                len(records),
+                backoff.delay,
+            ),
+            say_still=lambda exc, seconds: logger.info(
+                "Item store %s still unreachable after %.0f s (%s)",
+                target,
+                seconds,
+                describe_error(exc),
+            ),
+            say_back=lambda seconds: logger.warning(
+                "Item store %s is back after %.1f s", target, seconds
+            ),
+        )
         while True:
             try:
                 if not self._store_ready:
@@ -374,25 +411,8 @@ class ItemWorker:
             except Exception as exc:
                 self._store_ready = False
                 self.report.retries += 1
-                now = time.monotonic()
-                if down_since is None:
-                    down_since = now
-                    logger.warning(
-                        "Item store %s is unreachable (%s); %d items wait in the stream, "
-                        "retrying in %.1f s",
-                        self.store.target,
-                        describe_error(exc),
-                        len(records),
-                        delay,
-                    )
-                else:
-                    logger.info(
-                        "Item store %s still unreachable after %.0f s (%s)",
-                        self.store.target,
-                        now - down_since,
-                        describe_error(exc),
-                    )
-                if await self._sleep(delay):
+                outage.failed(exc)
+                if await self._sleep(backoff.next()):
                     logger.warning(
                         "Item worker %s stopping with the store down: %d entries stay "
                         "pending for the next worker",
@@ -400,14 +420,8 @@ class ItemWorker:
                         len(records),
                     )
                     return None
-                delay = min(delay * 2, self.options.retry_max_seconds)
                 continue
-            if down_since is not None:
-                logger.warning(
-                    "Item store %s is back after %.1f s",
-                    self.store.target,
-                    time.monotonic() - down_since,
-                )
+            outage.succeeded()
             return refused
 
     def _write_isolating(self, records: list[StoredItem]) -> dict[str, str]:
@@ -461,28 +475,13 @@ class ItemWorker:
         if not is_transient_redis_error(exc):
             return False
         self.report.retries += 1
-        now = time.monotonic()
-        if self._redis_down_since is None:
-            self._redis_down_since = now
-            logger.warning(
-                "Redis is unreachable for item worker %s (%s); retrying in %.1f s",
-                self.options.consumer,
-                describe_error(exc),
-                self._redis_delay,
-            )
-        await self._sleep(self._redis_delay)
-        self._redis_delay = min(self._redis_delay * 2, self.options.retry_max_seconds)
+        self._redis_outage.failed(exc)
+        await self._sleep(self._redis_backoff.next())
         return True
 
     def _redis_back(self) -> None:
-        if self._redis_down_since is not None:
-            logger.warning(
-                "Redis is back for item worker %s after %.1f s",
-                self.options.consumer,
-                time.monotonic() - self._redis_down_since,
-            )
-            self._redis_down_since = None
-            self._redis_delay = self.options.retry_min_seconds
+        if self._redis_outage.succeeded() is not None:
+            self._redis_backoff.reset()
 
     def _log_progress(self) -> None:
         now = time.monotonic()

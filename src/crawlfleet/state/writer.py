@@ -33,10 +33,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from crawlfleet.outage import Outage
 from crawlfleet.state.records import Failure
 
 __all__ = ["REFUSED", "UNWRITTEN", "WRITTEN", "Outcome", "RegistryWriter"]
@@ -141,7 +141,18 @@ class RegistryWriter:
 
         db: StateDB | None = None
         held: list[_Entry] = []
-        down_since: float | None = None
+        outage = Outage(
+            "the state DB",
+            every=None,
+            say_down=lambda exc: logger.warning(
+                "Error registry: the state DB does not answer (%s); %d record(s) wait",
+                type(exc).__name__,
+                len(held),
+            ),
+            say_back=lambda seconds: logger.info(
+                "Error registry: state DB back after %.0f s", seconds
+            ),
+        )
         while True:
             stopping = self._stop.is_set()
             held += self._drain()
@@ -169,20 +180,10 @@ class RegistryWriter:
                         outcome = REFUSED
                     _settle(held.pop(0), outcome)
                     self.written += 1
-                if down_since is not None and not held:
-                    logger.info(
-                        "Error registry: state DB back after %.0f s",
-                        time.monotonic() - down_since,
-                    )
-                    down_since = None
+                if not held:
+                    outage.succeeded()  # what waited is written: the outage is over
             except SQLAlchemyError as exc:
-                if down_since is None:
-                    down_since = time.monotonic()
-                    logger.warning(
-                        "Error registry: the state DB does not answer (%s); %d record(s) wait",
-                        type(exc).__name__,
-                        len(held),
-                    )
+                outage.failed(exc)
                 if not stopping:
                     self._pause(RETRY_SECONDS)
                     continue
