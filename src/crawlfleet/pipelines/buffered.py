@@ -357,7 +357,7 @@ class BufferedSink(ItemSink):
                         self.setup()
                         ready = True
                         outage.succeeded()
-                    refused = self._write_isolating(batch)
+                    refused = self.write_isolating(batch, self._reject)
                 except Exception as exc:
                     ready = False
                     self._inc("retries")
@@ -436,11 +436,18 @@ class BufferedSink(ItemSink):
             if not self._replay_left:
                 self._remove_replayed_files()
 
-    def _write_isolating(self, batch: list[StoredItem]) -> int:
-        """Write *batch*; on a non-transient error, write record by record and set
-        refused records aside. Return how many were refused. Transient errors propagate
-        (the batch is retried; upserts make writing a record twice harmless)."""
-        unique = list({record.key: record for record in batch}.values())
+    def write_isolating(
+        self,
+        records: Sequence[StoredItem],
+        refuse: Callable[[StoredItem, BaseException], None],
+    ) -> int:
+        """Write *records* (the latest of each key) in one batch; when the store refuses
+        the batch for its data, write them one by one, so that one bad record cannot
+        hold back the others: *refuse* is called with each record the store refuses
+        and its error. Returns how many it refused. A transient error
+        (:meth:`is_transient`) propagates: the caller retries the whole batch (upserts
+        make writing a record twice harmless). Blocking: run on a worker thread."""
+        unique = list({record.key: record for record in records}.values())
         try:
             self.write_batch(unique)
             return 0
@@ -461,11 +468,12 @@ class BufferedSink(ItemSink):
             except Exception as exc:
                 if self.is_transient(exc):
                     raise
-                self._reject(record, exc)
+                refuse(record, exc)
                 refused += 1
         return refused
 
     def _reject(self, record: StoredItem, exc: BaseException) -> None:
+        """Set *record*, refused by the store, aside: counted, logged, spilled."""
         self._inc("rejected")
         where = self._spill([record], "rejected")
         logger.error(

@@ -407,7 +407,7 @@ class ItemWorker:
                 if not self._store_ready:
                     await run_in_thread(self.store.setup)
                     self._store_ready = True
-                refused = await run_in_thread(self._write_isolating, records)
+                refused = await run_in_thread(self._write, records)
             except Exception as exc:
                 self._store_ready = False
                 self.report.retries += 1
@@ -424,38 +424,23 @@ class ItemWorker:
             outage.succeeded()
             return refused
 
-    def _write_isolating(self, records: list[StoredItem]) -> dict[str, str]:
-        """Write *records* in one transaction; if the store refuses the batch for its
-        data, write them one by one and return the refused ones. Transient errors
-        propagate (the batch is retried). Runs on a worker thread."""
-        try:
-            self.store.write_batch(records)
-            return {}
-        except Exception as exc:
-            if self.store.is_transient(exc):
-                raise
-            logger.warning(
-                "Item store %s refused a batch of %d (%s); writing one by one",
-                self.store.target,
-                len(records),
-                describe_error(exc),
-            )
-        self.store.setup()
+    def _write(self, records: list[StoredItem]) -> dict[str, str]:
+        """Write *records* through the store's isolating writer; return key -> reason of
+        the records it refused. Transient errors propagate (the batch is retried). Runs
+        on a worker thread."""
         refused: dict[str, str] = {}
-        for record in records:
-            try:
-                self.store.write_batch([record])
-            except Exception as exc:
-                if self.store.is_transient(exc):
-                    raise
-                refused[record.key] = describe_error(exc)
-                logger.error(
-                    "Item store %s refused item %s from %s: %s",
-                    self.store.target,
-                    record.key,
-                    record.url,
-                    describe_error(exc),
-                )
+
+        def refuse(record: StoredItem, exc: BaseException) -> None:
+            refused[record.key] = describe_error(exc)
+            logger.error(
+                "Item store %s refused item %s from %s: %s",
+                self.store.target,
+                record.key,
+                record.url,
+                refused[record.key],
+            )
+
+        self.store.write_isolating(records, refuse)
         return refused
 
     # --- Redis trouble ---------------------------------------------------------------
