@@ -15,7 +15,6 @@ and a kill would cost all the killed node's pages since the outage began.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -37,6 +36,7 @@ from crawlfleet.benchmark.faults import (
 from crawlfleet.node.backlog import WAITING_FOR_STORE
 from crawlfleet.node.launcher import wait_all
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import node_statuses
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from crawlfleet.testsite.tcpproxy import TcpProxy
@@ -197,11 +197,7 @@ def _status_of(redis_url: str, keys: JobKeys, pid: int) -> dict[str, Any]:
         raw: dict[bytes, bytes] = client.hgetall(keys.nodeinfo)  # type: ignore[assignment]
     finally:
         client.close()
-    for value in raw.values():
-        try:
-            status = json.loads(value)
-        except ValueError:
-            continue  # "leaving"
-        if isinstance(status, dict) and status.get("pid") == pid:
+    for status in node_statuses(raw).values():
+        if status.get("pid") == pid:
             return status
     return {}

@@ -41,6 +41,7 @@ from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import text
 from crawlfleet.redis.scripts import ScriptSet, script_source
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
@@ -270,7 +271,7 @@ async def _read_redis(
                 for name in ScriptSet.NAMES
             }
             for entry in await client.slowlog_get(-1):
-                words = _text(entry["command"]).split()
+                words = text(entry["command"]).split()
                 name = words[0].lower() if words else "?"
                 if name == "evalsha" and len(words) > 1:
                     name = names.get(words[1], words[1][:8])
@@ -279,7 +280,3 @@ async def _read_redis(
         return spent, stats, counters, slow
     finally:
         await client.aclose()
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

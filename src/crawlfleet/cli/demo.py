@@ -35,6 +35,7 @@ from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client, redact
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import node_statuses
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
 
@@ -171,7 +172,7 @@ async def _snapshot(url: str, keys: JobKeys) -> tuple[dict[str, Any], dict[str, 
     try:
         raw = await client.hgetall(keys.nodeinfo)
         counters = await JobFrontier(client, keys).counters()
-        return {_text(k): json.loads(v) for k, v in raw.items()}, counters
+        return node_statuses(raw), counters
     finally:
         await client.aclose()
 
@@ -281,7 +282,3 @@ async def _reset(url: str, prefix: str, job: str) -> None:
         await JobFrontier(client, JobKeys.of(prefix, job)).reset()
     finally:
         await client.aclose()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,13 +13,9 @@ from redis.asyncio import Redis
 from crawlfleet.exceptions import CommandFailed, UnknownJob
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.keys import jobs_key
+from crawlfleet.redis.replies import node_statuses, text
 
 __all__ = ["ResetResult", "job_figures", "list_jobs", "require_job", "reset_job", "runs_total"]
-
-
-def text(value: bytes | str) -> str:
-    """A Redis reply (bytes or str) as str."""
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def list_jobs(client: Redis, prefix: str) -> list[str]:
@@ -46,11 +41,8 @@ async def job_figures(frontier: JobFrontier) -> dict[str, Any]:
     counters = await frontier.counters()
     nodes = await frontier.live_nodes()
     client, keys = frontier.client, frontier.keys
-    info = {
-        n: _published(v)
-        for n, v in ((text(k), v) for k, v in (await client.hgetall(keys.nodeinfo)).items())
-        if n in nodes
-    }
+    published = node_statuses(await client.hgetall(keys.nodeinfo))
+    info = {node: status for node, status in published.items() if node in nodes}
     runs = await frontier.summaries()
     sizes = await frontier.sizes()
     return {
@@ -64,14 +56,6 @@ async def job_figures(frontier: JobFrontier) -> dict[str, Any]:
         "runs": runs,
         "runs_total": runs_total(runs),
     }
-
-
-def _published(raw: bytes | str) -> Any:
-    """A node's published figures (a node's bad write shows as such, not as an error)."""
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return {"status_error": "not JSON"}
 
 
 def runs_total(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

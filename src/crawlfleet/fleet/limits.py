@@ -11,8 +11,8 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from crawlfleet.frontier.limits import RateLimits, parse_limit
-from crawlfleet.frontier.records import text
 from crawlfleet.redis.keys import FleetKeys, JobKeys, jobs_key
+from crawlfleet.redis.replies import text
 
 __all__ = ["read_limits", "set_limits", "unset_limits"]
 

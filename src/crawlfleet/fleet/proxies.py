@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 from redis.asyncio import Redis
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.records import text
 from crawlfleet.redis.connection import redact
 from crawlfleet.redis.keys import ProxyKeys
+from crawlfleet.redis.replies import text
 from crawlfleet.redis.scripts import script_source
 
 __all__ = ["PickedProxy", "ProxyPool", "ProxySources", "parse_sources", "proxy_id", "shown"]

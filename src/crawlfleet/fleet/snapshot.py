@@ -10,20 +10,20 @@ its rate limit).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
 from scrapy.settings import BaseSettings
 
-from crawlfleet.fleet.jobs import require_job, text
+from crawlfleet.fleet.jobs import list_jobs, require_job
 from crawlfleet.frontier.config import rate_limit_margin
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import MAX_SHARDS, counter_value, parse_throttle
 from crawlfleet.frontier.sharded import interleave, shard_of
-from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import node_statuses, text
 from crawlfleet.settings.access import get_dict
 
 __all__ = [
@@ -180,7 +180,7 @@ async def job_names(client: Redis, prefix: str, job: str | None) -> list[str]:
     if job:
         await require_job(client, prefix, job)
         return [job]
-    return sorted(text(j) for j in await client.smembers(jobs_key(prefix)))[:JOBS_MAX]
+    return (await list_jobs(client, prefix))[:JOBS_MAX]
 
 
 async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = None) -> JobSnapshot:
@@ -255,7 +255,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         *found, values = await sizes.execute()
         counts = [int(found[i]) + int(found[i + 1]) for i in range(0, len(found), 2)]
     top = sorted(zip(site_names, counts, strict=True), key=lambda p: (-p[1], p[0]))[:TOP_SITES]
-    statuses = {text(k): v for k, v in info.items()}
+    statuses = node_statuses(info)
     node_view: dict[str, dict[str, Any]] = {}
     for raw, expires in nodes:
         node = text(raw)
@@ -263,14 +263,8 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
             "alive": int(expires) >= now,
             "expires_in_s": round((int(expires) - now) / 1000.0, 1),
         }
-        published = statuses.get(node)
-        if published is not None:
-            try:
-                figures = json.loads(published)
-            except ValueError:
-                figures = {"status_error": "not JSON"}
-            if isinstance(figures, dict):
-                view.update({k: v for k, v in figures.items() if k not in view})
+        published = statuses.get(node, {})
+        view.update({k: v for k, v in published.items() if k not in view})
         node_view[node] = view
     job_control: dict[str, str] = {}
     wanted = desired({f"{ALL_NODES}:state": control[0], f"{ALL_NODES}:concurrency": control[1]})

@@ -45,6 +45,7 @@ from crawlfleet.pipelines.sql import (
 )
 from crawlfleet.pipelines.stream import decode_entry, entry_time, redis_identity
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import text
 from crawlfleet.state.url import state_db_identity
 
 __all__ = [
@@ -393,7 +394,7 @@ async def read_stream_page(
                 page.cursor = _encode_cursor([page.items[-1].entry or ""])
                 return page
             page.scanned += 1
-            entry_id = _id_of(raw_id)
+            entry_id = text(raw_id)
             item = _entry_item(entry_id, fields)
             if item is None:
                 page.malformed += 1
@@ -427,7 +428,3 @@ def _entry_item(entry_id: str, fields: dict[bytes, bytes]) -> BrowsedItem | None
         stored_at=entry_time(entry_id),
         entry=entry_id,
     )
-
-
-def _id_of(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)

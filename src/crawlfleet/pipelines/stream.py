@@ -59,6 +59,7 @@ from crawlfleet.pipelines.store import StorePipeline
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import resolve_url, shared_client
 from crawlfleet.redis.keys import JobKeys, jobs_key
+from crawlfleet.redis.replies import text
 from crawlfleet.settings.access import get_int, get_str, raw_setting
 
 __all__ = [
@@ -124,8 +125,7 @@ def decode_entry(fields: Mapping[bytes, bytes]) -> StoredItem:
 
 def entry_time(entry_id: bytes | str) -> dt.datetime:
     """When the entry *entry_id* was appended (UTC, naive; Redis's clock)."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    millis = int(text.split("-", 1)[0])
+    millis = int(text(entry_id).split("-", 1)[0])
     return dt.datetime.fromtimestamp(millis / 1000, dt.UTC).replace(tzinfo=None)
 
 
@@ -158,10 +158,10 @@ def item_groups(settings: BaseSettings) -> list[str]:
     """CRAWLFLEET_ITEMS_GROUP, then every name of CRAWLFLEET_ITEMS_GROUPS."""
     names = [get_str(settings, "CRAWLFLEET_ITEMS_GROUP").strip()]
     for name in settings.getlist("CRAWLFLEET_ITEMS_GROUPS"):
-        text = str(name).strip()
-        if not text or any(c.isspace() for c in text):
+        group = str(name).strip()
+        if not group or any(c.isspace() for c in group):
             raise ConfigError(f"CRAWLFLEET_ITEMS_GROUPS has an invalid group name {name!r}")
-        names.append(text)
+        names.append(group)
     return list(dict.fromkeys(n for n in names if n))
 
 
@@ -346,7 +346,7 @@ class RedisStreamSink(BufferedSink):
     # --- reads -----------------------------------------------------------------------
 
     def _jobs(self, client: redis.Redis) -> set[str]:
-        known = {job.decode() for job in client.smembers(jobs_key(self.prefix))}  # type: ignore[union-attr]
+        known = {text(job) for job in client.smembers(jobs_key(self.prefix))}
         return known | self._registered
 
     def _entries(self, client: redis.Redis, job: str) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
@@ -467,10 +467,6 @@ class RedisStreamPipeline(StorePipeline):
         return sink
 
 
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 async def stream_status(client: AsyncRedis, keys: JobKeys) -> dict[str, Any]:
     """Length, first and last entry, dead letters, groups and their consumers of the
     item stream of *keys*' job (JSON-ready)."""
@@ -488,11 +484,11 @@ async def stream_status(client: AsyncRedis, keys: JobKeys) -> dict[str, Any]:
     info = await client.xinfo_stream(keys.items)
     for name in ("first", "last"):
         entry = info.get(f"{name}-entry")
-        status[f"{name}_entry"] = _text(entry[0]) if entry else None
+        status[f"{name}_entry"] = text(entry[0]) if entry else None
     for group in await client.xinfo_groups(keys.items):
-        name = _text(group["name"])
+        name = text(group["name"])
         consumers = [
-            {"name": _text(c["name"]), "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
+            {"name": text(c["name"]), "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
             for c in await client.xinfo_consumers(keys.items, name)
         ]
         lag = group.get("lag")
@@ -500,7 +496,7 @@ async def stream_status(client: AsyncRedis, keys: JobKeys) -> dict[str, Any]:
             {
                 "name": name,
                 "pending": int(group["pending"]),
-                "last_delivered": _text(group["last-delivered-id"]),
+                "last_delivered": text(group["last-delivered-id"]),
                 "lag": None if lag is None else int(lag),
                 "consumers": consumers,
             }

@@ -55,6 +55,7 @@ from crawlfleet.pipelines.stream import decode_entry, is_transient_redis_error
 from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport
 from crawlfleet.redis.connection import REDIS_FAILURES
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import text
 from crawlfleet.redis.scripts import script_source
 
 __all__ = ["ItemWorker"]
@@ -71,10 +72,6 @@ _PRUNE_IDLE_SECONDS = 3600.0
 _UNTIL_EMPTY_BLOCK_SECONDS = 0.1
 
 Entry = tuple[bytes, dict[bytes, bytes]]
-
-
-def _s(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class ItemWorker:
@@ -214,7 +211,7 @@ class ItemWorker:
             if "BUSYGROUP" not in str(exc):
                 raise
             return
-        info = {_s(k): v for k, v in (await self.client.xinfo_stream(self.keys.items)).items()}
+        info = {text(k): v for k, v in (await self.client.xinfo_stream(self.keys.items)).items()}
         missed = int(info.get("entries-added") or 0) - int(info.get("length") or 0)
         if missed > 0:
             logger.warning(
@@ -303,7 +300,7 @@ class ItemWorker:
             logger.info(
                 "Item worker %s forgot idle consumers without entries: %s",
                 self.options.consumer,
-                ", ".join(_s(name) for name in gone),
+                ", ".join(text(name) for name in gone),
             )
 
     async def _drained(self) -> bool:
@@ -317,7 +314,7 @@ class ItemWorker:
         except RedisError:
             return -1  # unknown: Redis is unreachable
         for consumer in summary.get("consumers") or []:
-            if _s(consumer["name"]) == self.options.consumer:
+            if text(consumer["name"]) == self.options.consumer:
                 return int(consumer["pending"])
         return 0
 
@@ -339,7 +336,7 @@ class ItemWorker:
                 logger.warning(
                     "Item stream %s: malformed entry %s moved to %s: %s",
                     self.keys.items,
-                    _s(entry_id),
+                    text(entry_id),
                     self.keys.items_dead,
                     exc,
                 )

@@ -33,6 +33,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from crawlfleet.redis.replies import text
+
 __all__ = ["SEEN_MODES", "ScriptSet", "script_source"]
 
 logger = logging.getLogger(__name__)
@@ -134,7 +136,7 @@ class ScriptSet:
 def _log_repairs(flat: list[Any]) -> None:
     """Log the repairs a script reports: key, field, old value, new value each."""
     for i in range(0, len(flat) - 3, 4):
-        key, field, old, new = (_text(v) for v in flat[i : i + 4])
+        key, field, old, new = (text(v) for v in flat[i : i + 4])
         logger.warning(
             "Counter %s of %s repaired: it was %r (not a number, or below 0), it is now %s",
             field,
@@ -149,10 +151,6 @@ def _log_gone(flat: list[Any]) -> None:
     for i in range(0, len(flat) - 1, 2):
         logger.warning(
             "Frontier request %s dropped: its entry in %s is gone (a hand edit or a bug)",
-            _text(flat[i + 1]),
-            _text(flat[i]),
+            text(flat[i + 1]),
+            text(flat[i]),
         )
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,39 @@
+"""What Redis answers, as Python values: text, and the status each node publishes.
+
+Every client of this project reads binary replies (``decode_responses=False``); these
+are the words that turn them into what the layers above show and compare.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["node_status", "node_statuses", "text"]
+
+
+def text(value: Any) -> str:
+    """A Redis reply as str: bytes as UTF-8 (a byte that is not UTF-8 becomes U+FFFD,
+    so that showing or logging a reply never fails), a str as it is, anything else
+    (a number) by ``str()``."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def node_status(raw: bytes | str) -> dict[str, Any]:
+    """The status a node published in its job's ``nodeinfo`` hash (a JSON object, see
+    :mod:`crawlfleet.node.telemetry`). A value that is not one comes back as
+    ``{"status_error": "not JSON"}`` (or ``"not a JSON object"``): a node's bad write
+    shows as such, not as an error of the reader."""
+    try:
+        status = json.loads(raw)
+    except ValueError:
+        return {"status_error": "not JSON"}
+    if not isinstance(status, dict):
+        return {"status_error": "not a JSON object"}
+    return status
+
+
+def node_statuses(reply: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
+    """A job's ``nodeinfo`` hash as HGETALL returns it: node id -> :func:`node_status`."""
+    return {text(node): node_status(raw) for node, raw in reply.items()}
