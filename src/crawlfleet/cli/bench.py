@@ -53,9 +53,9 @@ from crawlfleet.benchmark.report import (
 from crawlfleet.benchmark.results import Results
 from crawlfleet.benchmark.scale import run_scale
 from crawlfleet.benchmark.seenfilter import measure_seen
+from crawlfleet.cli.arguments import Option, add_options
 from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
+    add_fleet_options,
     check_reachable,
     command_settings,
     resolved_url,
@@ -80,206 +80,176 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--cpu-pages", type=int, default=3000, help="pages of the CPU-bound site (default 3000)"
-    )
-    parser.add_argument(
-        "--latency-pages",
-        type=int,
-        default=800,
-        help="pages of the latency-bound site (default 800)",
-    )
-    parser.add_argument(
-        "--latency",
-        type=float,
-        default=0.2,
-        help="latency of the latency-bound site in seconds (default 0.2)",
-    )
-    parser.add_argument("--nodes", default="1,2,4", help="node counts (default 1,2,4)")
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=5,
-        help="runs of the CPU-bound crawl with 2 and 4 nodes, to check that 4 nodes are "
-        "never slower than 2 (default 5)",
-    )
-    parser.add_argument(
-        "--near-latency",
-        type=float,
-        default=0.05,
-        help="latency (s) of the site on which one node is compared with vanilla Scrapy "
-        "beside the CPU-bound one (default 0.05)",
-    )
-    parser.add_argument(
-        "--seen-urls",
-        type=int,
-        default=1_000_000,
-        help="fingerprints for the memory measurement (default 1M)",
-    )
-    parser.add_argument(
-        "--scrapy-redis-cap",
-        type=float,
-        default=60,
-        help="stop a scrapy-redis run after this many seconds (default 60)",
-    )
-    parser.add_argument(
-        "--items",
-        type=int,
-        default=20_000,
-        help="items fed to the item pipeline per store (default 20000)",
-    )
-    parser.add_argument(
-        "--items-site-pages",
-        type=int,
-        default=600,
-        help="pages of the site whose articles and legacy-encoded pages are checked (default 600)",
-    )
-    parser.add_argument(
-        "--items-postgres-url",
-        metavar="URL",
-        help=f"PostgreSQL for the item store figures (default: ${POSTGRES_URL_ENV}, else "
-        "the test URLs postgresql+psycopg://root|postgres@127.0.0.1:5432/test); "
-        "skipped with the reason when it does not answer",
-    )
-    parser.add_argument(
-        "--polite-rates",
-        default="5,50,500",
-        help="rate limits (requests/s) of the politeness runs, one site each (default 5,50,500)",
-    )
-    parser.add_argument(
-        "--polite-seconds",
-        type=float,
-        default=8.0,
-        help="how long each politeness run lasts at its limit (default 8)",
-    )
-    parser.add_argument(
-        "--polite-nodes", type=int, default=4, help="nodes of each politeness run (default 4)"
-    )
-    parser.add_argument(
-        "--polite-jobs",
-        default="1,2",
-        help="how many jobs share the site's budget, one politeness run each per rate "
-        "(default 1,2: the nodes in one job, then split over two)",
-    )
-    parser.add_argument(
-        "--balance-pages",
-        type=int,
-        default=1500,
-        help="pages of each load-balancing run (default 1500)",
-    )
-    parser.add_argument(
-        "--balance-latency",
-        type=float,
-        default=0.1,
-        help="site latency of the load-balancing runs in seconds (default 0.1)",
-    )
-    parser.add_argument(
-        "--fault-trials",
-        type=int,
-        default=10,
-        help="fault trials (kill -9 and double Ctrl-C of a node storing into SQL, "
-        "alternating; default 10)",
-    )
-    parser.add_argument(
-        "--fault-pages", type=int, default=300, help="pages of each fault trial (default 300)"
-    )
-    parser.add_argument(
-        "--manager-clients",
-        type=int,
-        default=50,
-        help="manager part: clients asking one after the other (default 50)",
-    )
-    parser.add_argument(
-        "--manager-streams",
-        type=int,
-        default=20,
-        help="manager part: live streams read at the same time (default 20)",
-    )
-    parser.add_argument(
-        "--manager-seconds",
-        type=float,
-        default=60.0,
-        help="manager part: how long the crowd asks (default 60)",
-    )
-    parser.add_argument(
-        "--scale-urls",
-        type=int,
-        default=100_000_000,
-        help="scale part: URLs added to a Bloom filter at 1e-3 (default 100M)",
-    )
-    parser.add_argument(
-        "--scale-queued",
-        type=int,
-        default=10_000_000,
-        help="scale part: requests queued (default 10M)",
-    )
-    parser.add_argument(
-        "--scale-sites", type=int, default=10_000, help="scale part: sites (default 10000)"
-    )
-    parser.add_argument(
-        "--scale-leases",
-        type=int,
-        default=1_000_000,
-        help="scale part: requests leased and acknowledged (default 1M)",
-    )
-    parser.add_argument(
-        "--scale-redis-server",
-        metavar="PATH",
-        help="scale part: the redis-server binary to run (default: the embedded Redis's)",
-    )
-    parser.add_argument(
-        "--cluster-shards",
-        type=int,
-        default=12,
-        help="cluster part: shards of the sharded job (default 12; it also runs with 1)",
-    )
-    parser.add_argument(
-        "--cluster-queued",
-        type=int,
-        default=1_000_000,
-        help="cluster part: requests queued in each run (default 1M; sites: --scale-sites, "
-        "redis-server: --scale-redis-server)",
-    )
-    parser.add_argument(
-        "--cluster-leases",
-        type=int,
-        default=200_000,
-        help="cluster part: requests leased and acknowledged in each run (default 200k)",
-    )
-    parser.add_argument(
-        "--redis-cpu-pages",
-        type=int,
-        default=2000,
-        help="redis-cpu part: pages of the test site (default 2000)",
-    )
-    parser.add_argument(
-        "--redis-cpu-menu",
-        type=int,
-        default=18,
-        help="redis-cpu part: menu links to the first pages of its host on every page, "
-        "besides home and catalogue (default 18: 20 navigation links a page)",
-    )
-    parser.add_argument(
-        "--redis-cpu-nodes", type=int, default=4, help="redis-cpu part: nodes (default 4)"
-    )
-    parser.add_argument(
-        "--redis-cpu-url",
-        metavar="URL",
-        help="redis-cpu part: crawl every page of this site's origin from URL instead of the "
-        "test site (a real one: e.g. Java's API docs served by the shared realsites.sh)",
-    )
-    parser.add_argument(
-        "--redis-cpu-urls",
-        metavar="FILE",
-        type=Path,
-        help="redis-cpu part with --redis-cpu-url: write the URLs fetched (cache on) to FILE",
-    )
-    parser.add_argument(
-        "--redis-cpu-cache",
-        type=int,
-        default=200_000,
-        help="redis-cpu part: CRAWLFLEET_SEEN_CACHE_SIZE of the run with the cache; a "
-        "second run has none (default 200000)",
+    add_options(
+        parser,
+        Option("--cpu-pages", int, 3000, "pages of the CPU-bound site (default 3000)"),
+        Option("--latency-pages", int, 800, "pages of the latency-bound site (default 800)"),
+        Option(
+            "--latency", float, 0.2, "latency of the latency-bound site in seconds (default 0.2)"
+        ),
+        Option("--nodes", str, "1,2,4", "node counts (default 1,2,4)"),
+        Option(
+            "--repeats",
+            int,
+            5,
+            "runs of the CPU-bound crawl with 2 and 4 nodes, to check that 4 nodes are "
+            "never slower than 2 (default 5)",
+        ),
+        Option(
+            "--near-latency",
+            float,
+            0.05,
+            "latency (s) of the site on which one node is compared with vanilla Scrapy "
+            "beside the CPU-bound one (default 0.05)",
+        ),
+        Option(
+            "--seen-urls", int, 1_000_000, "fingerprints for the memory measurement (default 1M)"
+        ),
+        Option(
+            "--scrapy-redis-cap",
+            float,
+            60,
+            "stop a scrapy-redis run after this many seconds (default 60)",
+        ),
+        Option("--items", int, 20_000, "items fed to the item pipeline per store (default 20000)"),
+        Option(
+            "--items-site-pages",
+            int,
+            600,
+            "pages of the site whose articles and legacy-encoded pages are checked (default 600)",
+        ),
+        Option(
+            "--items-postgres-url",
+            str,
+            None,
+            f"PostgreSQL for the item store figures (default: ${POSTGRES_URL_ENV}, else "
+            "the test URLs postgresql+psycopg://root|postgres@127.0.0.1:5432/test); "
+            "skipped with the reason when it does not answer",
+            metavar="URL",
+        ),
+        Option(
+            "--polite-rates",
+            str,
+            "5,50,500",
+            "rate limits (requests/s) of the politeness runs, one site each (default 5,50,500)",
+        ),
+        Option(
+            "--polite-seconds",
+            float,
+            8.0,
+            "how long each politeness run lasts at its limit (default 8)",
+        ),
+        Option("--polite-nodes", int, 4, "nodes of each politeness run (default 4)"),
+        Option(
+            "--polite-jobs",
+            str,
+            "1,2",
+            "how many jobs share the site's budget, one politeness run each per rate "
+            "(default 1,2: the nodes in one job, then split over two)",
+        ),
+        Option("--balance-pages", int, 1500, "pages of each load-balancing run (default 1500)"),
+        Option(
+            "--balance-latency",
+            float,
+            0.1,
+            "site latency of the load-balancing runs in seconds (default 0.1)",
+        ),
+        Option(
+            "--fault-trials",
+            int,
+            10,
+            "fault trials (kill -9 and double Ctrl-C of a node storing into SQL, "
+            "alternating; default 10)",
+        ),
+        Option("--fault-pages", int, 300, "pages of each fault trial (default 300)"),
+        Option(
+            "--manager-clients",
+            int,
+            50,
+            "manager part: clients asking one after the other (default 50)",
+        ),
+        Option(
+            "--manager-streams",
+            int,
+            20,
+            "manager part: live streams read at the same time (default 20)",
+        ),
+        Option(
+            "--manager-seconds", float, 60.0, "manager part: how long the crowd asks (default 60)"
+        ),
+        Option(
+            "--scale-urls",
+            int,
+            100_000_000,
+            "scale part: URLs added to a Bloom filter at 1e-3 (default 100M)",
+        ),
+        Option("--scale-queued", int, 10_000_000, "scale part: requests queued (default 10M)"),
+        Option("--scale-sites", int, 10_000, "scale part: sites (default 10000)"),
+        Option(
+            "--scale-leases",
+            int,
+            1_000_000,
+            "scale part: requests leased and acknowledged (default 1M)",
+        ),
+        Option(
+            "--scale-redis-server",
+            str,
+            None,
+            "scale part: the redis-server binary to run (default: the embedded Redis's)",
+            metavar="PATH",
+        ),
+        Option(
+            "--cluster-shards",
+            int,
+            12,
+            "cluster part: shards of the sharded job (default 12; it also runs with 1)",
+        ),
+        Option(
+            "--cluster-queued",
+            int,
+            1_000_000,
+            "cluster part: requests queued in each run (default 1M; sites: --scale-sites, "
+            "redis-server: --scale-redis-server)",
+        ),
+        Option(
+            "--cluster-leases",
+            int,
+            200_000,
+            "cluster part: requests leased and acknowledged in each run (default 200k)",
+        ),
+        Option(
+            "--redis-cpu-pages", int, 2000, "redis-cpu part: pages of the test site (default 2000)"
+        ),
+        Option(
+            "--redis-cpu-menu",
+            int,
+            18,
+            "redis-cpu part: menu links to the first pages of its host on every page, "
+            "besides home and catalogue (default 18: 20 navigation links a page)",
+        ),
+        Option("--redis-cpu-nodes", int, 4, "redis-cpu part: nodes (default 4)"),
+        Option(
+            "--redis-cpu-url",
+            str,
+            None,
+            "redis-cpu part: crawl every page of this site's origin from URL instead of the "
+            "test site (a real one: e.g. Java's API docs served by the shared realsites.sh)",
+            metavar="URL",
+        ),
+        Option(
+            "--redis-cpu-urls",
+            Path,
+            None,
+            "redis-cpu part with --redis-cpu-url: write the URLs fetched (cache on) to FILE",
+            metavar="FILE",
+        ),
+        Option(
+            "--redis-cpu-cache",
+            int,
+            200_000,
+            "redis-cpu part: CRAWLFLEET_SEEN_CACHE_SIZE of the run with the cache; a "
+            "second run has none (default 200000)",
+        ),
     )
     parser.add_argument(
         "--redis-cpu-profile",
@@ -310,14 +280,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a first look in about two minutes: smaller runs (options given still win), "
         "without the load-balancing, near-latency, scrapy-redis and store-outage runs",
     )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=Path("bench-results.json"),
-        help="where to write the figures (default bench-results.json)",
+    add_options(
+        parser,
+        Option(
+            "--json",
+            Path,
+            Path("bench-results.json"),
+            "where to write the figures (default bench-results.json)",
+        ),
     )
-    add_redis_options(parser)
-    add_settings_option(parser)
+    add_fleet_options(parser)
 
 
 #: What --quick changes (an option given on the command line wins): a first look in

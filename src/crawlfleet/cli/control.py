@@ -14,21 +14,15 @@ exits 1 naming the nodes that did not.
 from __future__ import annotations
 
 import argparse
-import asyncio
 
+from redis.asyncio import Redis
 from rich.console import Console
 
-from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
-    cli_client,
-    command_settings,
-    resolved_url,
-)
+from crawlfleet.cli.arguments import Option, add_options
+from crawlfleet.cli.options import add_fleet_options, run_on_redis
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.control import await_acks, command_value, send_command, valid_node_id
 from crawlfleet.frontier.config import validate_job_name
-from crawlfleet.redis.config import RedisConfig
 
 NAME = "control"
 HELP = "pause, resume, drain or stop nodes, or set their concurrency (through Redis)"
@@ -55,15 +49,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("job", nargs="?", help="the job (or --all)")
         p.add_argument("--node", metavar="ID", help="only this node (see crawlfleet status)")
         p.add_argument("--all", action="store_true", help="every node of every job")
-        p.add_argument(
-            "--wait",
-            type=float,
-            default=15.0,
-            metavar="SECONDS",
-            help="wait this long for the nodes' acknowledgements (0: do not wait)",
+        add_options(
+            p,
+            Option(
+                "--wait",
+                float,
+                15.0,
+                "wait this long for the nodes' acknowledgements (0: do not wait)",
+                metavar="SECONDS",
+            ),
         )
-        add_redis_options(p)
-        add_settings_option(p)
+        add_fleet_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,44 +74,36 @@ def run(args: argparse.Namespace) -> int:
     command_value(args.action, getattr(args, "n", None))  # ConfigError before Redis
     if args.node is not None:
         valid_node_id(args.node)
-    config = RedisConfig.from_settings(command_settings(args))
-    url = resolved_url(args, config)
     console = Console()
 
-    async def main() -> int:
-        client = cli_client(url)
-        try:
-            sent = await send_command(
-                client,
-                config.key_prefix,
-                args.job,
-                args.action,
-                getattr(args, "n", None),
-                node=args.node,
+    async def main(client: Redis, prefix: str) -> int:
+        sent = await send_command(
+            client,
+            prefix,
+            args.job,
+            args.action,
+            getattr(args, "n", None),
+            node=args.node,
+        )
+        for s in sent:
+            if args.node and args.node not in s.targets:
+                console.print(f"job {s.job}: node {args.node} is not alive (command kept)")
+            what = args.action if args.action != "concurrency" else f"concurrency {s.value}"
+            console.print(
+                f"job {s.job}: {what} sent to {args.node or 'every node'} "
+                f"(command {s.seq}; {s.live} live node(s))"
             )
-            for s in sent:
-                if args.node and args.node not in s.targets:
-                    console.print(f"job {s.job}: node {args.node} is not alive (command kept)")
-                what = args.action if args.action != "concurrency" else f"concurrency {s.value}"
-                console.print(
-                    f"job {s.job}: {what} sent to {args.node or 'every node'} "
-                    f"(command {s.seq}; {s.live} live node(s))"
-                )
-            if not sent:
-                console.print("no jobs in this Redis: nothing to control")
-                return 0
-            if args.wait <= 0:
-                return 0
-            await await_acks(client, config.key_prefix, sent, args.wait)
-            for s in sent:
-                for node, state in s.acked.items():
-                    console.print(f"job {s.job}: node {node} acknowledged ({state})")
-                for node in s.pending:
-                    console.print(
-                        f"job {s.job}: node {node} did not acknowledge within {args.wait:g}s"
-                    )
-            return 1 if any(s.pending for s in sent) else 0
-        finally:
-            await client.aclose()
+        if not sent:
+            console.print("no jobs in this Redis: nothing to control")
+            return 0
+        if args.wait <= 0:
+            return 0
+        await await_acks(client, prefix, sent, args.wait)
+        for s in sent:
+            for node, state in s.acked.items():
+                console.print(f"job {s.job}: node {node} acknowledged ({state})")
+            for node in s.pending:
+                console.print(f"job {s.job}: node {node} did not acknowledge within {args.wait:g}s")
+        return 1 if any(s.pending for s in sent) else 0
 
-    return asyncio.run(main())  # Redis errors: one line from crawlfleet.cli.main
+    return run_on_redis(args, main)  # Redis errors: one line from crawlfleet.cli.main

@@ -16,9 +16,9 @@ from scrapy.utils.misc import load_object
 from twisted.python.failure import Failure
 
 from crawlfleet.addon import Addon
+from crawlfleet.cli.arguments import add_pairs_option, pairs
 from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
+    add_fleet_options,
     check_reachable,
     parse_settings,
     project_settings,
@@ -39,22 +39,14 @@ logger = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spider", help="spec file (.yaml/.json), module:Class, or a spider name")
     parser.add_argument("--job", help="job name (default: the spider's name)")
-    parser.add_argument(
-        "-a",
-        dest="spider_args",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="spider argument",
-    )
+    add_pairs_option(parser, "-a", dest="spider_args", help="spider argument")
     parser.add_argument(
         "-o",
         "--output",
         metavar="FILE",
         help="append items to FILE (feed export: .jsonl, .csv, ...)",
     )
-    add_redis_options(parser)
-    add_settings_option(parser)
+    add_fleet_options(parser)
 
 
 def node_settings(values: dict[str, Any], *, job: str | None = None) -> Settings:
@@ -113,12 +105,7 @@ def run(args: argparse.Namespace) -> int:
         values["FEEDS"] = {args.output: {"format": _feed_format(args.output)}}
     settings = node_settings(values, job=args.job)
     spidercls = resolve_spider(args.spider, settings)
-    spider_args = {}
-    for item in args.spider_args:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"-a expects NAME=VALUE, got {item!r}")
-        spider_args[name] = value
+    spider_args = pairs(args.spider_args, "-a")
     redis_config = check_settings(settings, spidercls)
     # a wrong URL or a Redis that is down is one line now, not a node retrying in silence;
     # once running, the node rides out Redis outages on its own

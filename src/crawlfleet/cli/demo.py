@@ -24,8 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
+    add_fleet_options,
     check_reachable,
     command_settings,
     resolved_url,
@@ -64,8 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep the job's state in Redis afterwards (default: reset it)",
     )
     parser.add_argument("--timeout", type=float, default=600, help="give up after seconds")
-    add_redis_options(parser)
-    add_settings_option(parser)
+    add_fleet_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:

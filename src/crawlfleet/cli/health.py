@@ -15,8 +15,7 @@ import asyncio
 import sys
 
 from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
+    add_fleet_options,
     cli_client,
     command_settings,
     redis_problem,
@@ -41,8 +40,7 @@ STUCK_LEASE_FACTOR = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", nargs="?", help="the job (default: every job in this Redis)")
-    add_redis_options(parser)
-    add_settings_option(parser)
+    add_fleet_options(parser)
 
 
 def problems(snap: JobSnapshot, lease_seconds: float) -> list[str]:

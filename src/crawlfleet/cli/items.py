@@ -24,8 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
+    add_fleet_options,
     cli_client,
     command_settings,
     resolved_url,
@@ -94,8 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("job")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     for p in (work, status):
-        add_redis_options(p)
-        add_settings_option(p)
+        add_fleet_options(p)
 
 
 def run(args: argparse.Namespace) -> int:

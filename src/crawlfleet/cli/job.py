@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
-    cli_client,
-    command_settings,
-    resolved_url,
-    run_on_frontier,
-)
+from crawlfleet.cli.options import add_fleet_options, run_on_frontier, run_on_redis
 from crawlfleet.fleet.jobs import ResetResult, job_figures, list_jobs, reset_job
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.redis.config import RedisConfig
 
 NAME = "job"
 HELP = "show, list or reset jobs (reset deletes a job's shared state: explicit only)"
@@ -45,8 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sub.add_parser("list", help="jobs known to this Redis")
     for p in (status, reset, sub.choices["list"]):
-        add_redis_options(p)
-        add_settings_option(p)
+        add_fleet_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,15 +99,6 @@ def _status_table(job: str, status: dict[str, Any]) -> Table:
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
-    config = RedisConfig.from_settings(command_settings(args))
-
-    async def main() -> list[str]:
-        client = cli_client(resolved_url(args, config))
-        try:
-            return await list_jobs(client, config.key_prefix)
-        finally:
-            await client.aclose()
-
-    for job in asyncio.run(main()):
+    for job in run_on_redis(args, list_jobs):
         console.print(job)
     return 0

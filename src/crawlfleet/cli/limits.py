@@ -13,7 +13,7 @@ import argparse
 from redis.asyncio import Redis
 from rich.console import Console
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, run_on_redis
+from crawlfleet.cli.options import add_fleet_options, run_on_redis
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.fleet.limits import read_limits, set_limits, unset_limits
@@ -46,8 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show.add_argument("words", nargs="*", metavar="JOB")
     for p in (set_, unset, show):
         p.add_argument("--fleet", action="store_true", help=_FLEET_HELP)
-        add_redis_options(p)
-        add_settings_option(p)
+        add_fleet_options(p)
 
 
 #: action -> (words after JOB, how it is used)

@@ -24,6 +24,7 @@ from scrapy.settings import BaseSettings, Settings
 from scrapy.utils.conf import closest_scrapy_cfg, init_env
 from scrapy.utils.project import get_project_settings
 
+from crawlfleet.cli.arguments import add_pairs_option, pairs
 from crawlfleet.exceptions import CommandFailed, ConfigError
 from crawlfleet.fleet.jobs import require_job
 from crawlfleet.frontier.sharded import JobFrontier
@@ -45,6 +46,7 @@ from crawlfleet.settings.config import apply_defaults, check_unknown
 
 __all__ = [
     "CLI_TIMEOUT_SECONDS",
+    "add_fleet_options",
     "add_redis_options",
     "add_settings_option",
     "check_reachable",
@@ -58,6 +60,7 @@ __all__ = [
     "redis_problem",
     "resolved_url",
     "run_on_frontier",
+    "run_on_redis",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,13 @@ def redis_in_use() -> str | None:
 T = TypeVar("T")
 
 
+def add_fleet_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that works on the fleet: its Redis
+    (:func:`add_redis_options`) and its settings (:func:`add_settings_option`)."""
+    add_redis_options(parser)
+    add_settings_option(parser)
+
+
 def add_redis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redis-url",
@@ -88,15 +98,7 @@ def add_redis_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_settings_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-s",
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="set a Scrapy/crawlfleet setting",
-    )
+    add_pairs_option(parser, "-s", "--set", dest="settings", help="set a Scrapy/crawlfleet setting")
     parser.add_argument(
         "--config",
         type=Path,
@@ -129,11 +131,7 @@ def parse_settings(args: argparse.Namespace) -> dict[str, Any]:
     --data-dir and --db over them, as a settings dict."""
     config: Path | None = getattr(args, "config", None)
     values: dict[str, Any] = read_config_file(config) if config is not None else {}
-    for item in getattr(args, "settings", []) or []:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ConfigError(f"-s expects NAME=VALUE, got {item!r}")
-        values[name] = value
+    values.update(pairs(getattr(args, "settings", []) or [], "-s"))
     if getattr(args, "redis_url", None):
         values["CRAWLFLEET_REDIS_URL"] = args.redis_url
     if getattr(args, "data_dir", None):

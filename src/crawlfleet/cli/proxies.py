@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from crawlfleet.cli.options import add_redis_options, add_settings_option, run_on_redis
+from crawlfleet.cli.options import add_fleet_options, run_on_redis
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.proxies import ProxyPool, parse_sources
 
@@ -29,8 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remove = sub.add_parser("remove", help="take proxies (ids or URLs) out of the pool")
     remove.add_argument("proxies", nargs="+")
     for p in (status, add, remove):
-        add_redis_options(p)
-        add_settings_option(p)
+        add_fleet_options(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,8 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
+    add_fleet_options,
     command_settings,
     run_on_frontier,
 )
@@ -34,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="read seeds from a file, one per line ('-' for stdin)",
     )
-    add_redis_options(parser)
-    add_settings_option(parser)
+    add_fleet_options(parser)
 
 
 def _entries(args: argparse.Namespace) -> list[str]:

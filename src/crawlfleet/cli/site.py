@@ -21,6 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
+from crawlfleet.cli.arguments import Option, add_options
 from crawlfleet.testsite.archive import DEFAULT_ARCHIVE_START, category_names
 from crawlfleet.testsite.hostile import FLAKY_KINDS, Hostile, flaky_kinds
 from crawlfleet.testsite.model import MAX_HOSTS, SiteModel
@@ -35,32 +36,22 @@ logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pages", type=int, default=200, help="content pages (default: 200)")
-    parser.add_argument(
-        "--hosts", type=int, default=3, help=f"loopback hosts, 1..{MAX_HOSTS} (default: 3)"
-    )
-    parser.add_argument("--seed", type=int, default=1, help="link graph seed (default: 1)")
-    parser.add_argument(
-        "--links-per-page", type=int, default=6, help="random links per page (default: 6)"
-    )
-    parser.add_argument(
-        "--menu-pages",
-        type=int,
-        default=0,
-        help="the menu of every page also links to its host's first N pages "
-        "(navigation links repeated on every page; default: 0)",
-    )
-    parser.add_argument(
-        "--articles", type=int, default=None, help="article pages (default: a tenth)"
-    )
-    parser.add_argument(
-        "--latency", type=float, default=0.0, help="seconds added to every response"
-    )
-    parser.add_argument(
-        "--timeout-seconds",
-        type=float,
-        default=30.0,
-        help="seconds before /slow answers (default: 30)",
+    add_options(
+        parser,
+        Option("--pages", int, 200, "content pages (default: 200)"),
+        Option("--hosts", int, 3, f"loopback hosts, 1..{MAX_HOSTS} (default: 3)"),
+        Option("--seed", int, 1, "link graph seed (default: 1)"),
+        Option("--links-per-page", int, 6, "random links per page (default: 6)"),
+        Option(
+            "--menu-pages",
+            int,
+            0,
+            "the menu of every page also links to its host's first N pages "
+            "(navigation links repeated on every page; default: 0)",
+        ),
+        Option("--articles", int, None, "article pages (default: a tenth)"),
+        Option("--latency", float, 0.0, "seconds added to every response"),
+        Option("--timeout-seconds", float, 30.0, "seconds before /slow answers (default: 30)"),
     )
     parser.add_argument(
         "--no-problems",
@@ -68,69 +59,65 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="no error, redirect, slow, odd-file or legacy-encoding pages",
     )
     archive = parser.add_argument_group("archive (date x category units on 127.0.0.1)")
-    archive.add_argument(
-        "--archive-dates",
-        metavar="N",
-        type=int,
-        default=0,
-        help="consecutive days (default: 0, no archive)",
-    )
-    archive.add_argument(
-        "--archive-categories",
-        metavar="N",
-        type=int,
-        default=0,
-        help="categories c00, c01, ... (default: 0)",
-    )
-    archive.add_argument(
-        "--archive-start",
-        metavar="DATE",
-        default=DEFAULT_ARCHIVE_START.isoformat(),
-        help=f"first day, YYYY-MM-DD (default: {DEFAULT_ARCHIVE_START.isoformat()})",
+    add_options(
+        archive,
+        Option("--archive-dates", int, 0, "consecutive days (default: 0, no archive)", metavar="N"),
+        Option(
+            "--archive-categories", int, 0, "categories c00, c01, ... (default: 0)", metavar="N"
+        ),
+        Option(
+            "--archive-start",
+            str,
+            DEFAULT_ARCHIVE_START.isoformat(),
+            f"first day, YYYY-MM-DD (default: {DEFAULT_ARCHIVE_START.isoformat()})",
+            metavar="DATE",
+        ),
     )
     hostile = parser.add_argument_group("hostile mode (all off by default)")
-    hostile.add_argument(
-        "--ban-rate",
-        metavar="N",
-        type=int,
-        default=0,
-        help="ban a client sending more than N requests within 1 s (default: 0, never)",
+    add_options(
+        hostile,
+        Option(
+            "--ban-rate",
+            int,
+            0,
+            "ban a client sending more than N requests within 1 s (default: 0, never)",
+            metavar="N",
+        ),
+        Option("--ban-seconds", float, 10.0, "how long a ban lasts (default: 10)", metavar="S"),
+        Option(
+            "--ban-by",
+            str,
+            "ip",
+            "a client is its peer IP address or its User-Agent (default: ip)",
+            metavar="{ip,ua}",
+        ),
+        Option(
+            "--flaky",
+            float,
+            0.0,
+            "share of URLs that fail at first, 0..1 (default: 0)",
+            metavar="SHARE",
+        ),
+        Option(
+            "--flaky-attempts",
+            int,
+            1,
+            "requests a flaky URL fails before it is served (default: 1)",
+            metavar="K",
+        ),
+        Option(
+            "--flaky-kinds",
+            str,
+            ",".join(FLAKY_KINDS),
+            f"comma-separated failure kinds (default: {','.join(FLAKY_KINDS)})",
+            metavar="KINDS",
+        ),
     )
-    hostile.add_argument(
-        "--ban-seconds",
-        metavar="S",
-        type=float,
-        default=10.0,
-        help="how long a ban lasts (default: 10)",
+    add_options(
+        parser,
+        Option("--port", int, 0, "port (default: 0, a free one)"),
+        Option("--port-file", Path, None, "write the bound port to this file"),
     )
-    hostile.add_argument(
-        "--ban-by",
-        metavar="{ip,ua}",
-        default="ip",
-        help="a client is its peer IP address or its User-Agent (default: ip)",
-    )
-    hostile.add_argument(
-        "--flaky",
-        metavar="SHARE",
-        type=float,
-        default=0.0,
-        help="share of URLs that fail at first, 0..1 (default: 0)",
-    )
-    hostile.add_argument(
-        "--flaky-attempts",
-        metavar="K",
-        type=int,
-        default=1,
-        help="requests a flaky URL fails before it is served (default: 1)",
-    )
-    hostile.add_argument(
-        "--flaky-kinds",
-        metavar="KINDS",
-        default=",".join(FLAKY_KINDS),
-        help=f"comma-separated failure kinds (default: {','.join(FLAKY_KINDS)})",
-    )
-    parser.add_argument("--port", type=int, default=0, help="port (default: 0, a free one)")
-    parser.add_argument("--port-file", type=Path, help="write the bound port to this file")
 
 
 def run(args: argparse.Namespace) -> int:

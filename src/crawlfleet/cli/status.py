@@ -11,7 +11,6 @@ line).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from typing import Any
 
@@ -19,18 +18,12 @@ from redis.asyncio import Redis
 from rich.console import Console, Group, JustifyMethod
 from rich.table import Table
 
-from crawlfleet.cli.options import (
-    add_redis_options,
-    add_settings_option,
-    cli_client,
-    command_settings,
-    resolved_url,
-)
+from crawlfleet.cli.arguments import Option, add_options
+from crawlfleet.cli.options import add_fleet_options, command_settings, run_on_redis
 from crawlfleet.cli.watch import watch
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.snapshot import JobSnapshot, configured_limits, job_names, snapshot
 from crawlfleet.frontier.config import validate_job_name
-from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.keys import JobKeys
 
 __all__ = ["render"]
@@ -49,27 +42,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print one JSON document (--watch: one a line)"
     )
     parser.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    parser.add_argument(
-        "--interval",
-        type=float,
-        default=2.0,
-        metavar="SECONDS",
-        help=f"--watch refresh interval ({MIN_INTERVAL:g} to {MAX_INTERVAL:g}; default 2)",
+    add_options(
+        parser,
+        Option(
+            "--interval",
+            float,
+            2.0,
+            f"--watch refresh interval ({MIN_INTERVAL:g} to {MAX_INTERVAL:g}; default 2)",
+            metavar="SECONDS",
+        ),
+        Option(
+            "--count",
+            int,
+            0,
+            "--watch: stop after N refreshes (default: until Ctrl-C)",
+            metavar="N",
+        ),
     )
-    parser.add_argument(
-        "--count",
-        type=int,
-        default=0,
-        metavar="N",
-        help="--watch: stop after N refreshes (default: until Ctrl-C)",
-    )
-    add_redis_options(parser)
-    add_settings_option(parser)
+    add_fleet_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = command_settings(args)
-    config = RedisConfig.from_settings(settings)
     limits = configured_limits(settings)
     if args.job:
         validate_job_name(args.job)
@@ -78,37 +72,33 @@ def run(args: argparse.Namespace) -> int:
             f"--interval must be between {MIN_INTERVAL:g} and {MAX_INTERVAL:g} seconds, "
             f"got {args.interval:g}"
         )
-    url = resolved_url(args, config)
     console = Console()
 
-    async def collect(client: Redis) -> list[JobSnapshot]:
-        names = await job_names(client, config.key_prefix, args.job)
-        return [await snapshot(client, JobKeys.of(config.key_prefix, n), limits) for n in names]
+    async def collect(client: Redis, prefix: str) -> list[JobSnapshot]:
+        names = await job_names(client, prefix, args.job)
+        return [await snapshot(client, JobKeys.of(prefix, n), limits) for n in names]
 
-    async def main() -> int:
-        client = cli_client(url)
-        try:
-            if not args.watch:
-                snaps = await collect(client)
-                if args.json:
-                    print(json.dumps(_document(snaps), indent=2, sort_keys=True, default=str))
-                else:
-                    console.print(render(snaps, console.width))
-                return 0
-            return await watch(
-                console,
-                interval=args.interval,
-                count=args.count,
-                as_json=args.json,
-                collect=lambda: collect(client),
-                render=lambda snaps: render(snaps, console.width),
-                document=_document,
-            )
-        finally:
-            await client.aclose()
+    async def main(client: Redis, prefix: str) -> int:
+        if not args.watch:
+            snaps = await collect(client, prefix)
+            if args.json:
+                print(json.dumps(_document(snaps), indent=2, sort_keys=True, default=str))
+            else:
+                console.print(render(snaps, console.width))
+            return 0
+        return await watch(
+            console,
+            interval=args.interval,
+            count=args.count,
+            as_json=args.json,
+            collect=lambda: collect(client, prefix),
+            render=lambda snaps: render(snaps, console.width),
+            document=_document,
+        )
 
     try:
-        return asyncio.run(main())  # Redis errors: one line from crawlfleet.cli.main
+        # Redis errors: one line from crawlfleet.cli.main
+        return run_on_redis(args, main, settings=settings)
     except KeyboardInterrupt:
         return 0
 
