@@ -67,7 +67,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from aiohttp import web
 
@@ -79,7 +79,7 @@ from crawlfleet.testsite.stats import RequestLog
 #: Requests carrying this header are also counted per client label (see ``clients``).
 CLIENT_HEADER = "X-Crawlfleet-Client"
 
-__all__ = ["SiteServer", "TestSite", "bind_loopback"]
+__all__ = ["SiteOptions", "SiteServer", "TestSite", "bind_loopback"]
 
 _T = TypeVar("_T")
 _ROBOTS = b"User-agent: *\nAllow: /\n"
@@ -322,9 +322,21 @@ class SiteServer:
         return web.Response(status=404, text="not found\n")
 
 
+class SiteOptions(TypedDict, total=False):
+    """How a :class:`SiteServer` serves (see it); what a :class:`TestSite` hands on."""
+
+    port: int
+    latency_seconds: float
+    timeout_seconds: float
+    ban_above_rate: int
+    robots_crawl_delay: float
+    hostile: Hostile | None
+
+
 class TestSite:
     """A :class:`SiteServer` running in a background thread with its own event loop,
-    for tests: ``with TestSite(model) as site: ... site.stats()``.
+    for tests: ``with TestSite(model) as site: ... site.stats()``; *options* as
+    :class:`SiteServer` takes them.
 
     :meth:`stats` and :meth:`reset` run in the server's loop, so they are consistent and
     safe to call from any thread.
@@ -332,27 +344,9 @@ class TestSite:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(
-        self,
-        model: SiteModel | None = None,
-        *,
-        port: int = 0,
-        latency_seconds: float = 0.0,
-        timeout_seconds: float = 30.0,
-        ban_above_rate: int = 0,
-        robots_crawl_delay: float = 0.0,
-        hostile: Hostile | None = None,
-    ) -> None:
+    def __init__(self, model: SiteModel | None = None, **options: Unpack[SiteOptions]) -> None:
         self.model = model if model is not None else SiteModel()
-        self.server = SiteServer(
-            self.model,
-            port=port,
-            latency_seconds=latency_seconds,
-            timeout_seconds=timeout_seconds,
-            ban_above_rate=ban_above_rate,
-            robots_crawl_delay=robots_crawl_delay,
-            hostile=hostile,
-        )
+        self.server = SiteServer(self.model, **options)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 

@@ -19,10 +19,26 @@ from typing import Any
 import scrapy
 from scrapy.http import HtmlResponse, Response
 
-__all__ = ["PAGINATION_PRIORITY", "TestSiteSpider"]
+__all__ = ["ITEMS", "PAGINATION_PRIORITY", "TestSiteSpider"]
 
 #: Priority of the catalogue's next-page links (other links: 0).
 PAGINATION_PRIORITY = 10
+
+#: The items of the site: the block that holds one -> its fields' CSS queries (a page
+#: holds one kind, looked for in this order).
+ITEMS: dict[str, dict[str, str]] = {
+    "div.product": {
+        "title": "h1.title::text",
+        "price": "span.price::text",
+        "date": "time::attr(datetime)",
+        "sku": "span.sku::text",
+    },
+    "article.post": {
+        "headline": "h1.headline::text",
+        "author": "span.author::text",
+        "date": "time::attr(datetime)",
+    },
+}
 
 
 class TestSiteSpider(scrapy.Spider):
@@ -71,21 +87,11 @@ class TestSiteSpider(scrapy.Spider):
     @staticmethod
     def extract_item(response: HtmlResponse) -> dict[str, Any] | None:
         """The product or article item of ``response``, or ``None`` if it has none."""
-        product = response.css("div.product")
-        if product:
-            return {
-                "url": response.url,
-                "title": product.css("h1.title::text").get(),
-                "price": product.css("span.price::text").get(),
-                "date": product.css("time::attr(datetime)").get(),
-                "sku": product.css("span.sku::text").get(),
-            }
-        article = response.css("article.post")
-        if article:
-            return {
-                "url": response.url,
-                "headline": article.css("h1.headline::text").get(),
-                "author": article.css("span.author::text").get(),
-                "date": article.css("time::attr(datetime)").get(),
-            }
+        for block, fields in ITEMS.items():
+            found = response.css(block)
+            if found:
+                return {
+                    "url": response.url,
+                    **{name: found.css(query).get() for name, query in fields.items()},
+                }
         return None
