@@ -38,7 +38,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 
 from crawlfleet.exceptions import ConfigError, ItemStoreUnavailable, MalformedEntry
 from crawlfleet.pipelines.sql import (
-    SUPPORTED_DIALECTS,
+    check_dialect,
     default_sql_url,
     items_table,
     row_document,
@@ -197,12 +197,7 @@ class SqlItemReader:
             self.url: URL = make_url(text)
         except sa_exc.ArgumentError:
             raise ConfigError("CRAWLFLEET_SQL_URL is not a database URL") from None
-        backend = self.url.get_backend_name()
-        if backend not in SUPPORTED_DIALECTS:
-            raise ConfigError(
-                f"CRAWLFLEET_SQL_URL: database {backend!r} is not supported "
-                f"(use one of {', '.join(SUPPORTED_DIALECTS)})"
-            )
+        check_dialect(self.url)
         self.table = items_table(table)
         #: which database this is, as nodes publish theirs (never a password)
         self.where = state_db_identity(self.url.render_as_string(hide_password=True))

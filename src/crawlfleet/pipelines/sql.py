@@ -52,6 +52,7 @@ __all__ = [
     "SUPPORTED_DIALECTS",
     "SqlSink",
     "SqlStorePipeline",
+    "check_dialect",
     "default_sql_url",
     "items_table",
     "row_document",
@@ -59,6 +60,20 @@ __all__ = [
 
 #: Database backends the SQL store supports (SQLAlchemy dialect names).
 SUPPORTED_DIALECTS = ("sqlite", "postgresql", "mysql", "mariadb")
+
+
+def check_dialect(url: URL) -> str:
+    """The database of *url* (its backend's name); ConfigError naming
+    CRAWLFLEET_SQL_URL unless it is one of :data:`SUPPORTED_DIALECTS`."""
+    backend = url.get_backend_name()
+    if backend not in SUPPORTED_DIALECTS:
+        raise ConfigError(
+            f"CRAWLFLEET_SQL_URL: database {backend!r} is not supported "
+            f"(use one of {', '.join(SUPPORTED_DIALECTS)})"
+        )
+    return backend
+
+
 _TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _UPDATED = ("job", "item_type", "url", "document", "updated_at")
 
@@ -159,12 +174,7 @@ class SqlSink(BufferedSink):
             raise ConfigError(
                 f"CRAWLFLEET_SQL_URL is not a database URL: {url!r} ({exc})"
             ) from None
-        backend = self.url.get_backend_name()
-        if backend not in SUPPORTED_DIALECTS:
-            raise ConfigError(
-                f"CRAWLFLEET_SQL_URL: database {backend!r} is not supported "
-                f"(use one of {', '.join(SUPPORTED_DIALECTS)})"
-            )
+        backend = check_dialect(self.url)
         self.table = items_table(table)
         options_ = dict(engine_options or {})
         connect_args = {**_connect_args(self.url), **options_.pop("connect_args", {})}
