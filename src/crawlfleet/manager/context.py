@@ -7,7 +7,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from redis.asyncio import Redis
 from scrapy.settings import BaseSettings
@@ -24,6 +24,7 @@ from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.access import get_float, get_int, get_path, get_str
 from crawlfleet.state.db import StateDB
+from crawlfleet.state.events import record_event
 
 __all__ = ["ManagerContext"]
 
@@ -115,3 +116,19 @@ class ManagerContext:
     async def in_db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking state-DB call in a worker thread (never on the event loop)."""
         return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def record(
+        self, actor: str, action: str, job: str | None, detail: dict[str, Any]
+    ) -> None:
+        """Keep a change made through the manager in the audit (:func:`record_event`:
+        *detail* must hold no secret), off the event loop."""
+        await self.in_db(record_event, self.db, actor, action, job, detail)
+
+    async def remove(
+        self, actor: str, action: str, delete: Callable[[StateDB, str], object], name: str
+    ) -> dict[str, str]:
+        """Delete what is called *name* from the state DB (``delete(db, name)``), keep
+        that in the audit as *action*, and answer ``{"removed": name}``."""
+        await self.in_db(delete, self.db, name)
+        await self.record(actor, action, None, {"name": name})
+        return {"removed": name}

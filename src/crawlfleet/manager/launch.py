@@ -14,7 +14,6 @@ from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.models import RunBody
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, least_loaded, loads
 from crawlfleet.redis.connection import redact
-from crawlfleet.state.events import record_event
 from crawlfleet.state.scrapyd import ScrapydInfo, list_scrapyd, record_process
 
 __all__ = ["cpu_by_host", "process_settings", "scrapyd_nodes", "start_processes"]
@@ -105,7 +104,7 @@ async def start_processes(
         )
         started.append({"id": pid, "scrapyd": name, "scrapyd_job": sid})
     detail = {"spider": body.spider, "project": body.project, "started": started, "errors": errors}
-    await ctx.in_db(record_event, ctx.db, actor, "job.run", job, detail)
+    await ctx.record(actor, "job.run", job, detail)
     if not started:
         raise ScrapydError("; ".join(errors))
     return {"job": job, "started": started, "errors": errors}

@@ -25,7 +25,6 @@ from crawlfleet.manager.routes.models import RunBody
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError
 from crawlfleet.outage import Outage
 from crawlfleet.redis.connection import REDIS_FAILURES
-from crawlfleet.state.events import record_event
 from crawlfleet.state.models import utcnow
 from crawlfleet.state.runs import close_run, open_run, open_run_start, touch_run
 from crawlfleet.state.scrapyd import list_processes, list_scrapyd, set_process_state
@@ -194,7 +193,7 @@ async def _fire(ctx: ManagerContext, timer: dict[str, Any]) -> tuple[str, str]:
                 detail += f"; {len(result['errors'])} failed: {result['errors'][0]}"
         else:
             sent = await send_command(ctx.redis, ctx.key_prefix, job, action)
-            await ctx.in_db(record_event, ctx.db, actor, "job.control", job, {"command": action})
+            await ctx.record(actor, "job.control", job, {"command": action})
             detail = f"{action} sent to {sum(s.live for s in sent)} live node(s)"
     except (CrawlfleetError, ScrapydError, *REDIS_FAILURES) as exc:
         logger.warning("timer %s: %s of job %s failed: %s", timer["name"], action, job, exc)

@@ -12,7 +12,6 @@ from crawlfleet.manager.alerts import METRICS
 from crawlfleet.manager.auth import Admin, Ctx, Viewer
 from crawlfleet.manager.routes.models import AlertRuleBody, NamePath
 from crawlfleet.state.alerts import create_rule, delete_rule, list_alerts, list_rules
-from crawlfleet.state.events import record_event
 
 __all__ = ["router"]
 
@@ -44,7 +43,7 @@ async def create(body: AlertRuleBody, ctx: Ctx, token: Admin) -> dict[str, Any]:
         actor=token.name,
         metrics=tuple(METRICS),
     )
-    await ctx.in_db(record_event, ctx.db, token.name, "alert.create", body.job, rule)
+    await ctx.record(token.name, "alert.create", body.job, rule)
     return {**rule, "secret": secret}
 
 
@@ -55,9 +54,7 @@ async def rules(ctx: Ctx, _: Viewer) -> dict[str, Any]:
 
 @router.delete("/rules/{name}", summary="delete a rule, its alerts and their deliveries")
 async def remove(name: NamePath, ctx: Ctx, token: Admin) -> dict[str, Any]:
-    await ctx.in_db(delete_rule, ctx.db, name)
-    await ctx.in_db(record_event, ctx.db, token.name, "alert.delete", None, {"name": name})
-    return {"removed": name}
+    return await ctx.remove(token.name, "alert.delete", delete_rule, name)
 
 
 @router.get("", summary="alerts, newest first, with every delivery attempt")

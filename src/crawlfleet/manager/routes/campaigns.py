@@ -16,7 +16,6 @@ from crawlfleet.frontier.control import ALL_NODES
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.routes.models import CampaignBody, ExtendBody, NamePath
 from crawlfleet.state import campaigns as c
-from crawlfleet.state.events import record_event
 
 __all__ = ["router"]
 
@@ -54,9 +53,7 @@ async def create(body: CampaignBody, ctx: Ctx, token: Operator) -> dict[str, Any
         max_attempts=body.max_attempts,
         units_ahead=body.units_ahead,
     )
-    await ctx.in_db(
-        record_event, ctx.db, token.name, "campaign.create", body.job, {"campaign": body.name}
-    )
+    await ctx.record(token.name, "campaign.create", body.job, {"campaign": body.name})
     return made
 
 
@@ -68,9 +65,7 @@ async def status(name: NamePath, ctx: Ctx, _: Viewer) -> dict[str, Any]:
 @router.post("/{name}/extend", summary="move a campaign's end date later")
 async def extend(name: NamePath, body: ExtendBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     done = await ctx.in_db(c.extend_campaign, ctx.db, name, body.to)
-    await ctx.in_db(
-        record_event,
-        ctx.db,
+    await ctx.record(
         token.name,
         "campaign.extend",
         done["job"],
@@ -90,7 +85,5 @@ async def steer(
     kind, value = command_value("pause" if command == "pause" else "resume")
     await ctx.frontier(current["job"]).send_control(ALL_NODES, kind, value)
     done = await ctx.in_db(c.set_campaign_state, ctx.db, name, command)
-    await ctx.in_db(
-        record_event, ctx.db, token.name, f"campaign.{command}", done["job"], {"campaign": name}
-    )
+    await ctx.record(token.name, f"campaign.{command}", done["job"], {"campaign": name})
     return done

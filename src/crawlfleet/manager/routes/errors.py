@@ -13,7 +13,6 @@ from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.routes.models import ErrorReason, JobPath, RecrawlBody
 from crawlfleet.state.errors import error_stats, list_errors
-from crawlfleet.state.events import record_event
 from crawlfleet.state.url import state_db_identity
 
 __all__ = ["router"]
@@ -66,5 +65,5 @@ async def stats(job: JobPath, ctx: Ctx, _: Viewer) -> dict[str, Any]:
 async def recrawl(job: JobPath, body: RecrawlBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     result = await recrawl_errors(ctx.frontier(job), ctx.db, reason=body.reason, limit=body.limit)
     detail = {"reason": body.reason, **result.as_dict()}
-    await ctx.in_db(record_event, ctx.db, token.name, "job.errors.recrawl", job, detail)
+    await ctx.record(token.name, "job.errors.recrawl", job, detail)
     return {"job": job, **result.as_dict()}

@@ -18,7 +18,7 @@ from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.models import ControlBody, JobPath, LimitsBody, ResetBody, SeedsBody
 from crawlfleet.manager.shared import Made
-from crawlfleet.state.events import list_events, record_event
+from crawlfleet.state.events import list_events
 from crawlfleet.state.runs import list_runs
 
 __all__ = [
@@ -186,9 +186,7 @@ async def seeds(
         first = result.invalid[0]
         raise HTTPException(400, f"no valid seed: entry {first[0]}: {first[2]}")
     await queue_seeds(frontier, requests, ctx.frontier_config.site_key, result)
-    await ctx.in_db(
-        record_event,
-        ctx.db,
+    await ctx.record(
         token.name,
         "job.seeds",
         job,
@@ -209,7 +207,7 @@ async def control(
         ctx.redis, ctx.key_prefix, job, body.command, body.value, node=body.node
     )
     detail = {"command": body.command, "value": body.value, "node": body.node}
-    await ctx.in_db(record_event, ctx.db, token.name, "job.control", job, detail)
+    await ctx.record(token.name, "job.control", job, detail)
     if body.wait_seconds:
         await await_acks(ctx.redis, ctx.key_prefix, sent, body.wait_seconds)
     return {"sent": sent_json(sent)}
@@ -237,7 +235,7 @@ async def put_limits(
 ) -> dict[str, Any]:
     name = ctx.keys(job).job  # before a job starts too
     now = await set_limits(ctx.redis, ctx.key_prefix, name, body.limits)
-    await ctx.in_db(record_event, ctx.db, token.name, "job.limits.set", job, body.limits)
+    await ctx.record(token.name, "job.limits.set", job, body.limits)
     return {"job": job, "limits": now}
 
 
@@ -251,7 +249,7 @@ async def delete_limits(
     await ctx.known_frontier(job)
     now = await unset_limits(ctx.redis, ctx.key_prefix, job, pattern)
     detail = {"patterns": pattern if pattern is not None else "all"}
-    await ctx.in_db(record_event, ctx.db, token.name, "job.limits.unset", job, detail)
+    await ctx.record(token.name, "job.limits.unset", job, detail)
     return {"job": job, "limits": now}
 
 
@@ -267,7 +265,7 @@ async def reset(
         frontier, force=body.force, keep_limits=body.keep_limits, force_hint='"force": true'
     )
     detail = {"force": body.force, "keep_limits": body.keep_limits, "deleted": result.deleted}
-    await ctx.in_db(record_event, ctx.db, token.name, "job.reset", job, detail)
+    await ctx.record(token.name, "job.reset", job, detail)
     return {
         "job": job,
         "deleted": result.deleted,

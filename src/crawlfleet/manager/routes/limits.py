@@ -11,7 +11,6 @@ from fastapi import APIRouter, Query
 from crawlfleet.fleet.limits import read_limits, set_limits, unset_limits
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.routes.models import LimitsBody
-from crawlfleet.state.events import record_event
 
 __all__ = ["router"]
 
@@ -26,7 +25,7 @@ async def fleet_limits(ctx: Ctx, _: Viewer) -> dict[str, Any]:
 @router.put("", summary="set fleet rate limits (each pattern's; others kept)")
 async def put_fleet_limits(body: LimitsBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     now = await set_limits(ctx.redis, ctx.key_prefix, None, body.limits)
-    await ctx.in_db(record_event, ctx.db, token.name, "fleet.limits.set", None, body.limits)
+    await ctx.record(token.name, "fleet.limits.set", None, body.limits)
     return {"limits": now}
 
 
@@ -38,5 +37,5 @@ async def delete_fleet_limits(
 ) -> dict[str, Any]:
     now = await unset_limits(ctx.redis, ctx.key_prefix, None, pattern)
     detail = {"patterns": pattern if pattern is not None else "all"}
-    await ctx.in_db(record_event, ctx.db, token.name, "fleet.limits.unset", None, detail)
+    await ctx.record(token.name, "fleet.limits.unset", None, detail)
     return {"limits": now}

@@ -16,7 +16,6 @@ from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.jobs import sent_json
 from crawlfleet.manager.routes.models import NodeControlBody
 from crawlfleet.manager.shared import Made
-from crawlfleet.state.events import record_event
 
 __all__ = ["node_rows", "nodes_figure", "router"]
 
@@ -61,7 +60,7 @@ async def control(node: str, body: NodeControlBody, ctx: Ctx, token: Operator) -
         raise HTTPException(400, f"node {node!r} is on jobs {', '.join(on)}: name one in 'job'")
     sent = await send_command(ctx.redis, ctx.key_prefix, on[0], body.command, body.value, node=node)
     detail = {"command": body.command, "value": body.value, "node": node}
-    await ctx.in_db(record_event, ctx.db, token.name, "node.control", on[0], detail)
+    await ctx.record(token.name, "node.control", on[0], detail)
     if body.wait_seconds:
         await await_acks(ctx.redis, ctx.key_prefix, sent, body.wait_seconds)
     return {"sent": sent_json(sent)}

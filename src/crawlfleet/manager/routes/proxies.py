@@ -12,7 +12,6 @@ from crawlfleet.exceptions import NotFound
 from crawlfleet.fleet.proxies import ProxyPool, check_proxy_url, shown
 from crawlfleet.manager.auth import Admin, Ctx, Viewer
 from crawlfleet.manager.routes.models import ProxiesBody, ProxyIdPath
-from crawlfleet.state.events import record_event
 
 __all__ = ["router"]
 
@@ -29,7 +28,7 @@ async def add(body: ProxiesBody, ctx: Ctx, token: Admin) -> dict[str, Any]:
     urls = [check_proxy_url(url, "proxies") for url in body.proxies]  # ConfigError: 400
     added, size = await ProxyPool(ctx.redis, ctx.key_prefix).add(list(dict.fromkeys(urls)))
     detail = {"added": added, "proxies": [shown(u) for u in urls[:20]]}
-    await ctx.in_db(record_event, ctx.db, token.name, "proxies.add", None, detail)
+    await ctx.record(token.name, "proxies.add", None, detail)
     return {"added": added, "size": size}
 
 
@@ -37,5 +36,5 @@ async def add(body: ProxiesBody, ctx: Ctx, token: Admin) -> dict[str, Any]:
 async def remove(pid: ProxyIdPath, ctx: Ctx, token: Admin) -> dict[str, Any]:
     if not await ProxyPool(ctx.redis, ctx.key_prefix).remove([pid]):
         raise NotFound(f"no proxy {pid} in the pool")
-    await ctx.in_db(record_event, ctx.db, token.name, "proxies.remove", None, {"id": pid})
+    await ctx.record(token.name, "proxies.remove", None, {"id": pid})
     return {"removed": pid}

@@ -25,7 +25,6 @@ from crawlfleet.manager.routes.models import (
     plain_name,
 )
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, loads, log_levels
-from crawlfleet.state.events import record_event
 from crawlfleet.state.scrapyd import (
     ScrapydInfo,
     add_scrapyd,
@@ -56,7 +55,7 @@ async def register(body: ScrapydBody, ctx: Ctx, token: Admin) -> dict[str, Any]:
             except ScrapydError as exc:
                 raise HTTPException(400, f"{exc}; not registered") from None
     node = await ctx.in_db(add_scrapyd, ctx.db, body.name, body.url, body.username, body.password)
-    await ctx.in_db(record_event, ctx.db, token.name, "scrapyd.add", None, node.public())
+    await ctx.record(token.name, "scrapyd.add", None, node.public())
     return node.public()
 
 
@@ -116,9 +115,7 @@ async def projects(ctx: Ctx, _: Viewer) -> dict[str, Any]:
 
 @router.delete("/api/v1/scrapyd/{name}", summary="forget a Scrapyd")
 async def unregister(name: NamePath, ctx: Ctx, token: Admin) -> dict[str, Any]:
-    await ctx.in_db(remove_scrapyd, ctx.db, name)
-    await ctx.in_db(record_event, ctx.db, token.name, "scrapyd.remove", None, {"name": name})
-    return {"removed": name}
+    return await ctx.remove(token.name, "scrapyd.remove", remove_scrapyd, name)
 
 
 @router.post(
@@ -172,7 +169,7 @@ async def deploy(
 
         results = list(await asyncio.gather(*(one(n) for n in targets)))
     detail = {"project": project, "version": version, "results": results}
-    await ctx.in_db(record_event, ctx.db, token.name, "deploy", None, detail)
+    await ctx.record(token.name, "deploy", None, detail)
     if not any(r["ok"] for r in results):
         raise HTTPException(502, "; ".join(r["error"] for r in results))
     return {"project": project, "version": version, "results": results}
@@ -235,7 +232,7 @@ async def cancel(
         )
     await ctx.in_db(set_process_state, ctx.db, pid, final[0], final[1])
     detail = {"process": pid, "state": final[0], "note": final[1]}
-    await ctx.in_db(record_event, ctx.db, token.name, "process.cancel", job, detail)
+    await ctx.record(token.name, "process.cancel", job, detail)
     return {"id": pid, "state": final[0], "note": final[1]}
 
 

@@ -11,7 +11,6 @@ from fastapi import APIRouter, HTTPException, Request, Response
 
 from crawlfleet.manager.auth import SESSION_COOKIE, Ctx, check_csrf, session_from
 from crawlfleet.manager.routes.models import SignInBody
-from crawlfleet.state.events import record_event
 from crawlfleet.state.sessions import SessionInfo, end_session, start_session
 
 __all__ = ["router"]
@@ -42,7 +41,7 @@ async def sign_in(
         secure=request.url.scheme == "https"
         or request.headers.get("x-forwarded-proto", "").lower() == "https",
     )
-    await ctx.in_db(record_event, ctx.db, info.token.name, "session.start", None, {})
+    await ctx.record(info.token.name, "session.start", None, {})
     return _who(info)
 
 
@@ -60,6 +59,6 @@ async def sign_out(request: Request, response: Response, ctx: Ctx) -> dict[str, 
     if info is not None:
         check_csrf(request, info)
         await ctx.in_db(end_session, ctx.db, request.cookies[SESSION_COOKIE])
-        await ctx.in_db(record_event, ctx.db, info.token.name, "session.end", None, {})
+        await ctx.record(info.token.name, "session.end", None, {})
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return {"signed_out": info is not None}

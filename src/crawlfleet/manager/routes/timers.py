@@ -10,7 +10,6 @@ from fastapi import APIRouter, HTTPException, Query
 
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.routes.models import NamePath, TimerBody, TimerPatch
-from crawlfleet.state.events import record_event
 from crawlfleet.state.timers import create_timer, delete_timer, list_fires, list_timers, set_enabled
 
 __all__ = ["router"]
@@ -27,7 +26,7 @@ async def create(body: TimerBody, ctx: Ctx, token: Operator) -> dict[str, Any]:
     timer = await ctx.in_db(
         create_timer, ctx.db, body.name, body.job, body.action, body.cron, params, token.name
     )
-    await ctx.in_db(record_event, ctx.db, token.name, "timer.create", body.job, timer)
+    await ctx.record(token.name, "timer.create", body.job, timer)
     return timer
 
 
@@ -40,15 +39,13 @@ async def timers(ctx: Ctx, _: Viewer) -> dict[str, Any]:
 async def patch(name: NamePath, body: TimerPatch, ctx: Ctx, token: Operator) -> dict[str, Any]:
     timer = await ctx.in_db(set_enabled, ctx.db, name, body.enabled)
     detail = {"name": name, "enabled": body.enabled}
-    await ctx.in_db(record_event, ctx.db, token.name, "timer.enable", timer["job"], detail)
+    await ctx.record(token.name, "timer.enable", timer["job"], detail)
     return timer
 
 
 @router.delete("/{name}", summary="delete a timer and its history")
 async def remove(name: NamePath, ctx: Ctx, token: Operator) -> dict[str, Any]:
-    await ctx.in_db(delete_timer, ctx.db, name)
-    await ctx.in_db(record_event, ctx.db, token.name, "timer.delete", None, {"name": name})
-    return {"removed": name}
+    return await ctx.remove(token.name, "timer.delete", delete_timer, name)
 
 
 @router.get("/{name}/fires", summary="a timer's due times: fired, failed or missed")
