@@ -130,20 +130,15 @@ class Outage:
     ) -> None:
         self.service = service
         self.holding = holding
+        #: when the outage began, on *clock* (None: none now, the last call succeeded)
+        self.since: float | None = None
+        self._said = 0.0  # when it was last said
         self.every = every
         self.describe = describe or _described
         self.clock = clock
         self._say_down = say_down or self._node_down
         self._say_still = say_still or self._node_still
         self._say_back = say_back
-        #: when the outage began, on *clock* (None: none now)
-        self.since: float | None = None
-        self._said = 0.0
-
-    @property
-    def down(self) -> bool:
-        """An outage is under way: the last call failed."""
-        return self.since is not None
 
     def failed(self, exc: BaseException, began: float | None = None) -> None:
         """A call failed with *exc*; *began*: when it started (on :attr:`clock`;

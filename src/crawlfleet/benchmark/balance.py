@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crawlfleet.benchmark.crawl import kill_left
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
@@ -141,9 +142,7 @@ def run_balance(
 
             when_half_fetched(kill)
         codes = wait_all(procs, timeout)
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        kill_left(procs)
         stats = fetch_stats(port, brief=True)
     finally:
         stop_site_process(site)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
 from crawlfleet.testsite.server import CLIENT_HEADER
 
-__all__ = ["CrawlResult", "Scenario", "run_crawl", "wait_measured"]
+__all__ = ["CrawlResult", "Scenario", "kill_left", "run_crawl", "wait_measured"]
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 #: Niceness of the crawling processes (every contender's): the site and Redis, which
@@ -193,9 +194,7 @@ def run_crawl(
             asyncio.run(_control(redis_url, key_prefix, job, "running", wait_nodes=joining))
         startup = _cpu_at_first_request(procs, port, timeout)
         codes, cpu = wait_measured(procs, timeout)
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        kill_left(procs)
         stats = fetch_stats(port, brief=True)
     finally:
         stop_site_process(site)
@@ -253,6 +252,15 @@ def wait_measured(
         if pending:
             time.sleep(0.02)
     return codes, cpu
+
+
+def kill_left(procs: Iterable[subprocess.Popen[bytes]], wait: float = 10.0) -> None:
+    """Kill every process of *procs* still running, and reap it (at most *wait*
+    seconds each): what a run leaves behind when it ends, or fails."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(wait)
 
 
 def _cpu_at_first_request(procs: list[subprocess.Popen[bytes]], port: int, timeout: float) -> float:

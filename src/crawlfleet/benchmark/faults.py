@@ -29,6 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from crawlfleet.benchmark.crawl import kill_left
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.pipelines.sql import items_table
 from crawlfleet.testsite import model as site_model
@@ -203,10 +204,7 @@ def run_fault_trial(
             stats = site.stats(brief=True)
             urls = stored_urls(sql_url, table)
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait(10)
+            kill_left(procs)
             drop_table(sql_url, table)
         expected = {site.url(n) for n in range(pages)}
     return FaultResult(

@@ -26,6 +26,7 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
+from crawlfleet.benchmark.crawl import kill_left
 from crawlfleet.benchmark.faults import (
     NodeStarter,
     drop_table,
@@ -157,10 +158,7 @@ def run_outage_trial(
             stats = site.stats(brief=True)
             urls = stored_urls(postgres_url, table)
         finally:
-            for p in [*procs, *([victim] if victim is not None else [])]:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait(10)
+            kill_left([*procs, *([victim] if victim is not None else [])])
             proxy.stop()
             drop_table(postgres_url, table)
         expected = {site.url(n) for n in range(pages)}

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.benchmark.crawl import JOIN_SECONDS, wait_measured
+from crawlfleet.benchmark.crawl import JOIN_SECONDS, kill_left, wait_measured
 from crawlfleet.benchmark.scale import cpu_us, private_redis
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node
@@ -165,10 +165,7 @@ def run_redis_cpu(
             started = time.monotonic()
             codes, _cpu = wait_measured(procs, timeout)
             seconds = time.monotonic() - started
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            kill_left(procs)
             after, stats, counters, slow = asyncio.run(_read_redis(redis_url, job, profile))
         node_stats = [_json(workdir / f"stats{i}.json") for i in range(nodes)]
         crawled = sum(int(s.get("response_received_count", 0)) for s in node_stats)

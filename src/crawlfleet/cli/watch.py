@@ -78,7 +78,7 @@ async def watch(
                     console.print(render(view))
             refreshes += 1
             if count and refreshes >= count:
-                return 1 if outage.down else 0
+                return 0 if outage.since is None else 1
             await asyncio.sleep(interval)
     finally:
         if live:
