@@ -106,19 +106,20 @@ class FailureRegistry:
 
     # -- the spider and the pipelines -------------------------------------------------
     def spider_error(self, failure: TwistedFailure, response: Response, spider: Spider) -> None:
-        request = getattr(response, "request", None)
-        if request is not None:
-            self.record(
-                request, "parse", _one_line(failure.value or Exception()), stack=_stack(failure)
-            )
+        self._raised(response, "parse", failure)
 
     def item_error(
         self, item: Any, response: Response | None, spider: Spider, failure: TwistedFailure
     ) -> None:
+        self._raised(response, "item", failure)
+
+    def _raised(self, response: Response | None, reason: str, failure: TwistedFailure) -> None:
+        """Code that handled *response* raised *failure*: its request failed for
+        *reason*, with the stack (nothing without a request: nothing to re-crawl)."""
         request = getattr(response, "request", None)
         if request is not None:
             self.record(
-                request, "item", _one_line(failure.value or Exception()), stack=_stack(failure)
+                request, reason, _one_line(failure.value or Exception()), stack=_stack(failure)
             )
 
     def item_dropped(

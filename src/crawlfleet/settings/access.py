@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scrapy.settings import BaseSettings
 
@@ -29,6 +30,9 @@ __all__ = [
     "get_str_list",
     "raw_setting",
 ]
+
+#: The kinds of number a setting is read as.
+N = TypeVar("N", int, float)
 
 
 def defaults() -> dict[str, Any]:
@@ -61,13 +65,7 @@ def get_bool(settings: BaseSettings, name: str) -> bool:
 
 def get_int(settings: BaseSettings, name: str, *, minimum: int) -> int:
     """*name* as an integer >= *minimum*."""
-    value = raw_setting(settings, name)
-    if isinstance(value, bool):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+    value, number = _number(settings, name, int, "an integer")
     if number < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value!r}")
     return number
@@ -75,17 +73,25 @@ def get_int(settings: BaseSettings, name: str, *, minimum: int) -> int:
 
 def get_float(settings: BaseSettings, name: str, *, minimum: float, strict: bool = False) -> float:
     """*name* as a number >= *minimum* (> *minimum* when *strict*)."""
-    value = raw_setting(settings, name)
-    if isinstance(value, bool):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+    value, number = _number(settings, name, float, "a number")
     if number < minimum or (strict and number == minimum):
         relation = ">" if strict else ">="
         raise ConfigError(f"{name} must be {relation} {minimum}, got {value!r}")
     return number
+
+
+def _number(
+    settings: BaseSettings, name: str, kind: Callable[[Any], N], what: str
+) -> tuple[Any, N]:
+    """*name* as set, and as *kind* (``int``, ``float``); ConfigError saying it must be
+    *what* for a value that is not one (a boolean is not a number here)."""
+    value = raw_setting(settings, name)
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+    try:
+        return value, kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be {what}, got {value!r}") from None
 
 
 def get_str(settings: BaseSettings, name: str) -> str:

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.state.db import StateDB
@@ -103,11 +102,8 @@ def create_rule(
         created_by=actor,
         created_at=utcnow(),
     )
-    try:
-        with db.session() as s:
-            s.add(row)
-    except IntegrityError:
-        raise ConfigError(f"an alert rule is already named {name!r}") from None
+    if not db.add_new(row):
+        raise ConfigError(f"an alert rule is already named {name!r}")
     return _rule_view(row, db), secret
 
 
@@ -153,21 +149,16 @@ def open_alerts(db: StateDB, rule_id: int) -> dict[str, dict[str, Any]]:
 
 def open_alert(db: StateDB, rule_id: int, job: str, value: float) -> bool:
     """A pending alert of the rule for *job*, unless one is open; True if made here."""
-    try:
-        with db.session() as s:
-            s.add(
-                Alert(
-                    rule_id=rule_id,
-                    job=job,
-                    open_key=f"{rule_id}:{job}",
-                    status="pending",
-                    since=utcnow(),
-                    value=value,
-                )
-            )
-    except IntegrityError:
-        return False
-    return True
+    return db.add_new(
+        Alert(
+            rule_id=rule_id,
+            job=job,
+            open_key=f"{rule_id}:{job}",
+            status="pending",
+            since=utcnow(),
+            value=value,
+        )
+    )
 
 
 def move_alert(db: StateDB, alert_id: int, before: str, after: str, value: float) -> bool:

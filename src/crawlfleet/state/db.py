@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from crawlfleet.exceptions import ConfigError
@@ -95,6 +95,16 @@ class StateDB:
         """A session committed at the end of the block (rolled back on an exception)."""
         with self.sessions() as session, session.begin():
             yield session
+
+    def add_new(self, row: object) -> bool:
+        """Add *row* in a transaction of its own; False (nothing added) when a unique
+        key of its table holds its value already (a name taken, one open at a time)."""
+        try:
+            with self.session() as s:
+                s.add(row)
+        except IntegrityError:
+            return False
+        return True
 
     def check(self) -> None:
         """One round trip (SELECT 1); the driver's error if the DB does not answer."""

@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import Run, iso, utcnow
@@ -18,22 +17,17 @@ __all__ = ["close_run", "list_runs", "open_run", "open_run_start", "touch_run"]
 
 def open_run(db: StateDB, job: str, *, nodes: int, started_by: str = "observed") -> bool:
     """Open a run of *job* unless one is open; True if this call opened it."""
-    try:
-        with db.session() as s:
-            s.add(
-                Run(
-                    job=job,
-                    open_job=job,
-                    state="running",
-                    started_at=utcnow(),
-                    started_by=started_by,
-                    nodes_max=nodes,
-                    figures="{}",
-                )
-            )
-    except IntegrityError:
-        return False  # another manager opened it first
-    return True
+    return db.add_new(  # False: another manager opened it first
+        Run(
+            job=job,
+            open_job=job,
+            state="running",
+            started_at=utcnow(),
+            started_by=started_by,
+            nodes_max=nodes,
+            figures="{}",
+        )
+    )
 
 
 def touch_run(db: StateDB, job: str, *, nodes: int) -> None:

@@ -8,7 +8,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.state.db import StateDB
@@ -73,19 +72,15 @@ def add_scrapyd(
     clean, url_user, url_password = scrapyd_url(url)
     if url_user is not None:
         username, password = username or url_user, password or url_password
-    try:
-        with db.session() as s:
-            s.add(
-                ScrapydNode(
-                    name=name,
-                    url=clean,
-                    username=username,
-                    password=db.secrets.seal_optional(password),
-                    created_at=utcnow(),
-                )
-            )
-    except IntegrityError:
-        raise ConfigError(f"a Scrapyd is already named {name!r}") from None
+    node = ScrapydNode(
+        name=name,
+        url=clean,
+        username=username,
+        password=db.secrets.seal_optional(password),
+        created_at=utcnow(),
+    )
+    if not db.add_new(node):
+        raise ConfigError(f"a Scrapyd is already named {name!r}")
     return ScrapydInfo(name, clean, username, password)
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from croniter import croniter
 from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
 
 from crawlfleet.exceptions import ConfigError, NotFound
 from crawlfleet.redis.connection import redact
@@ -96,11 +95,8 @@ def create_timer(
         created_at=now,
         next_fire_at=next_due(cron, now),
     )
-    try:
-        with db.session() as s:
-            s.add(row)
-    except IntegrityError:
-        raise ConfigError(f"a timer is already named {name!r}") from None
+    if not db.add_new(row):
+        raise ConfigError(f"a timer is already named {name!r}")
     return _view(row, db)
 
 
