@@ -35,13 +35,23 @@ __all__ = [
 ]
 
 
+def _figures(title: str, columns: tuple[str, ...], *, left: tuple[str, ...] = ()) -> Table:
+    """A table of figures called *title*: its *columns* right-aligned, but those in
+    *left* (names, words)."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col in left else "right")
+    return table
+
+
 def scaling_report(console: Console, runs: list[CrawlResult]) -> dict[str, bool]:
     """The CPU-bound crawl with 2 and 4 nodes, run in turn: 4 never slower than 2."""
     twos = [r.pages_per_second for r in runs if r.nodes == 2]
     fours = [r.pages_per_second for r in runs if r.nodes == 4]
-    table = Table(title="cpu-bound: 2 against 4 nodes, run in turn")
-    for col in ("repeat", "2 nodes pages/s", "4 nodes pages/s", "4 / 2"):
-        table.add_column(col, justify="right")
+    table = _figures(
+        "cpu-bound: 2 against 4 nodes, run in turn",
+        ("repeat", "2 nodes pages/s", "4 nodes pages/s", "4 / 2"),
+    )
     pairs = list(zip(twos, fours, strict=False))
     for i, (two, four) in enumerate(pairs, 1):
         table.add_row(str(i), f"{two:.0f}", f"{four:.0f}", f"{four / two:.2f}")
@@ -57,19 +67,21 @@ def scaling_report(console: Console, runs: list[CrawlResult]) -> dict[str, bool]
 
 def faults_report(console: Console, results: list[FaultResult]) -> dict[str, bool]:
     store = results[0].store
-    table = Table(title=f"fault trials: 3 nodes storing into {store}, one node hit at random")
-    for col in (
-        "fault",
-        "hit at page",
-        "rows",
-        "never fetched",
-        "items lost",
-        "duplicate rows",
-        "fetched twice",
-        "seconds",
-        "exit codes",
-    ):
-        table.add_column(col, justify="left" if col == "fault" else "right")
+    table = _figures(
+        f"fault trials: 3 nodes storing into {store}, one node hit at random",
+        (
+            "fault",
+            "hit at page",
+            "rows",
+            "never fetched",
+            "items lost",
+            "duplicate rows",
+            "fetched twice",
+            "seconds",
+            "exit codes",
+        ),
+        left=("fault",),
+    )
     for r in results:
         table.add_row(
             r.fault,
@@ -100,21 +112,20 @@ def faults_report(console: Console, results: list[FaultResult]) -> dict[str, boo
 def outage_report(console: Console, r: OutageResult) -> dict[str, bool]:
     """The store-outage trial: nothing lost, and a kill during the outage costs at most
     the killed node's bound plus what it had in flight in pages fetched again."""
-    table = Table(
-        title=f"store outage: {r.store} down {r.outage_seconds:.0f} s, a node killed "
-        f"{r.kill_after_seconds:.0f} s in (CRAWLFLEET_ITEMS_PENDING_MAX {r.pending_max})"
+    table = _figures(
+        f"store outage: {r.store} down {r.outage_seconds:.0f} s, a node killed "
+        f"{r.kill_after_seconds:.0f} s in (CRAWLFLEET_ITEMS_PENDING_MAX {r.pending_max})",
+        (
+            "pages",
+            "rows",
+            "fetched down/kill/back",
+            "killed node held",
+            "fetched again",
+            "bound",
+            "recovery counts",
+            "seconds",
+        ),
     )
-    for col in (
-        "pages",
-        "rows",
-        "fetched down/kill/back",
-        "killed node held",
-        "fetched again",
-        "bound",
-        "recovery counts",
-        "seconds",
-    ):
-        table.add_column(col, justify="right")
     table.add_row(
         str(r.pages),
         str(r.rows),
@@ -136,9 +147,11 @@ def outage_report(console: Console, r: OutageResult) -> dict[str, bool]:
 
 
 def balance_report(console: Console, results: list[BalanceResult]) -> dict[str, bool]:
-    table = Table(title="load balancing (measured by the site, per node label)")
-    for col in ("case", "seconds", "ideal s", "node", "pages", "share", "pages/s", "first s"):
-        table.add_column(col, justify="left" if col in ("case", "node") else "right")
+    table = _figures(
+        "load balancing (measured by the site, per node label)",
+        ("case", "seconds", "ideal s", "node", "pages", "share", "pages/s", "first s"),
+        left=("case", "node"),
+    )
     for r in results:
         t0 = min((v["first"] for v in r.nodes.values()), default=0.0)
         for i, (label, v) in enumerate(sorted(r.nodes.items())):
@@ -174,9 +187,10 @@ CLUSTER_BUSIEST_MAX = 0.5
 
 def scale_report(console: Console, r: ScaleResult) -> dict[str, bool]:
     """The scale part: memory per URL and per queued request on one Redis, and rates."""
-    table = Table(title=f"scale: one Redis ({r.redis_version}) of the run's own")
-    for col in ("what", "how many", "bytes each", "per second", "Redis CPU µs each", "notes"):
-        table.add_column(col, justify="right")
+    table = _figures(
+        f"scale: one Redis ({r.redis_version}) of the run's own",
+        ("what", "how many", "bytes each", "per second", "Redis CPU µs each", "notes"),
+    )
     table.add_row(
         f"Bloom filter at {r.bloom_error_rate:g}",
         f"{r.bloom_urls:,}",
@@ -276,17 +290,18 @@ def redis_cpu_report(console: Console, results: list[RedisCpuResult]) -> dict[st
 
 def cluster_report(console: Console, results: list[ClusterResult]) -> dict[str, bool]:
     """The cluster part: one job in one shard, then in several, on a 3-master cluster."""
-    table = Table(title=f"cluster: one job on a Redis Cluster of {results[0].masters} masters")
-    for col in (
-        "shards",
-        "queued",
-        "leased",
-        "Redis CPU µs: queue + lease + ack",
-        "CPU share per master",
-        "capacity/s",
-        "one client: queued/s, leased/s, acked/s",
-    ):
-        table.add_column(col, justify="right")
+    table = _figures(
+        f"cluster: one job on a Redis Cluster of {results[0].masters} masters",
+        (
+            "shards",
+            "queued",
+            "leased",
+            "Redis CPU µs: queue + lease + ack",
+            "CPU share per master",
+            "capacity/s",
+            "one client: queued/s, leased/s, acked/s",
+        ),
+    )
     for r in results:
         table.add_row(
             str(r.shards),
@@ -317,22 +332,21 @@ def cluster_report(console: Console, results: list[ClusterResult]) -> dict[str, 
 def polite_report(console: Console, results: list[PoliteResult]) -> dict[str, bool]:
     """The politeness runs: the site's own counts against each limit, and how much of
     the budget each used."""
-    table = Table(
-        title="politeness: one site, its limit shared by every node of every job (site's counts)"
+    table = _figures(
+        "politeness: one site, its limit shared by every node of every job (site's counts)",
+        (
+            "limit/s",
+            "nodes",
+            "jobs",
+            "pages",
+            "seconds",
+            "achieved/s",
+            "budget use",
+            "most in 1 s",
+            "slots missed",
+            "jobs done at",
+        ),
     )
-    for col in (
-        "limit/s",
-        "nodes",
-        "jobs",
-        "pages",
-        "seconds",
-        "achieved/s",
-        "budget use",
-        "most in 1 s",
-        "slots missed",
-        "jobs done at",
-    ):
-        table.add_column(col, justify="right")
     targets: dict[str, bool] = {}
     for r in results:
         table.add_row(
@@ -365,24 +379,26 @@ def polite_report(console: Console, results: list[PoliteResult]) -> dict[str, bo
 
 def crawl_report(console: Console, results: list[CrawlResult]) -> dict[str, bool]:
     """Print the crawl throughput table; return its targets."""
-    table = Table(title="crawl throughput (measured by the site)")
-    for col in (
-        "scenario",
-        "contender",
-        "nodes",
-        "pages/s",
-        "x scrapy",
-        "x 1 node",
-        "round trips/page",
-        "CPU ms/page",
-        "x scrapy CPU",
-        "start-up CPU s",
-        "crawl CPU ms/page",
-        "twice",
-        "never",
-        "node shares",
-    ):
-        table.add_column(col, justify="left" if col in ("scenario", "contender") else "right")
+    table = _figures(
+        "crawl throughput (measured by the site)",
+        (
+            "scenario",
+            "contender",
+            "nodes",
+            "pages/s",
+            "x scrapy",
+            "x 1 node",
+            "round trips/page",
+            "CPU ms/page",
+            "x scrapy CPU",
+            "start-up CPU s",
+            "crawl CPU ms/page",
+            "twice",
+            "never",
+            "node shares",
+        ),
+        left=("scenario", "contender"),
+    )
     targets: dict[str, bool] = {}
     for r in results:
         base = next(
@@ -450,17 +466,18 @@ def seen_report(console: Console, seen: list[Any]) -> dict[str, bool]:
     """Print the seen-filter memory table; return its targets."""
     targets: dict[str, bool] = {}
     if seen:
-        mem = Table(title="seen-filter memory")
-        for col in (
-            "mode",
-            "error rate",
-            "URLs",
-            "bytes/URL",
-            "layers",
-            "measured FP rate",
-            "insert s",
-        ):
-            mem.add_column(col, justify="right")
+        mem = _figures(
+            "seen-filter memory",
+            (
+                "mode",
+                "error rate",
+                "URLs",
+                "bytes/URL",
+                "layers",
+                "measured FP rate",
+                "insert s",
+            ),
+        )
         for s in seen:
             mem.add_row(
                 s.mode,
@@ -485,9 +502,11 @@ def seen_report(console: Console, seen: list[Any]) -> dict[str, bool]:
 
 def items_report(console: Console, items: ItemsResult) -> dict[str, bool]:
     """Print the item pipeline tables; return their targets."""
-    table = Table(title=f"item pipeline: every stage + one store, {items.items} product items")
-    for col in ("into", "items", "seconds", "items/s", "stored", "note"):
-        table.add_column(col, justify="left" if col in ("into", "note") else "right")
+    table = _figures(
+        f"item pipeline: every stage + one store, {items.items} product items",
+        ("into", "items", "seconds", "items/s", "stored", "note"),
+        left=("into", "note"),
+    )
     for run in items.runs:
         if run.skipped is not None:
             table.add_row(run.target, str(run.items), "", "", "", f"skipped: {escape(run.skipped)}")
@@ -530,22 +549,21 @@ def items_report(console: Console, items: ItemsResult) -> dict[str, bool]:
 
 def manager_report(console: Console, r: ManagerResult) -> dict[str, bool]:
     """Print the manager-under-a-crowd table; return its targets."""
-    table = Table(
-        title=f"manager: {r.clients} clients + {r.streams} live streams, {r.jobs} jobs of "
-        f"{r.nodes // max(1, r.jobs)} nodes, {r.seconds:.0f} s"
+    table = _figures(
+        f"manager: {r.clients} clients + {r.streams} live streams, {r.jobs} jobs of "
+        f"{r.nodes // max(1, r.jobs)} nodes, {r.seconds:.0f} s",
+        (
+            "requests/s",
+            "p50 ms",
+            "p99 ms",
+            "5xx",
+            "other errors",
+            "CPU ms/request",
+            "CPU cores",
+            "stream gap median s",
+            "stream gap max s",
+        ),
     )
-    for col in (
-        "requests/s",
-        "p50 ms",
-        "p99 ms",
-        "5xx",
-        "other errors",
-        "CPU ms/request",
-        "CPU cores",
-        "stream gap median s",
-        "stream gap max s",
-    ):
-        table.add_column(col, justify="right")
     table.add_row(
         f"{r.requests_per_second:,.0f}",
         f"{r.p50_ms:.1f}",
