@@ -34,6 +34,7 @@ from crawlfleet.meta import BAN_META, DELAY_META, NEW_IDENTITY_META
 from crawlfleet.middlewares.common import first_request, is_robots
 from crawlfleet.middlewares.retry import backoff_seconds, check_backoff
 from crawlfleet.parts import NodeParts, node_of, parts_of
+from crawlfleet.settings.access import get_int
 
 __all__ = ["BODY_BYTES", "BanDetector", "Banned"]
 
@@ -102,9 +103,7 @@ class BanDetector:
     @classmethod
     def _build(cls, crawler: Crawler) -> BanDetector:
         s = crawler.settings
-        retries = s.getint("CRAWLFLEET_BAN_RETRIES")
-        if retries < 0:
-            raise ConfigError(f"CRAWLFLEET_BAN_RETRIES must be >= 0, got {retries}")
+        retries = get_int(s, "CRAWLFLEET_BAN_RETRIES", minimum=0)
         backoff = (
             s.getfloat("CRAWLFLEET_RETRY_BACKOFF"),
             s.getfloat("CRAWLFLEET_RETRY_BACKOFF_MAX"),
