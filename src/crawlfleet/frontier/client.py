@@ -19,17 +19,18 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.base import Committer
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     PRIORITY_LIMIT,
     WAITING,
+    CommitBatch,
     CommitResult,
     JobState,
     Leased,
     LeaseOptions,
     LeaseResult,
-    Outgoing,
     Pacing,
     SeedBatch,
     SeenConfig,
@@ -101,7 +102,7 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
-class Frontier:
+class Frontier(Committer):
     """The shared frontier of one job in one Redis."""
 
     def __init__(self, client: Redis, keys: JobKeys, seen: SeenConfig | None = None) -> None:
@@ -155,22 +156,13 @@ class Frontier:
             self._bloom_layers += int(created)
 
     # -- queueing --------------------------------------------------------------------
-    async def commit(
-        self,
-        node: str,
-        requests: Sequence[Outgoing] = (),
-        acks: Sequence[str] = (),
-        bad: Sequence[str] = (),
-        *,
-        known: int = 0,
-        epoch: str = "",
-    ) -> CommitResult:
-        """Acknowledge *acks*, set *bad* aside, queue the unseen *requests*, count *known*
-        duplicates if *epoch* is the job's: atomically."""
+    async def _commit(self, batch: CommitBatch) -> CommitResult:
+        """One commit.lua call: *batch*'s acknowledgements, set-asides, unseen requests
+        and known duplicates, atomically."""
         k = self.keys
         qindex: dict[str, int] = {}
         tail: list[Any] = []
-        for r in requests:
+        for r in batch.requests:
             qi = qindex.setdefault(r.site, len(qindex) + 1)
             prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
             tail += [r.fp, qi, r.site, prio, r.payload, max(0, int(r.delay_ms))]
@@ -178,18 +170,18 @@ class Frontier:
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
             keys = k.for_commit(seen_keys, qindex)
             args = [
-                node,
+                batch.node,
                 len(seen_keys),
                 len(seen_args),
-                len(acks),
-                len(bad),
-                len(requests),
+                len(batch.acks),
+                len(batch.bad),
+                len(batch.requests),
                 WAITING,
-                known,
-                epoch,
+                batch.known,
+                batch.epoch,
                 *seen_args,
-                *acks,
-                *bad,
+                *batch.acks,
+                *batch.bad,
                 *tail,
             ]
             return keys, args

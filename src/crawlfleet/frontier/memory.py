@@ -19,16 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.base import Committer
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     WAITING,
+    CommitBatch,
     CommitResult,
     JobState,
     Leased,
     LeaseOptions,
     LeaseResult,
-    Outgoing,
     Pacing,
     SeedBatch,
     offered_sites,
@@ -92,7 +93,7 @@ class _Fleet:
 _FLEET = " polite"
 
 
-class MemoryFrontier:
+class MemoryFrontier(Committer):
     """A job's frontier in memory (see the module docstring). Frontiers made with
     the same *store* dict and *job* share it, as nodes share a Redis."""
 
@@ -125,30 +126,21 @@ class MemoryFrontier:
     async def register_job(self) -> None:
         self.round_trips += 1
 
-    async def commit(
-        self,
-        node: str,
-        requests: Sequence[Outgoing] = (),
-        acks: Sequence[str] = (),
-        bad: Sequence[str] = (),
-        *,
-        known: int = 0,
-        epoch: str = "",
-    ) -> CommitResult:
+    async def _commit(self, batch: CommitBatch) -> CommitResult:
         self.round_trips += 1
         j = self._job
         job_epoch = str(j.counters.setdefault("epoch", _now_us()))  # as commit.lua
-        counted = known if epoch == job_epoch else 0
+        counted = batch.known if batch.epoch == job_epoch else 0
         acked = 0
-        for rid in acks:
-            if j.owner.get(rid) == node:
+        for rid in batch.acks:
+            if j.owner.get(rid) == batch.node:
                 j.leases.pop(rid, None)
                 j.owner.pop(rid, None)
                 j.entries.pop(rid, None)
                 acked += 1
         set_aside = 0
-        for rid in bad:
-            if j.owner.get(rid) == node:
+        for rid in batch.bad:
+            if j.owner.get(rid) == batch.node:
                 entry = j.entries.pop(rid, None)
                 if entry is not None:
                     j.bad.append(entry.payload)
@@ -156,7 +148,7 @@ class MemoryFrontier:
                 j.owner.pop(rid, None)
                 set_aside += 1
         queued, waiting, dup_idx = 0, 0, []
-        for i, r in enumerate(requests):
+        for i, r in enumerate(batch.requests):
             if r.fp and r.fp in j.seen:
                 dup_idx.append(i)
                 continue

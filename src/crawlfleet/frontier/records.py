@@ -18,6 +18,7 @@ __all__ = [
     "PRIORITY_LIMIT",
     "SEED_KINDS",
     "WAITING",
+    "CommitBatch",
     "CommitResult",
     "JobState",
     "LeaseOptions",
@@ -104,6 +105,19 @@ class SeedBatch:
     entries: list[bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class CommitBatch:
+    """The arguments of one commit, as a frontier's ``_commit`` takes them (see
+    :meth:`~crawlfleet.frontier.base.Committer.commit`)."""
+
+    node: str
+    requests: Sequence[Outgoing]
+    acks: Sequence[str]
+    bad: Sequence[str]
+    known: int
+    epoch: str
+
+
 @dataclass(frozen=True)
 class CommitResult:
     queued: int
@@ -111,7 +125,7 @@ class CommitResult:
     duplicates: int
     acked: int
     duplicate_indexes: list[int] = field(default_factory=list)  # 0-based
-    #: the job's epoch (see :meth:`~crawlfleet.frontier.base.FrontierBackend.commit`;
+    #: the job's epoch (see :meth:`~crawlfleet.frontier.base.Committer.commit`;
     #: "": not read by this commit, a sharded one that left shard 0 out)
     epoch: str = ""
     #: the duplicates the node found itself that this commit counted (0 when its epoch

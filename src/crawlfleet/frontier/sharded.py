@@ -42,10 +42,11 @@ from typing import Any, TypeVar, Unpack
 from redis.asyncio import Redis
 
 from crawlfleet.exceptions import CommandFailed
-from crawlfleet.frontier.base import PartialCommit
+from crawlfleet.frontier.base import Committer, PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
     MAX_SHARDS,
+    CommitBatch,
     CommitResult,
     JobState,
     LeaseOptions,
@@ -237,7 +238,7 @@ class _ShardsView:
         return int(min(waits) * 1_000_000) if waits else -1
 
 
-class JobFrontier:
+class JobFrontier(Committer):
     """The frontier of one job over its shards (see the module's docstring). *shards*:
     the count a job gets when this object creates it (CRAWLFLEET_SHARDS); a job keeps
     the count it was created with."""
@@ -357,16 +358,7 @@ class JobFrontier:
         await self.home.register_job()
         await self.shards(create=True)
 
-    async def commit(
-        self,
-        node: str,
-        requests: Sequence[Outgoing] = (),
-        acks: Sequence[str] = (),
-        bad: Sequence[str] = (),
-        *,
-        known: int = 0,
-        epoch: str = "",
-    ) -> CommitResult:
+    async def _commit(self, batch: CommitBatch) -> CommitResult:
         """As :meth:`Frontier.commit`: one script per shard concerned, at once. The
         acknowledgements go with the requests only when these are all in one shard, else
         after every shard has queued its part, so that a page is never acknowledged
@@ -377,15 +369,16 @@ class JobFrontier:
         when there are some, or while *epoch* is not known."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
-            return await self.home.commit(node, requests, acks, bad, known=known, epoch=epoch)
+            return await self.home._commit(batch)
+        node, known, epoch = batch.node, batch.known, batch.epoch
         count = len(parts)
         reqs: list[list[Outgoing]] = [[] for _ in parts]
         where: list[list[int]] = [[] for _ in parts]
-        for i, r in enumerate(requests):
+        for i, r in enumerate(batch.requests):
             s = shard_of(r.site, count)
             reqs[s].append(r)
             where[s].append(i)
-        acks_by, bad_by = self._split(acks, count), self._split(bad, count)
+        acks_by, bad_by = self._split(batch.acks, count), self._split(batch.bad, count)
         carrying = [s for s in range(count) if reqs[s] or bad_by[s]]
         # shard 0 counts the known duplicates and tells the epoch (no link to queue)
         home = (known > 0 or not epoch) and 0 not in carrying
