@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from crawlfleet.frontier.records import (
     CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     LeaseOptions,
     LeaseResult,
@@ -109,18 +110,10 @@ class FrontierBackend(Committer, Protocol):
         (interval > 0) get a send time per request."""
         ...
 
-    async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-    ) -> JobState:
-        """*node* is alive (for *ttl_ms*), renews its leases *renew*, and reads the job's
-        state ("leaving": *node* is gone)."""
+    async def heartbeat(self, node: str, **beat: Unpack[HeartbeatOptions]) -> JobState:
+        """*node* is alive, renews its leases and reads the job's state, as *beat* says
+        (:class:`~crawlfleet.frontier.records.HeartbeatOptions`; "leaving": *node* is
+        gone)."""
         ...
 
     async def control_seq(self) -> int:

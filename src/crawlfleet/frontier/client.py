@@ -27,6 +27,7 @@ from crawlfleet.frontier.records import (
     WAITING,
     CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     Leased,
     LeaseOptions,
@@ -422,26 +423,18 @@ class Frontier(Committer):
         return await self._requeue("owner", node, held)
 
     async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-        fleet: bool = True,
+        self, node: str, *, fleet: bool = True, **beat: Unpack[HeartbeatOptions]
     ) -> JobState:
-        """Register *node* as alive, renew its leases, read the job's state.
-        *status* "leaving" removes the node from the registry. Without *fleet*, the
+        """Register *node* as alive, renew its leases, read the job's state, as *beat*
+        says (status "leaving" removes the node from the registry). Without *fleet*, the
         fleet's limits are not read (``fleet_limits`` empty: a shard other than 0)."""
         k = self.keys
         # the fleet's limits are in another slot on a cluster: read apart
         keys = k.for_heartbeat(fleet_limits=fleet and not self.cluster)
         self.round_trips += 1
-        reply = await self.scripts(
-            "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
-        )
+        busy, renew = "1" if beat["busy"] else "0", beat.get("renew", ())
+        args = [node, beat["ttl_ms"], beat["status"], busy, beat["lease_ms"], *renew]
+        reply = await self.scripts("heartbeat", keys, args)
         now, queued, leased, live, busy_others, _renewed, limits, control, ever, shared = reply
         if fleet and self.cluster:
             self.round_trips += 1

@@ -26,6 +26,7 @@ from crawlfleet.frontier.records import (
     WAITING,
     CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     Leased,
     LeaseOptions,
@@ -356,19 +357,11 @@ class MemoryFrontier(Committer):
             self._job.nodes = nodes
         return 1
 
-    async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-    ) -> JobState:
+    async def heartbeat(self, node: str, **beat: Unpack[HeartbeatOptions]) -> JobState:
         self.round_trips += 1
         j = self._job
         now = _now_us() // 1000
+        ttl_ms, status, busy = beat["ttl_ms"], beat["status"], beat["busy"]
         if now - j.beat_at > ttl_ms:
             j.resumed_at = now
         j.beat_at = now
@@ -384,9 +377,9 @@ class MemoryFrontier(Committer):
                 j.busy[node] = now + ttl_ms
             else:
                 j.busy.pop(node, None)
-        for rid in renew:
+        for rid in beat.get("renew", ()):
             if j.owner.get(rid) == node and rid in j.leases:
-                j.leases[rid] = now + lease_ms
+                j.leases[rid] = now + beat["lease_ms"]
         for old in [n for n, until in j.nodes.items() if until < now - FORGET_MS]:
             j.nodes.pop(old, None)
             j.nodeinfo.pop(old, None)

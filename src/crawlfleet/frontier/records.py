@@ -20,6 +20,7 @@ __all__ = [
     "WAITING",
     "CommitBatch",
     "CommitResult",
+    "HeartbeatOptions",
     "JobState",
     "LeaseOptions",
     "LeaseResult",
@@ -199,6 +200,20 @@ def offered_sites(sites: Sequence[str], options: LeaseOptions) -> list[tuple[str
             strict=True,
         )
     )
+
+
+class HeartbeatOptions(TypedDict, total=False):
+    """What a node says in a heartbeat: the keyword arguments of every frontier's
+    ``heartbeat(node, **beat)``. The node is alive for *ttl_ms* with its *status* (a JSON
+    object, published for ``job status``; "leaving": it is gone, and leaves the
+    registry), *busy* or not (work in flight), and renews its leases *renew* (absent:
+    none) for *lease_ms* from now."""
+
+    ttl_ms: Required[int]
+    status: Required[str]
+    busy: Required[bool]
+    lease_ms: Required[int]
+    renew: Sequence[str]
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from crawlfleet.frontier.records import (
     MAX_SHARDS,
     CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     LeaseOptions,
     LeaseResult,
@@ -97,6 +98,16 @@ def _of_group(options: LeaseOptions, group: list[int]) -> LeaseOptions:
     part["intervals"] = None if intervals is None else [intervals[i] for i in group]
     part["budgets"] = None if budgets is None else [budgets[i] for i in group]
     part["late"] = None if late is None else [late[i] for i in group]
+    return part
+
+
+def _in_shard(beat: HeartbeatOptions, shard: int, renew: list[str]) -> HeartbeatOptions:
+    """*beat* as shard *shard* gets it: the node's leases *renew* there, its status in
+    shard 0 only (the others keep "{}", or "leaving")."""
+    part = beat.copy()
+    part["renew"] = renew
+    if shard and beat["status"] != "leaving":
+        part["status"] = "{}"
     return part
 
 
@@ -516,36 +527,17 @@ class JobFrontier(Committer):
         back = await self._each([p.reclaim_expired(limit, grace_ms=grace_ms) for p in parts])
         return sum(back)
 
-    async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-    ) -> JobState:
+    async def heartbeat(self, node: str, **beat: Unpack[HeartbeatOptions]) -> JobState:
         """As :meth:`Frontier.heartbeat`: shard 0 registers the node and reads the job's
         state; every other shard registers it too (so that it can reclaim the node's
         leases if it dies) and renews its leases there. Counts are the job's."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
-            return await self.home.heartbeat(
-                node, ttl_ms=ttl_ms, status=status, busy=busy, lease_ms=lease_ms, renew=renew
-            )
-        by = self._split(renew, len(parts))
+            return await self.home.heartbeat(node, **beat)
+        by = self._split(beat.get("renew", ()), len(parts))
         states = await self._each(
             [
-                p.heartbeat(
-                    node,
-                    ttl_ms=ttl_ms,
-                    status=status if s == 0 or status == "leaving" else "{}",
-                    busy=busy,
-                    lease_ms=lease_ms,
-                    renew=[rid for _, rid in by[s]],
-                    fleet=s == 0,
-                )
+                p.heartbeat(node, fleet=s == 0, **_in_shard(beat, s, [rid for _, rid in by[s]]))
                 for s, p in enumerate(parts)
             ]
         )
