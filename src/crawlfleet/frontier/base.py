@@ -21,6 +21,7 @@ from typing import Any, Protocol, Unpack
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from crawlfleet.frontier.records import (
+    BackoffOptions,
     CommitBatch,
     CommitResult,
     HeartbeatOptions,
@@ -161,17 +162,11 @@ class FrontierBackend(Committer, Protocol):
         """Keep *node*'s end-of-run figures for ``job status``."""
 
     async def backoff(
-        self,
-        slow: Mapping[str, int | tuple[int, int]],
-        *,
-        first_ms: int = 1000,
-        longest_ms: int = 60_000,
-        half_life_ms: int = 30_000,
-        latency: Iterable[str] = (),
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
     ) -> dict[str, int]:
-        """Back the sites of *slow* off (site -> floor ms, or (floor ms, first ms)); those
-        in *latency* for their latency alone. Returns the sites raised and their new
-        intervals (ms)."""
+        """Back the sites of *slow* off (site -> floor ms, or (floor ms, first ms)), as
+        *options* say (:class:`~crawlfleet.frontier.records.BackoffOptions`). Returns the
+        sites raised and their new intervals (ms)."""
         ...
 
     async def recovered(self, sites: Iterable[str]) -> list[str]:

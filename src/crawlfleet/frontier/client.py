@@ -25,6 +25,7 @@ from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     PRIORITY_LIMIT,
     WAITING,
+    BackoffOptions,
     CommitBatch,
     CommitResult,
     HeartbeatOptions,
@@ -35,6 +36,7 @@ from crawlfleet.frontier.records import (
     Pacing,
     SeedBatch,
     SeenConfig,
+    SlowSites,
     backoff_left,
     counter_value,
     entry_fault,
@@ -313,28 +315,18 @@ class Frontier(Committer):
         return counter_value(await self.client.hget(self.keys.counters, "control_seq"))
 
     async def backoff(
-        self,
-        slow: Mapping[str, int | tuple[int, int]],
-        *,
-        first_ms: int = 1000,
-        longest_ms: int = 60_000,
-        half_life_ms: int = 30_000,
-        latency: Iterable[str] = (),
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
     ) -> dict[str, int]:
-        """Slow sites down for every node: *slow* maps a site to a floor (ms, e.g. its
-        Retry-After; 0 for none), or to (floor, first back-off ms) to start elsewhere
-        than *first_ms*. Each site's back-off doubles (from its first back-off, at most
-        once per its current interval, up to *longest_ms*) and then halves every
-        *half_life_ms*. Sites in *latency* are reported for their latency alone (such a
-        back-off ends on :meth:`recovered`). Returns site -> interval of the sites
-        raised by this call."""
+        """Slow sites down for every node, as *options* say (:class:`BackoffOptions`):
+        *slow* maps a site to a floor (ms, e.g. its Retry-After; 0 for none), or to
+        (floor, first back-off ms) to start elsewhere than *first_ms*. Returns site ->
+        interval of the sites raised by this call."""
         if not slow:
             return {}
-        by_latency = set(latency)
-        args: list[Any] = ["backoff", longest_ms, half_life_ms]
-        for site, report in slow.items():
-            floor, first = report if isinstance(report, tuple) else (report, first_ms)
-            args += [site, int(floor), int(first), "l" if site in by_latency else "s"]
+        b = SlowSites.of(slow, options)
+        args: list[Any] = ["backoff", b.longest_ms, b.half_life_ms]
+        for site, floor, first, latency in b.sites:
+            args += [site, floor, first, "l" if latency else "s"]
         return await self._throttle_call(args)
 
     async def recovered(self, sites: Iterable[str]) -> list[str]:

@@ -24,6 +24,7 @@ from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     WAITING,
+    BackoffOptions,
     CommitBatch,
     CommitResult,
     HeartbeatOptions,
@@ -33,6 +34,7 @@ from crawlfleet.frontier.records import (
     LeaseResult,
     Pacing,
     SeedBatch,
+    SlowSites,
     offered_sites,
 )
 from crawlfleet.redis.keys import seed_keys
@@ -461,29 +463,22 @@ class MemoryFrontier(Committer):
 
     # -- sites ---------------------------------------------------------------------------
     async def backoff(
-        self,
-        slow: Mapping[str, int | tuple[int, int]],
-        *,
-        first_ms: int = 1000,
-        longest_ms: int = 60_000,
-        half_life_ms: int = 30_000,
-        latency: Iterable[str] = (),
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
     ) -> dict[str, int]:
         self.round_trips += 1
-        by_latency = set(latency)
+        b = SlowSites.of(slow, options)
         now = _now_us() // 1000
         raised_now: dict[str, int] = {}
-        for site, report in slow.items():
-            floor, first = report if isinstance(report, tuple) else (report, first_ms)
-            current, at, was = self._backoff_left(site, now, half_life_ms)
+        for site, floor, first, latency in b.sites:
+            current, at, was = self._backoff_left(site, now, b.half_life_ms)
             if current < BACKOFF_OVER_MS:
                 was = ""
-            cause = was if was == "s" else ("l" if site in by_latency else "s")
+            cause = was if was == "s" else ("l" if latency else "s")
             if current >= BACKOFF_OVER_MS and now - at < current and cause != was:
                 ms, set_at, _ = self._fleet.backoffs[site]
                 self._fleet.backoffs[site] = (ms, set_at, cause)
             if current < BACKOFF_OVER_MS or now - at >= current:
-                raised = int(max(min(longest_ms, max(first, current * 2)), floor))
+                raised = int(max(min(b.longest_ms, max(first, current * 2)), floor))
                 self._fleet.backoffs[site] = (raised, now, cause)
                 raised_now[site] = raised
         return raised_now

@@ -5,7 +5,7 @@ and the decoding of the job's hash fields, apart from the client that moves them
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict
 
@@ -18,6 +18,7 @@ __all__ = [
     "PRIORITY_LIMIT",
     "SEED_KINDS",
     "WAITING",
+    "BackoffOptions",
     "CommitBatch",
     "CommitResult",
     "HeartbeatOptions",
@@ -29,6 +30,7 @@ __all__ = [
     "Pacing",
     "SeedBatch",
     "SeenConfig",
+    "SlowSites",
     "backoff_left",
     "counter_value",
     "entry_fault",
@@ -214,6 +216,40 @@ class HeartbeatOptions(TypedDict, total=False):
     busy: Required[bool]
     lease_ms: Required[int]
     renew: Sequence[str]
+
+
+class BackoffOptions(TypedDict, total=False):
+    """How slow sites are backed off: the keyword arguments of every frontier's
+    ``backoff(slow, **options)``. A site reported with a floor alone starts its back-off
+    at *first_ms*; each site's back-off doubles (at most once per its current interval,
+    up to *longest_ms*) and halves every *half_life_ms*. Sites in *latency* are reported
+    for their latency alone (such a back-off ends on ``recovered``). Defaults:
+    :meth:`SlowSites.of`."""
+
+    first_ms: int
+    longest_ms: int
+    half_life_ms: int
+    latency: Iterable[str]
+
+
+@dataclass(frozen=True)
+class SlowSites:
+    """The sites of a ``backoff`` call, its defaults filled in (see
+    :class:`BackoffOptions`): (site, floor ms, first back-off ms, for its latency
+    alone) each."""
+
+    sites: list[tuple[str, int, int, bool]]
+    longest_ms: int
+    half_life_ms: int
+
+    @classmethod
+    def of(cls, slow: Mapping[str, int | tuple[int, int]], options: BackoffOptions) -> SlowSites:
+        first_ms, latency = options.get("first_ms", 1000), set(options.get("latency", ()))
+        sites = []
+        for site, report in slow.items():
+            floor, first = report if isinstance(report, tuple) else (report, first_ms)
+            sites.append((site, int(floor), int(first), site in latency))
+        return cls(sites, options.get("longest_ms", 60_000), options.get("half_life_ms", 30_000))
 
 
 @dataclass(frozen=True)

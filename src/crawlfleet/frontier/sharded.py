@@ -46,6 +46,7 @@ from crawlfleet.frontier.base import Committer, PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
     MAX_SHARDS,
+    BackoffOptions,
     CommitBatch,
     CommitResult,
     HeartbeatOptions,
@@ -576,8 +577,10 @@ class JobFrontier(Committer):
         return await self.home.done_seeds(key, node, batch, unreadable)
 
     # -- the fleet's politeness (not the job's: shard 0's client reaches it) ------------
-    async def backoff(self, slow: Mapping[str, int | tuple[int, int]], **kw: Any) -> dict[str, int]:
-        return await self.home.backoff(slow, **kw)
+    async def backoff(
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
+    ) -> dict[str, int]:
+        return await self.home.backoff(slow, **options)
 
     async def recovered(self, sites: Iterable[str]) -> list[str]:
         return await self.home.recovered(sites)
