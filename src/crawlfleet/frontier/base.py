@@ -2,24 +2,29 @@
 JobFrontier` (one job in Redis, over its shards) that the node's sync loop calls, as one
 Protocol.
 
-Two implementations pass the same contract tests (tests/frontier/test_contract.py): the
-Redis one, which every node of a fleet shares, and :class:`~crawlfleet.frontier.memory.
+Two implementations pass the same contract tests (tests/frontier/test_frontier_scripts.py):
+the Redis one, which every node of a fleet shares, and :class:`~crawlfleet.frontier.memory.
 MemoryFrontier`, one job in this process's memory, which lets the node's parts be
-tested without Redis. Every method may raise the connection errors of
-``crawlfleet.redis.connection.REDIS_ERRORS``; callers decide how to wait. A commit of a
-job in several shards may raise :class:`PartialCommit` (one of them) when it was done
-in part: the caller sends only the rest again.
+tested without Redis; both take their ``commit`` from :class:`Committer`. Every method
+may raise the connection errors of ``crawlfleet.redis.connection.REDIS_ERRORS``;
+callers decide how to wait. A commit of a job in several shards may raise
+:class:`PartialCommit` (one of them) when it was done in part: the caller sends only
+the rest again.
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, Unpack
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from crawlfleet.frontier.records import (
+    BackoffOptions,
+    CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     LeaseOptions,
     LeaseResult,
@@ -27,7 +32,7 @@ from crawlfleet.frontier.records import (
     SeedBatch,
 )
 
-__all__ = ["FrontierBackend", "PartialCommit"]
+__all__ = ["Committer", "FrontierBackend", "PartialCommit"]
 
 
 class PartialCommit(RedisConnectionError):
@@ -46,20 +51,10 @@ class PartialCommit(RedisConnectionError):
         self.acks = frozenset(acks)
 
 
-class FrontierBackend(Protocol):
-    """One job's shared frontier, as a node uses it."""
-
-    @property
-    def round_trips(self) -> int:
-        """Round trips made so far (for the node's statistics)."""
-        ...
-
-    #: waiting requests (retries backing off) this client queued once their time had
-    #: come, in :meth:`reclaim_expired` (for the node's statistics; the node resets it)
-    came_due: int
-
-    async def register_job(self) -> None:
-        """Make the job known (listed by ``crawlfleet job list``)."""
+class Committer(Protocol):
+    """The commit of every frontier, its signature and contract stated once: a frontier
+    subclasses this and implements :meth:`_commit`, which gets the arguments as one
+    :class:`~crawlfleet.frontier.records.CommitBatch`."""
 
     async def commit(
         self,
@@ -75,14 +70,34 @@ class FrontierBackend(Protocol):
         *acks* of *node* (done: removed for good) and set the entries *bad* aside. A
         request with a ``delay_ms`` waits that long first (a lease of
         :data:`~crawlfleet.frontier.records.WAITING`, counted "waiting"), then
-        :meth:`reclaim_expired` queues it.
+        :meth:`FrontierBackend.reclaim_expired` queues it.
 
         The result names the job's *epoch*: set by its first commit, new after each
         reset. *known* duplicates the node found itself (fingerprints it knows the
         seen-filter holds) are counted with the job's duplicates only if *epoch* is the
         job's (``CommitResult.known_counted``); else the job was reset since the node
         learned them, and they are not duplicates."""
+        return await self._commit(CommitBatch(node, requests, acks, bad, known, epoch))
+
+    @abstractmethod
+    async def _commit(self, batch: CommitBatch) -> CommitResult:
+        """Do what :meth:`commit` says, with its arguments *batch*."""
+
+
+class FrontierBackend(Committer, Protocol):
+    """One job's shared frontier, as a node uses it."""
+
+    @property
+    def round_trips(self) -> int:
+        """Round trips made so far (for the node's statistics)."""
         ...
+
+    #: waiting requests (retries backing off) this client queued once their time had
+    #: come, in :meth:`reclaim_expired` (for the node's statistics; the node resets it)
+    came_due: int
+
+    async def register_job(self) -> None:
+        """Make the job known (listed by ``crawlfleet job list``)."""
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites that have queued requests, in the order to lease them."""
@@ -96,18 +111,10 @@ class FrontierBackend(Protocol):
         (interval > 0) get a send time per request."""
         ...
 
-    async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-    ) -> JobState:
-        """*node* is alive (for *ttl_ms*), renews its leases *renew*, and reads the job's
-        state ("leaving": *node* is gone)."""
+    async def heartbeat(self, node: str, **beat: Unpack[HeartbeatOptions]) -> JobState:
+        """*node* is alive, renews its leases and reads the job's state, as *beat* says
+        (:class:`~crawlfleet.frontier.records.HeartbeatOptions`; "leaving": *node* is
+        gone)."""
         ...
 
     async def control_seq(self) -> int:
@@ -155,17 +162,11 @@ class FrontierBackend(Protocol):
         """Keep *node*'s end-of-run figures for ``job status``."""
 
     async def backoff(
-        self,
-        slow: Mapping[str, int | tuple[int, int]],
-        *,
-        first_ms: int = 1000,
-        longest_ms: int = 60_000,
-        half_life_ms: int = 30_000,
-        latency: Iterable[str] = (),
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
     ) -> dict[str, int]:
-        """Back the sites of *slow* off (site -> floor ms, or (floor ms, first ms)); those
-        in *latency* for their latency alone. Returns the sites raised and their new
-        intervals (ms)."""
+        """Back the sites of *slow* off (site -> floor ms, or (floor ms, first ms)), as
+        *options* say (:class:`~crawlfleet.frontier.records.BackoffOptions`). Returns the
+        sites raised and their new intervals (ms)."""
         ...
 
     async def recovered(self, sites: Iterable[str]) -> list[str]:

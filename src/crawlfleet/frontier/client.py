@@ -19,20 +19,24 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.base import Committer
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     PRIORITY_LIMIT,
     WAITING,
+    BackoffOptions,
+    CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     Leased,
     LeaseOptions,
     LeaseResult,
-    Outgoing,
     Pacing,
     SeedBatch,
     SeenConfig,
+    SlowSites,
     backoff_left,
     counter_value,
     entry_fault,
@@ -101,7 +105,7 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
-class Frontier:
+class Frontier(Committer):
     """The shared frontier of one job in one Redis."""
 
     def __init__(self, client: Redis, keys: JobKeys, seen: SeenConfig | None = None) -> None:
@@ -155,22 +159,13 @@ class Frontier:
             self._bloom_layers += int(created)
 
     # -- queueing --------------------------------------------------------------------
-    async def commit(
-        self,
-        node: str,
-        requests: Sequence[Outgoing] = (),
-        acks: Sequence[str] = (),
-        bad: Sequence[str] = (),
-        *,
-        known: int = 0,
-        epoch: str = "",
-    ) -> CommitResult:
-        """Acknowledge *acks*, set *bad* aside, queue the unseen *requests*, count *known*
-        duplicates if *epoch* is the job's: atomically."""
+    async def _commit(self, batch: CommitBatch) -> CommitResult:
+        """One commit.lua call: *batch*'s acknowledgements, set-asides, unseen requests
+        and known duplicates, atomically."""
         k = self.keys
         qindex: dict[str, int] = {}
         tail: list[Any] = []
-        for r in requests:
+        for r in batch.requests:
             qi = qindex.setdefault(r.site, len(qindex) + 1)
             prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
             tail += [r.fp, qi, r.site, prio, r.payload, max(0, int(r.delay_ms))]
@@ -178,18 +173,18 @@ class Frontier:
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
             keys = k.for_commit(seen_keys, qindex)
             args = [
-                node,
+                batch.node,
                 len(seen_keys),
                 len(seen_args),
-                len(acks),
-                len(bad),
-                len(requests),
+                len(batch.acks),
+                len(batch.bad),
+                len(batch.requests),
                 WAITING,
-                known,
-                epoch,
+                batch.known,
+                batch.epoch,
                 *seen_args,
-                *acks,
-                *bad,
+                *batch.acks,
+                *batch.bad,
                 *tail,
             ]
             return keys, args
@@ -320,28 +315,18 @@ class Frontier:
         return counter_value(await self.client.hget(self.keys.counters, "control_seq"))
 
     async def backoff(
-        self,
-        slow: Mapping[str, int | tuple[int, int]],
-        *,
-        first_ms: int = 1000,
-        longest_ms: int = 60_000,
-        half_life_ms: int = 30_000,
-        latency: Iterable[str] = (),
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
     ) -> dict[str, int]:
-        """Slow sites down for every node: *slow* maps a site to a floor (ms, e.g. its
-        Retry-After; 0 for none), or to (floor, first back-off ms) to start elsewhere
-        than *first_ms*. Each site's back-off doubles (from its first back-off, at most
-        once per its current interval, up to *longest_ms*) and then halves every
-        *half_life_ms*. Sites in *latency* are reported for their latency alone (such a
-        back-off ends on :meth:`recovered`). Returns site -> interval of the sites
-        raised by this call."""
+        """Slow sites down for every node, as *options* say (:class:`BackoffOptions`):
+        *slow* maps a site to a floor (ms, e.g. its Retry-After; 0 for none), or to
+        (floor, first back-off ms) to start elsewhere than *first_ms*. Returns site ->
+        interval of the sites raised by this call."""
         if not slow:
             return {}
-        by_latency = set(latency)
-        args: list[Any] = ["backoff", longest_ms, half_life_ms]
-        for site, report in slow.items():
-            floor, first = report if isinstance(report, tuple) else (report, first_ms)
-            args += [site, int(floor), int(first), "l" if site in by_latency else "s"]
+        b = SlowSites.of(slow, options)
+        args: list[Any] = ["backoff", b.longest_ms, b.half_life_ms]
+        for site, floor, first, latency in b.sites:
+            args += [site, floor, first, "l" if latency else "s"]
         return await self._throttle_call(args)
 
     async def recovered(self, sites: Iterable[str]) -> list[str]:
@@ -430,26 +415,18 @@ class Frontier:
         return await self._requeue("owner", node, held)
 
     async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-        fleet: bool = True,
+        self, node: str, *, fleet: bool = True, **beat: Unpack[HeartbeatOptions]
     ) -> JobState:
-        """Register *node* as alive, renew its leases, read the job's state.
-        *status* "leaving" removes the node from the registry. Without *fleet*, the
+        """Register *node* as alive, renew its leases, read the job's state, as *beat*
+        says (status "leaving" removes the node from the registry). Without *fleet*, the
         fleet's limits are not read (``fleet_limits`` empty: a shard other than 0)."""
         k = self.keys
         # the fleet's limits are in another slot on a cluster: read apart
         keys = k.for_heartbeat(fleet_limits=fleet and not self.cluster)
         self.round_trips += 1
-        reply = await self.scripts(
-            "heartbeat", keys, [node, ttl_ms, status, "1" if busy else "0", lease_ms, *renew]
-        )
+        busy, renew = "1" if beat["busy"] else "0", beat.get("renew", ())
+        args = [node, beat["ttl_ms"], beat["status"], busy, beat["lease_ms"], *renew]
+        reply = await self.scripts("heartbeat", keys, args)
         now, queued, leased, live, busy_others, _renewed, limits, control, ever, shared = reply
         if fleet and self.cluster:
             self.round_trips += 1

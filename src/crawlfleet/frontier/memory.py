@@ -19,18 +19,22 @@ from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.frontier.base import Committer
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     WAITING,
+    BackoffOptions,
+    CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     Leased,
     LeaseOptions,
     LeaseResult,
-    Outgoing,
     Pacing,
     SeedBatch,
+    SlowSites,
     offered_sites,
 )
 from crawlfleet.redis.keys import seed_keys
@@ -92,7 +96,7 @@ class _Fleet:
 _FLEET = " polite"
 
 
-class MemoryFrontier:
+class MemoryFrontier(Committer):
     """A job's frontier in memory (see the module docstring). Frontiers made with
     the same *store* dict and *job* share it, as nodes share a Redis."""
 
@@ -125,30 +129,21 @@ class MemoryFrontier:
     async def register_job(self) -> None:
         self.round_trips += 1
 
-    async def commit(
-        self,
-        node: str,
-        requests: Sequence[Outgoing] = (),
-        acks: Sequence[str] = (),
-        bad: Sequence[str] = (),
-        *,
-        known: int = 0,
-        epoch: str = "",
-    ) -> CommitResult:
+    async def _commit(self, batch: CommitBatch) -> CommitResult:
         self.round_trips += 1
         j = self._job
         job_epoch = str(j.counters.setdefault("epoch", _now_us()))  # as commit.lua
-        counted = known if epoch == job_epoch else 0
+        counted = batch.known if batch.epoch == job_epoch else 0
         acked = 0
-        for rid in acks:
-            if j.owner.get(rid) == node:
+        for rid in batch.acks:
+            if j.owner.get(rid) == batch.node:
                 j.leases.pop(rid, None)
                 j.owner.pop(rid, None)
                 j.entries.pop(rid, None)
                 acked += 1
         set_aside = 0
-        for rid in bad:
-            if j.owner.get(rid) == node:
+        for rid in batch.bad:
+            if j.owner.get(rid) == batch.node:
                 entry = j.entries.pop(rid, None)
                 if entry is not None:
                     j.bad.append(entry.payload)
@@ -156,7 +151,7 @@ class MemoryFrontier:
                 j.owner.pop(rid, None)
                 set_aside += 1
         queued, waiting, dup_idx = 0, 0, []
-        for i, r in enumerate(requests):
+        for i, r in enumerate(batch.requests):
             if r.fp and r.fp in j.seen:
                 dup_idx.append(i)
                 continue
@@ -364,19 +359,11 @@ class MemoryFrontier:
             self._job.nodes = nodes
         return 1
 
-    async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-    ) -> JobState:
+    async def heartbeat(self, node: str, **beat: Unpack[HeartbeatOptions]) -> JobState:
         self.round_trips += 1
         j = self._job
         now = _now_us() // 1000
+        ttl_ms, status, busy = beat["ttl_ms"], beat["status"], beat["busy"]
         if now - j.beat_at > ttl_ms:
             j.resumed_at = now
         j.beat_at = now
@@ -392,9 +379,9 @@ class MemoryFrontier:
                 j.busy[node] = now + ttl_ms
             else:
                 j.busy.pop(node, None)
-        for rid in renew:
+        for rid in beat.get("renew", ()):
             if j.owner.get(rid) == node and rid in j.leases:
-                j.leases[rid] = now + lease_ms
+                j.leases[rid] = now + beat["lease_ms"]
         for old in [n for n, until in j.nodes.items() if until < now - FORGET_MS]:
             j.nodes.pop(old, None)
             j.nodeinfo.pop(old, None)
@@ -476,29 +463,22 @@ class MemoryFrontier:
 
     # -- sites ---------------------------------------------------------------------------
     async def backoff(
-        self,
-        slow: Mapping[str, int | tuple[int, int]],
-        *,
-        first_ms: int = 1000,
-        longest_ms: int = 60_000,
-        half_life_ms: int = 30_000,
-        latency: Iterable[str] = (),
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
     ) -> dict[str, int]:
         self.round_trips += 1
-        by_latency = set(latency)
+        b = SlowSites.of(slow, options)
         now = _now_us() // 1000
         raised_now: dict[str, int] = {}
-        for site, report in slow.items():
-            floor, first = report if isinstance(report, tuple) else (report, first_ms)
-            current, at, was = self._backoff_left(site, now, half_life_ms)
+        for site, floor, first, latency in b.sites:
+            current, at, was = self._backoff_left(site, now, b.half_life_ms)
             if current < BACKOFF_OVER_MS:
                 was = ""
-            cause = was if was == "s" else ("l" if site in by_latency else "s")
+            cause = was if was == "s" else ("l" if latency else "s")
             if current >= BACKOFF_OVER_MS and now - at < current and cause != was:
                 ms, set_at, _ = self._fleet.backoffs[site]
                 self._fleet.backoffs[site] = (ms, set_at, cause)
             if current < BACKOFF_OVER_MS or now - at >= current:
-                raised = int(max(min(longest_ms, max(first, current * 2)), floor))
+                raised = int(max(min(b.longest_ms, max(first, current * 2)), floor))
                 self._fleet.backoffs[site] = (raised, now, cause)
                 raised_now[site] = raised
         return raised_now

@@ -5,7 +5,7 @@ and the decoding of the job's hash fields, apart from the client that moves them
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict
 
@@ -18,7 +18,10 @@ __all__ = [
     "PRIORITY_LIMIT",
     "SEED_KINDS",
     "WAITING",
+    "BackoffOptions",
+    "CommitBatch",
     "CommitResult",
+    "HeartbeatOptions",
     "JobState",
     "LeaseOptions",
     "LeaseResult",
@@ -27,6 +30,7 @@ __all__ = [
     "Pacing",
     "SeedBatch",
     "SeenConfig",
+    "SlowSites",
     "backoff_left",
     "counter_value",
     "entry_fault",
@@ -104,6 +108,19 @@ class SeedBatch:
     entries: list[bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class CommitBatch:
+    """The arguments of one commit, as a frontier's ``_commit`` takes them (see
+    :meth:`~crawlfleet.frontier.base.Committer.commit`)."""
+
+    node: str
+    requests: Sequence[Outgoing]
+    acks: Sequence[str]
+    bad: Sequence[str]
+    known: int
+    epoch: str
+
+
 @dataclass(frozen=True)
 class CommitResult:
     queued: int
@@ -111,7 +128,7 @@ class CommitResult:
     duplicates: int
     acked: int
     duplicate_indexes: list[int] = field(default_factory=list)  # 0-based
-    #: the job's epoch (see :meth:`~crawlfleet.frontier.base.FrontierBackend.commit`;
+    #: the job's epoch (see :meth:`~crawlfleet.frontier.base.Committer.commit`;
     #: "": not read by this commit, a sharded one that left shard 0 out)
     epoch: str = ""
     #: the duplicates the node found itself that this commit counted (0 when its epoch
@@ -185,6 +202,54 @@ def offered_sites(sites: Sequence[str], options: LeaseOptions) -> list[tuple[str
             strict=True,
         )
     )
+
+
+class HeartbeatOptions(TypedDict, total=False):
+    """What a node says in a heartbeat: the keyword arguments of every frontier's
+    ``heartbeat(node, **beat)``. The node is alive for *ttl_ms* with its *status* (a JSON
+    object, published for ``job status``; "leaving": it is gone, and leaves the
+    registry), *busy* or not (work in flight), and renews its leases *renew* (absent:
+    none) for *lease_ms* from now."""
+
+    ttl_ms: Required[int]
+    status: Required[str]
+    busy: Required[bool]
+    lease_ms: Required[int]
+    renew: Sequence[str]
+
+
+class BackoffOptions(TypedDict, total=False):
+    """How slow sites are backed off: the keyword arguments of every frontier's
+    ``backoff(slow, **options)``. A site reported with a floor alone starts its back-off
+    at *first_ms*; each site's back-off doubles (at most once per its current interval,
+    up to *longest_ms*) and halves every *half_life_ms*. Sites in *latency* are reported
+    for their latency alone (such a back-off ends on ``recovered``). Defaults:
+    :meth:`SlowSites.of`."""
+
+    first_ms: int
+    longest_ms: int
+    half_life_ms: int
+    latency: Iterable[str]
+
+
+@dataclass(frozen=True)
+class SlowSites:
+    """The sites of a ``backoff`` call, its defaults filled in (see
+    :class:`BackoffOptions`): (site, floor ms, first back-off ms, for its latency
+    alone) each."""
+
+    sites: list[tuple[str, int, int, bool]]
+    longest_ms: int
+    half_life_ms: int
+
+    @classmethod
+    def of(cls, slow: Mapping[str, int | tuple[int, int]], options: BackoffOptions) -> SlowSites:
+        first_ms, latency = options.get("first_ms", 1000), set(options.get("latency", ()))
+        sites = []
+        for site, report in slow.items():
+            floor, first = report if isinstance(report, tuple) else (report, first_ms)
+            sites.append((site, int(floor), int(first), site in latency))
+        return cls(sites, options.get("longest_ms", 60_000), options.get("half_life_ms", 30_000))
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,14 @@ from typing import Any, TypeVar, Unpack
 from redis.asyncio import Redis
 
 from crawlfleet.exceptions import CommandFailed
-from crawlfleet.frontier.base import PartialCommit
+from crawlfleet.frontier.base import Committer, PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
     MAX_SHARDS,
+    BackoffOptions,
+    CommitBatch,
     CommitResult,
+    HeartbeatOptions,
     JobState,
     LeaseOptions,
     LeaseResult,
@@ -96,6 +99,16 @@ def _of_group(options: LeaseOptions, group: list[int]) -> LeaseOptions:
     part["intervals"] = None if intervals is None else [intervals[i] for i in group]
     part["budgets"] = None if budgets is None else [budgets[i] for i in group]
     part["late"] = None if late is None else [late[i] for i in group]
+    return part
+
+
+def _in_shard(beat: HeartbeatOptions, shard: int, renew: list[str]) -> HeartbeatOptions:
+    """*beat* as shard *shard* gets it: the node's leases *renew* there, its status in
+    shard 0 only (the others keep "{}", or "leaving")."""
+    part = beat.copy()
+    part["renew"] = renew
+    if shard and beat["status"] != "leaving":
+        part["status"] = "{}"
     return part
 
 
@@ -237,7 +250,7 @@ class _ShardsView:
         return int(min(waits) * 1_000_000) if waits else -1
 
 
-class JobFrontier:
+class JobFrontier(Committer):
     """The frontier of one job over its shards (see the module's docstring). *shards*:
     the count a job gets when this object creates it (CRAWLFLEET_SHARDS); a job keeps
     the count it was created with."""
@@ -357,16 +370,7 @@ class JobFrontier:
         await self.home.register_job()
         await self.shards(create=True)
 
-    async def commit(
-        self,
-        node: str,
-        requests: Sequence[Outgoing] = (),
-        acks: Sequence[str] = (),
-        bad: Sequence[str] = (),
-        *,
-        known: int = 0,
-        epoch: str = "",
-    ) -> CommitResult:
+    async def _commit(self, batch: CommitBatch) -> CommitResult:
         """As :meth:`Frontier.commit`: one script per shard concerned, at once. The
         acknowledgements go with the requests only when these are all in one shard, else
         after every shard has queued its part, so that a page is never acknowledged
@@ -377,15 +381,16 @@ class JobFrontier:
         when there are some, or while *epoch* is not known."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
-            return await self.home.commit(node, requests, acks, bad, known=known, epoch=epoch)
+            return await self.home._commit(batch)
+        node, known, epoch = batch.node, batch.known, batch.epoch
         count = len(parts)
         reqs: list[list[Outgoing]] = [[] for _ in parts]
         where: list[list[int]] = [[] for _ in parts]
-        for i, r in enumerate(requests):
+        for i, r in enumerate(batch.requests):
             s = shard_of(r.site, count)
             reqs[s].append(r)
             where[s].append(i)
-        acks_by, bad_by = self._split(acks, count), self._split(bad, count)
+        acks_by, bad_by = self._split(batch.acks, count), self._split(batch.bad, count)
         carrying = [s for s in range(count) if reqs[s] or bad_by[s]]
         # shard 0 counts the known duplicates and tells the epoch (no link to queue)
         home = (known > 0 or not epoch) and 0 not in carrying
@@ -523,36 +528,17 @@ class JobFrontier:
         back = await self._each([p.reclaim_expired(limit, grace_ms=grace_ms) for p in parts])
         return sum(back)
 
-    async def heartbeat(
-        self,
-        node: str,
-        *,
-        ttl_ms: int,
-        status: str,
-        busy: bool,
-        lease_ms: int,
-        renew: Sequence[str] = (),
-    ) -> JobState:
+    async def heartbeat(self, node: str, **beat: Unpack[HeartbeatOptions]) -> JobState:
         """As :meth:`Frontier.heartbeat`: shard 0 registers the node and reads the job's
         state; every other shard registers it too (so that it can reclaim the node's
         leases if it dies) and renews its leases there. Counts are the job's."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
-            return await self.home.heartbeat(
-                node, ttl_ms=ttl_ms, status=status, busy=busy, lease_ms=lease_ms, renew=renew
-            )
-        by = self._split(renew, len(parts))
+            return await self.home.heartbeat(node, **beat)
+        by = self._split(beat.get("renew", ()), len(parts))
         states = await self._each(
             [
-                p.heartbeat(
-                    node,
-                    ttl_ms=ttl_ms,
-                    status=status if s == 0 or status == "leaving" else "{}",
-                    busy=busy,
-                    lease_ms=lease_ms,
-                    renew=[rid for _, rid in by[s]],
-                    fleet=s == 0,
-                )
+                p.heartbeat(node, fleet=s == 0, **_in_shard(beat, s, [rid for _, rid in by[s]]))
                 for s, p in enumerate(parts)
             ]
         )
@@ -591,8 +577,10 @@ class JobFrontier:
         return await self.home.done_seeds(key, node, batch, unreadable)
 
     # -- the fleet's politeness (not the job's: shard 0's client reaches it) ------------
-    async def backoff(self, slow: Mapping[str, int | tuple[int, int]], **kw: Any) -> dict[str, int]:
-        return await self.home.backoff(slow, **kw)
+    async def backoff(
+        self, slow: Mapping[str, int | tuple[int, int]], **options: Unpack[BackoffOptions]
+    ) -> dict[str, int]:
+        return await self.home.backoff(slow, **options)
 
     async def recovered(self, sites: Iterable[str]) -> list[str]:
         return await self.home.recovered(sites)
