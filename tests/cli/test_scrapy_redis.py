@@ -42,13 +42,13 @@ from crawlfleet.frontier.records import Outgoing
 from crawlfleet.node.redisspider import adopt, seed_source
 from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.node.seeds import SeedReader, requests_from_seed
-from crawlfleet.node.stats import NodeStats
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys, seed_keys
 from crawlfleet.settings.config import apply_defaults, settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
+from tests.node.cores import node_core
 
 #: rates, send times and deadlines: ./dev.sh test runs these alone
 pytestmark = pytest.mark.timing
@@ -276,7 +276,15 @@ def test_a_seed_key_is_read_by_one_node_at_a_time(
             frontier = Frontier(client, JobKeys.of(key_prefix, "job"))
             await frontier.register_job()
             readers = [
-                SeedReader(frontier, key, 10, NodeStats(None), f"n{i}", lock_ms=5000)
+                SeedReader(
+                    node_core(
+                        frontier,
+                        f"n{i}",
+                        {"CRAWLFLEET_LEASE_SECONDS": 5},
+                        start_urls_key=key,
+                        start_urls_batch=10,
+                    )
+                )
                 for i in range(2)
             ]
             queued: list[str] = []

@@ -19,17 +19,11 @@ import logging
 from collections.abc import Callable
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.control import Desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import JobState
-from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.core import NodeCore
 from crawlfleet.node.leasing import Leaser
-from crawlfleet.node.ledger import Ledger
-from crawlfleet.node.lifecycle import Lifecycle
-from crawlfleet.node.stats import NodeStats
-from crawlfleet.node.steering import Steering
 
 __all__ = ["Control"]
 
@@ -37,32 +31,18 @@ logger = logging.getLogger(__name__)
 
 
 class Control:
-    """Applies the job's limits and commands to node *node_id* (see the module
+    """Applies the job's limits and commands to the node of *core* (see the module
     docstring); *concurrency_changed* is called when the steering's concurrency did."""
 
     def __init__(
         self,
+        core: NodeCore,
         *,
-        frontier: FrontierBackend,
-        ledger: Ledger,
-        steering: Steering,
-        lifecycle: Lifecycle,
         leaser: Leaser,
-        config: FrontierConfig,
-        node_id: str,
-        engine: EngineHooks,
-        stats: NodeStats,
         concurrency_changed: Callable[[], None],
     ) -> None:
-        self.frontier = frontier
-        self.ledger = ledger
-        self.steering = steering
-        self.lifecycle = lifecycle
+        self.core = core
         self.leaser = leaser
-        self.config = config
-        self.node_id = node_id
-        self.engine = engine
-        self.stats = stats
         self.concurrency_changed = concurrency_changed
         self._limits_raw: tuple[dict[str, str], dict[str, str]] = ({}, {})
 
@@ -77,48 +57,48 @@ class Control:
         if (own, fleet) == self._limits_raw:
             return
         self._limits_raw = (own, fleet)
-        margin = self.config.rate_limit_margin
+        margin = self.core.config.rate_limit_margin
         self.leaser.budgets = Budgets(
-            self.config.rate_limits.merged(_valid_limits(fleet, "the fleet's", margin)),
-            _valid_limits(own, f"job {self.config.job!r}'s own", margin),
-            self.config.budget_scope,
-            self.config.job,
+            self.core.config.rate_limits.merged(_valid_limits(fleet, "the fleet's", margin)),
+            _valid_limits(own, f"job {self.core.config.job!r}'s own", margin),
+            self.core.config.budget_scope,
+            self.core.config.job,
         )
         logger.info(
             "Rate limits now: fleet %s, own (job %s) %s",
             fleet or "as configured",
-            self.config.job,
+            self.core.config.job,
             own or "none",
         )
 
     async def _apply(self, wanted: Desired) -> None:
-        before = self.steering.state
-        resized, state = self.steering.take(wanted)
+        before = self.core.steering.state
+        resized, state = self.core.steering.take(wanted)
         if resized:
-            logger.info("Control: concurrency ceiling now %d", self.steering.ceiling)
+            logger.info("Control: concurrency ceiling now %d", self.core.steering.ceiling)
             self.concurrency_changed()
         if state is None:
             return
-        lift = f" (`crawlfleet control resume {self.config.job}` lifts it)"
-        if "campaign" in self.lifecycle.holds:  # a campaign's pause: resume the campaign
+        lift = f" (`crawlfleet control resume {self.core.config.job}` lifts it)"
+        if "campaign" in self.core.lifecycle.holds:  # a campaign's pause: resume the campaign
             lift = " (`crawlfleet campaign resume NAME` lifts it)"
         logger.info(
             "Control: node %s %s -> %s%s",
-            self.node_id,
+            self.core.node_id,
             before,
             state,
             "" if state == "running" else lift,
         )
         if state in ("paused", "stopped"):
-            held = self.ledger.drain_ready()
+            held = self.core.ledger.drain_ready()
             if held:
-                back = await self.frontier.release(self.node_id, held)
-                self.stats.inc("crawlfleet/frontier/released", back)
+                back = await self.core.frontier.release(self.core.node_id, held)
+                self.core.stats.inc("crawlfleet/frontier/released", back)
         if state == "stopped":
-            self.lifecycle.close_once("stopped")
+            self.core.lifecycle.close_once("stopped")
         elif state == "running":
             self.leaser.now()
-            self.engine.wake()
+            self.core.engine.wake()
 
 
 def _valid_limits(raw: dict[str, str], whose: str, margin: float) -> RateLimits:

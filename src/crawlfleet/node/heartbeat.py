@@ -31,15 +31,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import JobState
 from crawlfleet.node.control import Control
+from crawlfleet.node.core import NodeCore
 from crawlfleet.node.leasing import Leaser
-from crawlfleet.node.ledger import Ledger
-from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.seeds import SeedReader
-from crawlfleet.node.stats import NodeStats
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
 
 __all__ = ["CONTROL_CHECK_SECONDS", "IDLE_HEARTBEAT_SECONDS", "Heartbeat"]
@@ -53,7 +49,7 @@ CONTROL_CHECK_SECONDS = 0.5
 
 
 class Heartbeat:
-    """Keeps node *node_id* registered in its job (see the module docstring).
+    """Keeps the node of *core* registered in its job (see the module docstring).
 
     *status*: what the node publishes; *idle*: whether it holds nothing and the engine
     reads no start requests; *feeding*: whether requests fed from outside the engine
@@ -61,28 +57,18 @@ class Heartbeat:
 
     def __init__(
         self,
+        core: NodeCore,
         *,
-        frontier: FrontierBackend,
-        ledger: Ledger,
         leaser: Leaser,
-        lifecycle: Lifecycle,
         control: Control,
-        config: FrontierConfig,
-        node_id: str,
-        stats: NodeStats,
         seeds: SeedReader | None,
         status: Callable[[], dict[str, Any]],
         idle: Callable[[], bool],
         feeding: Callable[[], bool],
     ) -> None:
-        self.frontier = frontier
-        self.ledger = ledger
+        self.core = core
         self.leaser = leaser
-        self.lifecycle = lifecycle
         self.control = control
-        self.config = config
-        self.node_id = node_id
-        self.stats = stats
         self.seeds = seeds
         self.status = status
         self.idle = idle
@@ -113,7 +99,7 @@ class Heartbeat:
         """What is due at monotonic time *now*: a look at the command sequence, a
         heartbeat, a reclaim of expired leases."""
         if now >= self._next_control_check and now < self._next_beat:
-            self.note_control_seq(await self.frontier.control_seq())
+            self.note_control_seq(await self.core.frontier.control_seq())
         if now >= self._next_beat:
             await self.beat()
         if now >= self._next_reclaim:
@@ -133,13 +119,13 @@ class Heartbeat:
         *leaving*), take in the job's state."""
         idle = self.idle()
         status = "leaving" if leaving else json.dumps(self.status(), default=str)
-        state = await self.frontier.heartbeat(
-            self.node_id,
-            ttl_ms=int(self.config.node_timeout_seconds * 1000),
+        state = await self.core.frontier.heartbeat(
+            self.core.node_id,
+            ttl_ms=int(self.core.config.node_timeout_seconds * 1000),
             status=status,
             busy=not idle,
-            lease_ms=int(self.config.lease_seconds * 1000),
-            renew=list(self.ledger.held),
+            lease_ms=int(self.core.config.lease_seconds * 1000),
+            renew=list(self.core.ledger.held),
         )
         self.state = state
         self.leaser.job_queued, self.leaser.live_nodes = state.queued, state.live_nodes
@@ -147,21 +133,21 @@ class Heartbeat:
         if not leaving:
             await self.control.take(state)
         now = time.monotonic()
-        fast = idle and self.config.close_when_finished
+        fast = idle and self.core.config.close_when_finished
         self._next_beat = now + (
-            min(IDLE_HEARTBEAT_SECONDS, self.config.heartbeat_seconds)
+            min(IDLE_HEARTBEAT_SECONDS, self.core.config.heartbeat_seconds)
             if fast
-            else self.config.heartbeat_seconds
+            else self.core.config.heartbeat_seconds
         )
         self._was_idle = idle
-        if state.queued > 0 and not self.ledger.ready:
+        if state.queued > 0 and not self.core.ledger.ready:
             self.leaser.now()
         seeds = self.seeds
-        waiting = bool(self.lifecycle.holds) or self.feeding()
+        waiting = bool(self.core.lifecycle.holds) or self.feeding()
         waiting = waiting or (seeds is not None and seeds.waiting)
         read_at = seeds.read_at if seeds is not None else math.inf
-        self.lifecycle.update(state, idle, waiting, now, read_at)
-        since = self.lifecycle.empty_since
+        self.core.lifecycle.update(state, idle, waiting, now, read_at)
+        since = self.core.lifecycle.empty_since
         if seeds is not None and since is not None and read_at < since:
             # the job looks finished: read the seed key once more first (seeds pushed
             # since the last read must not be left behind)
@@ -172,36 +158,36 @@ class Heartbeat:
         close, the loop stopped). A failure is logged at DEBUG and ignored: the close
         goes on, and the leases may lapse (their pages are crawled again)."""
         try:
-            await self.frontier.heartbeat(
-                self.node_id,
-                ttl_ms=int(self.config.node_timeout_seconds * 1000),
+            await self.core.frontier.heartbeat(
+                self.core.node_id,
+                ttl_ms=int(self.core.config.node_timeout_seconds * 1000),
                 status=json.dumps(self.status(), default=str),
                 busy=True,
-                lease_ms=int(self.config.lease_seconds * 1000),
-                renew=list(self.ledger.held),
+                lease_ms=int(self.core.config.lease_seconds * 1000),
+                renew=list(self.core.ledger.held),
             )
         except REDIS_ERRORS as exc:  # one try: the close does not wait for Redis here
             logger.debug("Heartbeat while closing failed: %s", redact(str(exc)))
 
     async def _reclaim(self, now: float) -> None:
-        self._next_reclaim = now + self.config.reclaim_seconds
-        back = await self.frontier.reclaim_expired(
-            grace_ms=int(self.config.node_timeout_seconds * 1000)
+        self._next_reclaim = now + self.core.config.reclaim_seconds
+        back = await self.core.frontier.reclaim_expired(
+            grace_ms=int(self.core.config.node_timeout_seconds * 1000)
         )
-        due, self.frontier.came_due = self.frontier.came_due, 0
+        due, self.core.frontier.came_due = self.core.frontier.came_due, 0
         if back:
             logger.info(
                 "Returned %d leases (expired, or held by a dead node) to their queues", back
             )
-            self.stats.inc("crawlfleet/frontier/reclaimed", back)
+            self.core.stats.inc("crawlfleet/frontier/reclaimed", back)
         if due:
-            self.stats.inc("crawlfleet/frontier/retries_due", due)
+            self.core.stats.inc("crawlfleet/frontier/retries_due", due)
         if back or due:
             self.leaser.work_arrived()
 
     def count_cache(self) -> None:
         """The seen cache's figures into the node's stats."""
-        seen = self.ledger.seen
-        self.stats.set("crawlfleet/seen_cache/lookups", seen.lookups)
-        self.stats.set("crawlfleet/seen_cache/hits", seen.hits)
-        self.stats.set("crawlfleet/seen_cache/size", len(seen))
+        seen = self.core.ledger.seen
+        self.core.stats.set("crawlfleet/seen_cache/lookups", seen.lookups)
+        self.core.stats.set("crawlfleet/seen_cache/hits", seen.hits)
+        self.core.stats.set("crawlfleet/seen_cache/size", len(seen))

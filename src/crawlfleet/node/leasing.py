@@ -17,16 +17,11 @@ import math
 import time
 
 from crawlfleet.exceptions import MalformedEntry
-from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.limits import LATE_SHARE, SENT_SHARE, Budgets, RateLimits
 from crawlfleet.frontier.records import Leased, LeaseResult, printable
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.node.backlog import Backlog
-from crawlfleet.node.engine import EngineHooks
-from crawlfleet.node.ledger import Ledger
-from crawlfleet.node.stats import NodeStats
-from crawlfleet.node.steering import Steering
+from crawlfleet.node.core import NodeCore
 
 __all__ = [
     "BUSY_POLL_MAX_SECONDS",
@@ -53,28 +48,12 @@ LEASE_BATCH_MIN = 8
 
 
 class Leaser:
-    """Leases for node *node_id* into *ledger*; ``budgets`` and ``robots_probe_ms`` are
+    """Leases for the node of *core* into its ledger; ``budgets`` and ``robots_probe_ms`` are
     set by the node as they change."""
 
-    def __init__(
-        self,
-        *,
-        frontier: FrontierBackend,
-        ledger: Ledger,
-        steering: Steering,
-        config: FrontierConfig,
-        node_id: str,
-        engine: EngineHooks,
-        stats: NodeStats,
-        backlog: Backlog | None = None,
-    ) -> None:
-        self.frontier = frontier
-        self.ledger = ledger
-        self.steering = steering
-        self.config = config
-        self.node_id = node_id
-        self.engine = engine
-        self.stats = stats
+    def __init__(self, core: NodeCore, *, backlog: Backlog | None = None) -> None:
+        self.core = core
+        config = core.config
         #: items waiting for the item stores: past its bound, lease nothing
         self.backlog = backlog or Backlog(config.items_pending_max)
         self.codec = RequestCodec(None)
@@ -96,12 +75,14 @@ class Leaser:
     def low(self) -> bool:
         """The leased requests the node holds are at most half its prefetch (never
         while too many items wait for the item stores)."""
-        return self.ledger.ready <= self.steering.prefetch // 2 and not self.backlog.over()
+        return (
+            self.core.ledger.ready <= self.core.steering.prefetch // 2 and not self.backlog.over()
+        )
 
     def plenty(self) -> bool:
         """The job has a configured prefetch queued for every live node, as last read:
         no node waits for new links, and one may lease ahead (LEASE_BATCH_MIN)."""
-        return self.job_queued >= self.config.prefetch * max(1, self.live_nodes)
+        return self.job_queued >= self.core.config.prefetch * max(1, self.live_nodes)
 
     def wanted(self) -> int:
         """How many requests to lease now: what the prefetch lacks (at least
@@ -109,10 +90,10 @@ class Leaser:
         item stores."""
         if self.backlog.over():
             return 0
-        want = self.steering.prefetch
+        want = self.core.steering.prefetch
         if self.plenty():
-            want = max(want, min(LEASE_BATCH_MIN, self.config.prefetch))
-        return want - self.ledger.ready
+            want = max(want, min(LEASE_BATCH_MIN, self.core.config.prefetch))
+        return want - self.core.ledger.ready
 
     def now(self) -> None:
         """Lease at the next chance (work arrived, a pause ended, a site may be free)."""
@@ -126,7 +107,7 @@ class Leaser:
     def may_lease(self) -> bool:
         """Whether a lease now could get something (not while backing off from an empty
         job; once a download ends when the node waited for capacity)."""
-        if self._await_capacity and len(self.ledger.handed) < self.steering.concurrency:
+        if self._await_capacity and len(self.core.ledger.handed) < self.core.steering.concurrency:
             self._await_capacity = False  # a download ended: slots can be used again
             self.next_at = 0.0
         return time.monotonic() >= self.next_at
@@ -134,19 +115,19 @@ class Leaser:
     async def lease(self) -> int | None:
         """Lease what the node lacks; the job's control sequence as the lease read it
         (None: no lease was asked for)."""
-        ledger, steering, config = self.ledger, self.steering, self.config
+        ledger, steering, config = self.core.ledger, self.core.steering, self.core.config
         want = self.wanted()
         if want <= 0:
             return None
         # slots of rate-limited sites only for what the downloader can start on time
         free = steering.concurrency - len(ledger.handed) - len(ledger.slotted)
-        offer = self.offer or await self.frontier.offer(config.lease_sites)
+        offer = self.offer or await self.core.frontier.offer(config.lease_sites)
         result: LeaseResult | None = None
         asked = asyncio.get_event_loop().time()
         if offer:
             paces = [self.budgets.pace(site) for site in offer]
-            result = await self.frontier.lease(
-                self.node_id,
+            result = await self.core.frontier.lease(
+                self.core.node_id,
                 want,
                 offer,
                 lease_ms=int(config.lease_seconds * 1000),
@@ -189,7 +170,7 @@ class Leaser:
         return result.control_seq
 
     def _take(self, result: LeaseResult, asked: float, received: float) -> None:
-        ledger = self.ledger
+        ledger = self.core.ledger
         for entry in result.entries:
             ledger.hold(entry.rid, entry.site)
             try:
@@ -225,9 +206,9 @@ class Leaser:
                 ledger.add_slotted(at, late, request, entry.rid, sent_by - (received - asked))
                 if self.robots_probe_ms:
                     # robots.txt read before the slot, not between the slot and the wire
-                    self.engine.warm_robots(request)
-        self.stats.inc("crawlfleet/frontier/leased", len(result.entries))
-        self.engine.wake()
+                    self.core.engine.warm_robots(request)
+        self.core.stats.inc("crawlfleet/frontier/leased", len(result.entries))
+        self.core.engine.wake()
 
     def _set_aside(self, entry: Leased, fault: str) -> None:
         """Log *entry* (a lease whose entry is not a request: *fault*) and have it set
@@ -236,8 +217,8 @@ class Leaser:
             "Malformed frontier entry %s in %s set aside (job %s): %s",
             entry.rid,
             entry.where or "the frontier",
-            self.config.job,
+            self.core.config.job,
             printable(fault),
         )
-        self.stats.inc("crawlfleet/frontier/malformed")
-        self.ledger.set_aside(entry.rid)
+        self.core.stats.inc("crawlfleet/frontier/malformed")
+        self.core.ledger.set_aside(entry.rid)

@@ -25,12 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.config import FrontierConfig
+from crawlfleet.node.core import NodeCore
 from crawlfleet.node.heartbeat import Heartbeat
-from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.outbox import Outbox
-from crawlfleet.node.stats import NodeStats
 from crawlfleet.outage import Backoff, GaveUp, until_reachable
 
 __all__ = ["CLOSE_FLUSH_SECONDS", "CLOSE_RECORD_SECONDS", "Leaving"]
@@ -47,27 +44,19 @@ RECORD_POLL_SECONDS = 0.05
 
 
 class Leaving:
-    """Takes node *node_id* out of its job at close (see the module docstring)."""
+    """Takes the node of *core* out of its job at close (see the module docstring)."""
 
     def __init__(
         self,
+        core: NodeCore,
         *,
-        frontier: FrontierBackend,
-        ledger: Ledger,
         outbox: Outbox,
         heartbeat: Heartbeat,
-        config: FrontierConfig,
-        node_id: str,
-        stats: NodeStats,
         backoff: Backoff,
     ) -> None:
-        self.frontier = frontier
-        self.ledger = ledger
+        self.core = core
         self.outbox = outbox
         self.heartbeat = heartbeat
-        self.config = config
-        self.node_id = node_id
-        self.stats = stats
         self.backoff = backoff
         #: makes the error registry's writer write at once (set by the registry)
         self.flush_records: Callable[[], None] = lambda: None
@@ -77,9 +66,9 @@ class Leaving:
         its run (with the close *reason*)."""
         self.outbox.collect_finished()
         await self._await_records()
-        ledger = self.ledger
+        ledger = self.core.ledger
         ledger.abandon_handed()
-        unstored = self.stats.get("crawlfleet/frontier/unstored")
+        unstored = self.core.stats.get("crawlfleet/frontier/unstored")
         if unstored:
             logger.warning(
                 "%d pages whose items could not be stored before the stop go back to the "
@@ -102,29 +91,29 @@ class Leaving:
                 len(ledger.out),
                 len(ledger.held),
             )
-            self.stats.set("crawlfleet/node/unfinished", len(ledger.out) + len(ledger.held))
-        self.stats.set("crawlfleet/redis/round_trips", self.frontier.round_trips)
+            self.core.stats.set("crawlfleet/node/unfinished", len(ledger.out) + len(ledger.held))
+        self.core.stats.set("crawlfleet/redis/round_trips", self.core.frontier.round_trips)
         self.heartbeat.count_cache()
 
     async def _hand_back(self, reason: str, summary: Callable[[str], dict[str, Any]]) -> None:
         """One try at what close sends; what was done stays done when it fails."""
-        ledger = self.ledger
+        ledger = self.core.ledger
         while ledger.unsent:
             await self.outbox.flush()
         await self.outbox.release_given_back()
         held = list(ledger.held.items())
         if held:
-            back = await self.frontier.release(self.node_id, held)
-            self.stats.inc("crawlfleet/frontier/released", back)
+            back = await self.core.frontier.release(self.core.node_id, held)
+            self.core.stats.inc("crawlfleet/frontier/released", back)
         ledger.held.clear()
         ledger.buffer.clear()
         await self.heartbeat.beat(leaving=True)
-        await self.frontier.save_summary(self.node_id, summary(reason))
+        await self.core.frontier.save_summary(self.core.node_id, summary(reason))
 
     async def _await_records(self) -> None:
         """Wait (up to CLOSE_RECORD_SECONDS) for the failures of finished requests to be
         recorded; give back the requests whose failures are not."""
-        ledger = self.ledger
+        ledger = self.core.ledger
         if not ledger.recorded:
             return
         logger.info(
@@ -134,10 +123,10 @@ class Leaving:
         )
         self.flush_records()
         now = time.monotonic()
-        deadline, beat = now + CLOSE_RECORD_SECONDS, now + self.config.heartbeat_seconds
+        deadline, beat = now + CLOSE_RECORD_SECONDS, now + self.core.config.heartbeat_seconds
         while ledger.recorded and (now := time.monotonic()) < deadline:
             if now >= beat:  # the loop is stopped: keep the node and its leases alive
-                beat = now + self.config.heartbeat_seconds
+                beat = now + self.core.config.heartbeat_seconds
                 await self.heartbeat.keep_alive()
             await asyncio.sleep(RECORD_POLL_SECONDS)
         given = ledger.give_back_recorded()
@@ -147,4 +136,4 @@ class Leaving:
                 "before the stop go back to the frontier (crawled again later)",
                 given,
             )
-            self.stats.inc("crawlfleet/errors/unwritten", given)
+            self.core.stats.inc("crawlfleet/errors/unwritten", given)

@@ -31,16 +31,14 @@ from collections.abc import Callable
 from scrapy import Request, Spider
 
 from crawlfleet.exceptions import SerializationError
-from crawlfleet.frontier.base import FrontierBackend, PartialCommit
-from crawlfleet.frontier.config import FrontierConfig
+from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.records import CommitResult, Outgoing
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
-from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.core import NodeCore
 from crawlfleet.node.leasing import Leaser
-from crawlfleet.node.ledger import Ledger, Outbound
+from crawlfleet.node.ledger import Outbound
 from crawlfleet.node.seeds import requests_from_seed
-from crawlfleet.node.stats import NodeStats
 
 __all__ = ["WAITING_REACH_SECONDS", "Outbox"]
 
@@ -52,32 +50,22 @@ WAITING_REACH_SECONDS = 0.01
 
 
 class Outbox:
-    """Sends what *ledger* holds for the frontier of node *node_id* (see the module
+    """Sends what the ledger of *core* holds for its frontier (see the module
     docstring). *reclaim_by* is told the monotonic time by which delayed requests just
     queued come due (the node reclaims them then)."""
 
     def __init__(
         self,
+        core: NodeCore,
         *,
-        frontier: FrontierBackend,
-        ledger: Ledger,
         leaser: Leaser,
-        config: FrontierConfig,
-        node_id: str,
         sites: SiteKeyer,
-        engine: EngineHooks,
-        stats: NodeStats,
         fingerprint: Callable[[Request], bytes],
         reclaim_by: Callable[[float], None],
     ) -> None:
-        self.frontier = frontier
-        self.ledger = ledger
+        self.core = core
         self.leaser = leaser
-        self.config = config
-        self.node_id = node_id
         self.sites = sites
-        self.engine = engine
-        self.stats = stats
         #: the frontier's fingerprint of a request (FINGERPRINT_BYTES long)
         self.fingerprint = fingerprint
         self.reclaim_by = reclaim_by
@@ -94,24 +82,24 @@ class Outbox:
     # -- finished requests -------------------------------------------------------------
     def collect_finished(self) -> None:
         """Requests the engine no longer has in progress are finished: acknowledge."""
-        if not self.ledger.handed:
+        if not self.core.ledger.handed:
             return
-        inprogress = self.engine.inprogress()
+        inprogress = self.core.engine.inprogress()
         if inprogress is None:
             return  # no engine slot (not open yet, or closed): nothing can be known
-        self.stats.inc("crawlfleet/frontier/unstored", self.ledger.collect(inprogress))
+        self.core.stats.inc("crawlfleet/frontier/unstored", self.core.ledger.collect(inprogress))
 
     async def release_given_back(self) -> None:
         """Release the leases given back (unstored pages, missed slots)."""
-        ledger = self.ledger
+        ledger = self.core.ledger
         if ledger.release:
             given, ledger.release = ledger.release, []
             try:
-                back = await self.frontier.release(self.node_id, given)
+                back = await self.core.frontier.release(self.core.node_id, given)
             except BaseException:
                 ledger.release[:0] = given  # tried again next round
                 raise
-            self.stats.inc("crawlfleet/frontier/released", back)
+            self.core.stats.inc("crawlfleet/frontier/released", back)
 
     # -- new requests ------------------------------------------------------------------
     def due(self, now: float) -> bool:
@@ -120,21 +108,21 @@ class Outbox:
         little queued (this node, or another, may be waiting for exactly that work) or
         when the node has nothing left in hand. (Each commit costs Redis a script call
         however small: with plenty queued, batches wait for their time.)"""
-        ledger = self.ledger
+        ledger = self.core.ledger
         if not ledger.unsent:
             return False
-        if len(ledger.out) >= self.config.flush_batch:
+        if len(ledger.out) >= self.core.config.flush_batch:
             return True
         if ledger.out and self.leaser.low() and not self.leaser.plenty():
             return True
         if not (ledger.buffer or ledger.slotted or ledger.handed):
             return True  # nothing left in hand: the job may be finishing
-        return now - self.last_flush >= self.config.flush_seconds
+        return now - self.last_flush >= self.core.config.flush_seconds
 
     async def flush(self) -> None:
         """Send one batch of new requests (with the acknowledgements, if it is the last)."""
-        ledger = self.ledger
-        batch = ledger.out[: self.config.flush_batch]
+        ledger = self.core.ledger
+        batch = ledger.out[: self.core.config.flush_batch]
         # acknowledgements travel with or after the requests their pages produced
         send_acks = len(batch) == len(ledger.out)
         acks = list(ledger.acks) if send_acks else []
@@ -148,8 +136,8 @@ class Outbox:
         ]
         seen = ledger.seen
         try:
-            result = await self.frontier.commit(
-                self.node_id, outgoing, acks, bad, known=len(ledger.known), epoch=seen.epoch
+            result = await self.core.frontier.commit(
+                self.core.node_id, outgoing, acks, bad, known=len(ledger.known), epoch=seen.epoch
             )
         except PartialCommit as part:
             # some shards took their part: only the rest is sent again (requests that
@@ -172,21 +160,21 @@ class Outbox:
 
     def _committed(self, batch: list[Outbound], result: CommitResult) -> None:
         """Count what a commit of *batch* (ledger entries) did."""
-        self.stats.inc("crawlfleet/frontier/queued", result.queued)
-        self.stats.inc("crawlfleet/frontier/acked", result.acked)
+        self.core.stats.inc("crawlfleet/frontier/queued", result.queued)
+        self.core.stats.inc("crawlfleet/frontier/acked", result.acked)
         if result.queued:
             self.leaser.work_arrived()
         for i in result.duplicate_indexes:
             request = batch[i][0]
             self.count_duplicate(request)
-            self.engine.dropped(request)
+            self.core.engine.dropped(request)
 
     def _settle_known(self, result: CommitResult, committed: list[bytes]) -> None:
         """Settle the duplicates the seen cache found (``ledger.known``) with what a
         commit (of the fingerprints *committed*) says of the job's epoch: counted by it,
         they are duplicates; if the job was reset since the cache learned them, the cache
         starts over and they are sent after all."""
-        ledger, seen = self.ledger, self.ledger.seen
+        ledger, seen = self.core.ledger, self.core.ledger.seen
         if not result.epoch:
             return  # not read (a sharded commit without shard 0): they wait
         if seen.epoch and result.epoch != seen.epoch:
@@ -197,7 +185,7 @@ class Outbox:
             logger.warning(
                 "Job %s was reset while this node ran: its cache of seen fingerprints "
                 "starts over, %d requests it held for duplicates are sent",
-                self.config.job,
+                self.core.config.job,
                 len(stale),
             )
             for request in stale:
@@ -219,8 +207,8 @@ class Outbox:
 
     def count_duplicate(self, request: Request) -> None:
         """*request* was a duplicate (known here, or to the shared seen-filter)."""
-        self.stats.inc("crawlfleet/scheduler/duplicates")
-        self.stats.inc("dupefilter/filtered")
+        self.core.stats.inc("crawlfleet/scheduler/duplicates")
+        self.core.stats.inc("dupefilter/filtered")
         if not self._logged_dup:
             logger.debug(
                 "Filtered duplicate request: %(request)s - no more duplicates will be shown",
@@ -260,8 +248,8 @@ class Outbox:
                     Outgoing(out.fp, self.sites.site(request), out.priority, out.payload)
                 )
             try:
-                result = await self.frontier.commit(
-                    self.node_id, outgoing, epoch=self.ledger.seen.epoch
+                result = await self.core.frontier.commit(
+                    self.core.node_id, outgoing, epoch=self.core.ledger.seen.epoch
                 )
             except PartialCommit as part:  # sent again: only what was not done
                 self._feeds[0] = ([p for i, p in enumerate(pairs) if i not in part.requests], done)
@@ -286,6 +274,6 @@ class Outbox:
 
     async def queue_now(self, outgoing: list[Outbound]) -> None:
         """Send *outgoing* (and whatever waits before it) now."""
-        self.ledger.out.extend(outgoing)
-        while self.ledger.out:
+        self.core.ledger.out.extend(outgoing)
+        while self.core.ledger.out:
             await self.flush()

@@ -58,6 +58,7 @@ from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
+from crawlfleet.node.core import NodeCore
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.joining import say_joined
 from crawlfleet.node.ledger import Ledger
@@ -158,17 +159,21 @@ class Scheduler(BaseScheduler):
         self.site_rates = SiteRates(site_window_seconds)
         self.ledger = Ledger(self._slot_due, self.site_rates.done, config.seen_cache_size)
         self.lifecycle = Lifecycle(config, self.engine, self.node_id)
+        #: the parts every component of the sync loop shares
+        self.core = NodeCore(
+            frontier,
+            self.ledger,
+            self.steering,
+            self.lifecycle,
+            config,
+            self.node_id,
+            self.engine,
+            self.stats,
+        )
         self.sync = SyncLoop(
-            frontier=frontier,
-            ledger=self.ledger,
-            steering=self.steering,
-            lifecycle=self.lifecycle,
-            config=config,
+            self.core,
             redis_config=redis_config,
-            node_id=self.node_id,
             sites=self.sites,
-            engine=self.engine,
-            stats=self.stats,
             fingerprint=self._fingerprint,
             status=self.node_status,
         )

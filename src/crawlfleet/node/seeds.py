@@ -18,10 +18,9 @@ from typing import Any
 
 from scrapy import Request, Spider
 
-from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.records import SEED_KINDS
+from crawlfleet.node.core import NodeCore
 from crawlfleet.node.ledger import Outbound
-from crawlfleet.node.stats import NodeStats
 from crawlfleet.redis.keys import seed_keys
 from crawlfleet.spiders.seeding import parse_seed
 
@@ -89,24 +88,17 @@ def requests_from_seed(spider: Spider | None, raw: bytes) -> list[Request]:
 
 
 class SeedReader:
-    """Reads batches of seed key *key* while it has entries, else looks again after a
-    while; *node_id* holds the key's reader lock for *lock_ms* at most per batch."""
+    """Reads batches of the seed key of *core*'s config (``start_urls_key``,
+    ``start_urls_batch`` entries at a time) while it has entries, else looks again after
+    a while; the node holds the key's reader lock for a lease's time
+    (CRAWLFLEET_LEASE_SECONDS) at most per batch."""
 
-    def __init__(
-        self,
-        frontier: FrontierBackend,
-        key: str,
-        batch: int,
-        stats: NodeStats,
-        node_id: str = "",
-        lock_ms: int = 30_000,
-    ) -> None:
-        self.frontier = frontier
-        self.key = key
-        self.batch = batch
-        self.stats = stats
-        self.node_id = node_id
-        self.lock_ms = lock_ms
+    def __init__(self, core: NodeCore) -> None:
+        self.core = core
+        config = core.config
+        self.key = config.start_urls_key
+        self.batch = config.start_urls_batch
+        self.lock_ms = int(config.lease_seconds * 1000)
         #: the key had entries at the last read (the job is not finished)
         self.waiting = False
         #: monotonic time of the next read
@@ -125,7 +117,8 @@ class SeedReader:
         commits them to the frontier; with nothing to read, wait *idle_delay* (at
         least 1 s) before the next read."""
         began = time.monotonic()
-        batch = await self.frontier.read_seeds(self.key, self.batch, self.node_id, self.lock_ms)
+        core = self.core
+        batch = await core.frontier.read_seeds(self.key, self.batch, core.node_id, self.lock_ms)
         self.waiting = batch.left > 0
         if batch.kind != "busy":
             self.read_at = began
@@ -155,8 +148,8 @@ class SeedReader:
                     exc,
                 )
                 unreadable.append(raw)
-                self.stats.inc("crawlfleet/seeds/invalid")
+                core.stats.inc("crawlfleet/seeds/invalid")
         await queue(outgoing)
-        await self.frontier.done_seeds(self.key, self.node_id, batch, unreadable)
-        self.stats.inc("crawlfleet/seeds/read", len(batch.entries))
+        await core.frontier.done_seeds(self.key, core.node_id, batch, unreadable)
+        core.stats.inc("crawlfleet/seeds/read", len(batch.entries))
         self.next_at = 0.0

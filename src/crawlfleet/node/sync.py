@@ -39,24 +39,18 @@ from typing import Any
 
 from scrapy import Request, Spider
 
-from crawlfleet.frontier.base import FrontierBackend
-from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.control import Control
-from crawlfleet.node.engine import EngineHooks
+from crawlfleet.node.core import NodeCore
 from crawlfleet.node.heartbeat import Heartbeat
 from crawlfleet.node.joining import join
 from crawlfleet.node.leasing import Leaser
 from crawlfleet.node.leaving import Leaving
-from crawlfleet.node.ledger import Ledger
-from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.outbox import Outbox
 from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.seeds import SeedReader
-from crawlfleet.node.stats import NodeStats
-from crawlfleet.node.steering import Steering
 from crawlfleet.outage import Backoff, Outage
 from crawlfleet.redis.config import RedisConfig
 
@@ -78,85 +72,37 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 class SyncLoop:
-    """Keeps *ledger* in step with *frontier* for node *node_id*."""
+    """Keeps the node's ledger in step with its frontier (both in *core*, which every
+    component the loop builds shares)."""
 
     def __init__(
         self,
+        core: NodeCore,
         *,
-        frontier: FrontierBackend,
-        ledger: Ledger,
-        steering: Steering,
-        lifecycle: Lifecycle,
-        config: FrontierConfig,
         redis_config: RedisConfig,
-        node_id: str,
         sites: SiteKeyer,
-        engine: EngineHooks,
-        stats: NodeStats,
         fingerprint: Callable[[Request], bytes],
         status: Callable[[], dict[str, Any]],
     ) -> None:
-        self.frontier = frontier
-        self.ledger = ledger
-        self.steering = steering
-        self.lifecycle = lifecycle
-        self.config = config
+        self.core = core
         self.redis_config = redis_config
-        self.node_id = node_id
-        self.engine = engine
-        self.stats = stats
+        config = core.config
         #: items waiting for the item stores (the stores register with it)
         self.backlog = Backlog(config.items_pending_max)
         #: when and how much to lease (its ``budgets``: the configured limits with the
         #: fleet's run-time limits over them, and the job's own)
-        self.leaser = Leaser(
-            frontier=frontier,
-            ledger=ledger,
-            steering=steering,
-            config=config,
-            node_id=node_id,
-            engine=engine,
-            stats=stats,
-            backlog=self.backlog,
-        )
+        self.leaser = Leaser(core, backlog=self.backlog)
         #: what this node learned about sites (back-off, robots.txt), to send
-        self.reports = SiteReports(config.backoff, stats.inc)
-        self.seeds = (
-            SeedReader(
-                frontier,
-                config.start_urls_key,
-                config.start_urls_batch,
-                stats,
-                node_id,
-                lock_ms=int(config.lease_seconds * 1000),
-            )
-            if config.start_urls_key
-            else None
-        )
-        lifecycle.seed_key = config.start_urls_key
+        self.reports = SiteReports(config.backoff, core.stats.inc)
+        self.seeds = SeedReader(core) if config.start_urls_key else None
+        core.lifecycle.seed_key = config.start_urls_key
         #: the job's limits and commands, applied (as each heartbeat reads them)
-        control = Control(
-            frontier=frontier,
-            ledger=ledger,
-            steering=steering,
-            lifecycle=lifecycle,
-            leaser=self.leaser,
-            config=config,
-            node_id=node_id,
-            engine=engine,
-            stats=stats,
-            concurrency_changed=self.apply_concurrency,
-        )
+        control = Control(core, leaser=self.leaser, concurrency_changed=self.apply_concurrency)
         #: the node's registration, its leases renewed, expired ones reclaimed
         self.heartbeat = Heartbeat(
-            frontier=frontier,
-            ledger=ledger,
+            core,
             leaser=self.leaser,
-            lifecycle=lifecycle,
             control=control,
-            config=config,
-            node_id=node_id,
-            stats=stats,
             seeds=self.seeds,
             status=status,
             idle=self.locally_idle,
@@ -164,14 +110,9 @@ class SyncLoop:
         )
         #: new requests, acknowledgements, leases given back
         self.outbox = Outbox(
-            frontier=frontier,
-            ledger=ledger,
+            core,
             leaser=self.leaser,
-            config=config,
-            node_id=node_id,
             sites=sites,
-            engine=engine,
-            stats=stats,
             fingerprint=fingerprint,
             reclaim_by=self.heartbeat.reclaim_by,
         )
@@ -179,14 +120,7 @@ class SyncLoop:
         self.outage = Outage("Redis", self._waiting, OUTAGE_LOG_SECONDS)
         #: the close: everything handed back or in
         self.leaving = Leaving(
-            frontier=frontier,
-            ledger=ledger,
-            outbox=self.outbox,
-            heartbeat=self.heartbeat,
-            config=config,
-            node_id=node_id,
-            stats=stats,
-            backoff=self.backoff,
+            core, outbox=self.outbox, heartbeat=self.heartbeat, backoff=self.backoff
         )
         self._task: asyncio.Task[None] | None = None
         self._opened = False
@@ -205,9 +139,9 @@ class SyncLoop:
         self.leaser.codec = RequestCodec(spider)
         self._opened = True
         await join(
-            self.frontier,
-            self.node_id,
-            self.config,
+            self.core.frontier,
+            self.core.node_id,
+            self.core.config,
             self.redis_config,
             self.backoff,
             flush_first=flush_first,
@@ -217,7 +151,7 @@ class SyncLoop:
     async def close(self, reason: str, summary: Callable[[str], dict[str, Any]]) -> None:
         """Stop the loop and leave the job (:class:`~crawlfleet.node.leaving.Leaving`),
         keeping the node's *summary*."""
-        self.lifecycle.closing = True
+        self.core.lifecycle.closing = True
         self.kick(closing=True)
         if self._task is None:
             return  # never reached Redis (or never opened): nothing held, nothing to say
@@ -253,21 +187,21 @@ class SyncLoop:
 
     def apply_concurrency(self) -> None:
         """The steering's concurrency changed: resize the downloader, lease for it."""
-        self.engine.set_concurrency(self.steering.concurrency)
+        self.core.engine.set_concurrency(self.core.steering.concurrency)
         self.kick_for_work()
 
     def locally_idle(self) -> bool:
         """This node holds nothing and the engine reads no start requests."""
-        return not (self.ledger.busy or self.engine.starting())
+        return not (self.core.ledger.busy or self.core.engine.starting())
 
     # -- the loop --------------------------------------------------------------------
     async def _run(self) -> None:
-        while not self.lifecycle.closing:
+        while not self.core.lifecycle.closing:
             try:
                 answered = await self.outage.attempt(
                     self._round,
                     self.backoff,
-                    waited=lambda: f"{len(self.ledger.out)} new requests waited locally",
+                    waited=lambda: f"{len(self.core.ledger.out)} new requests waited locally",
                     wait=self._wait_out,
                 )
             except Exception:
@@ -290,9 +224,9 @@ class SyncLoop:
             await self.outbox.flush()
         now = time.monotonic()
         await self.heartbeat.due(now)
-        if self.steering.state != "running":
-            if self.steering.state == "draining" and self.locally_idle():
-                self.lifecycle.close_once("drained")
+        if self.core.steering.state != "running":
+            if self.core.steering.state == "draining" and self.locally_idle():
+                self.core.lifecycle.close_once("drained")
         elif self.low() and now >= self.leaser.next_at:
             seq = await self.leaser.lease()
             if seq is not None:
@@ -304,7 +238,7 @@ class SyncLoop:
             await seeds.pull(outbox.seed_outbound, outbox.queue_now, self.leaser.idle_delay)
         if self.reports:
             robots_read = bool(self.reports.robots)
-            await self.reports.send(self.frontier)
+            await self.reports.send(self.core.frontier)
             if self.leaser.offer or robots_read:
                 # a robots.txt just read frees its site: lease now, not when the probe
                 # would have ended (up to ROBOTS_PROBE_MS later)
@@ -313,42 +247,41 @@ class SyncLoop:
     def _watch_stores(self) -> None:
         """Take no work while too many items wait for the item stores (see
         :meth:`~crawlfleet.node.backlog.Backlog.watch`)."""
-        if not self.backlog.watch(self.node_id, self._give_back_ready):
+        if not self.backlog.watch(self.core.node_id, self._give_back_ready):
             return
         self.heartbeat.now()  # the status says so at once
         if self.backlog.waiting_for_store:
-            self.stats.inc("crawlfleet/node/store_waits")
+            self.core.stats.inc("crawlfleet/node/store_waits")
         else:
             self.leaser.work_arrived()
-            self.engine.wake()
+            self.core.engine.wake()
 
     def _give_back_ready(self) -> None:
-        if self.ledger.ready:
-            self.ledger.release.extend(self.ledger.drain_ready())
+        ledger = self.core.ledger
+        if ledger.ready:
+            ledger.release.extend(ledger.drain_ready())
 
     def _waiting(self) -> str:
-        return (
-            f"{len(self.ledger.out)} new requests and {len(self.ledger.acks)} finished ones "
-            "wait locally"
-        )
+        ledger = self.core.ledger
+        return f"{len(ledger.out)} new requests and {len(ledger.acks)} finished ones wait locally"
 
     def _pause_seconds(self) -> float:
         """How long the loop sleeps unless woken: LOOP_SECONDS, or until the next lease
         when that is sooner (a rate-limited site's next slot opens) and work is wanted."""
-        if self.low() and self.steering.state == "running":
+        if self.low() and self.core.steering.state == "running":
             return min(LOOP_SECONDS, max(0.0, self.leaser.next_at - time.monotonic()))
         return LOOP_SECONDS
 
     async def _wait_out(self, seconds: float) -> None:
         """The back-off after a round Redis did not answer (counted): only closing cuts
         it short, not new work."""
-        self.stats.inc("crawlfleet/redis/errors")
+        self.core.stats.inc("crawlfleet/redis/errors")
         await self._sleep(seconds, wake_on_work=False)
 
     async def _sleep(self, seconds: float, *, wake_on_work: bool = True) -> None:
         """Wait *seconds*, or less when woken (new work, closing). While Redis is
         unreachable (*wake_on_work* False) only closing cuts the back-off short."""
-        if self.lifecycle.closing or (self._kicked and wake_on_work):
+        if self.core.lifecycle.closing or (self._kicked and wake_on_work):
             self._kicked = False
             return
         loop = asyncio.get_running_loop()
