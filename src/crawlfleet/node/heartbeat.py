@@ -4,8 +4,9 @@ The sync loop (:mod:`crawlfleet.node.sync`) calls :meth:`Heartbeat.due` each rou
 its contract:
 
 - Every CRAWLFLEET_HEARTBEAT_SECONDS (every IDLE_HEARTBEAT_SECONDS at most while the
-  node is idle and closes when the job is finished, so that it sees the end soon; at
-  once when it just ran out of work, or its status changed) the node renews its
+  job may be ending: the node is idle and closes when the job is finished, and the job
+  has nothing queued, as the last heartbeat or lease read it, so that it sees the end
+  soon; at once when it just ran out of work, or its status changed) the node renews its
   registration (it lapses after CRAWLFLEET_NODE_TIMEOUT_SECONDS without one) and every
   lease it holds, publishes its status (``<job>:nodeinfo``), and reads the job's state:
   its counts go to the leaser, its limits and commands to
@@ -46,7 +47,10 @@ __all__ = ["CONTROL_CHECK_SECONDS", "IDLE_HEARTBEAT_SECONDS", "Heartbeat"]
 
 logger = logging.getLogger(__name__)
 
-#: Heartbeat period of a node with nothing to do, so that it sees the job finish soon.
+#: Heartbeat period of a node with nothing to do in a job that may be ending (nothing
+#: queued), so that it sees the job finish soon. Not while requests are queued: a node
+#: idle then waits for its sites' slots, and beating ten times a second would cost it
+#: (and Redis) a heartbeat and a status a tenth of a second for nothing.
 IDLE_HEARTBEAT_SECONDS = 0.1
 #: A node looks for new control commands at least this often (pause within a second).
 CONTROL_CHECK_SECONDS = 0.5
@@ -90,6 +94,7 @@ class Heartbeat:
         #: the job's state as the last heartbeat read it (None: none yet)
         self.state: JobState | None = None
         self._next_beat = 0.0
+        self._last_beat = -math.inf
         self._next_reclaim = 0.0
         self._was_idle = False  # at the last heartbeat
         self._control_seq = -1  # the job's newest command known (-1: not read yet)
@@ -112,10 +117,12 @@ class Heartbeat:
     async def due(self, now: float) -> None:
         """What is due at monotonic time *now*: a look at the command sequence, a
         heartbeat, a reclaim of expired leases."""
-        if now >= self._next_control_check and now < self._next_beat:
-            self.note_control_seq(await self.frontier.control_seq())
-        if now >= self._next_beat:
+        if now >= self._next_beat or (
+            now >= self._last_beat + IDLE_HEARTBEAT_SECONDS and self._may_be_ending()
+        ):
             await self.beat()
+        elif now >= self._next_control_check:
+            self.note_control_seq(await self.frontier.control_seq())
         if now >= self._next_reclaim:
             await self._reclaim(now)
 
@@ -147,12 +154,8 @@ class Heartbeat:
         if not leaving:
             await self.control.take(state)
         now = time.monotonic()
-        fast = idle and self.config.close_when_finished
-        self._next_beat = now + (
-            min(IDLE_HEARTBEAT_SECONDS, self.config.heartbeat_seconds)
-            if fast
-            else self.config.heartbeat_seconds
-        )
+        self._last_beat = now
+        self._next_beat = now + self.config.heartbeat_seconds
         self._was_idle = idle
         if state.queued > 0 and not self.ledger.ready:
             self.leaser.now()
@@ -166,6 +169,12 @@ class Heartbeat:
             # the job looks finished: read the seed key once more first (seeds pushed
             # since the last read must not be left behind)
             seeds.next_at = 0.0
+
+    def _may_be_ending(self) -> bool:
+        """The node is idle, closes when the job is finished, and the job has nothing
+        queued (as the last heartbeat or lease read it; before its first seed too, which
+        a heartbeat brings at once): beat often."""
+        return self.config.close_when_finished and self.leaser.job_queued <= 0 and self.idle()
 
     async def keep_alive(self) -> None:
         """A heartbeat that renews the registration and leases and nothing else (at
