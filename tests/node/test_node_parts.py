@@ -333,6 +333,36 @@ def test_an_idle_node_beats_often_only_while_nothing_is_queued() -> None:
     run(body)
 
 
+def test_the_frequent_beats_of_an_idle_node_publish_its_status_about_once_a_second() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        slow = {"CRAWLFLEET_HEARTBEAT_SECONDS": 2, "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10}
+        scheduler = node(store, Engine(), {**slow, "CRAWLFLEET_LEASE_SECONDS": 10})
+        heartbeat = scheduler.sync.heartbeat
+        beats: list[str] = []
+        built: list[float] = []
+        beat, status = heartbeat.frontier.heartbeat, heartbeat.status
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            beats.append(kwargs["status"])
+            return await beat(*args, **kwargs)
+
+        def building() -> dict[str, Any]:
+            built.append(time.monotonic())
+            return status()
+
+        heartbeat.frontier.heartbeat = counted  # type: ignore[method-assign]
+        heartbeat.status = building
+        await scheduler.start(Spider("job"))  # no seed: idle, nothing queued
+        await asyncio.sleep(0.8)
+        assert len(beats) >= 5  # every 0.1 s: it sees the first seed at once
+        assert len(built) <= 2, built
+        assert all(json.loads(each)["node"] == scheduler.node_id for each in beats)
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
 def test_the_ledger_gives_back_slots_missed_and_keeps_one_place_per_request() -> None:
     async def body() -> None:
         ledger = Ledger(lambda: None)

@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 #: idle then waits for its sites' slots, and beating ten times a second would cost it
 #: (and Redis) a heartbeat and a status a tenth of a second for nothing.
 IDLE_HEARTBEAT_SECONDS = 0.1
+#: The frequent beats of an idle node (IDLE_HEARTBEAT_SECONDS) are for reading the job's
+#: state: they publish the node's status again as it was built, when it is this recent
+#: (building it is most of a beat's cost; a status is read about once a second).
+STATUS_REUSE_SECONDS = 1.0
 #: A node looks for new control commands at least this often (pause within a second).
 CONTROL_CHECK_SECONDS = 0.5
 
@@ -95,6 +99,8 @@ class Heartbeat:
         self.state: JobState | None = None
         self._next_beat = 0.0
         self._last_beat = -math.inf
+        self._status = ""  # the status last published, and when it was built (monotonic)
+        self._status_at = -math.inf
         self._next_reclaim = 0.0
         self._was_idle = False  # at the last heartbeat
         self._control_seq = -1  # the job's newest command known (-1: not read yet)
@@ -117,10 +123,10 @@ class Heartbeat:
     async def due(self, now: float) -> None:
         """What is due at monotonic time *now*: a look at the command sequence, a
         heartbeat, a reclaim of expired leases."""
-        if now >= self._next_beat or (
-            now >= self._last_beat + IDLE_HEARTBEAT_SECONDS and self._may_be_ending()
-        ):
+        if now >= self._next_beat:
             await self.beat()
+        elif now >= self._last_beat + IDLE_HEARTBEAT_SECONDS and self._may_be_ending():
+            await self.beat(fresh=now >= self._status_at + STATUS_REUSE_SECONDS)
         elif now >= self._next_control_check:
             self.note_control_seq(await self.frontier.control_seq())
         if now >= self._next_reclaim:
@@ -135,11 +141,17 @@ class Heartbeat:
                 self._next_beat = 0.0
             self._control_seq = seq
 
-    async def beat(self, *, leaving: bool = False) -> None:
+    async def beat(self, *, leaving: bool = False, fresh: bool = True) -> None:
         """Renew the registration and leases, publish the status (``"leaving"`` when
-        *leaving*), take in the job's state."""
+        *leaving*; the last one built again unless *fresh*), take in the job's state."""
         idle = self.idle()
-        status = "leaving" if leaving else json.dumps(self.status(), default=str)
+        if leaving:
+            status = "leaving"
+        else:
+            if fresh or not self._status:
+                self._status = json.dumps(self.status(), default=str)
+                self._status_at = time.monotonic()
+            status = self._status
         state = await self.frontier.heartbeat(
             self.node_id,
             ttl_ms=int(self.config.node_timeout_seconds * 1000),
