@@ -116,8 +116,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in argv if not a.startswith("-")), None)
-    if first == NODE_COMMAND:
-        gc.disable()
+    if first != NODE_COMMAND:
+        return _main(argv, first)
+    gc.disable()  # see NODE_COMMAND
+    try:
+        return _main(argv, first)
+    finally:
+        gc.enable()  # a node that stopped before its engine started (or a usage error)
+
+
+def _main(argv: list[str], first: str | None) -> int:
     from redis.exceptions import RedisClusterException, RedisError
 
     from crawlfleet.cli.options import redis_problem
