@@ -17,7 +17,9 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
 - a store pipeline for each name in ``CRAWLFLEET_STORES`` ("sql", "mongodb", "redis");
 - safer Scrapy defaults for a fleet: no telnet console and no remote-control HTTP server
   (each a remote Python shell on every node) unless ``TELNETCONSOLE_ENABLED`` or
-  ``REMOTE_CONTROL_ENABLED`` is set, and a 64 MiB limit on a response's
+  ``REMOTE_CONTROL_ENABLED`` is set (while off, neither is loaded, nor Scrapy's cookies
+  middleware while ``COOKIES_ENABLED`` is off: their imports are a tenth of a node's
+  start), and a 64 MiB limit on a response's
   size, decompressed included (``DOWNLOAD_MAXSIZE``; a gzip bomb is dropped, not
   inflated to gigabytes), with a warning from 16 MiB (``DOWNLOAD_WARNSIZE``).
 
@@ -70,6 +72,20 @@ SCRAPY_DEFAULTS = {
     "COOKIES_ENABLED": False,
     "DOWNLOAD_MAXSIZE": 64 * 2**20,
     "DOWNLOAD_WARNSIZE": 16 * 2**20,
+}
+#: Scrapy components that do nothing while their setting is off, yet whose modules a node
+#: would import at every start before they raise NotConfigured: setting -> (component
+#: setting, component). With the setting off (the add-on's default above) they are left
+#: out of the node; a project that names the component itself keeps its own entry.
+UNLOADED_WHEN_OFF = {
+    # aiohttp, about 85 ms of a node's start
+    "REMOTE_CONTROL_ENABLED": ("EXTENSIONS", "scrapy.extensions.remote_control.RemoteControl"),
+    # tldextract and requests, about 80 ms
+    "COOKIES_ENABLED": (
+        "DOWNLOADER_MIDDLEWARES",
+        "scrapy.downloadermiddlewares.cookies.CookiesMiddleware",
+    ),
+    "TELNETCONSOLE_ENABLED": ("EXTENSIONS", "scrapy.extensions.telnet.TelnetConsole"),
 }
 
 #: stage name -> (pipeline, order). Extraction first: the fields it fills are repaired
@@ -156,6 +172,7 @@ class Addon:
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SESSIONS, 380)
         if settings.getbool("CRAWLFLEET_SESSIONS"):
             settings.set("COOKIES_ENABLED", True, priority="addon")  # a session's jar
+        _unload_what_is_off(settings)
         # before Scrapy's DefaultHeadersMiddleware (400) and UserAgentMiddleware (500),
         # whose defaults then leave its headers alone (off unless CRAWLFLEET_USER_AGENTS)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BROWSER_HEADERS, 390)
@@ -185,6 +202,17 @@ class Addon:
     def _component(settings: BaseSettings, setting: str, path: str, order: int) -> None:
         if path not in settings[setting]:
             settings[setting][path] = order
+
+
+def _unload_what_is_off(settings: BaseSettings) -> None:
+    """Leave the components of :data:`UNLOADED_WHEN_OFF` whose setting is off out of
+    Scrapy's ``*_BASE`` dict: Scrapy imports every key of the project's own dict, even
+    one set to None, but not those of the base."""
+    for flag, (setting, path) in UNLOADED_WHEN_OFF.items():
+        base = settings[f"{setting}_BASE"]
+        if settings.getbool(flag) or path in settings[setting] or path not in base:
+            continue
+        base.delete(path, priority="addon")  # a project's own *_BASE (priority) stays
 
 
 #: The scrapy-redis WARNINGs said in this process (a node says it once, however many

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 import subprocess
@@ -306,3 +307,12 @@ def test_a_node_says_where_its_items_went_and_a_page_bound_is_a_success(
     assert "Disabled" not in nowhere and " WARNING: " not in nowhere, nowhere
     stored = (tmp_path / "stored.log").read_text()
     assert f"stored: sql 20 (into sql sqlite:///{items_db} table " in stored
+
+
+def test_a_node_that_could_not_start_leaves_the_garbage_collector_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `crawlfleet crawl` starts with it off (crawlfleet.cli.main.NODE_COMMAND)
+    assert main(["crawl", "no.such:Spider"]) == 2
+    assert "cannot load spider 'no.such:Spider'" in capsys.readouterr().err
+    assert gc.isenabled()

@@ -121,3 +121,23 @@ def test_the_addon_turns_cookies_off_unless_the_project_keeps_them() -> None:
     # the identity and ban middlewares are enabled: off until configured, on by default
     assert "crawlfleet.middlewares.useragent.BrowserHeaders" in settings["DOWNLOADER_MIDDLEWARES"]
     assert settings["DOWNLOADER_MIDDLEWARES"]["crawlfleet.middlewares.bans.BanDetector"] == 555
+
+
+def test_components_that_are_off_are_not_loaded_unless_their_setting_is_on() -> None:
+    cookies = "scrapy.downloadermiddlewares.cookies.CookiesMiddleware"
+    remote = "scrapy.extensions.remote_control.RemoteControl"
+    settings = Settings()
+    Addon().update_settings(settings)
+    # out of the *_BASE dicts: Scrapy imports every key of the others, even a None
+    assert cookies not in settings.get_component_priority_dict_with_base("DOWNLOADER_MIDDLEWARES")
+    assert remote not in settings.get_component_priority_dict_with_base("EXTENSIONS")
+    on = Settings()
+    on.set("COOKIES_ENABLED", True, priority="project")
+    on.set("REMOTE_CONTROL_ENABLED", True, priority="project")
+    Addon().update_settings(on)
+    assert on.getwithbase("DOWNLOADER_MIDDLEWARES")[cookies] == 700  # Scrapy's own place
+    assert on.getwithbase("EXTENSIONS")[remote] == 0
+    placed = Settings()
+    placed.set("DOWNLOADER_MIDDLEWARES", {cookies: 701}, priority="project")
+    Addon().update_settings(placed)
+    assert placed.getwithbase("DOWNLOADER_MIDDLEWARES")[cookies] == 701  # the project's

@@ -294,6 +294,75 @@ def test_rate_limited_requests_wait_for_their_slots() -> None:
     run(body)
 
 
+def test_an_idle_node_beats_often_only_while_nothing_is_queued() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        settings = {
+            "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
+            "CRAWLFLEET_LEASE_SECONDS": 10,
+            "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
+            "CRAWLFLEET_RATE_LIMITS": {"a.test": "1/3s"},
+        }
+        scheduler = node(store, engine, settings)
+        frontier = scheduler.frontier
+        beats: list[float] = []
+        heartbeat = frontier.heartbeat
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            beats.append(time.monotonic())
+            return await heartbeat(*args, **kwargs)
+
+        frontier.heartbeat = counted  # type: ignore[method-assign]
+        await scheduler.start(Spider("job"))
+        scheduler.enqueue_request(Request("http://a.test/1"))
+        scheduler.enqueue_request(Request("http://a.test/2"))
+        await take(scheduler, engine, 1)
+        engine.inprogress.clear()  # done: idle, the other request waits 3 s for its slot
+        await until(lambda: not scheduler.ledger.busy and scheduler.sync.leaser.job_queued == 1)
+        beats.clear()
+        await asyncio.sleep(1.0)
+        assert len(beats) <= 1, beats  # CRAWLFLEET_HEARTBEAT_SECONDS, not ten a second
+        await take(scheduler, engine, 1)
+        engine.inprogress.clear()  # the last page: nothing queued, the end is seen soon
+        ended = time.monotonic()
+        await until(lambda: not scheduler.has_pending_requests(), 2.0)
+        assert time.monotonic() - ended < 1.0
+        await scheduler.stop("finished")
+
+    run(body)
+
+
+def test_the_frequent_beats_of_an_idle_node_publish_its_status_about_once_a_second() -> None:
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        slow = {"CRAWLFLEET_HEARTBEAT_SECONDS": 2, "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10}
+        scheduler = node(store, Engine(), {**slow, "CRAWLFLEET_LEASE_SECONDS": 10})
+        heartbeat = scheduler.sync.heartbeat
+        beats: list[str] = []
+        built: list[float] = []
+        beat, status = heartbeat.frontier.heartbeat, heartbeat.status
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            beats.append(kwargs["status"])
+            return await beat(*args, **kwargs)
+
+        def building() -> dict[str, Any]:
+            built.append(time.monotonic())
+            return status()
+
+        heartbeat.frontier.heartbeat = counted  # type: ignore[method-assign]
+        heartbeat.status = building
+        await scheduler.start(Spider("job"))  # no seed: idle, nothing queued
+        await asyncio.sleep(0.8)
+        assert len(beats) >= 5  # every 0.1 s: it sees the first seed at once
+        assert len(built) <= 2, built
+        assert all(json.loads(each)["node"] == scheduler.node_id for each in beats)
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
 def test_the_ledger_gives_back_slots_missed_and_keeps_one_place_per_request() -> None:
     async def body() -> None:
         ledger = Ledger(lambda: None)

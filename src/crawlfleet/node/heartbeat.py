@@ -4,8 +4,9 @@ The sync loop (:mod:`crawlfleet.node.sync`) calls :meth:`Heartbeat.due` each rou
 its contract:
 
 - Every CRAWLFLEET_HEARTBEAT_SECONDS (every IDLE_HEARTBEAT_SECONDS at most while the
-  node is idle and closes when the job is finished, so that it sees the end soon; at
-  once when it just ran out of work, or its status changed) the node renews its
+  job may be ending: the node is idle and closes when the job is finished, and the job
+  has nothing queued, as the last heartbeat or lease read it, so that it sees the end
+  soon; at once when it just ran out of work, or its status changed) the node renews its
   registration (it lapses after CRAWLFLEET_NODE_TIMEOUT_SECONDS without one) and every
   lease it holds, publishes its status (``<job>:nodeinfo``), and reads the job's state:
   its counts go to the leaser, its limits and commands to
@@ -42,8 +43,15 @@ __all__ = ["CONTROL_CHECK_SECONDS", "IDLE_HEARTBEAT_SECONDS", "Heartbeat"]
 
 logger = logging.getLogger(__name__)
 
-#: Heartbeat period of a node with nothing to do, so that it sees the job finish soon.
+#: Heartbeat period of a node with nothing to do in a job that may be ending (nothing
+#: queued), so that it sees the job finish soon. Not while requests are queued: a node
+#: idle then waits for its sites' slots, and beating ten times a second would cost it
+#: (and Redis) a heartbeat and a status a tenth of a second for nothing.
 IDLE_HEARTBEAT_SECONDS = 0.1
+#: The frequent beats of an idle node (IDLE_HEARTBEAT_SECONDS) are for reading the job's
+#: state: they publish the node's status again as it was built, when it is this recent
+#: (building it is most of a beat's cost; a status is read about once a second).
+STATUS_REUSE_SECONDS = 1.0
 #: A node looks for new control commands at least this often (pause within a second).
 CONTROL_CHECK_SECONDS = 0.5
 
@@ -76,6 +84,9 @@ class Heartbeat:
         #: the job's state as the last heartbeat read it (None: none yet)
         self.state: JobState | None = None
         self._next_beat = 0.0
+        self._last_beat = -math.inf
+        self._status = ""  # the status last published, and when it was built (monotonic)
+        self._status_at = -math.inf
         self._next_reclaim = 0.0
         self._was_idle = False  # at the last heartbeat
         self._control_seq = -1  # the job's newest command known (-1: not read yet)
@@ -98,10 +109,12 @@ class Heartbeat:
     async def due(self, now: float) -> None:
         """What is due at monotonic time *now*: a look at the command sequence, a
         heartbeat, a reclaim of expired leases."""
-        if now >= self._next_control_check and now < self._next_beat:
-            self.note_control_seq(await self.core.frontier.control_seq())
         if now >= self._next_beat:
             await self.beat()
+        elif now >= self._last_beat + IDLE_HEARTBEAT_SECONDS and self._may_be_ending():
+            await self.beat(fresh=now >= self._status_at + STATUS_REUSE_SECONDS)
+        elif now >= self._next_control_check:
+            self.note_control_seq(await self.core.frontier.control_seq())
         if now >= self._next_reclaim:
             await self._reclaim(now)
 
@@ -114,11 +127,17 @@ class Heartbeat:
                 self._next_beat = 0.0
             self._control_seq = seq
 
-    async def beat(self, *, leaving: bool = False) -> None:
+    async def beat(self, *, leaving: bool = False, fresh: bool = True) -> None:
         """Renew the registration and leases, publish the status (``"leaving"`` when
-        *leaving*), take in the job's state."""
+        *leaving*; the last one built again unless *fresh*), take in the job's state."""
         idle = self.idle()
-        status = "leaving" if leaving else json.dumps(self.status(), default=str)
+        if leaving:
+            status = "leaving"
+        else:
+            if fresh or not self._status:
+                self._status = json.dumps(self.status(), default=str)
+                self._status_at = time.monotonic()
+            status = self._status
         state = await self.core.frontier.heartbeat(
             self.core.node_id,
             ttl_ms=int(self.core.config.node_timeout_seconds * 1000),
@@ -133,12 +152,8 @@ class Heartbeat:
         if not leaving:
             await self.control.take(state)
         now = time.monotonic()
-        fast = idle and self.core.config.close_when_finished
-        self._next_beat = now + (
-            min(IDLE_HEARTBEAT_SECONDS, self.core.config.heartbeat_seconds)
-            if fast
-            else self.core.config.heartbeat_seconds
-        )
+        self._last_beat = now
+        self._next_beat = now + self.core.config.heartbeat_seconds
         self._was_idle = idle
         if state.queued > 0 and not self.core.ledger.ready:
             self.leaser.now()
@@ -152,6 +167,12 @@ class Heartbeat:
             # the job looks finished: read the seed key once more first (seeds pushed
             # since the last read must not be left behind)
             seeds.next_at = 0.0
+
+    def _may_be_ending(self) -> bool:
+        """The node is idle, closes when the job is finished, and the job has nothing
+        queued (as the last heartbeat or lease read it; before its first seed too, which
+        a heartbeat brings at once): beat often."""
+        return self.core.config.close_when_finished and self.leaser.job_queued <= 0 and self.idle()
 
     async def keep_alive(self) -> None:
         """A heartbeat that renews the registration and leases and nothing else (at
