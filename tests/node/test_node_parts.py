@@ -341,7 +341,7 @@ def test_the_frequent_beats_of_an_idle_node_publish_its_status_about_once_a_seco
         heartbeat = scheduler.sync.heartbeat
         beats: list[str] = []
         built: list[float] = []
-        beat, status = heartbeat.frontier.heartbeat, heartbeat.status
+        beat, status = heartbeat.core.frontier.heartbeat, heartbeat.status
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
             beats.append(kwargs["status"])
@@ -351,7 +351,7 @@ def test_the_frequent_beats_of_an_idle_node_publish_its_status_about_once_a_seco
             built.append(time.monotonic())
             return status()
 
-        heartbeat.frontier.heartbeat = counted  # type: ignore[method-assign]
+        heartbeat.core.frontier.heartbeat = counted  # type: ignore[method-assign]
         heartbeat.status = building
         await scheduler.start(Spider("job"))  # no seed: idle, nothing queued
         await asyncio.sleep(0.8)
