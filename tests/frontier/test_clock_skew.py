@@ -114,6 +114,7 @@ def log_times(log: Path) -> list[float]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_nodes_with_skewed_clocks_keep_a_site_under_its_limit(
     redis_server_url: str,
     node_env: dict[str, str],

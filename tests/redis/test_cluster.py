@@ -41,6 +41,7 @@ def out(url: str, site: str) -> Outgoing:
     return Outgoing(url.encode().ljust(16, b"-")[:16], site, 0, url.encode())
 
 
+@pytest.mark.timing
 def test_a_lease_paces_apart_from_the_job_and_gives_back_unused_slots(
     cluster: LocalCluster, key_prefix: str
 ) -> None:
