@@ -31,6 +31,7 @@ from scrapy.exceptions import NotConfigured
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.node.progress import Cadence, progress_seconds, recrawl_line
 from crawlfleet.node.scheduler import Scheduler
+from crawlfleet.outage import Outage
 from crawlfleet.parts import parts_of
 from crawlfleet.redis.connection import redact
 from crawlfleet.state.records import REASONS
@@ -192,37 +193,53 @@ class RecrawlPhase(HeldLoop):
             progress_seconds(s),
         )
 
-    async def _run(self, scheduler: Any) -> None:
+    async def _look(self, scheduler: Any, settled: Settled) -> tuple[int, list[Any]] | None:
+        """One look: the progress line when due; None while the frontier has not settled,
+        else the failed requests queued again (their count and registry ids)."""
         from crawlfleet.fleet.errors import recrawl_errors
 
+        if self.waiting and self.cadence.due():
+            await self._say_progress(scheduler)
+        if not await settled.check(scheduler.frontier):
+            return None
+        if self.db is None:
+            self.db = await asyncio.to_thread(open_db, self.db_url)
+        if self.round_ids:  # the round is over: the frontier settled
+            await self._round_over(scheduler)
+        queued, ids = 0, []
+        for reason in self.reasons:
+            done = await recrawl_errors(
+                scheduler.frontier, self.db, reason=reason, max_recrawls=self.rounds
+            )
+            queued += done.queued
+            ids += done.ids
+        return queued, ids
+
+    async def _run(self, scheduler: Any) -> None:
         settled = Settled()
-        frontier = scheduler.frontier
-        said = -OUTAGE_LOG_SECONDS
+        outage = Outage(
+            "the re-crawl phase's Redis or state DB",
+            every=OUTAGE_LOG_SECONDS,
+            say_down=lambda exc: logger.warning(
+                "Re-crawl phase: %s; trying again", redact(str(exc))
+            ),
+            say_still=lambda exc, seconds: logger.warning(
+                "Re-crawl phase: %s (for %.0fs); trying again", redact(str(exc)), seconds
+            ),
+            say_back=lambda seconds: logger.info("Re-crawl phase: going on after %.1fs", seconds),
+        )
         checked = -1  # the epoch in which a round found nothing to re-crawl
         while True:
             await asyncio.sleep(ROUND_SECONDS)
             try:
-                if self.waiting and self.cadence.due():
-                    await self._say_progress(scheduler)
-                if not await settled.check(frontier):
-                    continue
-                if self.db is None:
-                    self.db = await asyncio.to_thread(open_db, self.db_url)
-                if self.round_ids:  # the round is over: the frontier settled
-                    await self._round_over(scheduler)
-                queued, ids = 0, []
-                for reason in self.reasons:
-                    done = await recrawl_errors(
-                        frontier, self.db, reason=reason, max_recrawls=self.rounds
-                    )
-                    queued += done.queued
-                    ids += done.ids
+                look = await self._look(scheduler, settled)
             except Exception as exc:  # Redis or the state DB: the next look tries again
-                now = asyncio.get_running_loop().time()
-                if now - said >= OUTAGE_LOG_SECONDS:
-                    said = now
-                    logger.warning("Re-crawl phase: %s; trying again", redact(str(exc)))
+                outage.failed(exc)
                 continue
+            outage.succeeded()
+            if look is None:
+                continue
+            queued, ids = look
             if queued:
                 settled.reset()
                 self.queued += queued
