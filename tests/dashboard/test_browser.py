@@ -19,16 +19,11 @@ from crawlfleet.state.errors import Failure, record_failures
 from crawlfleet.state.models import utcnow
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.dashboard.conftest import (
-    ROOT,
-    Browser,
-    LiveManager,
-    running_manager,
-    screenshot,
-    sign_in,
-    wait_until,
-)
 from tests.dashboard.hostile import PAYLOADS, HostileSite
+from tests.support.browser import Browser, screenshot, sign_in
+from tests.support.live_manager import LiveManager, running_manager
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 

@@ -18,7 +18,7 @@ import scrapy
 from scrapy.http import Response
 from scrapy_playwright.page import PageMethod
 
-from tests.chromium import CHROMIUM_ARGS, chromium_path
+from tests.support.chromium import CHROMIUM_ARGS, chromium_path
 
 __all__ = ["SECRET", "RenderedSpider"]
 

@@ -29,7 +29,7 @@ from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import list_errors
 from crawlfleet.state.writer import RegistryWriter
 from tests.node.failing_site import FailingSite
-from tests.node.test_node_parts import Engine, node, run, take, until
+from tests.support.node_parts import Engine, node, run, take, until
 
 ROOT = Path(__file__).resolve().parents[2]
 SPIDER = "tests.node.failing_site:FailingSpider"
