@@ -18,9 +18,9 @@ from crawlfleet.fleet.proxies import ProxyPool, parse_provider_answer, parse_sou
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client
 from crawlfleet.testsite import SiteModel, TestSite
-from crawlfleet.testsite.proxy import ProxyFarm
 from tests.middlewares.session_site import SessionSite
 from tests.support.loopback import LoopbackSite
+from tests.support.proxy import ProxyFarm
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,8 @@
 only define fixtures, built from these helpers.
 
 Servers on loopback: :mod:`~tests.support.loopback` (a site from a function),
-:mod:`~tests.support.scrapyd_servers`, :mod:`~tests.support.redis_server`.
+:mod:`~tests.support.proxy` (forwarding proxies), :mod:`~tests.support.scrapyd_servers`,
+:mod:`~tests.support.redis_server`.
 
 Nodes: :mod:`~tests.support.nodes` (node processes on the test site),
 :mod:`~tests.support.node_parts` (a scheduler with a stand-in engine),
