@@ -30,7 +30,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SPIDER = "tests.campaigns.archive_spider:ArchiveSpider"
+SPIDER = "tests.support.archive_spider:ArchiveSpider"
 JOB = "campaign-e2e"
 MODEL = SiteModel(
     pages=20, hosts=1, problems=False, archive_dates=30, archive_categories=category_names(10)

@@ -17,8 +17,8 @@ from scrapy import Spider
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.pipelines.sql import SqlStorePipeline
-from tests.dashboard.hostile import PAYLOADS
 from tests.support.browser import Browser, screenshot, sign_in
+from tests.support.hostile_site import PAYLOADS
 from tests.support.live_manager import LiveManager, in_thread, running_manager
 from tests.support.waiting import wait_until
 

@@ -123,7 +123,7 @@ def test_three_nodes_crawl_every_page_exactly_once(
 def test_start_requests_enter_the_job_once(
     site: TestSite, redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
-    spider = "tests.frontier.nodespiders:StartUrlsSpider"
+    spider = "tests.support.node_spiders:StartUrlsSpider"
     procs = start_nodes(2, site, redis_server_url, tmp_path, node_settings(node_env), spider=spider)
     finish(procs, tmp_path)
     assert_complete(site, tmp_path)
@@ -231,7 +231,7 @@ def test_scheduler_honours_scrapy_contracts(
     out = tmp_path / "contract.json"
     base = site.seed_urls[0].rstrip("/")
     proc = start_node(
-        "tests.frontier.nodespiders:ContractSpider",
+        "tests.support.node_spiders:ContractSpider",
         job="contract",
         redis_url=redis_server_url,
         log=tmp_path / "node0.log",

@@ -18,9 +18,9 @@ from crawlfleet.fleet.proxies import ProxyPool, parse_provider_answer, parse_sou
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client
 from crawlfleet.testsite import SiteModel, TestSite
-from tests.middlewares.session_site import SessionSite
 from tests.support.loopback import LoopbackSite
 from tests.support.proxy import ProxyFarm
+from tests.support.session_site import SessionSite
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -289,7 +289,7 @@ def test_sessions_keep_jar_identity_and_proxy_together(
     farm = ProxyFarm([{}, {}])
     with SessionSite() as site, farm:
         log = run_node(
-            "tests.middlewares.session_site:SessionSpider",
+            "tests.support.session_site:SessionSpider",
             "sessions",
             site.url,
             redis_server_url,

@@ -216,7 +216,7 @@ def test_an_overloaded_node_lowers_its_concurrency_and_says_why(
 ) -> None:
     with TestSite(SiteModel(pages=60, hosts=2, problems=False), latency_seconds=0.05) as site:
         proc = start_node(
-            "tests.frontier.nodespiders:BlockingSpider",
+            "tests.support.node_spiders:BlockingSpider",
             job="overloaded",
             redis_url=redis_server_url,
             log=tmp_path / "node.log",

@@ -91,7 +91,7 @@ def test_scrapy_playwright_renders_through_the_frontier_on_two_nodes(
     with LoopbackSite(answer) as site:
         procs = [
             start_node(
-                "tests.node.rendered:RenderedSpider",
+                "tests.support.rendered_spider:RenderedSpider",
                 job=job,
                 redis_url=redis_server_url,
                 log=tmp_path / f"node{i}.log",

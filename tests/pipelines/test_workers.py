@@ -282,7 +282,7 @@ def _spawn(
 ) -> subprocess.Popen[bytes]:
     url = store.url.render_as_string(hide_password=False)
     args = [
-        sys.executable, "-m", "tests.pipelines.itemworker_main", "work", JOB, "--to", url,
+        sys.executable, "-m", "tests.support.items_command", "work", JOB, "--to", url,
         "--consumer", name, "--batch", "50", "--claim-idle", "1", "--redis-url", redis_url,
         "-s", f"CRAWLFLEET_KEY_PREFIX={prefix}", "-s", f"CRAWLFLEET_SQL_TABLE={store.table.name}",
         "-s", "CRAWLFLEET_STORE_RETRY_MIN_SECONDS=0.05",
