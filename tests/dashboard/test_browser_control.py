@@ -17,8 +17,9 @@ from crawlfleet.redis.embedded import free_port
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.support.browser import Browser, screenshot, sign_in
+from tests.support.cli import cli
 from tests.support.live_manager import LiveManager
-from tests.support.scrapyd_servers import Scrapyd, cli, make_project
+from tests.support.scrapyd_servers import Scrapyd, make_project
 from tests.support.waiting import wait_until
 
 
@@ -49,7 +50,8 @@ def scrapyd(
             "--manager",
             live_manager.url,
             cwd=project,
-            env={"CRAWLFLEET_MANAGER_TOKEN": live_manager.tokens["admin"]},
+            timeout=300,
+            CRAWLFLEET_MANAGER_TOKEN=live_manager.tokens["admin"],
         )
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         yield server

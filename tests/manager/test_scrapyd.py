@@ -19,7 +19,8 @@ import pytest
 from crawlfleet.redis.embedded import free_port
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.support.scrapyd_servers import PASSWORD, Scrapyd, cli, make_project
+from tests.support.cli import cli
+from tests.support.scrapyd_servers import PASSWORD, Scrapyd, make_project
 from tests.support.waiting import wait_until
 
 
@@ -97,7 +98,7 @@ def test_deploy_run_cancel_and_lost_with_real_scrapyd(
         # deploy the project with the CLI, through the manager
         project = make_project(tmp_path / "project")
         deployed = cli(
-            "deploy", "--manager", base, cwd=project, env={"CRAWLFLEET_MANAGER_TOKEN": token}
+            "deploy", "--manager", base, cwd=project, timeout=300, CRAWLFLEET_MANAGER_TOKEN=token
         )
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         assert "a: deployed (1 spider)" in deployed.stdout

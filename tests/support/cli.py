@@ -28,15 +28,17 @@ __all__ = [
 UNREACHABLE = "redis://:s3cr3t-pw@127.0.0.1:1/0"
 
 
-def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path, timeout: float = 60.0, **env: str
+) -> subprocess.CompletedProcess[str]:
     """``crawlfleet ARGS`` in *cwd*, with *env* and none of the caller's ``SCRAPY_*`` and
-    ``CRAWLFLEET_*`` variables."""
+    ``CRAWLFLEET_*`` variables; fails after *timeout* seconds."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "CRAWLFLEET_"))}
     return subprocess.run(
         [sys.executable, "-m", "crawlfleet.cli.main", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         env={**environ, **env},

@@ -1,5 +1,5 @@
 """Real Scrapyd servers (the PyPI package) on loopback for the tests that drive them,
-a small Scrapy project with the add-on to deploy, and the CLI run as a user runs it."""
+and a small Scrapy project with the add-on to deploy on them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import httpx
 
 from tests.support.waiting import wait_until
 
-__all__ = ["PASSWORD", "Scrapyd", "cli", "make_project"]
+__all__ = ["PASSWORD", "Scrapyd", "make_project"]
 
 #: The password of the Scrapyd servers started with ``auth`` (user ``cf``).
 PASSWORD = "s3cret-scrapyd"
@@ -94,18 +94,3 @@ def make_project(root: Path) -> Path:
         "class SiteSpider(TestSiteSpider):\n    name = 'site'\n"
     )
     return root
-
-
-def cli(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "CRAWLFLEET_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "crawlfleet.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        env={**environ, **(env or {})},
-    )
