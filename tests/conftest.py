@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Redis for every test, the bundled test site.
+"""Shared fixtures: a real Redis for every test, a key prefix of its own, the settings
+of its node processes.
 
 Redis: the server at 127.0.0.1:6379 when one answers (each test gets its own key
 prefix, cleaned up afterwards); otherwise an embedded Redis started for the session.
@@ -16,26 +17,14 @@ import pytest
 import redis
 
 from crawlfleet.redis.embedded import EmbeddedRedis
-
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
-
-
-def _reachable(url: str) -> bool:
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=1)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except (redis.ConnectionError, redis.TimeoutError, OSError):
-        return False
+from tests.support.redis_server import DEFAULT_URL, URL_ENV, answers
 
 
 @pytest.fixture(scope="session")
 def redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a real Redis for the whole session."""
-    url = os.environ.get("CRAWLFLEET_TEST_REDIS_URL", DEFAULT_URL)
-    if _reachable(url):
+    url = os.environ.get(URL_ENV, DEFAULT_URL)
+    if answers(url):
         yield url
         return
     print(f"\nNo Redis at {url}: starting an embedded one for the tests")

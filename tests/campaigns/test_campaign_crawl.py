@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,25 +25,17 @@ from crawlfleet.state.errors import error_stats
 from crawlfleet.testsite import SiteModel, TestSite
 from crawlfleet.testsite.archive import category_names
 from crawlfleet.testsite.hostile import Hostile
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SPIDER = "tests.campaigns.archive_spider:ArchiveSpider"
+SPIDER = "tests.support.archive_spider:ArchiveSpider"
 JOB = "campaign-e2e"
 MODEL = SiteModel(
     pages=20, hosts=1, problems=False, archive_dates=30, archive_categories=category_names(10)
 )
 HOSTILE = Hostile(flaky=0.04, flaky_attempts=2, flaky_kinds=("503", "500", "drop"))
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -141,7 +132,7 @@ def test_a_campaign_survives_a_kill_and_a_pause(
         ]
         logs = [tmp_path / f"node{i}.log" for i in range(3)]
         try:
-            wait_until(lambda: len(rows(items_db)) > len(expected) // 5, 120, "a fifth stored")
+            wait_until("a fifth stored", lambda: len(rows(items_db)) > len(expected) // 5, 120, 0.2)
             nodes[0].send_signal(signal.SIGKILL)
             assert nodes[0].wait(10) == -signal.SIGKILL
 

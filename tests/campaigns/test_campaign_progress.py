@@ -21,7 +21,7 @@ from crawlfleet.testsite.archive import category_names
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SPIDER = "tests.campaigns.archive_spider:ArchiveSpider"
+SPIDER = "tests.support.archive_spider:ArchiveSpider"
 JOB = "campaign-progress"
 MODEL = SiteModel(
     pages=20, hosts=1, problems=False, archive_dates=3, archive_categories=category_names(2)

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli.test_errors import ROOT, UNREACHABLE, one_error_line
+from tests.support.cli import UNREACHABLE, one_error_line
+from tests.support.paths import ROOT
 
 
 def campaign(*args: str, db: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -21,10 +21,9 @@ import redis
 
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.localcluster import RedisProcess
+from tests.support.cli import UNREACHABLE, one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
-#: a loopback port nothing listens on, with a password that must never be printed
-UNREACHABLE = "redis://:s3cr3t-pw@127.0.0.1:1/0"
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 
 
@@ -41,16 +40,6 @@ def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         stdin=subprocess.DEVNULL,
     )
-
-
-def one_error_line(r: subprocess.CompletedProcess[str], status: int = 1) -> str:
-    """The single line a failed command printed (asserting everything else)."""
-    output = (r.stdout + r.stderr).strip()
-    assert r.returncode == status, output
-    assert "Traceback" not in output and "s3cr3t" not in output, output
-    lines = output.splitlines()
-    assert len(lines) == 1, output
-    return lines[0]
 
 
 #: every command that talks to Redis

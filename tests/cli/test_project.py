@@ -4,10 +4,8 @@ setting error under ``scrapy crawl`` is one line. Real processes, real Redis."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,35 +13,7 @@ import pytest
 import redis
 
 from crawlfleet.redis.keys import JobKeys
-
-UNREACHABLE = "redis://:s3cr3t-pw@127.0.0.1:1/0"
-
-
-def cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "CRAWLFLEET_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "crawlfleet.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        env={**environ, **env},
-    )
-
-
-def make_project(root: Path, settings: str) -> Path:
-    """A Scrapy project in *root*: scrapy.cfg, proj/settings.py with *settings*."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
-    (root / "proj" / "spiders").mkdir(parents=True)
-    (root / "proj" / "__init__.py").write_text("")
-    (root / "proj" / "spiders" / "__init__.py").write_text("")
-    (root / "proj" / "settings.py").write_text(
-        'BOT_NAME = "proj"\nSPIDER_MODULES = ["proj.spiders"]\n'
-        'ADDONS = {"crawlfleet.Addon": 100}\n' + textwrap.dedent(settings)
-    )
-    return root / "proj" / "settings.py"
+from tests.support.cli import UNREACHABLE, cli, make_project
 
 
 def queued(client: redis.Redis, prefix: str, job: str) -> int:

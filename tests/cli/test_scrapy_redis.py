@@ -48,7 +48,8 @@ from crawlfleet.redis.keys import JobKeys, seed_keys
 from crawlfleet.settings.config import apply_defaults, settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
-from tests.node.cores import node_core
+from tests.support.cli import cli, make_project
+from tests.support.cores import node_core
 
 #: rates, send times and deadlines: ./dev.sh test runs these alone
 pytestmark = pytest.mark.timing
@@ -157,8 +158,6 @@ def test_verbose_says_which_setting_gave_the_redis_url(
     redis_server_url: str, tmp_path: Path
 ) -> None:
     """`crawlfleet -v` names the setting the URL came from; the password stays hidden."""
-    from tests.cli.test_project import cli, make_project
-
     url = redis_server_url.replace("redis://", "redis://:nopw-s3cret@", 1)
     make_project(tmp_path, f"REDIS_URL = {url!r}\n")
     r = cli("-v", "status", cwd=tmp_path)
@@ -454,8 +453,6 @@ def test_a_scrapy_redis_project_switches_by_the_addon_alone(
     crawl` nodes; seeds pushed as scrapy-redis documents (LPUSH, SADD, ZADD) to the
     spider's redis_key: every page fetched once, both nodes exit by themselves soon
     after the job is finished, items in `<spider>:items` and in crawlfleet's store."""
-    from tests.cli.test_project import make_project
-
     as_set = "REDIS_START_URLS_AS_SET = True\n" if kind == "set" else ""
     as_zset = "REDIS_START_URLS_AS_ZSET = True\n" if kind == "zset" else ""
     make_project(
@@ -598,8 +595,6 @@ def test_flush_on_start_under_scrapy_crawl_is_one_line(
 ) -> None:
     """The refusal under `scrapy crawl`: one ERROR line saying what to do instead, no
     traceback, exit status 2, the job left as it was."""
-    from tests.cli.test_project import make_project
-
     make_project(
         tmp_path / "proj",
         f"SCHEDULER = 'scrapy_redis.scheduler.Scheduler'\nSCHEDULER_FLUSH_ON_START = True\n"

@@ -19,16 +19,11 @@ from crawlfleet.state.errors import Failure, record_failures
 from crawlfleet.state.models import utcnow
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.dashboard.conftest import (
-    ROOT,
-    Browser,
-    LiveManager,
-    running_manager,
-    screenshot,
-    sign_in,
-    wait_until,
-)
-from tests.dashboard.hostile import PAYLOADS, HostileSite
+from tests.support.browser import Browser, screenshot, sign_in
+from tests.support.hostile_site import PAYLOADS, HostileSite
+from tests.support.live_manager import LiveManager, running_manager
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 
@@ -237,7 +232,7 @@ def test_what_comes_from_crawled_pages_is_shown_as_text_and_runs_nothing(
     job = "<b>xss<i>\"&'"  # a job name is text too
     with HostileSite() as site:
         node = start_node(
-            "tests.dashboard.hostile:HostileSpider",
+            "tests.support.hostile_site:HostileSpider",
             job=job,
             redis_url=live_manager.redis_url,
             log=tmp_path / "node.log",

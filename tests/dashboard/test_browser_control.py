@@ -13,16 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
+from crawlfleet.redis.embedded import free_port
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.dashboard.conftest import (
-    Browser,
-    LiveManager,
-    screenshot,
-    sign_in,
-    wait_until,
-)
-from tests.scrapyd_servers import Scrapyd, cli, free_port, make_project
+from tests.support.browser import Browser, screenshot, sign_in
+from tests.support.cli import cli
+from tests.support.live_manager import LiveManager
+from tests.support.scrapyd_servers import Scrapyd, make_project
+from tests.support.waiting import wait_until
 
 
 def api(manager: LiveManager, role: str) -> httpx.Client:
@@ -52,7 +50,8 @@ def scrapyd(
             "--manager",
             live_manager.url,
             cwd=project,
-            env={"CRAWLFLEET_MANAGER_TOKEN": live_manager.tokens["admin"]},
+            timeout=300,
+            CRAWLFLEET_MANAGER_TOKEN=live_manager.tokens["admin"],
         )
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         yield server

@@ -17,16 +17,10 @@ from scrapy import Spider
 from scrapy.utils.test import get_crawler
 
 from crawlfleet.pipelines.sql import SqlStorePipeline
-from tests.dashboard.conftest import (
-    Browser,
-    LiveManager,
-    in_thread,
-    running_manager,
-    screenshot,
-    sign_in,
-    wait_until,
-)
-from tests.dashboard.hostile import PAYLOADS
+from tests.support.browser import Browser, screenshot, sign_in
+from tests.support.hostile_site import PAYLOADS
+from tests.support.live_manager import LiveManager, in_thread, running_manager
+from tests.support.waiting import wait_until
 
 JOB = "bookshop"
 TITLES = ["A Tale of Two Cities", "Middlemarch", "Bleak House", "Dubliners", "Emma", "Persuasion"]

@@ -40,7 +40,7 @@ from crawlfleet.node.launcher import wait_all
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.frontier.test_limits import limited_nodes
+from tests.support.nodes import limited_nodes
 
 SKEW_VAR = "CRAWLFLEET_TEST_CLOCK_SKEW_SECONDS"
 REPORT_VAR = "CRAWLFLEET_TEST_CLOCK_REPORT"

@@ -19,6 +19,7 @@ from crawlfleet.redis.embedded import EmbeddedRedis, find_redis_server
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
+from tests.support.nodes import node_logs, site_node
 
 pytestmark = pytest.mark.slow
 
@@ -58,22 +59,17 @@ def start_nodes(
     first: int = 0,
 ) -> list[subprocess.Popen[bytes]]:
     return [
-        start_node(
-            spider,
+        site_node(
+            site,
             job=job,
             redis_url=url,
             log=tmp_path / f"node{i}.log",
-            spider_args={"start_urls": ",".join(site.seed_urls)},
             settings=settings,
+            spider=spider,
             output=tmp_path / f"items{i}.jsonl",
-            cwd=ROOT,
         )
         for i in range(first, first + n)
     ]
-
-
-def logs(tmp_path: Path) -> str:
-    return "\n".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("node*.log")))
 
 
 def items(tmp_path: Path) -> list[dict[str, Any]]:
@@ -85,7 +81,7 @@ def items(tmp_path: Path) -> list[dict[str, Any]]:
 
 def assert_complete(site: TestSite, tmp_path: Path, *, exact: bool = True) -> None:
     stats = site.stats()
-    assert stats["never_fetched"] == [], logs(tmp_path)[-3000:]
+    assert stats["never_fetched"] == [], node_logs(tmp_path)[-3000:]
     if exact:
         assert stats["fetched_twice"] == []
     if exact:
@@ -101,7 +97,7 @@ def finish(procs: Sequence[subprocess.Popen[bytes]], tmp_path: Path, timeout: fl
     for p in procs:
         if p.poll() is None:
             p.kill()
-    assert all(c == 0 for c in codes), f"exit codes {codes}\n{logs(tmp_path)[-4000:]}"
+    assert all(c == 0 for c in codes), f"exit codes {codes}\n{node_logs(tmp_path)[-4000:]}"
 
 
 def wait_for_pages(site: TestSite, count: int, timeout: float = 30) -> None:
@@ -117,7 +113,7 @@ def test_three_nodes_crawl_every_page_exactly_once(
     procs = start_nodes(3, site, redis_server_url, tmp_path, node_settings(node_env))
     finish(procs, tmp_path)
     assert_complete(site, tmp_path)
-    text = logs(tmp_path)
+    text = node_logs(tmp_path)
     assert text.count("Spider closed (finished)") == 3
     # every node did part of the work
     for i in range(3):
@@ -127,7 +123,7 @@ def test_three_nodes_crawl_every_page_exactly_once(
 def test_start_requests_enter_the_job_once(
     site: TestSite, redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
-    spider = "tests.frontier.nodespiders:StartUrlsSpider"
+    spider = "tests.support.node_spiders:StartUrlsSpider"
     procs = start_nodes(2, site, redis_server_url, tmp_path, node_settings(node_env), spider=spider)
     finish(procs, tmp_path)
     assert_complete(site, tmp_path)
@@ -185,7 +181,7 @@ def test_malformed_entry_is_set_aside_and_the_crawl_goes_on(
     finish(procs, tmp_path)
     assert_complete(site, tmp_path)
     said = f"Malformed frontier entry 999999 in {keys.req} set aside (job crawl): "
-    assert said in logs(tmp_path)
+    assert said in node_logs(tmp_path)
     assert sync_redis.lrange(keys.bad, 0, -1) == [b"0\x00127.0.0.1\x00\x01garbage"]
 
 
@@ -221,7 +217,7 @@ def test_seed_list_is_read_and_invalid_seeds_are_reported(
         for i in range(2)
     ]
     finish(procs, tmp_path)
-    text = logs(tmp_path)
+    text = node_logs(tmp_path)
     assert f"Unreadable seed b'not a url' in {key} set aside" in text
     assert f"Unreadable seed b'{{\"nourl\": 1}}' in {key} set aside" in text
     assert sync_redis.llen(key) == 0
@@ -235,7 +231,7 @@ def test_scheduler_honours_scrapy_contracts(
     out = tmp_path / "contract.json"
     base = site.seed_urls[0].rstrip("/")
     proc = start_node(
-        "tests.frontier.nodespiders:ContractSpider",
+        "tests.support.node_spiders:ContractSpider",
         job="contract",
         redis_url=redis_server_url,
         log=tmp_path / "node0.log",
@@ -360,7 +356,7 @@ def test_redis_restart_during_the_crawl(
     own_redis.start()
     finish(procs, tmp_path)
     assert_complete(site, tmp_path, exact=False)
-    text = logs(tmp_path)
+    text = node_logs(tmp_path)
     assert "Redis unreachable" in text and "Redis reachable again" in text
 
 

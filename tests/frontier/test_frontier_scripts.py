@@ -4,7 +4,6 @@ frontier (its scripts, on a real Redis) and by the in-memory one."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -17,16 +16,9 @@ from crawlfleet.frontier.records import Outgoing, SeenConfig, text
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from tests.support.frontier import out
 
 T = TypeVar("T")
-
-
-def fp(text: str) -> bytes:
-    return hashlib.sha1(text.encode()).digest()[:16]
-
-
-def out(url: str, site: str = "a", priority: int = 0, *, dont_filter: bool = False) -> Outgoing:
-    return Outgoing(b"" if dont_filter else fp(url), site, priority, url.encode())
 
 
 def _runner(mode: str, redis_url: str, key_prefix: str) -> Callable[..., Any]:

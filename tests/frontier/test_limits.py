@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import subprocess
 import sys
@@ -25,12 +24,13 @@ from crawlfleet.frontier.limits import (
     RateLimits,
     parse_limit,
 )
-from crawlfleet.frontier.records import Outgoing
-from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.node.launcher import wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
+from tests.support.frontier import out
+from tests.support.nodes import limited_nodes
 
 #: rates, send times and deadlines: ./dev.sh test runs these alone
 pytestmark = pytest.mark.timing
@@ -81,11 +81,6 @@ def test_the_most_specific_pattern_applies() -> None:
     assert RateLimits({}).interval_us("any.site") == 0
     with pytest.raises(ConfigError, match="must be a host"):
         RateLimits.parse({"http://x/": "1/1s"}, source="t")
-
-
-def out(url: str, site: str) -> Outgoing:
-    """A request for *url* on *site*, its fingerprint taken from the URL."""
-    return Outgoing(hashlib.sha1(url.encode()).digest()[:16], site, 0, url.encode())
 
 
 def test_lease_grants_slots_on_the_redis_clock(redis_server_url: str, key_prefix: str) -> None:
@@ -203,44 +198,6 @@ def test_scoped_budgets_robots_delays_and_backoff_in_the_lease(
             await client.aclose()
 
     asyncio.run(body())
-
-
-def limited_nodes(
-    n: int,
-    job: str,
-    limit: str,
-    site: TestSite,
-    redis_url: str,
-    env: dict[str, str],
-    tmp_path: Path,
-    per_node: list[dict[str, Any]] | None = None,
-    per_node_env: list[dict[str, str]] | None = None,
-) -> list[subprocess.Popen[bytes]]:
-    """*n* test-site nodes on *job*, every site limited to *limit*; *per_node*: extra
-    settings of each node, *per_node_env*: extra environment of each node."""
-    settings = {
-        **env,
-        "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": limit}),
-        # sends on the test suite's busy machine can be tens of ms late: a wider margin
-        # (CRAWLFLEET_RATE_LIMIT_MARGIN) than the default, still checked exactly
-        "CRAWLFLEET_RATE_LIMIT_MARGIN": 0.1,
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.5,
-        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-        "LOG_LEVEL": "INFO",
-    }
-    return [
-        start_node(
-            "crawlfleet.testsite.spider:TestSiteSpider",
-            job=job,
-            redis_url=redis_url,
-            log=tmp_path / f"node{i}.log",
-            spider_args={"start_urls": ",".join(site.seed_urls)},
-            settings={**settings, **(per_node[i] if per_node else {})},
-            extra_env=per_node_env[i] if per_node_env else None,
-            cwd=ROOT,
-        )
-        for i in range(n)
-    ]
 
 
 def scoped(scope: str, ip: str, kind: str) -> dict[str, Any]:

@@ -6,8 +6,6 @@ a sharded job in test_frontier_scripts.py."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,12 +23,9 @@ from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.sharded import JobFrontier, _shares, interleave, shard_of
 from crawlfleet.redis.connection import REDIS_ERRORS, make_client
 from crawlfleet.redis.keys import JobKeys, shard_tag
+from tests.support.frontier import out, shard_down, site_in, sites_in
 
 KW: dict[str, Any] = {"lease_ms": 60000, "offer_size": 50}
-
-
-def out(url: str, site: str) -> Outgoing:
-    return Outgoing(hashlib.sha1(url.encode()).digest()[:16], site, 0, url.encode())
 
 
 def run(redis_url: str, body: Callable[[Any], Awaitable[None]]) -> None:
@@ -42,12 +37,6 @@ def run(redis_url: str, body: Callable[[Any], Awaitable[None]]) -> None:
             await client.aclose()
 
     asyncio.run(main())
-
-
-def sites_in(shard: int, shards: int, tag: str = "site", n: int = 1) -> list[str]:
-    """The first *n* site names "<tag><i>.test" of shard *shard*."""
-    names = (f"{tag}{i}.test" for i in range(100_000))
-    return list(itertools.islice((x for x in names if shard_of(x, shards) == shard), n))
 
 
 def sites_in_every_shard(shards: int, per_shard: int = 2) -> list[str]:
@@ -296,20 +285,6 @@ def test_reset_deletes_every_key_of_every_shard(redis_server_url: str, key_prefi
         run(redis_server_url, body)
     finally:
         plain.close()
-
-
-def site_in(shard: int, shards: int, tag: str) -> str:
-    """A site name of shard *shard*."""
-    return sites_in(shard, shards, tag)[0]
-
-
-def shard_down(f: JobFrontier, shard: int) -> Any:
-    """Shard *shard* of *f* as reached through a client of a port that refuses
-    connections (a master down); returns its client, to close."""
-    assert f._parts is not None
-    client = make_client("redis://127.0.0.1:1/0")
-    f._parts[shard] = Frontier(client, f.keys.in_shard(shard, len(f._parts)), f.home.seen)
-    return client
 
 
 def test_a_commit_done_in_part_says_what_was_done(redis_server_url: str, key_prefix: str) -> None:

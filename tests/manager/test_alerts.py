@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from crawlfleet.manager import alerts as alert_module
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 
 class Receiver:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -19,7 +18,7 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.events import list_events
 from crawlfleet.state.tokens import create_token, revoke_token
-from tests.manager.conftest import Manager, manager_settings
+from tests.support.manager import Manager, assert_error, manager_settings
 
 SEEDS = [f"http://site{i % 3}.test/page/{i}" for i in range(12)]
 
@@ -32,13 +31,6 @@ def api_routes(m: Manager) -> list[tuple[str, str]]:
             sample = path.replace("{job}", "news").replace("{node}", "n1")
             out += [(method.upper(), sample) for method in sorted(methods)]
     return out
-
-
-def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == code and error["message"], error
-    return error  # type: ignore[no-any-return]
 
 
 def test_health_and_openapi_need_no_token_and_no_cdn(manager: Manager) -> None:

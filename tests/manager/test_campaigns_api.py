@@ -4,7 +4,7 @@ tested end to end in tests/campaigns/test_campaign_crawl.py.)"""
 
 from __future__ import annotations
 
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 BODY = {
     "name": "c-api",

@@ -21,7 +21,7 @@ from crawlfleet.manager.shared import FRESH_SECONDS, Shared
 from crawlfleet.manager.web import ASSETS
 from crawlfleet.state.sessions import session_of, start_session
 from crawlfleet.state.tokens import revoke_token
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 
 class Browser:

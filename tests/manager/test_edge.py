@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from crawlfleet.manager.edge import SECURITY_HEADERS
-from tests.manager.conftest import Manager
-from tests.manager.test_api import assert_error
+from tests.support.manager import Manager, assert_error, manager_settings
 
 SQLITE = pytest.mark.parametrize("manager", ["sqlite"], indirect=True)
 MIB = 2**20
@@ -81,7 +80,6 @@ def test_the_bound_is_a_setting(manager: Manager) -> None:
     from fastapi.testclient import TestClient
 
     from crawlfleet.manager.app import create_app
-    from tests.manager.conftest import manager_settings
 
     settings = manager_settings(manager.prefix, CRAWLFLEET_MANAGER_MAX_BODY=4096)
     app = create_app(settings, manager.redis_url, manager.db)

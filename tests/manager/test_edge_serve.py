@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.manager.test_serve import ROOT, free_port, manager
+from crawlfleet.redis.embedded import free_port
+from tests.support.manager import manager_command
+from tests.support.paths import ROOT
 
 MIB = 2**20
 
@@ -56,7 +58,7 @@ def test_oversized_bodies_are_answered_unread_and_cost_no_memory(
 ) -> None:
     db = f"sqlite:///{tmp_path / 'state.sqlite3'}"
     tokens = {
-        role: manager("token", "create", role, "--role", role, db=db).stdout.split()[-1]
+        role: manager_command("token", "create", role, "--role", role, db=db).stdout.split()[-1]
         for role in ("viewer", "operator")
     }
     port = free_port()

@@ -15,7 +15,7 @@ from crawlfleet.state.errors import Failure, record_failures
 from crawlfleet.state.models import utcnow
 from crawlfleet.state.scrapyd import ScrapydInfo
 from crawlfleet.state.url import state_db_identity, state_db_url
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 
 def test_errors_are_listed_counted_and_recrawled(manager: Manager) -> None:

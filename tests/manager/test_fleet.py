@@ -12,8 +12,9 @@ import pytest
 
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.manager.conftest import Manager
-from tests.node.test_control import nodes, wait_until
+from tests.support.manager import Manager
+from tests.support.nodes import nodes
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.slow

@@ -30,8 +30,8 @@ from crawlfleet.state.db import StateDB
 from crawlfleet.state.tokens import create_token
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.manager.conftest import Manager, manager_settings
-from tests.state.conftest import fresh_database_url
+from tests.support.databases import fresh_database_url
+from tests.support.manager import Manager, manager_settings
 
 TABLE = "cft_items"
 JOB = "shop"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 SEEDS = [f"http://site{i % 2}.test/p/{i}" for i in range(7)]
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from crawlfleet.manager.app import create_app
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.tokens import create_token
-from tests.manager.conftest import manager_settings
+from tests.support.manager import manager_settings
 
 ROLES = ("viewer", "operator", "admin", None)
 

@@ -6,7 +6,7 @@ import asyncio
 
 from crawlfleet.fleet.proxies import ProxyPool
 from crawlfleet.redis.connection import make_client
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 
 def test_the_pool_through_the_api(manager: Manager) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 SEEDS = [f"http://site.test/p/{i}" for i in range(3)]
 

@@ -16,9 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from crawlfleet.redis.embedded import free_port
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.scrapyd_servers import PASSWORD, Scrapyd, cli, free_port, make_project, wait_until
+from tests.support.cli import cli
+from tests.support.scrapyd_servers import PASSWORD, Scrapyd, make_project
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -95,7 +98,7 @@ def test_deploy_run_cancel_and_lost_with_real_scrapyd(
         # deploy the project with the CLI, through the manager
         project = make_project(tmp_path / "project")
         deployed = cli(
-            "deploy", "--manager", base, cwd=project, env={"CRAWLFLEET_MANAGER_TOKEN": token}
+            "deploy", "--manager", base, cwd=project, timeout=300, CRAWLFLEET_MANAGER_TOKEN=token
         )
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
         assert "a: deployed (1 spider)" in deployed.stdout
@@ -129,6 +132,7 @@ def test_deploy_run_cancel_and_lost_with_real_scrapyd(
         wait_until(
             "run closed",
             lambda: ok(api.get("/api/v1/jobs/shared/runs"))["runs"][0]["state"] == "finished",
+            timeout=60,
         )
         (run,) = ok(api.get("/api/v1/jobs/shared/runs"))["runs"]
         assert run["started_by"] == "root" and run["figures"]["pages"] >= 120

@@ -8,7 +8,7 @@ import pytest
 from crawlfleet.manager import watcher
 from crawlfleet.manager.scrapyd import Load, least_loaded, log_levels
 from crawlfleet.state.scrapyd import list_processes, record_process
-from tests.manager.conftest import Manager
+from tests.support.manager import Manager
 
 
 def test_least_loaded_spreads_over_the_freest_reachable_nodes() -> None:

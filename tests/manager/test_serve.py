@@ -4,7 +4,6 @@ loopback, tokens made on the command line, one-line errors."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,54 +11,39 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def manager(*args: str, db: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crawlfleet.cli.main", "manager", *args, "--db", db],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from crawlfleet.redis.embedded import free_port
+from tests.support.manager import manager_command
+from tests.support.paths import ROOT
 
 
 def test_tokens_on_the_command_line(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'state.sqlite3'}"
-    made = manager("token", "create", "ops", "--role", "operator", db=db)
+    made = manager_command("token", "create", "ops", "--role", "operator", db=db)
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip().splitlines()[-1]
     assert token.startswith("cft_")
-    listed = manager("token", "list", db=db)
+    listed = manager_command("token", "list", db=db)
     assert "ops" in listed.stdout and "operator" in listed.stdout and token not in listed.stdout
-    twice = manager("token", "create", "ops", "--role", "viewer", db=db)
+    twice = manager_command("token", "create", "ops", "--role", "viewer", db=db)
     assert twice.returncode == 2
     assert twice.stderr.strip().splitlines() == [
         "crawlfleet manager token create: error: an active token is already named 'ops' "
         "(revoke it first)"
     ]
-    assert manager("token", "revoke", "ops", db=db).returncode == 0
-    assert "no tokens" in manager("token", "list", db=db).stdout
-    assert "ops" in manager("token", "list", "--all", db=db).stdout
-    gone = manager("token", "revoke", "ops", db=db)
+    assert manager_command("token", "revoke", "ops", db=db).returncode == 0
+    assert "no tokens" in manager_command("token", "list", db=db).stdout
+    assert "ops" in manager_command("token", "list", "--all", db=db).stdout
+    gone = manager_command("token", "revoke", "ops", db=db)
     assert gone.returncode == 2 and "no active token named 'ops'" in gone.stderr
 
 
 def test_an_unreachable_state_db_is_one_line_without_its_password(tmp_path: Path) -> None:
-    r = manager("token", "list", db="postgresql+psycopg://cf:s3cr3t@127.0.0.1:1/state")
+    r = manager_command("token", "list", db="postgresql+psycopg://cf:s3cr3t@127.0.0.1:1/state")
     assert r.returncode == 1
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("crawlfleet manager token list: error: state DB ")
     assert "cf:***@127.0.0.1:1/state unusable" in line and "s3cr3t" not in line
-    bad = manager("token", "list", db="definitely not a url")
+    bad = manager_command("token", "list", db="definitely not a url")
     assert bad.returncode == 2 and "is not a database URL" in bad.stderr
 
 
@@ -67,7 +51,7 @@ def test_serve_answers_on_loopback_and_stops_on_ctrl_c(
     tmp_path: Path, redis_server_url: str, key_prefix: str
 ) -> None:
     db = f"sqlite:///{tmp_path / 'state.sqlite3'}"
-    token = manager("token", "create", "ci", "--role", "viewer", db=db).stdout.split()[-1]
+    token = manager_command("token", "create", "ci", "--role", "viewer", db=db).stdout.split()[-1]
     port = free_port()
     log = tmp_path / "manager.log"
     argv = [sys.executable, "-m", "crawlfleet.cli.main", "manager", "serve"]

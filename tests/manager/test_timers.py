@@ -16,7 +16,7 @@ from crawlfleet.manager.app import create_app
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.models import Timer, utcnow
-from tests.manager.conftest import Manager, manager_settings
+from tests.support.manager import Manager, manager_settings
 
 
 def fires(m: Manager, name: str) -> list[dict]:  # type: ignore[type-arg]

@@ -19,7 +19,7 @@ from crawlfleet.middlewares.useragent import BrowserHeaders
 from crawlfleet.node.launcher import start_node
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import list_errors
-from tests.loopback import LoopbackSite
+from tests.support.loopback import LoopbackSite
 
 ROOT = Path(__file__).resolve().parents[2]
 SPIDER = Spider(name="s")

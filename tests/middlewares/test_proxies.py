@@ -18,8 +18,9 @@ from crawlfleet.fleet.proxies import ProxyPool, parse_provider_answer, parse_sou
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client
 from crawlfleet.testsite import SiteModel, TestSite
-from crawlfleet.testsite.proxy import ProxyFarm
-from tests.loopback import LoopbackSite
+from tests.support.loopback import LoopbackSite
+from tests.support.proxy import ProxyFarm
+from tests.support.session_site import SessionSite
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
@@ -279,8 +280,6 @@ def test_a_site_that_bans_a_proxy_gets_the_others(
 def test_sessions_keep_jar_identity_and_proxy_together(
     redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
-    from tests.middlewares.session_site import SessionSite
-
     agents = tmp_path / "agents.txt"
     agents.write_text(
         "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0\n"
@@ -290,7 +289,7 @@ def test_sessions_keep_jar_identity_and_proxy_together(
     farm = ProxyFarm([{}, {}])
     with SessionSite() as site, farm:
         log = run_node(
-            "tests.middlewares.session_site:SessionSpider",
+            "tests.support.session_site:SessionSpider",
             "sessions",
             site.url,
             redis_server_url,

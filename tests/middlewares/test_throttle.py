@@ -31,7 +31,8 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.settings.config import settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.frontier.test_limits import limited_nodes, out
+from tests.support.frontier import out
+from tests.support.nodes import limited_nodes
 
 #: rates, send times and deadlines: ./dev.sh test runs these alone
 pytestmark = pytest.mark.timing

@@ -20,7 +20,7 @@ from crawlfleet.middlewares.useragent import (
     file_identities,
 )
 from crawlfleet.node.launcher import start_node
-from tests.loopback import LoopbackSite
+from tests.support.loopback import LoopbackSite
 
 ROOT = Path(__file__).resolve().parents[2]
 SPIDER = Spider(name="s")

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,12 @@ from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
+from tests.support.nodes import SPIDER, node_logs, nodes
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 #: rates, send times and deadlines: ./dev.sh test runs these alone
 pytestmark = pytest.mark.timing
-
-ROOT = Path(__file__).resolve().parents[2]
-SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 
 
 def test_the_newest_command_of_each_kind_wins() -> None:
@@ -67,30 +67,6 @@ def site() -> Iterator[TestSite]:
         yield s
 
 
-def nodes(
-    n: int, site: TestSite, redis_url: str, node_env: dict[str, str], tmp_path: Path, job: str
-) -> list[subprocess.Popen[bytes]]:
-    settings = {
-        **node_env,
-        "CONCURRENT_REQUESTS": 4,
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
-        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-        "LOG_LEVEL": "INFO",
-    }
-    return [
-        start_node(
-            SPIDER,
-            job=job,
-            redis_url=redis_url,
-            log=tmp_path / f"node{len(list(tmp_path.glob('node*.log')))}-{i}.log",
-            spider_args={"start_urls": ",".join(site.seed_urls)},
-            settings=settings,
-            cwd=ROOT,
-        )
-        for i in range(n)
-    ]
-
-
 def control(redis_url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
@@ -125,13 +101,6 @@ def statuses(client: redis.Redis, keys: JobKeys) -> dict[str, dict[str, Any]]:
     return {k.decode(): json.loads(v) for k, v in raw.items()}
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting: {what}"
-        time.sleep(0.1)
-
-
 def crawling(
     job: str, site: TestSite, redis_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> tuple[str, JobKeys, list[subprocess.Popen[bytes]]]:
@@ -140,10 +109,6 @@ def crawling(
     procs = nodes(2, site, redis_url, node_env, tmp_path, job)
     wait_until("crawl started", lambda: site.stats()["content_fetched"] >= 20)
     return prefix, JobKeys.of(prefix, job), procs
-
-
-def logs(tmp_path: Path) -> str:
-    return "\n".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("node*.log")))
 
 
 @pytest.mark.slow
@@ -192,8 +157,8 @@ def test_pause_resume_drain_and_concurrency(
     r = control(redis_server_url, prefix, "drain", "steered", "--node", second)
     assert r.returncode == 0, r.stdout + r.stderr
     codes = wait_all(procs, 90)
-    assert codes == [0, 0], logs(tmp_path)[-3000:]
-    text = logs(tmp_path)
+    assert codes == [0, 0], node_logs(tmp_path)[-3000:]
+    text = node_logs(tmp_path)
     assert "Spider closed (drained)" in text and "Spider closed (finished)" in text
     stats = site.stats()
     assert stats["never_fetched"] == [] and stats["fetched_twice"] == []
@@ -210,18 +175,18 @@ def test_stop_hands_everything_back_and_a_new_node_finishes_after_resume(
     prefix, keys, procs = crawling("halted", site, redis_server_url, node_env, tmp_path)
     r = control(redis_server_url, prefix, "stop", "halted")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert wait_all(procs, 30) == [0, 0], logs(tmp_path)[-3000:]
-    assert logs(tmp_path).count("Spider closed (stopped)") == 2
+    assert wait_all(procs, 30) == [0, 0], node_logs(tmp_path)[-3000:]
+    assert node_logs(tmp_path).count("Spider closed (stopped)") == 2
     assert sync_redis.zcard(keys.leases) == 0
     assert int(sync_redis.hget(keys.counters, "queued") or 0) > 0
     # the stop persists: a node started now stops at once ...
     late = nodes(1, site, redis_server_url, node_env, tmp_path, "halted")
     assert wait_all(late, 30) == [0]
-    assert "running -> stopped (`crawlfleet control resume halted` lifts it)" in logs(tmp_path)
+    assert "running -> stopped (`crawlfleet control resume halted` lifts it)" in node_logs(tmp_path)
     # ... until the job is resumed; then a node finishes it, nothing lost
     assert control(redis_server_url, prefix, "resume", "halted", "--wait", "0").returncode == 0
     final = nodes(1, site, redis_server_url, node_env, tmp_path, "halted")
-    assert wait_all(final, 90) == [0], logs(tmp_path)[-3000:]
+    assert wait_all(final, 90) == [0], node_logs(tmp_path)[-3000:]
     stats = site.stats()
     assert stats["never_fetched"] == []
     # pages in flight at the stop were handed back unfinished: they may be fetched again
@@ -293,7 +258,7 @@ def test_a_node_started_before_the_first_seed_waits_for_it(
             cwd=ROOT,
         )
         try:
-            wait_until("waiting said", lambda: "has no work yet" in logs(tmp_path), 30)
+            wait_until("waiting said", lambda: "has no work yet" in node_logs(tmp_path), 30)
             time.sleep(1.5)  # many finish grace periods
             assert node.poll() is None, "a job that never had work is not finished"
             seeded = subprocess.run(
@@ -308,12 +273,12 @@ def test_a_node_started_before_the_first_seed_waits_for_it(
                 cwd=ROOT,
             )
             assert seeded.returncode == 0, seeded.stderr
-            assert wait_all([node], 30) == [0], logs(tmp_path)[-3000:]
+            assert wait_all([node], 30) == [0], node_logs(tmp_path)[-3000:]
             assert s.stats()["total_requests"] == 1
         finally:
             if node.poll() is None:
                 node.kill()
-    text = logs(tmp_path)
+    text = node_logs(tmp_path)
     line = (
         "Job 'later' has no work yet: waiting for seeds "
         "(in pagelist:start_urls or crawlfleet seed later URL...)"

@@ -21,11 +21,11 @@ from crawlfleet.node.launcher import start_node
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import Failure, error_stats, list_errors, record_failures
 from crawlfleet.state.models import utcnow
-from tests.loopback import LoopbackSite
-from tests.node.failing_site import FailingSite
+from tests.support.failing_site import FailingSite
+from tests.support.loopback import LoopbackSite
 
 ROOT = Path(__file__).resolve().parents[2]
-SPIDER = "tests.node.failing_site:FailingSpider"
+SPIDER = "tests.support.failing_site:FailingSpider"
 JOB = "failing"
 
 

@@ -18,7 +18,8 @@ from crawlfleet.node.feedback import CALM_INTERVALS, Controller, Feedback, Limit
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
-from tests.node.test_node_parts import Engine, node
+from tests.support.node_parts import Engine, node
+from tests.support.nodes import site_node
 
 #: rates, send times and deadlines: ./dev.sh test runs these alone
 pytestmark = pytest.mark.timing
@@ -149,14 +150,8 @@ def labelled_node(
         "DEFAULT_REQUEST_HEADERS": json.dumps({CLIENT_HEADER: label}),
         **extra,
     }
-    return start_node(
-        "crawlfleet.testsite.spider:TestSiteSpider",
-        job=job,
-        redis_url=redis_url,
-        log=tmp_path / f"node-{label}.log",
-        spider_args={"start_urls": ",".join(site.seed_urls)},
-        settings=settings,
-        cwd=ROOT,
+    return site_node(
+        site, job=job, redis_url=redis_url, log=tmp_path / f"node-{label}.log", settings=settings
     )
 
 
@@ -221,7 +216,7 @@ def test_an_overloaded_node_lowers_its_concurrency_and_says_why(
 ) -> None:
     with TestSite(SiteModel(pages=60, hosts=2, problems=False), latency_seconds=0.05) as site:
         proc = start_node(
-            "tests.frontier.nodespiders:BlockingSpider",
+            "tests.support.node_spiders:BlockingSpider",
             job="overloaded",
             redis_url=redis_server_url,
             log=tmp_path / "node.log",

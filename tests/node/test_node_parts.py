@@ -9,7 +9,6 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -17,99 +16,19 @@ from scrapy import Request, Spider
 from scrapy.utils.request import RequestFingerprinter
 
 from crawlfleet.exceptions import ItemNotDurable
-from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.node.engine import EngineHooks
 from crawlfleet.node.leasing import LEASE_BATCH_MIN
 from crawlfleet.node.ledger import Ledger
-from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.parts import parts_of
-from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.localcluster import RedisProcess
-from crawlfleet.settings.config import settings_with_defaults
-from tests.frontier.test_shards import shard_down, site_in
-
-FAST = {
-    "CRAWLFLEET_FLUSH_SECONDS": 0.01,
-    "CRAWLFLEET_HEARTBEAT_SECONDS": 0.1,
-    "CRAWLFLEET_LEASE_SECONDS": 2,
-    "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 0.3,
-    "CRAWLFLEET_RECLAIM_SECONDS": 0.1,
-    "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.1,
-    "CRAWLFLEET_IDLE_MAX_SECONDS": 0.1,
-}
-
-
-class Engine:
-    """What a scheduler sees of Scrapy's engine: requests in progress, wake-ups."""
-
-    def __init__(self) -> None:
-        self.inprogress: set[Request] = set()
-        self.dropped: list[Request] = []
-        self.closed: list[str] = []
-        self.wakes = 0
-
-    def wake(self) -> None:
-        self.wakes += 1
-
-    def hooks(self) -> EngineHooks:
-        return EngineHooks(
-            inprogress=lambda: self.inprogress,
-            wake=self.wake,
-            dropped=self.dropped.append,
-            close=self.closed.append,
-        )
-
-
-def node(
-    store: dict[str, Any], engine: Engine, settings: dict[str, Any] | None = None
-) -> Scheduler:
-    """A node of job "job" on the in-memory frontier *store*."""
-    return node_on(MemoryFrontier("job", store), engine, settings)
-
-
-def node_on(
-    frontier: FrontierBackend, engine: Engine, settings: dict[str, Any] | None = None
-) -> Scheduler:
-    """A node of job "job" on *frontier*, with FAST and *settings*, bound to *engine*."""
-    s = settings_with_defaults({**FAST, **(settings or {})})
-    scheduler = Scheduler(
-        config=FrontierConfig.from_settings(s, "job"),
-        redis_config=RedisConfig.from_settings(s),
-        fingerprint=RequestFingerprinter().fingerprint,
-        frontier=frontier,
-    )
-    scheduler.bind_engine(engine.hooks(), [])
-    return scheduler
-
-
-async def until(check: Callable[[], bool], seconds: float = 3.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
-
-
-async def take(scheduler: Scheduler, engine: Engine, n: int) -> list[Request]:
-    """The next *n* requests, handed to the engine (in progress)."""
-    got: list[Request] = []
-
-    def more() -> bool:
-        request = scheduler.next_request()
-        if request is not None:
-            engine.inprogress.add(request)
-            got.append(request)
-        return len(got) >= n
-
-    await until(more)
-    return got
+from tests.support.frontier import shard_down, site_in
+from tests.support.node_parts import Engine, node, node_on, run, take, until
 
 
 def fp_of(url: str) -> bytes:
@@ -120,10 +39,6 @@ def fp_of(url: str) -> bytes:
 def encode(request: Request) -> bytes:
     """*request* as the frontier stores it."""
     return RequestCodec(None).encode(request)
-
-
-def run(body: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(body(), 20))
 
 
 def test_a_request_is_acknowledged_only_once_the_engine_is_done_with_it() -> None:

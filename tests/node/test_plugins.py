@@ -17,8 +17,8 @@ from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
-from tests.chromium import MISSING, chromium_path
-from tests.loopback import LoopbackSite
+from tests.support.chromium import MISSING, chromium_path
+from tests.support.loopback import LoopbackSite
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = 6
@@ -91,7 +91,7 @@ def test_scrapy_playwright_renders_through_the_frontier_on_two_nodes(
     with LoopbackSite(answer) as site:
         procs = [
             start_node(
-                "tests.node.rendered:RenderedSpider",
+                "tests.support.rendered_spider:RenderedSpider",
                 job=job,
                 redis_url=redis_server_url,
                 log=tmp_path / f"node{i}.log",

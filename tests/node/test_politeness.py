@@ -29,7 +29,7 @@ from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.settings.config import settings_with_defaults
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.loopback import LoopbackSite
+from tests.support.loopback import LoopbackSite
 
 #: rates, send times and deadlines: ./dev.sh test runs these alone
 pytestmark = pytest.mark.timing

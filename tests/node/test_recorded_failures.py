@@ -28,11 +28,11 @@ from crawlfleet.parts import parts_of
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import list_errors
 from crawlfleet.state.writer import RegistryWriter
-from tests.node.failing_site import FailingSite
-from tests.node.test_node_parts import Engine, node, run, take, until
+from tests.support.failing_site import FailingSite
+from tests.support.node_parts import Engine, node, run, take, until
 
 ROOT = Path(__file__).resolve().parents[2]
-SPIDER = "tests.node.failing_site:FailingSpider"
+SPIDER = "tests.support.failing_site:FailingSpider"
 JOB = "failing"
 
 #: the state DB does not answer: nothing listens on port 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import socket
@@ -15,18 +14,9 @@ from crawlfleet.frontier.limits import SPACING
 from crawlfleet.frontier.records import Outgoing
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from tests.support.cli import parse_command, redis_options
 
 FIGURES = {"pages_per_min": 120.0, "cpu_percent": 12.5, "rss_bytes": 50 * 2**20}
-
-
-def parse(module: object, *argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)  # type: ignore[attr-defined]
-    return parser.parse_args(list(argv))
-
-
-def common(url: str, prefix: str) -> list[str]:
-    return ["--redis-url", url, "-s", f"CRAWLFLEET_KEY_PREFIX={prefix}"]
 
 
 async def _setup(
@@ -73,7 +63,7 @@ def test_status_json(
     asyncio.run(
         _setup(redis_server_url, key_prefix, "shop", requests={"a.example": 5, "b.example": 2})
     )
-    args = parse(status, "shop", "--json", *common(redis_server_url, key_prefix))
+    args = parse_command(status, "shop", "--json", *redis_options(redis_server_url, key_prefix))
     assert status.run(args) == 0
     doc = json.loads(capsys.readouterr().out)
     job = doc["jobs"]["shop"]
@@ -89,19 +79,19 @@ def test_status_json(
     assert node["pages_per_min"] == 120.0 and node["cpu_percent"] == 12.5
     assert job["pages_per_second"] == 2.0 and job["eta_seconds"] == 3.5
     # every job when none is named; the table and a bounded --watch also work
-    args = parse(status, "--json", *common(redis_server_url, key_prefix))
+    args = parse_command(status, "--json", *redis_options(redis_server_url, key_prefix))
     assert status.run(args) == 0
     assert list(json.loads(capsys.readouterr().out)["jobs"]) == ["shop"]
-    assert status.run(parse(status, *common(redis_server_url, key_prefix))) == 0
+    assert status.run(parse_command(status, *redis_options(redis_server_url, key_prefix))) == 0
     assert "node-a" in capsys.readouterr().out
-    args = parse(
+    args = parse_command(
         status,
         "--watch",
         "--count",
         "2",
         "--interval",
         "0.5",
-        *common(redis_server_url, key_prefix),
+        *redis_options(redis_server_url, key_prefix),
     )
     assert status.run(args) == 0
     assert "a.example" in capsys.readouterr().out
@@ -114,14 +104,14 @@ def _closed_port() -> int:
 
 
 def test_health_without_redis(capsys: pytest.CaptureFixture[str]) -> None:
-    args = parse(health, "--redis-url", f"redis://127.0.0.1:{_closed_port()}/0")
+    args = parse_command(health, "--redis-url", f"redis://127.0.0.1:{_closed_port()}/0")
     assert health.run(args) == 1
     out = capsys.readouterr().out
     assert "unhealthy: Redis at redis://127.0.0.1:" in out and "unreachable" in out
 
 
 def test_health_config_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert health.run(parse(health, "--redis-url", "http://nope")) == 2
+    assert health.run(parse_command(health, "--redis-url", "http://nope")) == 2
     assert "CRAWLFLEET_REDIS_URL" in capsys.readouterr().err
 
 
@@ -129,7 +119,7 @@ def test_health_work_without_live_node(
     redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     asyncio.run(_setup(redis_server_url, key_prefix, "orphan", requests={"a": 3}, node=False))
-    assert health.run(parse(health, *common(redis_server_url, key_prefix))) == 1
+    assert health.run(parse_command(health, *redis_options(redis_server_url, key_prefix))) == 1
     assert "job orphan: 3 queued and 0 leased but no live node" in capsys.readouterr().out
 
 
@@ -139,7 +129,7 @@ def test_health_stuck_lease(
     asyncio.run(
         _setup(redis_server_url, key_prefix, "stuck", requests={"a": 3}, lease=1, stuck=True)
     )
-    args = parse(health, "stuck", *common(redis_server_url, key_prefix))
+    args = parse_command(health, "stuck", *redis_options(redis_server_url, key_prefix))
     assert health.run(args) == 1
     out = capsys.readouterr().out
     assert "job stuck: stuck, a lease expired 3600s ago" in out, out
@@ -150,10 +140,13 @@ def test_health_healthy(
     redis_server_url: str, key_prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     asyncio.run(_setup(redis_server_url, key_prefix, "fine", requests={"a": 3}, lease=2))
-    assert health.run(parse(health, *common(redis_server_url, key_prefix))) == 0
+    assert health.run(parse_command(health, *redis_options(redis_server_url, key_prefix))) == 0
     assert "healthy: Redis answers, 1 job(s) checked" in capsys.readouterr().out
     # a job nobody knows is a problem when named
-    assert health.run(parse(health, "nosuch", *common(redis_server_url, key_prefix))) == 1
+    assert (
+        health.run(parse_command(health, "nosuch", *redis_options(redis_server_url, key_prefix)))
+        == 1
+    )
     assert "job nosuch: not known" in capsys.readouterr().out
 
 
@@ -176,13 +169,13 @@ def test_status_shows_job_commands_back_offs_and_robots_delays(
     queued = {"a.example": 1, "slow.example": 1, "polite.example": 1, "plain.example": 1}
     asyncio.run(_setup(redis_server_url, key_prefix, "steered", requests=queued))
     asyncio.run(steer())
-    options = common(redis_server_url, key_prefix)
-    assert status.run(parse(status, "steered", "--json", *options)) == 0
+    options = redis_options(redis_server_url, key_prefix)
+    assert status.run(parse_command(status, "steered", "--json", *options)) == 0
     job = json.loads(capsys.readouterr().out)["jobs"]["steered"]
     assert job["job_control"] == {"state": "paused", "concurrency": "3"}
     assert job["backoff_ms"] == {"slow.example": 4000}
     assert job["robots_delay_ms"] == {"polite.example": 2000}
-    assert status.run(parse(status, "steered", *options)) == 0
+    assert status.run(parse_command(status, "steered", *options)) == 0
     table = capsys.readouterr().out
     assert "concurrency 3, state paused" in table
     assert "1: slow.example 4.0s" in table and "1: polite.example 2.0s" in table
@@ -197,25 +190,25 @@ def test_the_eta_knows_rate_limits_and_pauses(
         _setup(redis_server_url, key_prefix, "shop", requests={"a.example": 5, "b.example": 2})
     )
     limited = [
-        *common(redis_server_url, key_prefix),
+        *redis_options(redis_server_url, key_prefix),
         "-s",
         'CRAWLFLEET_RATE_LIMITS={"a.example": "1/2s"}',
     ]
-    assert status.run(parse(status, "shop", "--json", *limited)) == 0
+    assert status.run(parse_command(status, "shop", "--json", *limited)) == 0
     job = json.loads(capsys.readouterr().out)["jobs"]["shop"]
     assert job["eta_seconds"] == pytest.approx(5 * 2 * SPACING)
     assert job["eta_limited_by"] == "rate limit of a.example"
     # a run-time limit (crawlfleet limits set) counts too, over the configured one
     asyncio.run(_set_limit(redis_server_url, key_prefix, "shop", "b.example", "1/10s"))
-    assert status.run(parse(status, "shop", "--json", *limited)) == 0
+    assert status.run(parse_command(status, "shop", "--json", *limited)) == 0
     job = json.loads(capsys.readouterr().out)["jobs"]["shop"]
     assert job["eta_seconds"] == pytest.approx(2 * 10 * SPACING)
     assert job["eta_limited_by"] == "rate limit of b.example"
-    assert status.run(parse(status, "shop", *limited)) == 0
+    assert status.run(parse_command(status, "shop", *limited)) == 0
     assert "(rate limit of b.example)" in capsys.readouterr().out
     # paused: no ETA
     asyncio.run(_pause(redis_server_url, key_prefix, "shop"))
-    assert status.run(parse(status, "shop", "--json", *limited)) == 0
+    assert status.run(parse_command(status, "shop", "--json", *limited)) == 0
     job = json.loads(capsys.readouterr().out)["jobs"]["shop"]
     assert job["eta_seconds"] is None and job["eta_limited_by"] == "paused"
 
@@ -245,6 +238,9 @@ def test_status_fits_an_80_column_terminal(
     asyncio.run(_setup(redis_server_url, key_prefix, "shop", requests={"a.example": 5}))
     for columns, fits in (("80", True), ("200", False)):
         monkeypatch.setenv("COLUMNS", columns)
-        assert status.run(parse(status, "shop", *common(redis_server_url, key_prefix))) == 0
+        assert (
+            status.run(parse_command(status, "shop", *redis_options(redis_server_url, key_prefix)))
+            == 0
+        )
         lines = capsys.readouterr().out.splitlines()
         assert ("node-a" in "".join(lines)) and (max(map(len, lines)) <= 80) == fits, lines

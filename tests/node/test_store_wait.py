@@ -27,8 +27,8 @@ from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
-from tests.node.test_node_parts import Engine, node_on, run, until
-from tests.node.test_status_health import common, parse
+from tests.support.cli import parse_command, redis_options
+from tests.support.node_parts import Engine, node_on, run, until
 
 BOUND = 5
 PAGES = 30
@@ -58,7 +58,7 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
     lock.execute("BEGIN EXCLUSIVE")  # the store is down
 
     def crawlfleet_status() -> dict[str, object]:
-        args = parse(status, "job", "--json", *common(redis_server_url, key_prefix))
+        args = parse_command(status, "job", "--json", *redis_options(redis_server_url, key_prefix))
         assert status.run(args) == 0
         node: dict[str, object] = json.loads(capsys.readouterr().out)["jobs"]["job"]["nodes"]
         return node

@@ -6,7 +6,7 @@
    1 KB through ``process_item`` until ``close_spider`` has written them all;
 2. the stream sink alone (records already built, its own client);
 3. one ``ItemWorker`` moving the stream into SQLite, and into PostgreSQL when one
-   answers (see ``tests/pipelines/dbs.py``).
+   answers (see ``tests/support/databases.py``).
 
 Keys live under a prefix of their own, deleted at the end; tables are dropped.
 """
@@ -33,7 +33,7 @@ from crawlfleet.pipelines.worker_options import WorkerOptions
 from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
-from tests.pipelines.dbs import postgres_url, unique_table
+from tests.support.databases import postgres_url, unique_table
 
 TIMEOUT_SECONDS = 120.0
 

@@ -21,7 +21,7 @@ import pytest
 from crawlfleet.pipelines.key import make_key
 from crawlfleet.pipelines.quality import token_f1
 from crawlfleet.pipelines.sql import SqlSink
-from tests.pipelines.test_text import PARAGRAPHS, TITLE, article_page
+from tests.support.article import PARAGRAPHS, TITLE, article_page
 
 TRADITIONAL = "這是一個關於中文編碼偵測的測試頁面。我們希望偵測器能夠正確地識別出編碼。"
 SIMPLIFIED = "这是一个关于中文编码侦测的测试页面。我们希望侦测器能够正确地识别出编码。"

@@ -15,7 +15,7 @@ import pytest
 
 from crawlfleet.benchmark.faults import FAULTS, run_fault_trial
 from crawlfleet.benchmark.outage import run_outage_trial
-from tests.pipelines.dbs import require_server, sql_test_url
+from tests.support.databases import require_server, sql_test_url
 
 pytestmark = pytest.mark.slow
 

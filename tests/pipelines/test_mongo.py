@@ -25,8 +25,8 @@ from crawlfleet.pipelines.worker_options import WorkerOptions
 from crawlfleet.pipelines.workers import ItemWorker
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
-from tests.pipelines.dbs import require_mongodb, unique_table
-from tests.pipelines.test_workers import JOB, _produce, _record
+from tests.support.databases import require_mongodb, unique_table
+from tests.support.item_stream import JOB, produce, stored_item
 
 # --- without a server ----------------------------------------------------------------------
 
@@ -109,7 +109,7 @@ def test_unreachable_server_is_retried_then_spilled(tmp_path: Path) -> None:
 
     async def put_and_close() -> int:
         for i in range(5):
-            await sink.put(_record(i))
+            await sink.put(stored_item(i))
         return await sink.close()
 
     assert asyncio.run(put_and_close()) == 5
@@ -157,8 +157,8 @@ def test_store_pipeline_writes_items(mongo_sink: MongoSink) -> None:
 def test_worker_moves_stream_items_into_mongodb(
     mongo_sink: MongoSink, redis_server_url: str, key_prefix: str
 ) -> None:
-    _produce(redis_server_url, key_prefix, [_record(i) for i in range(120)])
-    _produce(redis_server_url, key_prefix, [_record(i, version=2) for i in range(20)])
+    produce(redis_server_url, key_prefix, [stored_item(i) for i in range(120)])
+    produce(redis_server_url, key_prefix, [stored_item(i, version=2) for i in range(20)])
 
     async def work() -> int:
         client = make_client(redis_server_url)

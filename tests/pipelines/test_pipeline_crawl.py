@@ -22,18 +22,20 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from crawlfleet.node.launcher import start_node, wait_all
+from crawlfleet.node.launcher import wait_all
 from crawlfleet.pipelines.quality import token_f1
 from crawlfleet.pipelines.sql import items_table
 from crawlfleet.testsite import model as site_model
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.pipelines.dbs import TcpProxy, require_server, unique_table, wait_until
+from crawlfleet.testsite.tcpproxy import TcpProxy
+from tests.support.databases import require_server, unique_table
+from tests.support.nodes import node_logs, site_node
+from tests.support.waiting import poll
 
 pytestmark = pytest.mark.slow
 
 SPEC = Path(site_model.__file__).resolve().parent / "spec.yaml"
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = SiteModel(pages=90, hosts=3)  # problems on
 
 
@@ -68,21 +70,16 @@ def start_nodes(
     log: str = "node",
 ) -> list[subprocess.Popen[bytes]]:
     return [
-        start_node(
-            str(SPEC),
+        site_node(
+            site,
             job="items",
             redis_url=redis_url,
             log=tmp_path / f"{log}{i}.log",
-            spider_args={"start_urls": ",".join(site.seed_urls)},
             settings=settings,
-            cwd=ROOT,
+            spider=str(SPEC),
         )
         for i in range(count)
     ]
-
-
-def logs(tmp_path: Path) -> str:
-    return "\n".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("node*.log")))
 
 
 def finish(procs: Sequence[subprocess.Popen[bytes]], tmp_path: Path, timeout: float = 90) -> None:
@@ -91,8 +88,8 @@ def finish(procs: Sequence[subprocess.Popen[bytes]], tmp_path: Path, timeout: fl
         if p.poll() is None:
             p.kill()
             p.wait(10)
-    assert codes == [0, 0], f"exit codes {codes}\n{logs(tmp_path)[-4000:]}"
-    assert logs(tmp_path).count("Spider closed (finished)") == 2
+    assert codes == [0, 0], f"exit codes {codes}\n{node_logs(tmp_path)[-4000:]}"
+    assert node_logs(tmp_path).count("Spider closed (finished)") == 2
 
 
 def stored_rows(url: str, table: str) -> list[dict[str, Any]]:
@@ -215,7 +212,7 @@ def test_postgresql_down_mid_crawl_loses_nothing(
     with TestSite(MODEL, latency_seconds=0.15, timeout_seconds=5) as site:
         procs = start_nodes(site, redis_server_url, tmp_path, settings)
         try:
-            assert wait_until(lambda: count_rows(pg, table) >= 5, timeout=40, step=0.05), logs(
+            assert poll(lambda: count_rows(pg, table) >= 5, timeout=40, step=0.05), node_logs(
                 tmp_path
             )[-3000:]
             proxy.stop()
@@ -232,7 +229,7 @@ def test_postgresql_down_mid_crawl_loses_nothing(
             drop_table(pg, table)
     assert stored_before < MODEL.pages, "the crawl was over before the store went down"
     assert_one_row_per_page(rows, site)
-    text = logs(tmp_path)
+    text = node_logs(tmp_path)
     assert f"table {table} is unreachable" in text, text[-4000:]
     assert f"table {table} is back after" in text, text[-4000:]
 
@@ -247,7 +244,7 @@ def test_ctrl_c_while_postgresql_is_down_gives_the_pages_back(
     with TestSite(MODEL, latency_seconds=0.1, timeout_seconds=5) as site:
         procs = start_nodes(site, redis_server_url, tmp_path, settings, 1, "stopped")
         try:
-            assert wait_until(lambda: count_rows(pg, table) >= 5, timeout=40, step=0.05), logs(
+            assert poll(lambda: count_rows(pg, table) >= 5, timeout=40, step=0.05), node_logs(
                 tmp_path
             )[-3000:]
             proxy.stop()

@@ -32,14 +32,9 @@ from crawlfleet.pipelines.mongo import MongoSink
 from crawlfleet.pipelines.sinks import StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.stream import RedisStreamSink
-from tests.pipelines.dbs import (
-    TcpProxy,
-    require_mongodb,
-    require_server,
-    unique_table,
-    wait_until,
-    with_host_port,
-)
+from crawlfleet.testsite.tcpproxy import TcpProxy
+from tests.support.databases import require_mongodb, require_server, unique_table, with_host_port
+from tests.support.waiting import poll
 
 BACKENDS = ["sqlite", "postgresql", "mysql", "redis", "mongodb"]
 FAST = StoreOptions(
@@ -191,7 +186,7 @@ def test_upsert_same_key_twice_is_one_updated_row(harness: Harness) -> None:
     sink = harness.sink()
     sink.open()
     _run(sink.put(_record(1, version=1)))
-    assert wait_until(lambda: sink.pending == 0)
+    assert poll(lambda: sink.pending == 0)
     first = sink.get("key0001")
     assert first is not None and first.document["version"] == 1
     _run(sink.put(_record(1, version=2, extra="x")))
@@ -226,7 +221,7 @@ def test_batches_by_size_then_by_delay(harness: Harness) -> None:
     sink.open()
     _run(_put_all(sink, [_record(i) for i in range(120)]))
     # Two full batches go at once; the 20 left wait for the delay (60 s) or the close.
-    assert wait_until(lambda: sink.pending == 20)
+    assert poll(lambda: sink.pending == 20)
     assert harness.stats.get_value(harness.stat("batches")) == 2
     assert sink.count() == 100
     assert _run(sink.close()) == 0
@@ -236,7 +231,7 @@ def test_batches_by_size_then_by_delay(harness: Harness) -> None:
     quick = harness.sink(batch_items=1000, batch_seconds=0.1)
     quick.open()
     _run(_put_all(quick, [_record(i, version=2) for i in range(5)]))
-    assert wait_until(lambda: quick.pending == 0, timeout=5)
+    assert poll(lambda: quick.pending == 0, timeout=5)
     assert quick.count() == 120
     assert _run(quick.close()) == 0
 
@@ -245,15 +240,15 @@ def test_store_down_and_back_loses_nothing(harness: Harness) -> None:
     sink = harness.sink()
     sink.open()
     _run(_put_all(sink, [_record(i) for i in range(30)]))
-    assert wait_until(lambda: sink.pending == 0)
+    assert poll(lambda: sink.pending == 0)
     harness.begin_outage()
     try:
         _run(_put_all(sink, [_record(i, version=2) for i in range(20, 60)]))
-        assert wait_until(lambda: (harness.stats.get_value(harness.stat("retries")) or 0) >= 2)
+        assert poll(lambda: (harness.stats.get_value(harness.stat("retries")) or 0) >= 2)
         assert sink.pending == 40  # nothing written, nothing dropped
     finally:
         harness.end_outage()
-    assert wait_until(lambda: sink.pending == 0, timeout=15)
+    assert poll(lambda: sink.pending == 0, timeout=15)
     assert _run(sink.close()) == 0
     assert sink.count() == 60
     for i in (0, 19, 20, 59):
@@ -284,11 +279,11 @@ def test_the_recovery_line_counts_every_waiting_record_before_writing(harness: H
         harness.begin_outage()
         try:
             _run(_put_all(sink, [_record(i) for i in range(45)]))
-            assert wait_until(lambda: (harness.stats.get_value(harness.stat("retries")) or 0) >= 2)
+            assert poll(lambda: (harness.stats.get_value(harness.stat("retries")) or 0) >= 2)
             assert sink.unreachable and sink.pending == 45
         finally:
             harness.end_outage()
-        assert wait_until(lambda: sink.pending == 0, timeout=15)
+        assert poll(lambda: sink.pending == 0, timeout=15)
         assert not sink.unreachable
         assert _run(sink.close()) == 0
     finally:
@@ -344,7 +339,7 @@ def test_close_while_down_spills_and_next_open_writes(harness: Harness) -> None:
 
     again = harness.sink()
     again.open()
-    assert wait_until(lambda: again.pending == 0)
+    assert poll(lambda: again.pending == 0)
     assert _run(again.close()) == 0
     assert again.count() == 15
     assert harness.stats.get_value(harness.stat("replayed")) == 15

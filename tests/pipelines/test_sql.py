@@ -20,7 +20,8 @@ from crawlfleet.pipelines.buffered import StoreOptions
 from crawlfleet.pipelines.key import make_key
 from crawlfleet.pipelines.sinks import StoredItem, to_document
 from crawlfleet.pipelines.sql import SqlSink, SqlStorePipeline
-from tests.pipelines.dbs import require_server, unique_table, wait_until
+from tests.support.databases import require_server, unique_table
+from tests.support.waiting import poll
 
 FAST = StoreOptions(
     batch_items=20, batch_seconds=0.02, retry_min_seconds=0.05, retry_max_seconds=0.2
@@ -187,7 +188,7 @@ def test_table_dropped_mid_crawl_is_created_again(sql_url: str, table: str) -> N
     sink = SqlSink(sql_url, table=table, options=FAST)
     sink.open()
     _run(sink.put(_record("a")))
-    assert wait_until(lambda: sink.pending == 0)
+    assert poll(lambda: sink.pending == 0)
     sink.drop_table()
     _run(sink.put(_record("b")))
     assert _run(sink.close()) == 0

@@ -305,7 +305,7 @@ def test_crawl_streams_items_and_a_worker_stores_them(
 
     db = tmp_path / "items.sqlite3"
     work = subprocess.run(
-        [sys.executable, "-m", "tests.pipelines.itemworker_main", "work", "streamer",
+        [sys.executable, "-m", "tests.support.items_command", "work", "streamer",
          "--to", f"sqlite:///{db}", "--until-empty", "--redis-url", redis_server_url,
          "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"],
         cwd=ROOT,

@@ -41,30 +41,11 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.redis.scripts import script_source
 from crawlfleet.settings.config import settings_with_defaults
-from tests.pipelines.dbs import require_server, sql_test_url, unique_table, wait_until
+from tests.support.databases import require_server, sql_test_url, unique_table
+from tests.support.item_stream import JOB, produce, stored_item
+from tests.support.waiting import poll
 
-JOB = "job-w"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _record(i: int, version: int = 1, key: str | None = None) -> StoredItem:
-    return StoredItem(
-        key or f"key{i:05d}", JOB, "product", f"https://shop.example/{i}", {"n": i, "v": version}
-    )
-
-
-def _produce(redis_url: str, prefix: str, records: list[StoredItem]) -> None:
-    """Append *records* to the job's stream through the stream sink."""
-    options = StoreOptions(batch_items=500, batch_seconds=0.01, buffer_items=5000)
-    sink = RedisStreamSink(redis_url, prefix=prefix, options=options)
-    sink.open()
-
-    async def put_all() -> int:
-        for record in records:
-            await sink.put(record)
-        return await sink.close()
-
-    assert asyncio.run(put_all()) == 0
 
 
 def _work(redis_url: str, prefix: str, store: SqlSink, **options: Any) -> WorkerReport:
@@ -108,9 +89,9 @@ def _version(store: SqlSink, key: str) -> Any:
 def test_worker_upserts_by_key_acks_and_deletes(
     redis_server_url: str, key_prefix: str, sync_redis: redis.Redis, sql_store: SqlSink
 ) -> None:
-    _produce(redis_server_url, key_prefix, [_record(i) for i in range(200)])
+    produce(redis_server_url, key_prefix, [stored_item(i) for i in range(200)])
     # a second run of the sink: a batch keeps only the last version of a key
-    _produce(redis_server_url, key_prefix, [_record(i, version=2) for i in range(100)])
+    produce(redis_server_url, key_prefix, [stored_item(i, version=2) for i in range(100)])
     keys = JobKeys.of(key_prefix, JOB)
     assert sync_redis.xlen(keys.items) == 300
 
@@ -140,7 +121,7 @@ def test_malformed_entries_go_to_the_dead_letter_stream(
         {b"\x80\x04\x95": b"\x00pickle\xff"},
     ]
     for i in range(10):
-        sync_redis.xadd(keys.items, encode_entry(_record(i)))  # type: ignore[arg-type]
+        sync_redis.xadd(keys.items, encode_entry(stored_item(i)))  # type: ignore[arg-type]
         if i < len(bad):
             sync_redis.xadd(keys.items, bad[i])  # type: ignore[arg-type]
 
@@ -163,10 +144,10 @@ def test_records_the_store_refuses_go_to_the_dead_letter_stream(
     store = SqlSink(require_server("postgresql"), table=unique_table())
     try:
         # PostgreSQL refuses a key longer than the column and NUL in JSONB text
-        records = [_record(i) for i in range(20)]
-        records[5] = _record(5, key="k" * 300)
+        records = [stored_item(i) for i in range(20)]
+        records[5] = stored_item(5, key="k" * 300)
         records[9] = StoredItem("key-nul", JOB, "t", None, {"text": "a\\u0000b", "raw": "\x00"})
-        _produce(redis_server_url, key_prefix, records)
+        produce(redis_server_url, key_prefix, records)
         report = _work(redis_server_url, key_prefix, store)
         assert (report.dead_lettered, report.acknowledged) == (2, 18)
         assert store.count() == 18
@@ -181,7 +162,7 @@ def test_entries_stay_until_every_group_stored_them(
 ) -> None:
     keys = JobKeys.of(key_prefix, JOB)
     sync_redis.xgroup_create(keys.items, "mongo", id="0", mkstream=True)
-    _produce(redis_server_url, key_prefix, [_record(i) for i in range(60)])
+    produce(redis_server_url, key_prefix, [stored_item(i) for i in range(60)])
     first = _work(redis_server_url, key_prefix, sql_store)
     assert (first.acknowledged, first.deleted) == (60, 0)
     assert sync_redis.xlen(keys.items) == 60  # group "mongo" has not read them yet
@@ -195,7 +176,7 @@ def test_prune_forgets_only_consumers_without_pending_entries(
 ) -> None:
     keys = JobKeys.of(key_prefix, JOB)
     for i in range(3):
-        sync_redis.xadd(keys.items, encode_entry(_record(i)))  # type: ignore[arg-type]
+        sync_redis.xadd(keys.items, encode_entry(stored_item(i)))  # type: ignore[arg-type]
     sync_redis.xgroup_create(keys.items, "items", id="0")
     sync_redis.xreadgroup("items", "holder", {keys.items: ">"}, count=1)
     sync_redis.xreadgroup("items", "idle", {keys.items: ">"}, count=1)
@@ -240,7 +221,7 @@ def test_status_command_shows_groups_and_pending(
 ) -> None:
     keys = JobKeys.of(key_prefix, JOB)
     for i in range(8):
-        sync_redis.xadd(keys.items, encode_entry(_record(i)))  # type: ignore[arg-type]
+        sync_redis.xadd(keys.items, encode_entry(stored_item(i)))  # type: ignore[arg-type]
     sync_redis.xgroup_create(keys.items, "items", id="0")
     sync_redis.xreadgroup("items", "c1", {keys.items: ">"}, count=5)
     parser = argparse.ArgumentParser()
@@ -301,7 +282,7 @@ def _spawn(
 ) -> subprocess.Popen[bytes]:
     url = store.url.render_as_string(hide_password=False)
     args = [
-        sys.executable, "-m", "tests.pipelines.itemworker_main", "work", JOB, "--to", url,
+        sys.executable, "-m", "tests.support.items_command", "work", JOB, "--to", url,
         "--consumer", name, "--batch", "50", "--claim-idle", "1", "--redis-url", redis_url,
         "-s", f"CRAWLFLEET_KEY_PREFIX={prefix}", "-s", f"CRAWLFLEET_SQL_TABLE={store.table.name}",
         "-s", "CRAWLFLEET_STORE_RETRY_MIN_SECONDS=0.05",
@@ -319,7 +300,7 @@ def test_killed_worker_loses_nothing_and_its_entries_are_claimed(
     tmp_path: Path,
 ) -> None:
     keys = JobKeys.of(key_prefix, JOB)
-    _produce(redis_server_url, key_prefix, [_record(i) for i in range(2000)])
+    produce(redis_server_url, key_prefix, [stored_item(i) for i in range(2000)])
 
     def pending_of(name: str) -> int:
         try:
@@ -338,7 +319,7 @@ def test_killed_worker_loses_nothing_and_its_entries_are_claimed(
         victim = _spawn(redis_server_url, key_prefix, sql_store, "victim", tmp_path / "v.log")
         survivor = _spawn(redis_server_url, key_prefix, sql_store, "survivor", tmp_path / "s.log")
         procs += [victim, survivor]
-        assert wait_until(lambda: pending_of("victim") > 0 and pending_of("survivor") > 0, 20)
+        assert poll(lambda: pending_of("victim") > 0 and pending_of("survivor") > 0, 20)
         # both hold a batch they cannot write yet: kill one in the middle of its batch
         held = pending_of("victim")
         assert held == 50
@@ -346,15 +327,13 @@ def test_killed_worker_loses_nothing_and_its_entries_are_claimed(
         victim.wait(10)
         lock.release()
         # more items while the survivor works, some newer versions of stored keys
-        _produce(
+        produce(
             redis_server_url,
             key_prefix,
-            [_record(i, version=2) for i in range(1500, 2500)],
+            [stored_item(i, version=2) for i in range(1500, 2500)],
         )
-        assert wait_until(lambda: sql_store.count() == 2500, timeout=30), sql_store.count()
-        assert wait_until(
-            lambda: sync_redis.xpending(keys.items, "items")["pending"] == 0, timeout=10
-        )
+        assert poll(lambda: sql_store.count() == 2500, timeout=30), sql_store.count()
+        assert poll(lambda: sync_redis.xpending(keys.items, "items")["pending"] == 0, timeout=10)
         assert pending_of("victim") == 0  # claimed by the survivor
         survivor.send_signal(signal.SIGTERM)
         assert survivor.wait(15) == 0, "SIGTERM must stop the worker cleanly"
@@ -385,7 +364,7 @@ def test_worker_rides_out_a_redis_restart(tmp_path: Path, sql_store: SqlSink) ->
     server = RedisProcess(tmp_path / "redis")
     server.start()
     try:
-        _produce(server.url, "cfw", [_record(i) for i in range(200)])
+        produce(server.url, "cfw", [stored_item(i) for i in range(200)])
 
         async def scenario() -> WorkerReport:
             client = make_client(server.url, retry=Retry(NoBackoff(), 1))
@@ -400,7 +379,7 @@ def test_worker_rides_out_a_redis_restart(tmp_path: Path, sql_store: SqlSink) ->
                 await asyncio.sleep(0.5)
                 await asyncio.to_thread(server.start)
                 await asyncio.to_thread(
-                    _produce, server.url, "cfw", [_record(i, 2) for i in range(150, 300)]
+                    produce, server.url, "cfw", [stored_item(i, 2) for i in range(150, 300)]
                 )
                 assert await _until(lambda: sql_store.count() == 300)
                 assert await _until(lambda: _version(sql_store, "key00299") == 2)
@@ -448,7 +427,7 @@ def test_every_declared_group_gets_every_item(
 
     async def put_all() -> int:
         for i in range(120):
-            await sink.put(_record(i))
+            await sink.put(stored_item(i))
         return await sink.close()
 
     assert asyncio.run(put_all()) == 0

@@ -14,7 +14,8 @@ from crawlfleet.cli import extract, validate
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.render import render_page_text
 from crawlfleet.testsite.server import TestSite
-from tests.spiders.helpers import EXAMPLES, write_spec
+from tests.support.paths import EXAMPLES
+from tests.support.specs import write_spec
 
 CATALOG = EXAMPLES / "testsite_catalog.yaml"
 ARTICLES = EXAMPLES / "testsite_articles.yaml"

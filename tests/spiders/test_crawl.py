@@ -18,7 +18,7 @@ import pytest
 
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
-from tests.spiders.helpers import EXAMPLES, REPO
+from tests.support.paths import EXAMPLES, ROOT
 
 MODEL = SiteModel(pages=45, hosts=1, problems=False)
 SETTINGS = {
@@ -37,7 +37,7 @@ def site() -> Iterator[TestSite]:
 
 def run_child(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(REPO / "src"), str(REPO)])
+    env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(ROOT / "src"), str(ROOT)])
     env.pop("SCRAPY_SETTINGS_MODULE", None)
     done = subprocess.run(
         argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False

@@ -17,7 +17,8 @@ from crawlfleet.spiders.spec import Spec, load_spec
 from crawlfleet.spiders.validation import SpecError
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.render import Resource, render_site
-from tests.spiders.helpers import EXAMPLES, html_response, spec_from_text
+from tests.support.paths import EXAMPLES
+from tests.support.specs import html_response, spec_from_text
 
 BOOK_PAGE = """
 <html><head><base href="http://books.example/shop/"></head><body>

@@ -22,7 +22,8 @@ from crawlfleet.spiders.spec import (
     load_spec,
     parse_spec,
 )
-from tests.spiders.helpers import EXAMPLES, REPO, write_spec
+from tests.support.paths import EXAMPLES, ROOT
+from tests.support.specs import write_spec
 
 GOOD = """
 name: books
@@ -379,7 +380,7 @@ def test_unused_item_type_is_a_warning(tmp_path: Path, caplog: pytest.LogCapture
 
 
 def test_published_schema_is_up_to_date() -> None:
-    published = (REPO / "docs" / "spec.schema.json").read_text(encoding="utf-8")
+    published = (ROOT / "docs" / "spec.schema.json").read_text(encoding="utf-8")
     assert published == schema_json(), (
         "docs/spec.schema.json is stale: python -m crawlfleet.spiders.schema docs/spec.schema.json"
     )
@@ -401,7 +402,7 @@ def test_examples_are_valid(name: str) -> None:
 
 
 def test_full_example_in_the_docs_is_valid(tmp_path: Path) -> None:
-    doc = (REPO / "docs" / "spec.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "spec.md").read_text(encoding="utf-8")
     block = doc.split("## A full example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     spec = load_spec(write_spec(tmp_path, block))
     assert set(spec.items) == {"book", "author", "listing"}

@@ -16,7 +16,7 @@ from scrapy.settings import Settings
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines.validate import ValidatePipeline
 from crawlfleet.spiders import SpecSpider, load_spec
-from tests.spiders.helpers import html_response, write_spec
+from tests.support.specs import html_response, write_spec
 
 SPEC = r"""
 name: shop-books

@@ -12,7 +12,6 @@ import pytest
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import (
-    Failure,
     error_stats,
     list_errors,
     record_failures,
@@ -22,23 +21,7 @@ from crawlfleet.state.errors import (
     take_for_recrawl,
 )
 from crawlfleet.state.models import utcnow
-
-
-def failure(n: int, reason: str = "http", job: str = "j", **extra: object) -> Failure:
-    values: dict[str, object] = {
-        "job": job,
-        "fingerprint": f"{n:040x}",
-        "url": f"http://127.0.0.1:9/p/{n}",
-        "site": "127.0.0.1",
-        "reason": reason,
-        "detail": f"HTTP 50{n % 10}",
-        "node": "node-1",
-        "at": utcnow(),
-        "http_status": 500 + n % 10,
-        "payload": b"\x01payload",
-    }
-    values.update(extra)
-    return Failure(**values)  # type: ignore[arg-type]
+from tests.support.failures import failure
 
 
 def test_a_failure_is_one_row_counted_again_and_reopened(state_db: StateDB) -> None:

@@ -13,8 +13,8 @@ import pytest
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import list_errors
 from crawlfleet.state.writer import REFUSED, UNWRITTEN, WRITTEN, Outcome, RegistryWriter
-from tests.state.conftest import fresh_database_url
-from tests.state.test_errors import failure
+from tests.support.databases import fresh_database_url
+from tests.support.failures import failure
 
 #: the state DB does not answer: nothing listens on port 1
 DOWN_DB = "postgresql+psycopg://postgres@127.0.0.1:1/crawlfleet"

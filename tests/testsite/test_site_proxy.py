@@ -24,8 +24,8 @@ import pytest
 from aiohttp import web
 
 from crawlfleet.testsite import SiteModel, TestSite
-from crawlfleet.testsite.proxy import ProxyFarm, ProxyServer
 from crawlfleet.testsite.server import bind_loopback
+from tests.support.proxy import ProxyFarm, ProxyServer
 
 Answer = tuple[int, list[tuple[str, str]], bytes]
 ZIPPED = gzip.compress(b"compressed text " * 50)

@@ -1,40 +1,31 @@
 """Real Scrapyd servers (the PyPI package) on loopback for the tests that drive them,
-a small Scrapy project with the add-on to deploy, and the CLI run as a user runs it."""
+and a small Scrapy project with the add-on to deploy on them."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.waiting import wait_until
+
+__all__ = ["PASSWORD", "Scrapyd", "make_project"]
+
+#: The password of the Scrapyd servers started with ``auth`` (user ``cf``).
 PASSWORD = "s3cret-scrapyd"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting: {what}"
-        time.sleep(0.2)
 
 
 @dataclass
 class Scrapyd:
+    """A Scrapyd server of its own in *folder* on 127.0.0.1:*port*, with basic auth
+    (``cf``, :data:`PASSWORD`) when *auth*; :meth:`start` returns once it answers."""
+
     folder: Path
     port: int
     auth: bool
@@ -103,18 +94,3 @@ def make_project(root: Path) -> Path:
         "class SiteSpider(TestSiteSpider):\n    name = 'site'\n"
     )
     return root
-
-
-def cli(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "CRAWLFLEET_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "crawlfleet.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        env={**environ, **(env or {})},
-    )

@@ -15,7 +15,7 @@ from typing import Any
 import scrapy
 from scrapy.http import HtmlResponse, Response
 
-from tests.loopback import LoopbackSite
+from tests.support.loopback import LoopbackSite
 
 __all__ = ["PAYLOADS", "HostileSite", "HostileSpider"]
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the spider tests: spec files and responses made from text."""
+"""Spider specs and pages made from text, for the tests of configuration-only spiders:
+a spec file written from a string, a loaded spec, an HTML response for a URL."""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ from scrapy.http import HtmlResponse, Request
 
 from crawlfleet.spiders.spec import Spec, load_spec
 
-__all__ = ["EXAMPLES", "REPO", "html_response", "spec_from_text", "write_spec"]
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
+__all__ = ["html_response", "spec_from_text", "write_spec"]
 
 
 def write_spec(directory: Path, text: str, name: str = "spec.yaml") -> Path:

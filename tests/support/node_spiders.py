@@ -1,4 +1,4 @@
-"""Spiders that node processes of the tests import (``tests.frontier.nodespiders:X``)."""
+"""Spiders that node processes of the tests import (``tests.support.node_spiders:X``)."""
 
 from __future__ import annotations
 

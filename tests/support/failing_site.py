@@ -12,7 +12,7 @@ from typing import Any
 import scrapy
 from scrapy.http import Response
 
-from tests.loopback import LoopbackSite
+from tests.support.loopback import LoopbackSite
 
 __all__ = ["FailingSite", "FailingSpider"]
 

@@ -1,5 +1,5 @@
-"""Real databases for the store tests, and a TCP proxy to take them "down"
-(:class:`~crawlfleet.testsite.tcpproxy.TcpProxy`).
+"""Real databases for the tests: the PostgreSQL and MariaDB/MySQL servers to use (or why
+their tests skip), a fresh database of each backend, names no other test run uses.
 
 PostgreSQL and MariaDB/MySQL are found at their usual loopback ports (users root, then
 postgres), or at CRAWLFLEET_TEST_PG_URL / CRAWLFLEET_TEST_MYSQL_URL. A server that does
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,20 +20,21 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from crawlfleet.testsite.tcpproxy import TcpProxy
-
 __all__ = [
+    "BACKENDS",
     "MONGODB_SKIP_REASON",
-    "TcpProxy",
+    "fresh_database_url",
     "mysql_url",
     "postgres_url",
     "require_mongodb",
     "require_server",
     "sql_test_url",
     "unique_table",
-    "wait_until",
     "with_host_port",
 ]
+
+#: The SQL backends a state DB is tested on.
+BACKENDS = ("sqlite", "postgresql", "mysql")
 
 PG_CANDIDATES = (
     "postgresql+psycopg://root@127.0.0.1:5432/test",
@@ -114,11 +114,24 @@ def unique_table(prefix: str = "cft_items") -> str:
     return f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0, step: float = 0.02) -> bool:
-    """Poll *condition* until it is true (True) or *timeout* passes (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return condition()
+def fresh_database_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """The URL of a new empty database of *backend* (one of :data:`BACKENDS`: a SQLite
+    file under *tmp_path*, or a database on the real server, skipping the test when it
+    does not answer), dropped when the generator ends."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state.sqlite3'}"
+        return
+    server = make_url(require_server(backend))
+    name = f"cft_state_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {name}"))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            if backend == "postgresql":
+                conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            else:
+                conn.execute(sa.text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()

@@ -1,5 +1,5 @@
 """A spider that renders pages with scrapy-playwright in Debian's chromium, for node
-processes of the tests (``tests.node.rendered:RenderedSpider``).
+processes of the tests (``tests.support.rendered_spider:RenderedSpider``).
 
 Its site (tests/node/test_plugins.py) writes every page's content with scripts: links,
 names, an element that appears 200 ms after load, and a ``reveal(code)`` function that
@@ -18,7 +18,7 @@ import scrapy
 from scrapy.http import Response
 from scrapy_playwright.page import PageMethod
 
-from tests.chromium import CHROMIUM_ARGS, chromium_path
+from tests.support.chromium import CHROMIUM_ARGS, chromium_path
 
 __all__ = ["SECRET", "RenderedSpider"]
 

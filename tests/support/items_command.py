@@ -1,7 +1,7 @@
 """``crawlfleet items ...`` as a subprocess of the worker tests.
 
 Runs the command module exactly as ``crawlfleet`` does, without depending on its
-registration in ``cli/main.py``: ``python -m tests.pipelines.itemworker_main work ...``.
+registration in ``cli/main.py``: ``python -m tests.support.items_command work ...``.
 """
 
 from __future__ import annotations

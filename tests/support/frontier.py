@@ -1,0 +1,47 @@
+"""Frontier entries and shards made by hand, for tests that drive a frontier directly:
+an outgoing request with its fingerprint taken from the URL, site names that fall in a
+given shard, a shard whose Redis is down."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Any
+
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import Outgoing
+from crawlfleet.frontier.sharded import JobFrontier, shard_of
+from crawlfleet.redis.connection import make_client
+
+__all__ = ["fp", "out", "shard_down", "site_in", "sites_in"]
+
+
+def fp(text: str) -> bytes:
+    """A fingerprint of *text* (the first 16 bytes of its SHA-1)."""
+    return hashlib.sha1(text.encode()).digest()[:16]
+
+
+def out(url: str, site: str = "a", priority: int = 0, *, dont_filter: bool = False) -> Outgoing:
+    """A request for *url* on *site*, its fingerprint taken from the URL (none when
+    *dont_filter*)."""
+    return Outgoing(b"" if dont_filter else fp(url), site, priority, url.encode())
+
+
+def sites_in(shard: int, shards: int, tag: str = "site", n: int = 1) -> list[str]:
+    """The first *n* site names "<tag><i>.test" of shard *shard* (of *shards*)."""
+    names = (f"{tag}{i}.test" for i in range(100_000))
+    return list(itertools.islice((x for x in names if shard_of(x, shards) == shard), n))
+
+
+def site_in(shard: int, shards: int, tag: str) -> str:
+    """A site name of shard *shard*."""
+    return sites_in(shard, shards, tag)[0]
+
+
+def shard_down(f: JobFrontier, shard: int) -> Any:
+    """Shard *shard* of *f* as reached through a client of a port that refuses
+    connections (a master down); returns its client, to close."""
+    assert f._parts is not None
+    client = make_client("redis://127.0.0.1:1/0")
+    f._parts[shard] = Frontier(client, f.keys.in_shard(shard, len(f._parts)), f.home.seen)
+    return client
