@@ -192,7 +192,8 @@ def test_release_returns_leases_to_their_place(run: Callable[..., Any]) -> None:
 def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out("u1"), out("u2")])
-        res = await f.lease("n1", 2, ["a"], lease_ms=200, per_site=2, offer_size=10)
+        # a lease of 1 s: room for a loaded machine between the lease and the renewal
+        res = await f.lease("n1", 2, ["a"], lease_ms=1000, per_site=2, offer_size=10)
         keep = res.entries[0].rid
         await asyncio.sleep(0.1)
         st = await f.heartbeat(
@@ -200,7 +201,7 @@ def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[...
         )
         assert st.leased == 2
         assert await f.reclaim_expired() == 0
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(1.0)
         assert await f.reclaim_expired() == 1
         assert await lease_all(f, "n2") == [res.entries[1].payload.decode()]
         c = await f.counters()
