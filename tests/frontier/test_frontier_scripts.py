@@ -12,10 +12,11 @@ import pytest
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
-from crawlfleet.frontier.records import Outgoing, SeenConfig, text
+from crawlfleet.frontier.records import Outgoing, SeenConfig
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import text
 from tests.support.frontier import out
 
 T = TypeVar("T")

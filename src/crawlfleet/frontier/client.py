@@ -44,10 +44,10 @@ from crawlfleet.frontier.records import (
     parse_throttle,
     printable,
     split_entry,
-    text,
 )
 from crawlfleet.redis.connection import REDIS_ERRORS, refuse_cluster
 from crawlfleet.redis.keys import JobKeys, jobs_key, seed_keys
+from crawlfleet.redis.replies import json_object, text
 from crawlfleet.redis.scripts import ScriptSet
 
 __all__ = ["Frontier"]
@@ -301,11 +301,8 @@ class Frontier(Committer):
         self.round_trips += 1
         out: dict[str, dict[str, Any]] = {}
         for field_name, raw in (await self.client.hgetall(key)).items():
-            try:
-                doc = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
+            doc = json_object(raw)
+            if doc is not None:
                 out[text(field_name)] = doc
         return out
 

@@ -38,6 +38,7 @@ from crawlfleet.frontier.records import (
     offered_sites,
 )
 from crawlfleet.redis.keys import seed_keys
+from crawlfleet.redis.replies import json_object
 
 __all__ = ["MemoryFrontier"]
 
@@ -427,14 +428,14 @@ class MemoryFrontier(Committer):
         return dict(self._job.counters)
 
     async def node_statuses(self) -> dict[str, dict[str, Any]]:
-        return {node: json.loads(info) for node, info in self._job.nodeinfo.items()}
+        return _json_objects(self._job.nodeinfo)
 
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
         self.round_trips += 1
         self._job.summaries[node] = json.dumps(summary, default=str)
 
     async def summaries(self) -> dict[str, dict[str, Any]]:
-        return {node: json.loads(raw) for node, raw in self._job.summaries.items()}
+        return _json_objects(self._job.summaries)
 
     # -- seeds ---------------------------------------------------------------------------
     async def push_seeds(self, key: str, entries: Iterable[bytes]) -> None:
@@ -502,3 +503,9 @@ class MemoryFrontier(Committer):
             self._fleet.robots[site] = (int(ms), now)
             self._fleet.probes.pop(site, None)
         return {site: int(ms) for site, ms in delays.items()}
+
+
+def _json_objects(fields: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Field -> its JSON object, as the Redis frontier reads a hash of them (fields that
+    are not one skipped)."""
+    return {name: doc for name, raw in fields.items() if (doc := json_object(raw)) is not None}

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict
 
 from crawlfleet.frontier.control import Desired
+from crawlfleet.redis.replies import text
 
 __all__ = [
     "BACKOFF_OVER_MS",
@@ -38,7 +39,6 @@ __all__ = [
     "parse_throttle",
     "printable",
     "split_entry",
-    "text",
 ]
 
 #: The holder of a request waiting for its not-before time (a retry backing off): it is
@@ -287,10 +287,6 @@ class JobState:
     def empty(self) -> bool:
         """Nothing queued, nothing leased, no other node busy."""
         return self.queued <= 0 and self.leased == 0 and self.busy_others == 0
-
-
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def counter_value(raw: Any) -> int:

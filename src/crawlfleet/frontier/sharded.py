@@ -57,10 +57,10 @@ from crawlfleet.frontier.records import (
     SeedBatch,
     SeenConfig,
     counter_value,
-    text,
 )
 from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import text
 
 __all__ = ["JobFrontier", "interleave", "shard_of"]
 

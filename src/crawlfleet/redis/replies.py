@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["node_status", "node_statuses", "text"]
+__all__ = ["json_object", "node_status", "node_statuses", "text"]
 
 
 def text(value: Any) -> str:
@@ -20,18 +20,23 @@ def text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def json_object(raw: bytes | str) -> dict[str, Any] | None:
+    """The JSON object stored in a hash field or key; None when the value is not JSON or
+    not an object."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def node_status(raw: bytes | str) -> dict[str, Any]:
     """The status a node published in its job's ``nodeinfo`` hash (a JSON object, see
     :mod:`crawlfleet.node.telemetry`). A value that is not one comes back as
-    ``{"status_error": "not JSON"}`` (or ``"not a JSON object"``): a node's bad write
-    shows as such, not as an error of the reader."""
-    try:
-        status = json.loads(raw)
-    except ValueError:
-        return {"status_error": "not JSON"}
-    if not isinstance(status, dict):
-        return {"status_error": "not a JSON object"}
-    return status
+    ``{"status_error": "not a JSON object"}``: a node's bad write shows as such, not as
+    an error of the reader."""
+    status = json_object(raw)
+    return {"status_error": "not a JSON object"} if status is None else status
 
 
 def node_statuses(reply: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
