@@ -10,6 +10,7 @@ listens on its port + 10000).
 from __future__ import annotations
 
 import contextlib
+import random
 import signal
 import socket
 import subprocess
@@ -34,15 +35,29 @@ def _cmd(client: redis.Redis, *args: Any) -> Any:
     return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
-def _free_port(highest: int = 65535) -> int:
-    """A free loopback port, at most *highest*."""
-    for _ in range(200):
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(cluster: bool = False) -> int:
+    """A free loopback port. A cluster node also listens on its port + 10000 (the cluster
+    bus): both are taken below Linux's ephemeral range (32768 and up), where no outgoing
+    connection of another process can take one between this choice and the server's
+    bind."""
+    if not cluster:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port <= highest:
+            return int(s.getsockname()[1])
+    for _ in range(200):
+        port = random.randint(20000, 22767)
+        if _bindable(port) and _bindable(port + 10000):
             return port
-    raise RuntimeError(f"no free loopback port at most {highest} in 200 tries")
+    raise RuntimeError("no free pair of loopback ports (port, port + 10000) in 200 tries")
 
 
 class RedisProcess:
@@ -65,7 +80,8 @@ class RedisProcess:
         self.persist = persist
         self.server = server
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port(55535 if "--cluster-enabled" in options else 65535)
+        self.port = _free_port("--cluster-enabled" in options)
+        self._started = False
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -76,7 +92,21 @@ class RedisProcess:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
 
     def start(self) -> None:
-        """Start (again, same port and data) and wait until it answers."""
+        """Start (again, same port and data) and wait until it answers. The first start
+        takes another free port when the server could not bind its own (another
+        process took it meanwhile): up to 5 ports."""
+        for _ in range(5):
+            if self._start_once():
+                self._started = True
+                return
+            if self._started:
+                break
+            self.port = _free_port("--cluster-enabled" in self.options)
+        raise RuntimeError(f"redis-server did not start on port {self.port} (see {self.dir})")
+
+    def _start_once(self) -> bool:
+        """Start the server on :attr:`port`: True once it answers, False if it exited
+        first or did not answer within 15 s (it is then killed)."""
         aof = ("yes", "--appendfsync", "always") if self.persist else ("no",)
         args = [
             self.server or find_redis_server(),
@@ -91,15 +121,21 @@ class RedisProcess:
         while time.monotonic() < deadline:
             client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
             try:
-                if client.ping():
-                    return
+                # this server's answer, not one of another process that holds the port
+                if client.info("server").get("process_id") == self._proc.pid:
+                    return True
+                if self._proc.poll() is not None:
+                    return False
+                time.sleep(0.05)
             except redis.RedisError:
                 if self._proc.poll() is not None:
-                    break
+                    return False
                 time.sleep(0.05)
             finally:
                 client.close()
-        raise RuntimeError(f"redis-server did not start on port {self.port} (see {self.dir})")
+        self._proc.kill()
+        self._proc.wait()
+        return False
 
     def freeze(self) -> None:
         """SIGSTOP: connections stay open and nothing answers (a hung Redis)."""
