@@ -53,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds the manager waits for Redis to connect and to answer each call.
 REDIS_TIMEOUT_SECONDS = 5.0
+#: How long a stopping manager waits for its own tasks and its Redis connections.
+STOP_WAIT_SECONDS = 5.0
 
 
 def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
@@ -83,12 +85,20 @@ def create_app(settings: BaseSettings, redis_url: str, db: StateDB) -> FastAPI:
         try:
             yield
         finally:
-            for task in (watcher, *ctx.deliveries):
+            # the watch, webhook deliveries and figures still being made (a live
+            # stream's next one) end with the manager; a stop never waits long for them
+            tasks = [watcher, *ctx.deliveries, *ctx.figures.making()]
+            for task in tasks:
                 task.cancel()
-            for task in (watcher, *ctx.deliveries):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await client.aclose()
+            _, stuck = await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
+            if stuck:
+                logger.warning(
+                    "stopping: %s did not end within %.0f s",
+                    ", ".join(sorted(t.get_name() for t in stuck)),
+                    STOP_WAIT_SECONDS,
+                )
+            with contextlib.suppress(*REDIS_FAILURES, TimeoutError):
+                await asyncio.wait_for(client.aclose(), STOP_WAIT_SECONDS)
             await ctx.in_db(ctx.items.close)
             db.close()
 

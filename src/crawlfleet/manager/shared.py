@@ -96,6 +96,10 @@ class Shared:
         finally:
             self._making.pop(key, None)
 
+    def making(self) -> list[asyncio.Task[Made]]:
+        """The figures being made now (the manager cancels them when it stops)."""
+        return list(self._making.values())
+
     def forget(self, key: str | None = None) -> None:
         """Make *key* (or every figure) again at the next ask: after a change made
         through the manager, its answer shows the change at once."""
