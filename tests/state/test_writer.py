@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlfleet.state.db import StateDB
+from crawlfleet.state.db import VERSION_TABLE, StateDB
 from crawlfleet.state.errors import list_errors
 from crawlfleet.state.writer import REFUSED, UNWRITTEN, WRITTEN, Outcome, RegistryWriter
 from tests.support.databases import fresh_database_url
@@ -84,3 +84,24 @@ def test_records_the_writer_cannot_write_are_settled_unwritten() -> None:
     assert sorted(outcomes.wait(2)) == [(1, UNWRITTEN), (2, UNWRITTEN)]
     writer.failure(failure(3), outcomes.of(3))  # closed: nothing will write it
     assert outcomes.wait(3)[-1] == (3, UNWRITTEN)
+
+
+def test_a_state_db_that_cannot_be_migrated_refuses_records_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # crawlfleet's tables without a schema revision: what a first migration cut short
+    # by an older crawlfleet left; the writer says so once and does not wait for ever
+    url = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    db = StateDB.open(url)
+    db.upgrade()
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {VERSION_TABLE}")
+    db.close()
+    writer = RegistryWriter(url)
+    outcomes = Outcomes()
+    writer.failure(failure(1), outcomes.of(1))
+    writer.failure(failure(2), outcomes.of(2))
+    assert sorted(outcomes.wait(2)) == [(1, REFUSED), (2, REFUSED)]
+    writer.close()
+    said = [r.getMessage() for r in caplog.records if "no schema revision" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0]

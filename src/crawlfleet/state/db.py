@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.state.url import ENV_VAR, state_db_url
@@ -127,20 +128,61 @@ class StateDB:
 
     def upgrade(self) -> str:
         """Bring the schema to the newest revision (nothing to do when it is there),
-        under a lock so that managers starting together migrate once. Returns the
-        revision."""
+        under a lock so that managers starting together migrate once, in one
+        transaction (a process killed half-way leaves the schema as it was, on SQLite
+        too). Returns the revision. ConfigError when the DB holds crawlfleet's tables
+        but no revision (a first migration cut short by a crawlfleet that did not make
+        it one transaction): it cannot be brought up to date as it is."""
         from alembic import command
 
         head = self.head()
-        with self.engine.connect() as conn, self._migration_lock(conn):
-            before = _revision(conn)
-            if before != head:
-                config = _alembic_config()
-                config.attributes["connection"] = conn
-                command.upgrade(config, "head")
-                conn.commit()
-                logger.info("state DB %s: schema %s -> %s", self.shown, before or "new", head)
+        engine = self._migration_engine()
+        try:
+            with engine.connect() as conn, self._migration_lock(conn):
+                before = _revision(conn)
+                if before != head:
+                    if before is None:
+                        self._refuse_unversioned(conn)
+                    config = _alembic_config()
+                    config.attributes["connection"] = conn
+                    command.upgrade(config, "head")
+                    conn.commit()
+                    logger.info("state DB %s: schema %s -> %s", self.shown, before or "new", head)
+        finally:
+            if engine is not self.engine:
+                engine.dispose()
         return head
+
+    def _migration_engine(self) -> Engine:
+        """The engine migrations run on: this DB's, except on a SQLite file, where
+        Python's driver commits each CREATE and ALTER on its own; there a connection of
+        its own begins a real transaction, so that a migration is all or nothing."""
+        url = self.engine.url
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return self.engine
+        engine = create_engine(url, poolclass=NullPool, future=True)
+
+        @event.listens_for(engine, "connect")
+        def _no_implicit_transactions(dbapi_connection: object, _record: object) -> None:
+            dbapi_connection.isolation_level = None  # type: ignore[attr-defined]
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN")
+
+        return engine
+
+    def _refuse_unversioned(self, conn: Connection) -> None:
+        from crawlfleet.state.models import Base
+
+        ours = set(inspect(conn).get_table_names()) & set(Base.metadata.tables)
+        if ours:
+            raise ConfigError(
+                f"state DB {self.shown} holds crawlfleet's tables ({len(ours)}) but no "
+                f"schema revision ({VERSION_TABLE} is empty: a first migration was cut "
+                "short): move it aside and start again, or give another "
+                f"{ENV_VAR}"
+            )
 
     @contextlib.contextmanager
     def _migration_lock(self, conn: Connection) -> Iterator[None]:

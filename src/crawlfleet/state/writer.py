@@ -18,7 +18,8 @@ with what became of the record:
 
 - :data:`WRITTEN`: committed in the state DB;
 - :data:`REFUSED`: the state DB refused this record (an error other than not answering,
-  or an unexpected one); dropped with a warning naming it: writing it again would fail
+  or an unexpected one), or cannot be brought up to date (its schema is broken: said
+  once, in one line); dropped with a warning naming it: writing it again would fail
   again;
 - :data:`UNWRITTEN`: not written, and it will not be: the writer stopped first (the
   state DB did not answer by then), or more than ``max_pending`` records waited.
@@ -36,6 +37,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
+from crawlfleet.exceptions import ConfigError
 from crawlfleet.outage import Outage
 from crawlfleet.state.records import Failure
 
@@ -141,6 +143,7 @@ class RegistryWriter:
 
         db: StateDB | None = None
         held: list[_Entry] = []
+        unusable = False  # said once: the state DB cannot be brought up to date
         outage = Outage(
             "the state DB",
             every=None,
@@ -187,6 +190,13 @@ class RegistryWriter:
                 if not stopping:
                     self._pause(RETRY_SECONDS)
                     continue
+            except ConfigError as exc:  # answers, but can never hold them as it is
+                if not unusable:
+                    logger.error("Error registry: %s; failure records are not kept", exc)
+                    unusable = True
+                for entry in held:
+                    _settle(entry, REFUSED)
+                held = []
             except Exception:
                 logger.exception("Error registry: %d record(s) could not be written", len(held))
                 for entry in held:
