@@ -14,7 +14,7 @@ from crawlfleet.node.launcher import start_node
 from crawlfleet.testsite.server import TestSite
 from tests.support.paths import ROOT
 
-__all__ = ["SPIDER", "limited_nodes", "node_logs", "nodes", "site_node"]
+__all__ = ["QUICK", "SPIDER", "limited_nodes", "node_logs", "nodes", "site_node"]
 
 #: The bundled test site's spider, as a node process names it.
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
@@ -46,25 +46,42 @@ def site_node(
     )
 
 
+#: The settings of :func:`nodes` unless told others: 4 requests at a time, quick
+#: heartbeats.
+QUICK = {
+    "CONCURRENT_REQUESTS": 4,
+    "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
+    "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+    "LOG_LEVEL": "INFO",
+}
+
+
 def nodes(
-    n: int, site: TestSite, redis_url: str, node_env: dict[str, str], tmp_path: Path, job: str
+    n: int,
+    site: TestSite,
+    redis_url: str,
+    node_env: dict[str, Any],
+    tmp_path: Path,
+    job: str,
+    *,
+    settings: dict[str, Any] | None = None,
+    per_node: list[dict[str, Any]] | None = None,
+    per_node_env: list[dict[str, str]] | None = None,
 ) -> list[subprocess.Popen[bytes]]:
-    """*n* nodes of *job* crawling *site* (4 requests at a time, quick heartbeats); their
-    logs ``node<k>-<i>.log`` in *tmp_path*, numbered after those already there."""
-    settings = {
-        **node_env,
-        "CONCURRENT_REQUESTS": 4,
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
-        "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
-        "LOG_LEVEL": "INFO",
-    }
+    """*n* nodes of *job* crawling *site* with *node_env* and *settings* (default
+    :data:`QUICK`); *per_node*: extra settings of each node, *per_node_env*: extra
+    environment of each node. Their logs are ``node<k>.log`` in *tmp_path*, numbered
+    after those already there."""
+    common = {**node_env, **(QUICK if settings is None else settings)}
+    first = len(list(tmp_path.glob("node*.log")))
     return [
         site_node(
             site,
             job=job,
             redis_url=redis_url,
-            log=tmp_path / f"node{len(list(tmp_path.glob('node*.log')))}-{i}.log",
-            settings=settings,
+            log=tmp_path / f"node{first + i}.log",
+            settings={**common, **(per_node[i] if per_node else {})},
+            extra_env=per_node_env[i] if per_node_env else None,
         )
         for i in range(n)
     ]
@@ -81,10 +98,8 @@ def limited_nodes(
     per_node: list[dict[str, Any]] | None = None,
     per_node_env: list[dict[str, str]] | None = None,
 ) -> list[subprocess.Popen[bytes]]:
-    """*n* test-site nodes on *job*, every site limited to *limit*; *per_node*: extra
-    settings of each node, *per_node_env*: extra environment of each node."""
-    settings = {
-        **env,
+    """:func:`nodes` with every site limited to *limit*."""
+    limited = {
         "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": limit}),
         # sends on the test suite's busy machine can be tens of ms late: a wider margin
         # (CRAWLFLEET_RATE_LIMIT_MARGIN) than the default, still checked exactly
@@ -93,17 +108,17 @@ def limited_nodes(
         "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
         "LOG_LEVEL": "INFO",
     }
-    return [
-        site_node(
-            site,
-            job=job,
-            redis_url=redis_url,
-            log=tmp_path / f"node{i}.log",
-            settings={**settings, **(per_node[i] if per_node else {})},
-            extra_env=per_node_env[i] if per_node_env else None,
-        )
-        for i in range(n)
-    ]
+    return nodes(
+        n,
+        site,
+        redis_url,
+        env,
+        tmp_path,
+        job,
+        settings=limited,
+        per_node=per_node,
+        per_node_env=per_node_env,
+    )
 
 
 def node_logs(tmp_path: Path) -> str:

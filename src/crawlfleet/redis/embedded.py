@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -51,11 +52,43 @@ def find_redis_server() -> str:
     )
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (free when asked: bind it soon)."""
+#: The lowest port chosen by :func:`free_port`.
+LOW_PORT = 20000
+
+
+def free_port(also: int = 0) -> int:
+    """A free TCP port on 127.0.0.1 (free when asked: bind it soon), with *also* (> 0)
+    ports above it free too (a Redis Cluster node's bus: port + 10000).
+
+    It is taken below the kernel's ephemeral range (where the outgoing connections of
+    every process on the machine take theirs), so that none of them can take it between
+    this choice and the server's bind, as one did in a parallel test run."""
+    top = _ephemeral_low() - 1 - also
+    if top - LOW_PORT < 1000:  # an unusual range: any port the kernel gives
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for _ in range(200):
+        port = random.randint(LOW_PORT, top)
+        if _bindable(port) and (not also or _bindable(port + also)):
+            return port
+    raise EmbeddedRedisError(f"no free loopback port between {LOW_PORT} and {top} in 200 tries")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _ping(port: int) -> bool:

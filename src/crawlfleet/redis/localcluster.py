@@ -10,9 +10,7 @@ listens on its port + 10000).
 from __future__ import annotations
 
 import contextlib
-import random
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +19,7 @@ from typing import Any
 
 import redis
 
-from crawlfleet.redis.embedded import find_redis_server
+from crawlfleet.redis.embedded import find_redis_server, free_port
 
 __all__ = ["LocalCluster", "RedisProcess", "local_cluster"]
 
@@ -35,29 +33,9 @@ def _cmd(client: redis.Redis, *args: Any) -> Any:
     return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _free_port(cluster: bool = False) -> int:
-    """A free loopback port. A cluster node also listens on its port + 10000 (the cluster
-    bus): both are taken below Linux's ephemeral range (32768 and up), where no outgoing
-    connection of another process can take one between this choice and the server's
-    bind."""
-    if not cluster:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
-    for _ in range(200):
-        port = random.randint(20000, 22767)
-        if _bindable(port) and _bindable(port + 10000):
-            return port
-    raise RuntimeError("no free pair of loopback ports (port, port + 10000) in 200 tries")
+    """A free loopback port; a cluster node's bus port (port + 10000) free too."""
+    return free_port(also=10000 if cluster else 0)
 
 
 class RedisProcess:
