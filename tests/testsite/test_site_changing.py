@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import http.client
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from scrapy.http import HtmlResponse
@@ -21,6 +26,7 @@ from crawlfleet.testsite import (
     fetch_change_stats,
     fetch_stats,
     reset_stats,
+    spider,
     start_site_process,
     stop_site_process,
 )
@@ -71,7 +77,8 @@ def get_page(
 
 
 class Clock:
-    """The site's clock, in real seconds, set by the test in site seconds."""
+    """The site's clock, in real seconds, set by the test in site seconds (the site
+    reads it when it starts: its time 0)."""
 
     def __init__(self, scale: float) -> None:
         self.scale = scale
@@ -380,3 +387,43 @@ def test_command_line_and_a_site_process() -> None:
         assert fetch_stats(port)["changing"]["time_scale"] == 600.0
     finally:
         assert stop_site_process(proc) == 0
+
+
+def test_vanilla_scrapy_gets_every_item_with_its_timestamp(tmp_path: Path) -> None:
+    model = SiteModel(pages=40, hosts=2, seed=5)  # problems on: legacy encodings too
+    clock = Clock(scale=1.0)  # as Changing()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if "proxy" not in key.lower() and not key.startswith("SCRAPY_")
+    }
+    with TestSite(model, timeout_seconds=1, changing=Changing(), clock=clock) as site:
+        schedule = site.server.schedule
+        assert schedule is not None
+        clock.at(600.0)  # site time 600 for the whole crawl
+        items_file = tmp_path / "items.jsonl"
+        argv = [
+            sys.executable, "-m", "scrapy", "runspider", str(Path(spider.__file__)),
+            "-a", "start_urls=" + ",".join(site.seed_urls),
+            "-o", f"{items_file}:jsonlines",
+            "-s", "DOWNLOAD_TIMEOUT=2", "-s", "RETRY_ENABLED=False",
+            "-s", "TELNETCONSOLE_ENABLED=False", "-s", "LOG_LEVEL=WARNING",
+        ]  # fmt: skip
+        done = subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        figures = ChangeStats.from_stats(site.stats())
+    items = {item["url"]: item for item in map(json.loads, items_file.read_text().splitlines())}
+    assert len(items) == model.pages
+    for n in range(model.pages):
+        item = items[model.url(n, site.port)]
+        assert item["updated_at"] == iso_time(schedule.updated_at(n, 600.0))
+        if not model.is_article(n) and model.encoded_pages.get(n) is None:
+            assert item["price"] == schedule.product(n, schedule.version(n, 600.0)).price
+    total = figures.total
+    assert total.fetches == model.pages
+    assert total.changes == sum(schedule.births_between(n, 0, 600.0) for n in range(model.pages))
+    changed = [n for n in range(model.pages) if schedule.version(n, 600.0) > 0]
+    assert (total.picked_up, total.pending) == (len(changed), 0)  # each page's current one
+    assert total.missed == total.changes - len(changed)
