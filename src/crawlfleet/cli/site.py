@@ -4,7 +4,8 @@ Binds only ``127.0.0.1`` .. ``127.0.0.{hosts}``. Once serving, it prints the por
 stdout, writes it to ``--port-file`` (atomically) if given, and logs the seed URLs.
 SIGINT and SIGTERM stop it cleanly (exit status 0); the port file is then removed.
 ``--archive-*`` add the date x category archive (:mod:`crawlfleet.testsite.archive`),
-``--ban-*`` and ``--flaky*`` make the site hostile (:mod:`crawlfleet.testsite.hostile`).
+``--ban-*`` and ``--flaky*`` make the site hostile (:mod:`crawlfleet.testsite.hostile`),
+``--changing`` makes its content pages change (:mod:`crawlfleet.testsite.changing`).
 Also runnable as ``python -m crawlfleet.cli.site`` (what
 :func:`crawlfleet.testsite.process.start_site_process` uses).
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from crawlfleet.cli.arguments import Option, add_options
 from crawlfleet.testsite.archive import DEFAULT_ARCHIVE_START, category_names
+from crawlfleet.testsite.changing import Changing, change_mix
 from crawlfleet.testsite.hostile import FLAKY_KINDS, Hostile, flaky_kinds
 from crawlfleet.testsite.model import MAX_HOSTS, SiteModel
 from crawlfleet.testsite.server import SiteServer
@@ -113,6 +115,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar="KINDS",
         ),
     )
+    changing = parser.add_argument_group(
+        "changing mode (off by default)",
+        "Content pages change on schedules drawn from --seed: a new version every "
+        "minute, every hour, never, or only a new updated_at timestamp on every fetch "
+        "('stamp'). A new version changes the product's price or the article's "
+        "headline. In each class a share of the pages sends ETag and Last-Modified and "
+        "answers conditional requests with 304 while unchanged. GET /_stats adds "
+        "'changing': per class, per validators group and in total: fetches, fetches "
+        "of unchanged pages, 304s, changes made, picked up, missed and pending, and "
+        "pick-up delays (median, p95).",
+    )
+    changing.add_argument(
+        "--changing", action="store_true", help="content pages change (default: static)"
+    )
+    add_options(
+        changing,
+        Option(
+            "--time-scale",
+            float,
+            1.0,
+            "site seconds per real second: 60 makes 'hourly' pages change every minute "
+            "(default: 1)",
+            metavar="X",
+        ),
+        Option(
+            "--validators",
+            float,
+            0.5,
+            "share of each class's pages that send ETag and Last-Modified (default: 0.5)",
+            metavar="SHARE",
+        ),
+        Option(
+            "--change-mix",
+            str,
+            Changing().spec,
+            f"weights of the page classes (default: {Changing().spec})",
+            metavar="MIX",
+        ),
+    )
     add_options(
         parser,
         Option("--port", int, 0, "port (default: 0, a free one)"),
@@ -144,12 +185,22 @@ def run(args: argparse.Namespace) -> int:
             flaky_attempts=args.flaky_attempts,
             flaky_kinds=flaky_kinds(args.flaky_kinds),
         )
+        changing = (
+            Changing(
+                time_scale=args.time_scale,
+                validators=args.validators,
+                mix=change_mix(args.change_mix),
+            )
+            if args.changing
+            else None
+        )
         server = SiteServer(
             model,
             port=args.port,
             latency_seconds=args.latency,
             timeout_seconds=args.timeout_seconds,
             hostile=hostile,
+            changing=changing,
         )
     except ValueError as exc:
         logger.error("invalid option: %s", exc)
@@ -206,6 +257,17 @@ async def _serve(server: SiteServer, port_file: Path | None) -> None:
                 len(hostile.flaky_locs(model)),
                 hostile.flaky_attempts,
                 ",".join(hostile.flaky_kinds),
+            )
+        schedule = server.schedule
+        if schedule is not None:
+            classes = ", ".join(
+                f"{name} {len(schedule.pages_of(name))}" for name, _ in schedule.changing.mix
+            )
+            logger.info(
+                "changing: %s pages; %g site seconds per second; %g of them with validators",
+                classes,
+                schedule.changing.time_scale,
+                schedule.changing.validators,
             )
         print(port, flush=True)
         await stop.wait()

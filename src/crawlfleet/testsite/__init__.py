@@ -4,6 +4,8 @@ tests and the benchmarks.
 - :mod:`.model`: what the site contains (:class:`SiteModel`), the ground truth;
 - :mod:`.archive`: its optional date x category archive;
 - :mod:`.hostile`: hostile mode (:class:`Hostile`: bans, flaky URLs, captchas);
+- :mod:`.changing`: changing mode (:class:`Changing`: pages that change on known
+  schedules), :mod:`.changelog`: its freshness figures (:class:`ChangeStats`);
 - :mod:`.server`: serving it (:class:`SiteServer`, :class:`TestSite` for tests);
 - :mod:`.process`: serving it from a child process (benchmarks);
 - :mod:`.spider`: a vanilla Scrapy spider that crawls it completely.
@@ -16,6 +18,8 @@ from typing import Any
 
 __all__ = [
     "Article",
+    "ChangeStats",
+    "Changing",
     "EncodingCase",
     "Hostile",
     "Link",
@@ -23,6 +27,7 @@ __all__ = [
     "SiteModel",
     "SiteServer",
     "TestSite",
+    "fetch_change_stats",
     "fetch_stats",
     "reset_stats",
     "start_site_process",
@@ -35,8 +40,17 @@ _HOMES = {
     **dict.fromkeys(("Article", "EncodingCase", "Link", "Product", "SiteModel"), "model"),
     **dict.fromkeys(("SiteServer", "TestSite"), "server"),
     "Hostile": "hostile",
+    "Changing": "changing",
+    "ChangeStats": "changelog",
     **dict.fromkeys(
-        ("fetch_stats", "reset_stats", "start_site_process", "stop_site_process"), "process"
+        (
+            "fetch_change_stats",
+            "fetch_stats",
+            "reset_stats",
+            "start_site_process",
+            "stop_site_process",
+        ),
+        "process",
     ),
 }
 

@@ -2,7 +2,8 @@
 
 :func:`start_site_process` runs ``python -m crawlfleet.cli.site`` (the ``crawlfleet site``
 command) and returns once the site serves; :func:`fetch_stats` and :func:`reset_stats`
-talk to its ``/_stats`` and ``/_reset`` endpoints.
+talk to its ``/_stats`` and ``/_reset`` endpoints, :func:`fetch_change_stats` reads a
+changing site's freshness figures.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from crawlfleet.testsite.archive import category_names
+from crawlfleet.testsite.changelog import ChangeStats
+from crawlfleet.testsite.changing import Changing
 from crawlfleet.testsite.hostile import Hostile
 from crawlfleet.testsite.model import SiteModel, host_address
 
 __all__ = [
+    "fetch_change_stats",
     "fetch_stats",
     "reset_stats",
     "site_command",
@@ -43,6 +47,7 @@ def site_command(
     port_file: Path | None = None,
     python: str | None = None,
     hostile: Hostile | None = None,
+    changing: Changing | None = None,
 ) -> list[str]:
     """The argv that serves ``model`` (its archive too) with these options."""
     argv = [
@@ -82,6 +87,13 @@ def site_command(
             f"--flaky-attempts={hostile.flaky_attempts}",
             f"--flaky-kinds={','.join(hostile.flaky_kinds)}",
         ]
+    if changing is not None:
+        argv += [
+            "--changing",
+            f"--time-scale={changing.time_scale!r}",
+            f"--validators={changing.validators!r}",
+            f"--change-mix={changing.spec}",
+        ]
     if port_file is not None:
         argv.append(f"--port-file={port_file}")
     return argv
@@ -96,6 +108,7 @@ def start_site_process(
     startup_timeout: float = 60.0,
     python: str | None = None,
     hostile: Hostile | None = None,
+    changing: Changing | None = None,
     stdout: _File = subprocess.DEVNULL,
     stderr: _File = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -106,6 +119,7 @@ def start_site_process(
     :class:`RuntimeError` if the process exits first and :class:`TimeoutError` (after
     killing it) if it is not serving within ``startup_timeout`` seconds. Stop it with
     :func:`stop_site_process`. The child's logs go to ``stderr`` (inherited by default).
+    ``changing`` (default: none) makes its content pages change.
     """
     model = model if model is not None else SiteModel()
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-site-"))
@@ -118,6 +132,7 @@ def start_site_process(
         port_file=port_file,
         python=python,
         hostile=hostile,
+        changing=changing,
     )
     proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr)
     try:
@@ -160,6 +175,12 @@ def fetch_stats(
     with _OPENER.open(url, timeout=timeout) as response:
         result: dict[str, Any] = json.load(response)
     return result
+
+
+def fetch_change_stats(port: int, *, host: int = 0, timeout: float = 30.0) -> ChangeStats:
+    """The freshness figures of the changing site on ``port``; ``ValueError`` if the
+    site does not change."""
+    return ChangeStats.from_stats(fetch_stats(port, host=host, brief=True, timeout=timeout))
 
 
 def reset_stats(port: int, *, host: int = 0, timeout: float = 10.0) -> None:

@@ -12,6 +12,8 @@ Selectors a scraper can rely on:
   ``time[datetime]`` and ``div.article-body`` (the main text, one ``<p>`` per
   paragraph); boilerplate around it: ``div.cookie-banner``, ``nav.menu``,
   ``aside.sidebar``, ``section.related`` (the body links) and ``footer``;
+- on a changing site (:mod:`crawlfleet.testsite.changing`), product and article blocks
+  also hold ``time.updated[datetime]`` (ISO time; after the other ``time``);
 - catalogue pages: ``ol.catalog`` entries, ``a[rel=prev]``, ``a[rel=next]``.
 
 Every page has ``nav.menu`` (root, catalogue) and ``footer.site-footer``.
@@ -25,9 +27,24 @@ import zlib
 from dataclasses import dataclass
 from html import escape
 
-from crawlfleet.testsite.model import CATALOG_PAGE_SIZE, Link, Loc, SiteModel, host_address
+from crawlfleet.testsite.model import (
+    CATALOG_PAGE_SIZE,
+    Article,
+    Link,
+    Loc,
+    Product,
+    SiteModel,
+    host_address,
+)
 
-__all__ = ["Resource", "href", "relative_path", "render_page_text", "render_site"]
+__all__ = [
+    "Resource",
+    "href",
+    "page_resource",
+    "relative_path",
+    "render_page_text",
+    "render_site",
+]
 
 _SITE_NAME = "Crawlfleet Test Store"
 _FOOTER = (
@@ -125,8 +142,23 @@ def _menu(model: SiteModel, source: Loc, port: int) -> str:
     return f'<header class="site-header">\n<nav class="menu"><ul>{items}</ul></nav>\n</header>\n'
 
 
-def _product_html(model: SiteModel, n: int, port: int, meta_charset: str | None) -> str:
-    item = model.product(n)
+def _updated(updated: tuple[str, str] | None) -> str:
+    """The ``updated_at`` line of a changing page (``(ISO time, human form)``)."""
+    if updated is None:
+        return ""
+    iso, human = updated
+    return f'<p class="updated">Updated <time class="updated" datetime="{iso}">{human}</time></p>\n'
+
+
+def _product_html(
+    model: SiteModel,
+    n: int,
+    port: int,
+    meta_charset: str | None,
+    item: Product | None = None,
+    updated: tuple[str, str] | None = None,
+) -> str:
+    item = item if item is not None else model.product(n)
     source = model.loc_of(n)
     parts = [
         _head(item.title, meta_charset),
@@ -139,7 +171,9 @@ def _product_html(model: SiteModel, n: int, port: int, meta_charset: str | None)
         f'<p class="sku-line">SKU: <span class="sku" itemprop="sku">{item.sku}</span></p>\n',
         f'<p class="listed">Listed on <time datetime="{item.date}">{item.date_human}</time></p>\n',
         '<div class="description" itemprop="description">\n'
-        f"<p>{escape(item.description)}</p>\n</div>\n</div>\n",
+        f"<p>{escape(item.description)}</p>\n</div>\n",
+        _updated(updated),
+        "</div>\n",
     ]
     featured = model.featured_links(n)
     if featured:
@@ -159,8 +193,14 @@ def _product_html(model: SiteModel, n: int, port: int, meta_charset: str | None)
     return "".join(parts)
 
 
-def _article_html(model: SiteModel, n: int, port: int) -> str:
-    item = model.article(n)
+def _article_html(
+    model: SiteModel,
+    n: int,
+    port: int,
+    item: Article | None = None,
+    updated: tuple[str, str] | None = None,
+) -> str:
+    item = item if item is not None else model.article(n)
     source = model.loc_of(n)
     body = "".join(f"<p>{escape(p)}</p>\n" for p in item.paragraphs)
     return "".join(
@@ -175,7 +215,9 @@ def _article_html(model: SiteModel, n: int, port: int) -> str:
             f'<h1 class="headline">{escape(item.headline)}</h1>\n',
             f'<p class="byline">By <span class="author">{escape(item.author)}</span>, '
             f'<time datetime="{item.date}">{item.date_human}</time></p>\n',
-            f'<div class="article-body">\n{body}</div>\n</article>\n',
+            f'<div class="article-body">\n{body}</div>\n',
+            _updated(updated),
+            "</article>\n",
             '<section class="related"><h2>Related links</h2>\n<ul>\n',
             _link_list(model, model.page_links(n), source, port),
             "</ul></section>\n</main>\n</div>\n",
@@ -185,12 +227,32 @@ def _article_html(model: SiteModel, n: int, port: int) -> str:
     )
 
 
-def render_page_text(model: SiteModel, n: int, port: int) -> str:
-    """The HTML of page ``n`` as text, before encoding."""
+def render_page_text(
+    model: SiteModel,
+    n: int,
+    port: int,
+    *,
+    item: Product | Article | None = None,
+    updated: tuple[str, str] | None = None,
+) -> str:
+    """The HTML of page ``n`` as text, before encoding. A changing site passes the
+    version's ``item`` (default: the model's) and ``updated``, ``(ISO time, human
+    form)`` of its ``time.updated`` (default: none)."""
     if model.is_article(n):
-        return _article_html(model, n, port)
+        article = item if isinstance(item, Article) else None
+        return _article_html(model, n, port, article, updated)
     case = model.encoded_pages.get(n)
-    return _product_html(model, n, port, "utf-8" if case is None else case.meta_charset)
+    product = item if isinstance(item, Product) else None
+    meta = "utf-8" if case is None else case.meta_charset
+    return _product_html(model, n, port, meta, product, updated)
+
+
+def page_resource(model: SiteModel, n: int, html: str) -> Resource:
+    """Page ``n``'s rendered ``html`` as a response, in its codec."""
+    case = model.encoded_pages.get(n)
+    if case is None:
+        return Resource(200, "text/html; charset=utf-8", html.encode("utf-8"))
+    return Resource(200, case.content_type, html.encode(case.codec))
 
 
 def _catalog_html(model: SiteModel, host: int, k: int, port: int) -> str:
@@ -243,13 +305,7 @@ def render_site(model: SiteModel, port: int) -> dict[Loc, Resource]:
     """
     site: dict[Loc, Resource] = {}
     for n in range(model.pages):
-        html = render_page_text(model, n, port)
-        case = model.encoded_pages.get(n)
-        if case is None:
-            resource = Resource(200, "text/html; charset=utf-8", html.encode("utf-8"))
-        else:
-            resource = Resource(200, case.content_type, html.encode(case.codec))
-        site[model.loc_of(n)] = resource
+        site[model.loc_of(n)] = page_resource(model, n, render_page_text(model, n, port))
     for host, path in model.catalog_locs():
         k = int(path.partition("=")[2])
         body = _catalog_html(model, host, k, port).encode("utf-8")

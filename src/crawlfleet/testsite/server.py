@@ -18,6 +18,10 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
   captcha redirect, a dropped connection) and ``/captcha``; checked before
   ``ban_above_rate`` and never for ``/robots.txt`` or the control endpoints. Hostile
   answers are no fetches: they are counted in ``hostile`` only;
+- with ``changing`` (:class:`~crawlfleet.testsite.changing.Changing`, off by default):
+  content pages change on known schedules, some send ``ETag`` / ``Last-Modified`` and
+  answer conditional requests with 304 (see :mod:`crawlfleet.testsite.changing`); the
+  site clock is ``clock`` (injectable) times ``time_scale``;
 - ``GET /_stats`` (``?brief=1`` leaves out ``requests``) and ``POST /_reset``, never
   counted. ``/_stats`` returns (URLs are ``http://127.0.0.X:PORT/path``)::
 
@@ -46,7 +50,27 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
                  "flaky_served": {"503": int, "429": int, "captcha": int, "drop": int,
                                   "500": int},   # failures served, by kind
                  "captcha_requests": int},       # /captcha pages served
+     "changing": None | {                # a changing site's freshness figures
+         "time_scale": float, "site_seconds": float, "counted_seconds": float,
+         "clients": int, "total": FIGURES,
+         "classes": {"minute" | "hourly" | "never" | "stamp": FIGURES},
+         "validators": {"etag" | "none": FIGURES}},
      "requests": {url: int}}             # every counted URL (archive ones too)
+
+FIGURES (:class:`~crawlfleet.testsite.changelog.ChangeCounts`, read them with
+:class:`~crawlfleet.testsite.changelog.ChangeStats`)::
+
+    {"pages": int, "interval_seconds": float | None,   # real seconds between changes
+     "fetches": int,              # 200s and 304s of these pages
+     "unchanged_fetches": int,    # the client had that version (304s included)
+     "not_modified": int,         # 304s sent
+     "changes": int,              # versions born since start or /_reset
+     "picked_up": int,            # ... fetched at least once
+     "missed": int,               # ... replaced before anyone fetched them
+     "pending": int,              # ... current, not fetched yet (stale copies)
+     "due": int, "on_time": int,  # born >= 2 intervals ago / of them fetched within 2
+     "on_time_share": float | None,
+     "delay_seconds": {"median": float | None, "p95": ..., "max": ...}}  # birth -> fetch
 
 ``clients`` counts requests by the label a crawler sends in the ``X-Crawlfleet-Client``
 header (tests and the benchmark give each node, or each group of nodes, its own label);
@@ -71,9 +95,18 @@ from typing import Any, TypedDict, TypeVar, Unpack
 
 from aiohttp import web
 
+from crawlfleet.testsite.changelog import ChangeLog
+from crawlfleet.testsite.changing import (
+    Changing,
+    Schedule,
+    etag_matches,
+    iso_time,
+    modified_since,
+    site_datetime,
+)
 from crawlfleet.testsite.hostile import Hostile, HostileGuard
 from crawlfleet.testsite.model import Loc, SiteModel, host_address
-from crawlfleet.testsite.render import Resource, render_site
+from crawlfleet.testsite.render import Resource, page_resource, render_page_text, render_site
 from crawlfleet.testsite.stats import RequestLog
 
 #: Requests carrying this header are also counted per client label (see ``clients``).
@@ -119,7 +152,9 @@ class SiteServer:
 
     ``port`` 0 picks a free port. ``latency_seconds`` delays every counted response;
     ``/slow`` answers after ``timeout_seconds`` (or at :meth:`stop`). ``hostile``
-    (default: nothing hostile) makes the site push back.
+    (default: nothing hostile) makes the site push back; ``changing`` (default: a
+    static site) makes its content pages change. ``clock`` (real seconds, never
+    decreasing) times requests and, times ``changing.time_scale``, the site clock.
     """
 
     def __init__(
@@ -132,9 +167,13 @@ class SiteServer:
         ban_above_rate: int = 0,
         robots_crawl_delay: float = 0.0,
         hostile: Hostile | None = None,
+        changing: Changing | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if hostile is not None and not isinstance(hostile, Hostile):
             raise ValueError(f"hostile must be a Hostile, got {hostile!r}")
+        if changing is not None and not isinstance(changing, Changing):
+            raise ValueError(f"changing must be a Changing, got {changing!r}")
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be between 0 and 65535, got {port}")
         if latency_seconds < 0:
@@ -150,6 +189,12 @@ class SiteServer:
         self.ban_above_rate = ban_above_rate
         self.hostile = hostile if hostile is not None else Hostile()
         self._guard: HostileGuard | None = None
+        self.changing = changing
+        self.schedule = Schedule(model, changing) if changing is not None else None
+        self._changes: ChangeLog | None = None
+        #: page -> (version, updated_at, body) of the last body rendered (changing site)
+        self._bodies: dict[int, tuple[int, float, Resource]] = {}
+        self._clock = clock
         self._robots = _ROBOTS + (
             f"Crawl-delay: {robots_crawl_delay:g}\n".encode() if robots_crawl_delay else b""
         )
@@ -187,7 +232,9 @@ class SiteServer:
             by_host: list[dict[str, Resource]] = [{} for _ in range(self.model.hosts)]
             for (host, path), resource in render_site(self.model, port).items():
                 by_host[host][path] = resource
-            self._log = RequestLog(self.model, port)
+            self._log = RequestLog(self.model, port, clock=self._clock)
+            if self.schedule is not None:
+                self._changes = ChangeLog(self.schedule, clock=self._clock)
             self._guard = HostileGuard(self.hostile, self.hostile.flaky_locs(self.model))
             self._closing = asyncio.Event()
             for host, sock in enumerate(socks):
@@ -221,6 +268,7 @@ class SiteServer:
             raise RuntimeError("the site is not started")
         snapshot = self._log.snapshot()
         snapshot["hostile"] = self._guard.snapshot()
+        snapshot["changing"] = None if self._changes is None else self._changes.snapshot()
         if brief:
             del snapshot["requests"]
             del snapshot["archive"]["requests"]
@@ -232,6 +280,8 @@ class SiteServer:
             self._log.reset()
         if self._guard is not None:
             self._guard.reset()
+        if self._changes is not None:
+            self._changes.reset()
 
     def _handler(self, host: int, resources: dict[str, Resource]) -> _Handler:
         log, guard = self._log, self._guard
@@ -254,9 +304,14 @@ class SiteServer:
             if self.ban_above_rate and self._too_fast(host):
                 log.record_banned(host, request.headers.get(CLIENT_HEADER))
                 return web.Response(status=429, text="too many requests\n")
-            log.record(host, path, request.headers.get(CLIENT_HEADER))
+            client = request.headers.get(CLIENT_HEADER)
+            log.record(host, path, client)
             if self.latency_seconds:
                 await asyncio.sleep(self.latency_seconds)
+            if self._changes is not None:
+                n = self.model.page_at((host, path))
+                if n is not None:
+                    return self._changing_page(request, n, client)
             resource = resources.get(path)
             if resource is None:
                 return await self._dynamic((host, path))
@@ -267,6 +322,41 @@ class SiteServer:
             )
 
         return handle
+
+    def _changing_page(
+        self, request: web.BaseRequest, n: int, client: str | None
+    ) -> web.StreamResponse:
+        """Page ``n`` of a changing site as it is now: 304 if the request's validators
+        still hold, else its current version."""
+        changes, schedule = self._changes, self.schedule
+        assert changes is not None and schedule is not None
+        t = changes.site_time()
+        version = schedule.version(n, t)
+        headers = {}
+        if schedule.has_validators(n):
+            headers["ETag"] = etag = schedule.etag(n, version)
+            headers["Last-Modified"] = last_modified = schedule.last_modified(n, version)
+            if _not_modified(request, etag, last_modified):
+                changes.record(n, version, t, client, not_modified=True)
+                return web.Response(status=304, headers=headers)
+        changes.record(n, version, t, client)
+        resource = self._changing_body(n, version, schedule.updated_at(n, t))
+        headers["Content-Type"] = resource.content_type
+        return web.Response(body=resource.body, status=resource.status, headers=headers)
+
+    def _changing_body(self, n: int, version: int, updated_at: float) -> Resource:
+        cached = self._bodies.get(n)
+        if cached is not None and cached[:2] == (version, updated_at):
+            return cached[2]
+        schedule = self.schedule
+        assert schedule is not None
+        model = self.model
+        item = schedule.article(n, version) if model.is_article(n) else schedule.product(n, version)
+        updated = (iso_time(updated_at), f"{site_datetime(updated_at):%d %B %Y, %H:%M:%S}")
+        html = render_page_text(model, n, self.port, item=item, updated=updated)
+        resource = page_resource(model, n, html)
+        self._bodies[n] = (version, updated_at, resource)
+        return resource
 
     def _too_fast(self, host: int) -> bool:
         """Whether *host* already answered ``ban_above_rate`` requests in the last
@@ -322,6 +412,16 @@ class SiteServer:
         return web.Response(status=404, text="not found\n")
 
 
+def _not_modified(request: web.BaseRequest, etag: str, last_modified: str) -> bool:
+    """Whether ``request``'s conditional headers say it has this version (RFC 9110:
+    ``If-None-Match`` first; ``If-Modified-Since`` only without it)."""
+    none_match = request.headers.get("If-None-Match")
+    if none_match is not None:
+        return etag_matches(none_match, etag)
+    since = request.headers.get("If-Modified-Since")
+    return since is not None and modified_since(since, last_modified) is False
+
+
 class SiteOptions(TypedDict, total=False):
     """How a :class:`SiteServer` serves (see it); what a :class:`TestSite` hands on."""
 
@@ -331,6 +431,8 @@ class SiteOptions(TypedDict, total=False):
     ban_above_rate: int
     robots_crawl_delay: float
     hostile: Hostile | None
+    changing: Changing | None
+    clock: Callable[[], float]
 
 
 class TestSite:

@@ -7,7 +7,9 @@ It imports nothing from crawlfleet, so it runs under vanilla Scrapy too::
 Start URLs come from the ``start_urls`` spider argument (comma-separated) or else from
 the ``TESTSITE_START_URLS`` setting (a list). It follows every ``<a href>`` of every HTML
 page and yields one item per product page (``url``, ``title``, ``price``, ``date``,
-``sku``) and per article page (``url``, ``headline``, ``author``, ``date``). Non-HTML
+``sku``) and per article page (``url``, ``headline``, ``author``, ``date``); on a
+changing site (``crawlfleet site --changing``) these items also have ``updated_at``, the
+page's timestamp (ISO time; on some pages the only thing that changes). Non-HTML
 responses yield nothing.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 import scrapy
 from scrapy.http import HtmlResponse, Response
 
-__all__ = ["ITEMS", "PAGINATION_PRIORITY", "TestSiteSpider"]
+__all__ = ["ITEMS", "OPTIONAL_FIELDS", "PAGINATION_PRIORITY", "TestSiteSpider"]
 
 #: Priority of the catalogue's next-page links (other links: 0).
 PAGINATION_PRIORITY = 10
@@ -32,13 +34,17 @@ ITEMS: dict[str, dict[str, str]] = {
         "price": "span.price::text",
         "date": "time::attr(datetime)",
         "sku": "span.sku::text",
+        "updated_at": "time.updated::attr(datetime)",
     },
     "article.post": {
         "headline": "h1.headline::text",
         "author": "span.author::text",
         "date": "time::attr(datetime)",
+        "updated_at": "time.updated::attr(datetime)",
     },
 }
+#: Fields left out of an item when its page has none (a static site has no timestamp).
+OPTIONAL_FIELDS = frozenset({"updated_at"})
 
 
 class TestSiteSpider(scrapy.Spider):
@@ -90,8 +96,10 @@ class TestSiteSpider(scrapy.Spider):
         for block, fields in ITEMS.items():
             found = response.css(block)
             if found:
-                return {
-                    "url": response.url,
-                    **{name: found.css(query).get() for name, query in fields.items()},
-                }
+                item: dict[str, Any] = {"url": response.url}
+                for name, query in fields.items():
+                    value = found.css(query).get()
+                    if value is not None or name not in OPTIONAL_FIELDS:
+                        item[name] = value
+                return item
         return None
