@@ -1,0 +1,137 @@
+"""What one tracked URL of a continuous crawl costs Redis: run with
+``python -m crawlfleet.benchmark.tracked [--urls N]`` (docs/scaling.md).
+
+It starts a Redis of its own (127.0.0.1, nothing written to disk, so that the figures
+are this run's alone), queues *urls* requests over SITES sites through the commit
+script as nodes do, each encoded by the nodes' own codec from a URL of about 60
+characters with a meta holding a revisit state of 11 fields (as a node keeps it under
+``crawlfleet_revisit``), leases them all, and commits each as a new :class:`Revisit`
+(waiting a day), in batches of 500. Bytes per tracked URL: Redis's ``used_memory``
+after, less before the first request, over *urls*; and ``MEMORY USAGE`` of the keys that
+hold them (the req hash, the leases sorted set, the owner hash). The seen-filter is
+left out (the requests bypass it): its cost per URL is its own (exact or Bloom mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import scrapy
+
+from crawlfleet.frontier.client import Frontier
+from crawlfleet.frontier.records import Outgoing, Revisit
+from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.localcluster import RedisProcess
+
+__all__ = ["measure_tracked", "payload_of"]
+
+SITES = 1000
+BATCH = 500
+DAY_MS = 86_400_000
+
+
+def payload_of(i: int, codec: RequestCodec, *, runtime_meta: bool = False) -> bytes:
+    """The stored form of tracked request *i*: a URL of about 60 characters and the
+    revisit state a node keeps in its meta (*runtime_meta*: with the keys Scrapy's
+    downloader adds too, as a request re-serialized without removing them would be)."""
+    url = f"https://www.shop{i % SITES:04d}.example.com/products/item-{i:08d}.html"
+    state = {
+        "visits": 3,
+        "interval": 86400,
+        "due": 1_767_225_600 + i,
+        "last": 1_767_225_612 + i,
+        "etag": f'"{i:08x}-5f3c2a1b"',
+        "lm": "Wed, 21 Oct 2025 07:28:00 GMT",
+        "fp": f"{i * 2654435761 % 2**64:016x}{i:016x}",
+        "first": 1_760_000_000 + i,
+        "changed": 1_765_000_000 + i,
+        "version": 2,
+        "gone": 0,
+    }
+    meta: dict[str, Any] = {"depth": 2, "crawlfleet_revisit": state}
+    if runtime_meta:
+        meta |= {
+            "download_timeout": 180.0,
+            "download_slot": f"www.shop{i % SITES:04d}.example.com",
+            "download_latency": 0.2345678,
+        }
+    return codec.encode(scrapy.Request(url, meta=meta))
+
+
+async def _used(client: Any) -> int:
+    return int((await client.info("memory"))["used_memory"])
+
+
+async def measure_tracked(url: str, urls: int, *, runtime_meta: bool = False) -> dict[str, Any]:
+    """Track *urls* requests in the (empty) Redis at *url*; the figures per URL."""
+    client = make_client(url)
+    try:
+        f = Frontier(client, JobKeys.of("cfmem", "tracked"))
+        codec = RequestCodec(None)
+        await f.commit("warm", [])  # scripts loaded, counters created
+        before = await _used(client)
+        sizes = 0
+        for start in range(0, urls, BATCH):
+            batch = []
+            for i in range(start, min(urls, start + BATCH)):
+                payload = payload_of(i, codec, runtime_meta=runtime_meta)
+                sizes += len(payload)
+                site = f"www.shop{i % SITES:04d}.example.com"
+                batch.append(Outgoing(b"", site, 0, payload))
+            await f.commit("n1", batch)
+        queued = await _used(client)
+        kept = 0
+        while kept < urls:
+            offer = await f.offer(32)
+            r = await f.lease("n1", BATCH, offer, lease_ms=600_000, per_site=BATCH, offer_size=32)
+            if not r.entries:
+                break
+            revisits = [Revisit(e.rid, DAY_MS, e.payload, new=True) for e in r.entries]
+            kept += (await f.commit("n1", revisits=revisits)).revisited
+        after = await _used(client)
+        k = f.keys
+        usage = {
+            name: int(await client.memory_usage(key, samples=0) or 0)
+            for name, key in (("req", k.req), ("leases", k.leases), ("owner", k.owner))
+        }
+        counters = await f.counters()
+        return {
+            "urls": urls,
+            "tracked": counters.get("tracked", 0),
+            "payload_bytes": round(sizes / urls, 1),
+            "queued_bytes_per_url": round((queued - before) / urls, 1),
+            "tracked_bytes_per_url": round((after - before) / urls, 1),
+            "by_key_bytes_per_url": {name: round(n / urls, 1) for name, n in usage.items()},
+            "gb_per_10M_tracked": round((after - before) * 10_000_000 / urls / 1e9, 2),
+        }
+    finally:
+        await client.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--urls", type=int, default=100_000)
+    parser.add_argument("--runtime-meta", action="store_true")
+    parser.add_argument("--redis-server", default=None, help="redis-server binary")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisProcess(Path(tmp), persist=False, server=args.redis_server)
+        server.start()
+        try:
+            figures = asyncio.run(
+                measure_tracked(server.url, args.urls, runtime_meta=args.runtime_meta)
+            )
+        finally:
+            server.stop()
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
