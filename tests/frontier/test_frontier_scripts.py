@@ -12,67 +12,19 @@ import pytest
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
-from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.replies import text
-from tests.support.frontier import out
+from tests.support.frontier import lease_all, out
 
 T = TypeVar("T")
-
-
-def _runner(mode: str, redis_url: str, key_prefix: str) -> Callable[..., Any]:
-    def runner(fn: Callable[[Any], Awaitable[T]], job: str = "job1") -> T:
-        async def main() -> T:
-            if mode == "memory":
-                return await fn(MemoryFrontier(job))
-            client = make_client(redis_url)
-            try:
-                if mode == "sharded":  # five shards on one Redis, Bloom mode (site
-                    # "a" is in shard 2; the tests' other sites in shards 0 to 3)
-                    seen = SeenConfig("bloom", bloom_capacity=5000, bloom_error_rate=1e-4)
-                    keys = JobKeys.of(key_prefix, job)
-                    return await fn(JobFrontier(client, keys, seen, shards=5))
-                seen = SeenConfig(mode, bloom_capacity=1000, bloom_error_rate=1e-4)
-                return await fn(Frontier(client, JobKeys.of(key_prefix, job), seen))
-            finally:
-                await client.aclose()
-
-        return asyncio.run(main())
-
-    return runner
-
-
-@pytest.fixture(params=["exact", "bloom", "memory", "sharded"])
-def run(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
-    """run(fn) runs ``await fn(frontier)`` on a fresh job: the contract every frontier
-    keeps, on Redis in each seen-filter mode, on the in-memory frontier, and on a job
-    of five shards."""
-    return _runner(request.param, redis_server_url, key_prefix)
-
-
-@pytest.fixture(params=["exact", "bloom"])
-def run_redis(request: Any, redis_server_url: str, key_prefix: str) -> Callable[..., Any]:
-    """As ``run``, on Redis only: for what looks at Redis's keys."""
-    return _runner(request.param, redis_server_url, key_prefix)
 
 
 def set_aside_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The log lines that say an entry was set aside."""
     return [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
-
-
-async def lease_all(f: Frontier, node: str = "n1", n: int = 100, **kw: Any) -> list[str]:
-    res = await f.lease(
-        node,
-        n,
-        await f.offer(50),
-        lease_ms=kw.get("lease_ms", 60000),
-        per_site=kw.get("per_site", n),
-        offer_size=50,
-    )
-    return [e.payload.decode() for e in res.entries]
 
 
 def test_duplicates_are_dropped_and_reported(run: Callable[..., Any]) -> None:

@@ -248,6 +248,42 @@ def test_an_idle_node_beats_often_only_while_nothing_is_queued() -> None:
     run(body)
 
 
+def test_an_idle_node_of_a_job_whose_work_waits_for_later_beats_at_its_period() -> None:
+    """Nothing queued, but a request waits for its time (a tracked page between visits,
+    hours away): the job is not ending, the node beats every CRAWLFLEET_HEARTBEAT_SECONDS,
+    not ten times a second for hours."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        settings = {
+            "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
+            "CRAWLFLEET_LEASE_SECONDS": 10,
+            "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
+        }
+        scheduler = node(store, engine, settings)
+        frontier = scheduler.frontier
+        later = Outgoing(b"", "a.test", 0, encode(Request("http://a.test/later")), 3_600_000)
+        await MemoryFrontier("job", store).commit("n0", [later])
+        beats: list[float] = []
+        heartbeat = frontier.heartbeat
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            beats.append(time.monotonic())
+            return await heartbeat(*args, **kwargs)
+
+        frontier.heartbeat = counted  # type: ignore[method-assign]
+        await scheduler.start(Spider("job"))
+        await until(lambda: scheduler.sync.heartbeat.state is not None)
+        beats.clear()
+        await asyncio.sleep(1.0)
+        assert len(beats) <= 1, beats
+        assert scheduler.has_pending_requests()  # not finished: it waits for its time
+        await scheduler.stop("finished")
+
+    run(body)
+
+
 def test_the_frequent_beats_of_an_idle_node_publish_its_status_about_once_a_second() -> None:
     async def body() -> None:
         store: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from crawlfleet.frontier.records import Outgoing
 from crawlfleet.frontier.sharded import JobFrontier, shard_of
 from crawlfleet.redis.connection import make_client
 
-__all__ = ["fp", "out", "shard_down", "site_in", "sites_in"]
+__all__ = ["fp", "lease_all", "out", "shard_down", "site_in", "sites_in"]
 
 
 def fp(text: str) -> bytes:
@@ -45,3 +45,17 @@ def shard_down(f: JobFrontier, shard: int) -> Any:
     client = make_client("redis://127.0.0.1:1/0")
     f._parts[shard] = Frontier(client, f.keys.in_shard(shard, len(f._parts)), f.home.seen)
     return client
+
+
+async def lease_all(f: Any, node: str = "n1", n: int = 100, **kw: Any) -> list[str]:
+    """The payloads (as text) of up to *n* requests leased to *node* from the sites
+    *f* offers."""
+    res = await f.lease(
+        node,
+        n,
+        await f.offer(50),
+        lease_ms=kw.get("lease_ms", 60000),
+        per_site=kw.get("per_site", n),
+        offer_size=50,
+    )
+    return [e.payload.decode() for e in res.entries]

@@ -29,7 +29,9 @@ from crawlfleet.frontier.records import (
     LeaseOptions,
     LeaseResult,
     Outgoing,
+    Revisit,
     SeedBatch,
+    Untrack,
 )
 
 __all__ = ["Committer", "FrontierBackend", "PartialCommit"]
@@ -38,8 +40,9 @@ __all__ = ["Committer", "FrontierBackend", "PartialCommit"]
 class PartialCommit(RedisConnectionError):
     """A commit of a sharded job failed in some shards after others did their part:
     *result* is what was done, *requests* the indexes (in the batch) of the requests
-    queued or found duplicates, *acks* the acknowledgements applied. The rest was not
-    done. *cause*: the first failure. Caught as a Redis outage (REDIS_ERRORS)."""
+    queued or found duplicates, *acks* the rids of the acknowledgements, revisits and
+    untracks done (applied, or found no longer the node's). The rest was not done.
+    *cause*: the first failure. Caught as a Redis outage (REDIS_ERRORS)."""
 
     def __init__(
         self, cause: BaseException, result: CommitResult, requests: set[int], acks: set[str]
@@ -65,6 +68,8 @@ class Committer(Protocol):
         *,
         known: int = 0,
         epoch: str = "",
+        revisits: Sequence[Revisit] = (),
+        untracked: Sequence[Untrack] = (),
     ) -> CommitResult:
         """Queue *requests* (dropping what the seen-filter knows), acknowledge the leases
         *acks* of *node* (done: removed for good) and set the entries *bad* aside. A
@@ -72,12 +77,24 @@ class Committer(Protocol):
         :data:`~crawlfleet.frontier.records.WAITING`, counted "waiting"), then
         :meth:`FrontierBackend.reclaim_expired` queues it.
 
+        *revisits* (:class:`~crawlfleet.frontier.records.Revisit`): leases of *node*
+        finished and kept for a later visit: each keeps its rid, priority and site, gets
+        its new payload and waits its delay as a request with a ``delay_ms`` does (a
+        revisit counts as acknowledged, "acked", and as "waiting" and "revisits"; a new
+        one as "tracked"). *untracked* (:class:`~crawlfleet.frontier.records.Untrack`):
+        leases of tracked requests acknowledged for good ("tracked" - 1). Either is
+        applied only while the lease is still *node*'s; its non-empty event goes to the
+        job's change stream (counted "changes"), trimmed to about the frontier's
+        ``changes_maxlen`` newest.
+
         The result names the job's *epoch*: set by its first commit, new after each
         reset. *known* duplicates the node found itself (fingerprints it knows the
         seen-filter holds) are counted with the job's duplicates only if *epoch* is the
         job's (``CommitResult.known_counted``); else the job was reset since the node
         learned them, and they are not duplicates."""
-        return await self._commit(CommitBatch(node, requests, acks, bad, known, epoch))
+        return await self._commit(
+            CommitBatch(node, requests, acks, bad, known, epoch, revisits, untracked)
+        )
 
     @abstractmethod
     async def _commit(self, batch: CommitBatch) -> CommitResult:

@@ -23,6 +23,7 @@ from crawlfleet.frontier.base import Committer
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
+    CHANGES_MAXLEN,
     PRIORITY_LIMIT,
     WAITING,
     BackoffOptions,
@@ -106,12 +107,23 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
 
 
 class Frontier(Committer):
-    """The shared frontier of one job in one Redis."""
+    """The shared frontier of one job in one Redis; its change stream keeps about
+    *changes_maxlen* events (at least 1)."""
 
-    def __init__(self, client: Redis, keys: JobKeys, seen: SeenConfig | None = None) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        keys: JobKeys,
+        seen: SeenConfig | None = None,
+        *,
+        changes_maxlen: int = CHANGES_MAXLEN,
+    ) -> None:
+        if changes_maxlen < 1:
+            raise ValueError(f"changes_maxlen must be at least 1, not {changes_maxlen}")
         self.client = client
         self.keys = keys
         self.seen = seen or SeenConfig()
+        self.changes_maxlen = changes_maxlen
         self.scripts = ScriptSet(client, self.seen.mode)
         #: on a Redis Cluster the job's keys and the fleet's politeness keys are in
         #: different slots: a lease takes two or three scripts, a heartbeat two calls
@@ -160,8 +172,8 @@ class Frontier(Committer):
 
     # -- queueing --------------------------------------------------------------------
     async def _commit(self, batch: CommitBatch) -> CommitResult:
-        """One commit.lua call: *batch*'s acknowledgements, set-asides, unseen requests
-        and known duplicates, atomically."""
+        """One commit.lua call: *batch*'s acknowledgements, set-asides, revisits,
+        untracks, unseen requests and known duplicates, atomically."""
         k = self.keys
         qindex: dict[str, int] = {}
         tail: list[Any] = []
@@ -169,6 +181,11 @@ class Frontier(Committer):
             qi = qindex.setdefault(r.site, len(qindex) + 1)
             prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
             tail += [r.fp, qi, r.site, prio, r.payload, max(0, int(r.delay_ms))]
+        kept: list[Any] = []
+        for v in batch.revisits:
+            kept += [v.rid, max(0, int(v.delay_ms)), v.payload, "1" if v.new else "0", v.event]
+        for u in batch.untracked:
+            kept += [u.rid, u.event]
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
             keys = k.for_commit(seen_keys, qindex)
@@ -182,16 +199,19 @@ class Frontier(Committer):
                 WAITING,
                 batch.known,
                 batch.epoch,
+                len(batch.revisits),
+                len(batch.untracked),
+                self.changes_maxlen,
                 *seen_args,
                 *batch.acks,
                 *batch.bad,
+                *kept,
                 *tail,
             ]
             return keys, args
 
-        queued, dups, acked, dup_idx, layers, job_epoch, counted = await self._with_seen(
-            "commit", build
-        )
+        reply = await self._with_seen("commit", build)
+        queued, dups, acked, dup_idx, layers, job_epoch, counted, revisited, untracked = reply
         self._note_layers(layers)
         return CommitResult(
             int(queued),
@@ -200,6 +220,8 @@ class Frontier(Committer):
             [int(i) - 1 for i in dup_idx],
             text(job_epoch),
             int(counted),
+            int(revisited),
+            int(untracked),
         )
 
     async def lease(
@@ -285,6 +307,18 @@ class Frontier(Committer):
             -1,
             counter_value(control_seq),
         )
+
+    async def changes(self, count: int = 100) -> list[tuple[str, bytes]]:
+        """The newest *count* events of the job's change stream, oldest first: (stream
+        entry id, event) each (an entry without its field "e" is skipped)."""
+        self.round_trips += 1
+        raw = await self.client.xrevrange(self.keys.changes, count=count)
+        out: list[tuple[str, bytes]] = []
+        for entry_id, fields in reversed(raw or []):
+            event = (fields or {}).get(b"e")
+            if isinstance(event, bytes):
+                out.append((text(entry_id), event))
+        return out
 
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
         """Keep *node*'s end-of-run summary for ``crawlfleet job status``."""
@@ -424,7 +458,9 @@ class Frontier(Committer):
         busy, renew = "1" if beat["busy"] else "0", beat.get("renew", ())
         args = [node, beat["ttl_ms"], beat["status"], busy, beat["lease_ms"], *renew]
         reply = await self.scripts("heartbeat", keys, args)
-        now, queued, leased, live, busy_others, _renewed, limits, control, ever, shared = reply
+        now, queued, leased, live, busy_others, _renewed, limits, control, ever, shared, waiting = (
+            reply
+        )
         if fleet and self.cluster:
             self.round_trips += 1
             raw = await self.client.hgetall(k.fleet.limits)
@@ -439,6 +475,7 @@ class Frontier(Committer):
             desired(dict(zip(control_fields(node), control, strict=True))),
             int(ever),
             _pairs(shared),
+            int(waiting),
         )
 
     async def send_control(self, scope: str, kind: str, value: str | int) -> int:

@@ -23,6 +23,7 @@ from crawlfleet.frontier.base import Committer
 from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
+    CHANGES_MAXLEN,
     WAITING,
     BackoffOptions,
     CommitBatch,
@@ -80,6 +81,8 @@ class _Job:
     control: dict[str, str] = field(default_factory=dict)
     summaries: dict[str, str] = field(default_factory=dict)
     seeds: dict[str, list[bytes]] = field(default_factory=dict)
+    #: the change stream: (entry id "<ms>-<n>", event), oldest first
+    changes: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 @dataclass
@@ -99,10 +102,20 @@ _FLEET = " polite"
 
 class MemoryFrontier(Committer):
     """A job's frontier in memory (see the module docstring). Frontiers made with
-    the same *store* dict and *job* share it, as nodes share a Redis."""
+    the same *store* dict and *job* share it, as nodes share a Redis. Its change stream
+    keeps the *changes_maxlen* newest events."""
 
-    def __init__(self, job: str = "job", store: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        job: str = "job",
+        store: dict[str, Any] | None = None,
+        *,
+        changes_maxlen: int = CHANGES_MAXLEN,
+    ) -> None:
+        if changes_maxlen < 1:
+            raise ValueError(f"changes_maxlen must be at least 1, not {changes_maxlen}")
         self.job = job
+        self.changes_maxlen = changes_maxlen
         shared = store if store is not None else {}
         self._job: _Job = shared.setdefault(job, _Job())
         self._fleet: _Fleet = shared.setdefault(_FLEET, _Fleet())
@@ -151,6 +164,30 @@ class MemoryFrontier(Committer):
                 j.leases.pop(rid, None)
                 j.owner.pop(rid, None)
                 set_aside += 1
+        revisited = tracked = dropped = 0
+        for v in batch.revisits:  # kept under its rid, waiting (see commit.lua)
+            if j.owner.get(v.rid) != batch.node:
+                continue
+            kept = j.entries.get(v.rid)
+            if kept is None:
+                j.leases.pop(v.rid, None)
+                j.owner.pop(v.rid, None)
+                dropped += 1
+                continue
+            kept.payload = v.payload
+            j.leases[v.rid] = _now_us() // 1000 + max(0, v.delay_ms)
+            j.owner[v.rid] = WAITING
+            revisited += 1
+            tracked += v.new
+            self._note_change(v.event)
+        untracked = 0
+        for u in batch.untracked:
+            if j.owner.get(u.rid) == batch.node:
+                j.leases.pop(u.rid, None)
+                j.owner.pop(u.rid, None)
+                j.entries.pop(u.rid, None)
+                untracked += 1
+                self._note_change(u.event)
         queued, waiting, dup_idx = 0, 0, []
         for i, r in enumerate(batch.requests):
             if r.fp and r.fp in j.seen:
@@ -174,10 +211,41 @@ class MemoryFrontier(Committer):
         self._count("leased", waiting)
         self._count("waiting", waiting)
         self._count("duplicates", len(dup_idx) + counted)
-        self._count("leased", -(acked + set_aside))
-        self._count("acked", acked)
+        self._count("leased", -(acked + set_aside + untracked + dropped))
+        self._count("acked", acked + revisited + untracked)
         self._count("bad", set_aside)
-        return CommitResult(queued + waiting, len(dup_idx), acked, dup_idx, job_epoch, counted)
+        self._count("waiting", revisited)
+        self._count("revisits", revisited)
+        if tracked - untracked:
+            j.counters["tracked"] = max(0, j.counters.get("tracked", 0) + tracked - untracked)
+        return CommitResult(
+            queued + waiting,
+            len(dup_idx),
+            acked,
+            dup_idx,
+            job_epoch,
+            counted,
+            revisited,
+            untracked,
+        )
+
+    def _note_change(self, event: bytes) -> None:
+        """Append *event* (b"": none) to the job's change stream, counted "changes"."""
+        if not event:
+            return
+        stream = self._job.changes
+        ms, n = _now_us() // 1000, 0
+        if stream:
+            last_ms, _, last_n = stream[-1][0].partition("-")
+            if int(last_ms) >= ms:
+                ms, n = int(last_ms), int(last_n) + 1
+        stream.append((f"{ms}-{n}", event))
+        del stream[: max(0, len(stream) - self.changes_maxlen)]
+        self._count("changes", 1)
+
+    async def changes(self, count: int = 100) -> list[tuple[str, bytes]]:
+        """The newest *count* events of the job's change stream, oldest first."""
+        return list(self._job.changes[-count:]) if count > 0 else []
 
     async def offer(self, size: int) -> list[str]:
         self.round_trips += 1
@@ -352,10 +420,11 @@ class MemoryFrontier(Committer):
         return others
 
     async def reset(self, *, keep_limits: bool = False, keep_nodes: bool = False) -> int:
-        """Forget the job's crawl state (its seed lists are the user's: kept)."""
-        seeds, nodes = self._job.seeds, self._job.nodes
+        """Forget the job's crawl state (its seed lists are the user's, its change
+        stream output: kept)."""
+        seeds, nodes, changes = self._job.seeds, self._job.nodes, self._job.changes
         self._job.__init__()  # type: ignore[misc]  # in place: other frontiers share it
-        self._job.seeds = seeds
+        self._job.seeds, self._job.changes = seeds, changes
         if keep_nodes:
             self._job.nodes = nodes
         return 1
@@ -400,6 +469,7 @@ class MemoryFrontier(Committer):
             desired({name: j.control.get(name) for name in fields}),
             j.counters.get("leased_total", 0),
             dict(self._fleet.limits),
+            j.counters.get("waiting", 0),
         )
 
     async def control_seq(self) -> int:

@@ -14,6 +14,7 @@ from crawlfleet.redis.replies import text
 
 __all__ = [
     "BACKOFF_OVER_MS",
+    "CHANGES_MAXLEN",
     "FINGERPRINT_BYTES",
     "MAX_SHARDS",
     "PRIORITY_LIMIT",
@@ -29,9 +30,11 @@ __all__ = [
     "Leased",
     "Outgoing",
     "Pacing",
+    "Revisit",
     "SeedBatch",
     "SeenConfig",
     "SlowSites",
+    "Untrack",
     "backoff_left",
     "counter_value",
     "entry_fault",
@@ -50,6 +53,9 @@ MAX_SHARDS = 1024
 #: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
 FINGERPRINT_BYTES = 16
 PRIORITY_LIMIT = 2**19
+#: Events kept in a job's change stream (per shard) by default: older ones are trimmed
+#: (``XADD ... MAXLEN ~``; setting CRAWLFLEET_CHANGES_MAXLEN).
+CHANGES_MAXLEN = 100_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,30 @@ class Outgoing:
     priority: int
     payload: bytes
     delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Revisit:
+    """A finished lease of this node kept for a later visit: its entry's payload becomes
+    *payload* and it waits *delay_ms* (a lease of :data:`WAITING`, on Redis's clock),
+    then is queued again with its priority and site, under the same rid. Applied only
+    if the lease is still the node's (else nothing). *new*: first time kept (counter
+    "tracked" + 1); *event*: b"" for none, else appended to the job's change stream."""
+
+    rid: str
+    delay_ms: int
+    payload: bytes
+    new: bool = False
+    event: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Untrack:
+    """A finished lease of a tracked request acknowledged for good (the page is gone):
+    like an ack, and counter "tracked" - 1; *event* as in :class:`Revisit`."""
+
+    rid: str
+    event: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +149,8 @@ class CommitBatch:
     bad: Sequence[str]
     known: int
     epoch: str
+    revisits: Sequence[Revisit] = ()
+    untracked: Sequence[Untrack] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +158,7 @@ class CommitResult:
     queued: int
     #: requests of the commit found in the seen-filter
     duplicates: int
+    #: acknowledgements applied (of *acks*; revisits and untracks are counted apart)
     acked: int
     duplicate_indexes: list[int] = field(default_factory=list)  # 0-based
     #: the job's epoch (see :meth:`~crawlfleet.frontier.base.Committer.commit`;
@@ -134,6 +167,10 @@ class CommitResult:
     #: the duplicates the node found itself that this commit counted (0 when its epoch
     #: was not the job's)
     known_counted: int = 0
+    #: revisits applied (the lease was still the node's: it waits now)
+    revisited: int = 0
+    #: untracks applied (the lease was still the node's: it is gone for good)
+    untracked: int = 0
 
 
 class LeaseOptions(TypedDict, total=False):
@@ -282,6 +319,9 @@ class JobState:
     leased_total: int = 0
     #: the run-time rate limits every job shares (site pattern -> "H/Ws")
     fleet_limits: dict[str, str] = field(default_factory=dict)
+    #: requests waiting for their time (retries backing off, tracked requests between
+    #: visits): counted in *leased*; while there are some the job cannot finish
+    waiting: int = 0
 
     @property
     def empty(self) -> bool:

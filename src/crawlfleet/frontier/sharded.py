@@ -45,6 +45,7 @@ from crawlfleet.exceptions import CommandFailed
 from crawlfleet.frontier.base import Committer, PartialCommit
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
+    CHANGES_MAXLEN,
     MAX_SHARDS,
     BackoffOptions,
     CommitBatch,
@@ -54,8 +55,10 @@ from crawlfleet.frontier.records import (
     LeaseOptions,
     LeaseResult,
     Outgoing,
+    Revisit,
     SeedBatch,
     SeenConfig,
+    Untrack,
     counter_value,
 )
 from crawlfleet.redis.connection import REDIS_ERRORS
@@ -67,6 +70,7 @@ __all__ = ["JobFrontier", "interleave", "shard_of"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+E = TypeVar("E", Revisit, Untrack)
 
 #: Counters that are not additive across shards: read from shard 0.
 _JOB_COUNTERS = frozenset({"beat_at", "resumed_at", "seq", "control_seq", "bad_seq", "epoch"})
@@ -76,6 +80,15 @@ def shard_of(site: str, shards: int) -> int:
     """The shard that holds *site* among *shards* (stable across processes and
     versions: CRC-32 of its UTF-8 name)."""
     return zlib.crc32(site.encode("utf-8", "surrogatepass")) % shards if shards > 1 else 0
+
+
+def _shard_rid(rid: str, count: int) -> tuple[int, str]:
+    """(shard, the shard's own id) of request id *rid* ("<shard>:<id>") of a job of
+    *count* shards; an id of no shard is shard 0's as it is (it matches nothing there)."""
+    head, sep, tail = rid.partition(":")
+    if sep and head.isdigit() and int(head) < count:
+        return int(head), tail
+    return 0, rid
 
 
 def interleave(lists: Sequence[Sequence[str]], size: int) -> list[str]:
@@ -138,6 +151,7 @@ class _Committed:
     def __init__(self, where: list[list[int]]) -> None:
         self.where = where
         self.queued = self.duplicates = self.acked = self.known = 0
+        self.revisited = self.untracked = 0
         self.epoch = ""
         self.dups: list[int] = []
         self.requests: set[int] = set()
@@ -145,12 +159,22 @@ class _Committed:
 
     @property
     def anything(self) -> bool:
-        return bool(self.requests or self.acks or self.queued or self.acked or self.known)
+        return bool(
+            self.requests
+            or self.acks
+            or self.queued
+            or self.acked
+            or self.known
+            or self.revisited
+            or self.untracked
+        )
 
     def add(self, shard: int, r: CommitResult, *, with_requests: bool) -> None:
         self.queued += r.queued
         self.duplicates += r.duplicates
         self.acked += r.acked
+        self.revisited += r.revisited
+        self.untracked += r.untracked
         if with_requests:
             self.requests.update(self.where[shard])
             self.dups += [self.where[shard][i] for i in r.duplicate_indexes]
@@ -159,7 +183,14 @@ class _Committed:
 
     def result(self) -> CommitResult:
         return CommitResult(
-            self.queued, self.duplicates, self.acked, sorted(self.dups), self.epoch, self.known
+            self.queued,
+            self.duplicates,
+            self.acked,
+            sorted(self.dups),
+            self.epoch,
+            self.known,
+            self.revisited,
+            self.untracked,
         )
 
 
@@ -253,7 +284,8 @@ class _ShardsView:
 class JobFrontier(Committer):
     """The frontier of one job over its shards (see the module's docstring). *shards*:
     the count a job gets when this object creates it (CRAWLFLEET_SHARDS); a job keeps
-    the count it was created with."""
+    the count it was created with. *changes_maxlen*: the events each shard's change
+    stream keeps (about)."""
 
     def __init__(
         self,
@@ -262,13 +294,15 @@ class JobFrontier(Committer):
         seen: SeenConfig | None = None,
         *,
         shards: int = 1,
+        changes_maxlen: int = CHANGES_MAXLEN,
     ) -> None:
         self.client = client
         self.keys = keys
         self.seen = seen or SeenConfig()
         self.wanted = shards
+        self.changes_maxlen = changes_maxlen
         #: shard 0: the job's own keys, and its registry, control and limits
-        self.home = Frontier(client, keys, self.seen)
+        self.home = Frontier(client, keys, self.seen, changes_maxlen=changes_maxlen)
         self._parts: list[Frontier] | None = None
         self._own_trips = 0
         #: where the next lease's turn of shards starts, and what leases heard of them
@@ -336,7 +370,10 @@ class JobFrontier(Committer):
                 self.seen, bloom_capacity=max(1000, self.seen.bloom_capacity // count)
             )
             self.home.seen = per
-            others = [Frontier(self.client, k.in_shard(i, count), per) for i in range(1, count)]
+            others = [
+                Frontier(self.client, k.in_shard(i, count), per, changes_maxlen=self.changes_maxlen)
+                for i in range(1, count)
+            ]
             self._parts = [self.home, *others]
         else:
             self._parts = [self.home]
@@ -347,11 +384,17 @@ class JobFrontier(Committer):
         An id of no shard goes to shard 0 as it is (it matches nothing there)."""
         out: list[list[tuple[str, str]]] = [[] for _ in range(count)]
         for rid in rids:
-            head, sep, tail = rid.partition(":")
-            if sep and head.isdigit() and int(head) < count:
-                out[int(head)].append((rid, tail))
-            else:
-                out[0].append((rid, rid))
+            shard, own = _shard_rid(rid, count)
+            out[shard].append((rid, own))
+        return out
+
+    def _route(self, ends: Sequence[E], count: int) -> list[list[tuple[str, E]]]:
+        """Revisits or untracks by shard, routed by rid as :meth:`_split` routes acks:
+        (the rid as given, the record with the shard's own rid)."""
+        out: list[list[tuple[str, E]]] = [[] for _ in range(count)]
+        for end in ends:
+            shard, rid = _shard_rid(end.rid, count)
+            out[shard].append((end.rid, dataclasses.replace(end, rid=rid)))
         return out
 
     @staticmethod
@@ -372,9 +415,10 @@ class JobFrontier(Committer):
 
     async def _commit(self, batch: CommitBatch) -> CommitResult:
         """As :meth:`Frontier.commit`: one script per shard concerned, at once. The
-        acknowledgements go with the requests only when these are all in one shard, else
-        after every shard has queued its part, so that a page is never acknowledged
-        while a link it yielded is not queued. When some shards fail after others did
+        acknowledgements (revisits and untracks too: each to the shard of its rid, as an
+        ack) go with the requests only when these are all in one shard, else after every
+        shard has queued its part, so that a page is never acknowledged while a link it
+        yielded is not queued. When some shards fail after others did
         their part, :class:`PartialCommit` says what was done: send only the rest again
         (requests that bypass the seen-filter would otherwise be queued twice). The
         job's epoch is shard 0's, which counts the *known* duplicates: it is called
@@ -391,24 +435,39 @@ class JobFrontier(Committer):
             reqs[s].append(r)
             where[s].append(i)
         acks_by, bad_by = self._split(batch.acks, count), self._split(batch.bad, count)
+        revisits_by = self._route(batch.revisits, count)
+        untracked_by = self._route(batch.untracked, count)
+        ended = [
+            [
+                *acks_by[s],
+                *((g, v.rid) for g, v in revisits_by[s]),
+                *((g, u.rid) for g, u in untracked_by[s]),
+            ]
+            for s in range(count)
+        ]
         carrying = [s for s in range(count) if reqs[s] or bad_by[s]]
         # shard 0 counts the known duplicates and tells the epoch (no link to queue)
         home = (known > 0 or not epoch) and 0 not in carrying
         first = [0, *carrying] if home else carrying
         # acknowledgements ride along only where nothing else can fail without them
         riding = set(first) if len(first) == 1 else set(carrying) if len(carrying) == 1 else set()
-        then = [s for s in range(count) if acks_by[s] and s not in riding]
+        then = [s for s in range(count) if ended[s] and s not in riding]
         total = _Committed(where)
 
         async def phase(shards: list[int], *, with_requests: bool) -> None:
+            def ending(s: int) -> bool:
+                return s in riding or not with_requests
+
             calls = [
                 parts[s].commit(
                     node,
                     reqs[s] if with_requests else (),
-                    [rid for _, rid in acks_by[s]] if (s in riding or not with_requests) else (),
+                    [rid for _, rid in acks_by[s]] if ending(s) else (),
                     [rid for _, rid in bad_by[s]] if with_requests else (),
                     known=known if s == 0 and with_requests else 0,
                     epoch=epoch,
+                    revisits=[v for _, v in revisits_by[s]] if ending(s) else (),
+                    untracked=[u for _, u in untracked_by[s]] if ending(s) else (),
                 )
                 for s in shards
             ]
@@ -419,8 +478,8 @@ class JobFrontier(Committer):
                     failed = failed or outcome
                     continue
                 total.add(s, outcome, with_requests=with_requests)
-                if s in riding or not with_requests:
-                    total.acks.update(original for original, _ in acks_by[s])
+                if ending(s):
+                    total.acks.update(original for original, _ in ended[s])
             if failed is not None:
                 if total.anything and isinstance(failed, REDIS_ERRORS):
                     raise PartialCommit(failed, total.result(), total.requests, total.acks)
@@ -547,6 +606,7 @@ class JobFrontier(Committer):
             queued=sum(max(0, st.queued) for st in states),
             leased=sum(max(0, st.leased) for st in states),
             leased_total=sum(max(0, st.leased_total) for st in states),
+            waiting=sum(max(0, st.waiting) for st in states),
         )
 
     # -- the job's own state (shard 0) ---------------------------------------------------
@@ -558,6 +618,18 @@ class JobFrontier(Committer):
 
     async def node_statuses(self) -> dict[str, dict[str, Any]]:
         return await self.home.node_statuses()
+
+    async def changes(self, count: int = 100) -> list[tuple[str, bytes]]:
+        """The newest *count* events of the job's change streams (one per shard), oldest
+        first by their stream ids (Redis's clock when each was added): (stream entry id,
+        event) each."""
+        parts = await self.shards()
+        each = await self._each([p.changes(count) for p in parts])
+        merged = sorted(
+            (e for events in each for e in events),
+            key=lambda e: tuple(int(x) for x in e[0].split("-")),
+        )
+        return merged[-count:] if count > 0 else []
 
     async def save_summary(self, node: str, summary: dict[str, Any]) -> None:
         await self.home.save_summary(node, summary)

@@ -5,11 +5,13 @@ its contract:
 
 - Every CRAWLFLEET_HEARTBEAT_SECONDS (every IDLE_HEARTBEAT_SECONDS at most while the
   job may be ending: the node is idle and closes when the job is finished, and the job
-  has nothing queued, as the last heartbeat or lease read it, so that it sees the end
-  soon; at once when it just ran out of work, or its status changed) the node renews its
-  registration (it lapses after CRAWLFLEET_NODE_TIMEOUT_SECONDS without one) and every
-  lease it holds, publishes its status (``<job>:nodeinfo``), and reads the job's state:
-  its counts go to the leaser, its limits and commands to
+  has nothing queued, as the last heartbeat or lease read it, and nothing waiting for
+  its time (a retry, a tracked page between visits), as the last heartbeat read it, so
+  that it sees the end soon; at once when it just ran out of work, or its status
+  changed) the node renews its registration (it lapses after
+  CRAWLFLEET_NODE_TIMEOUT_SECONDS without one) and every lease it holds, publishes its
+  status (``<job>:nodeinfo``), and reads the job's state: its counts go to the leaser,
+  its limits and commands to
   :class:`~crawlfleet.node.control.Control`, whether it is finished to the
   :class:`~crawlfleet.node.lifecycle.Lifecycle`.
 - Between heartbeats, at least every CONTROL_CHECK_SECONDS, it reads the job's command
@@ -171,8 +173,16 @@ class Heartbeat:
     def _may_be_ending(self) -> bool:
         """The node is idle, closes when the job is finished, and the job has nothing
         queued (as the last heartbeat or lease read it; before its first seed too, which
-        a heartbeat brings at once): beat often."""
-        return self.core.config.close_when_finished and self.leaser.job_queued <= 0 and self.idle()
+        a heartbeat brings at once) and nothing waiting for its time (a retry backing
+        off, a tracked request between visits: the job cannot finish before it is
+        crawled, maybe hours from now): beat often."""
+        waiting = self.state is not None and self.state.waiting > 0
+        return (
+            self.core.config.close_when_finished
+            and self.leaser.job_queued <= 0
+            and not waiting
+            and self.idle()
+        )
 
     async def keep_alive(self) -> None:
         """A heartbeat that renews the registration and leases and nothing else (at

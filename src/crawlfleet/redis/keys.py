@@ -65,9 +65,14 @@ keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
                                               in crawlfleet.pipelines.stream)
     <prefix>:{<job>}:items:dead        stream entries item workers could not store, each
                                               with its entry id, reason and fields
+    <prefix>:{<job>}:changes           stream the job's change stream: one field "e", the
+                                              event a node gave with a revisit or an
+                                              untrack (commit.lua), trimmed to about
+                                              CRAWLFLEET_CHANGES_MAXLEN; one per shard
 
-The item streams are output, not crawl state: they are not in ``JobKeys.fixed()``, so
-resetting a job's crawl keeps the items that workers have not stored yet.
+The item and change streams are output, not crawl state: they are not in
+``JobKeys.fixed()``, so resetting a job's crawl keeps what their consumers have not read
+yet.
 
 The seed key read for scrapy-redis compatibility (the spider's ``redis_key``, by default
 ``<spider>:start_urls``: a list, set or sorted set) is the user's own key and lives
@@ -358,6 +363,10 @@ class JobKeys:
     def items_dead(self) -> str:
         return f"{self.base}:items:dead"
 
+    @property
+    def changes(self) -> str:
+        return f"{self.base}:changes"
+
     # -- each script's KEYS (see the module docstring) ------------------------------
 
     def _queues(self, sites: Iterable[str]) -> list[str]:
@@ -381,7 +390,7 @@ class JobKeys:
     def for_commit(self, seen: Sequence[str], sites: Iterable[str]) -> list[str]:
         """The KEYS of commit.lua: the seen-filter's keys *seen* (:meth:`seen_filter`),
         then the queues of *sites*, the i-th site's at its 1-based index i."""
-        return [*self._frontier(), self.bad, *seen, *self._queues(sites)]
+        return [*self._frontier(), self.bad, self.changes, *seen, *self._queues(sites)]
 
     def for_lease(self, sites: Iterable[str]) -> list[str]:
         """The KEYS of lease.lua (on one Redis: the fleet's pacing keys too), with the

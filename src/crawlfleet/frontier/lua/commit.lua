@@ -1,6 +1,8 @@
 -- commit: one batch from a node: acknowledge finished leases, set malformed entries
--- aside, and queue new requests whose fingerprint the seen-filter has not seen.
--- uses: seen, counters, clock
+-- aside, keep finished leases for a later visit (revisits) or drop tracked ones for
+-- good (untracks), and queue new requests whose fingerprint the seen-filter has not
+-- seen.
+-- uses: seen, entry, counters, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
 -- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
@@ -8,8 +10,10 @@
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash  seq, queued, leased, enqueued, duplicates, acked, bad, ...
 -- KEYS[6] bad       list  malformed entries, kept for inspection
--- KEYS[7 .. 6+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
--- KEYS[7+S ..]      two keys per site: its queue (zset rid -> score, -priority * 2^32
+-- KEYS[7] changes   stream  the job's change stream: events of revisits and untracks
+--                   (one field "e"), trimmed to about ARGV[12] entries
+-- KEYS[8 .. 7+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
+-- KEYS[8+S ..]      two keys per site: its queue (zset rid -> score, -priority * 2^32
 --                   + seq) and its FIFO list of priority-0 requests ("<rid>\0<payload>"
 --                   items: no req entry while queued, the lean form of most requests)
 --
@@ -19,7 +23,12 @@
 -- ARGV[8] K: duplicates the node found itself (its cache of fingerprints this filter
 --         holds), counted only if ARGV[9] is the job's epoch
 -- ARGV[9] the job's epoch the node's cache belongs to ("": none yet)
+-- ARGV[10] V (revisits)    ARGV[11] U (untracks)
+-- ARGV[12] most entries kept in the change stream (XADD MAXLEN ~; at least 1)
 -- then P seen parameters, A rids to acknowledge, B rids to set aside,
+-- then V groups of 5 (revisits): rid, delay (ms), new payload, "1" if first kept
+-- (counter "tracked") else "0", event ("": none),
+-- then U groups of 2 (untracks): rid, event ("": none),
 -- then R groups of 6: fingerprint ("" = bypass the seen-filter), queue index
 -- (1-based among the sites: its keys are the (2i-1)-th and 2i-th queue keys), site,
 -- priority, payload, delay (ms; 0: none).
@@ -27,28 +36,39 @@
 -- as a lease of the waiting holder until now + delay, so that whoever reclaims
 -- expired leases (expired.lua, requeue.lua) queues it once its time has come; it
 -- counts as leased and as "waiting".
+-- A revisit is a finished lease kept under its rid for a later visit: its req entry
+-- keeps its score and site and gets the new payload, and it waits as a delayed
+-- request does (holder ARGV[7], deadline now + delay), then is queued by the same
+-- reclaim, at its priority (a priority-0 one in its site's FIFO list, lean). It counts
+-- as acked, "revisits" and "waiting" (still leased). An untrack ends the lease as an
+-- ack does, and counts "tracked" - 1. A non-empty event of either is appended to the
+-- change stream (counter "changes").
 --
 -- The job's epoch (counters field "epoch") names this incarnation of the job: set by
 -- the first commit, from Redis's clock in µs, and gone with the counters when the job
 -- is reset, so that a node can tell its cache of seen fingerprints is stale.
 --
--- Returns {queued (waiting included), duplicates (found here), acked, {1-based indexes
---          of duplicate requests}, new bloom layers, the job's epoch, K if counted else
---          0} (wrapped with the counters' repairs: see _counters.lua)
--- An ack is applied only if the lease is still this node's (a reclaimed lease is
--- left to its new holder or queue).
+-- Returns {queued (waiting included), duplicates (found here), acked (of the A acks),
+--          {1-based indexes of duplicate requests}, new bloom layers, the job's epoch,
+--          K if counted else 0, revisits applied, untracks applied}
+--          (wrapped with the counters' repairs and the entries found gone: see
+--          _counters.lua, _entry.lua)
+-- An ack, revisit or untrack is applied only if the lease is still this node's (a
+-- reclaimed lease is left to its new holder or queue). A revisit whose entry is gone
+-- or malformed ends its lease instead (a malformed one set aside, as B's are).
 
-local sites_key, req_key, leases_key, owner_key, counters_key, bad_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local sites_key, req_key, leases_key, owner_key, counters_key, bad_key, changes_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local node, waiting_holder = ARGV[1], ARGV[7]
 local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
                       tonumber(ARGV[5]), tonumber(ARGV[6])
+local V, U, maxlen = tonumber(ARGV[10]), tonumber(ARGV[11]), math.max(1, tonumber(ARGV[12]))
 local seen_keys, seen_args = {}, {}
-for i = 1, S do seen_keys[i] = KEYS[6 + i] end
-for i = 1, P do seen_args[i] = ARGV[9 + i] end
+for i = 1, S do seen_keys[i] = KEYS[7 + i] end
+for i = 1, P do seen_args[i] = ARGV[12 + i] end
 seen_init(seen_keys, seen_args)
-local qbase = 6 + S
-local pos = 10 + P
+local qbase = 7 + S
+local pos = 13 + P
 
 local epoch = redis.call('HGET', counters_key, 'epoch')
 if not epoch then
@@ -80,6 +100,50 @@ for i = pos + A, pos + A + B - 1 do
   if end_lease(ARGV[i], true) then bad = bad + 1 end
 end
 pos = pos + A + B
+
+-- a revisit's or an untrack's event, appended to the change stream
+local changes = 0
+local function note_change(event)
+  if event == '' then return end
+  redis.call('XADD', changes_key, 'MAXLEN', '~', maxlen, '*', 'e', event)
+  changes = changes + 1
+end
+
+local revisited, untracked, tracked, dropped = 0, 0, 0, 0
+for _ = 1, V do
+  local rid, delay, payload, new, event = ARGV[pos], tonumber(ARGV[pos + 1]) or 0,
+                                          ARGV[pos + 2], ARGV[pos + 3], ARGV[pos + 4]
+  pos = pos + 5
+  if redis.call('HGET', owner_key, rid) == node then
+    local entry = redis.call('HGET', req_key, rid)
+    local score, site = entry_parts(entry)
+    if score then
+      -- the same score (as stored) and site, the new payload
+      local head = string.sub(entry, 1, string.find(entry, '\0', 1, true) - 1)
+      redis.call('HSET', req_key, rid, head .. '\0' .. site .. '\0' .. payload)
+      redis.call('ZADD', leases_key, now_ms() + math.max(0, delay), rid)
+      redis.call('HSET', owner_key, rid, waiting_holder)
+      revisited = revisited + 1
+      if new == '1' then tracked = tracked + 1 end
+      note_change(event)
+    elseif entry then
+      end_lease(rid, true)
+      bad = bad + 1
+    else
+      note_gone(req_key, rid)
+      end_lease(rid, false)
+      dropped = dropped + 1
+    end
+  end
+end
+for _ = 1, U do
+  local rid, event = ARGV[pos], ARGV[pos + 1]
+  pos = pos + 2
+  if end_lease(rid, false) then
+    untracked = untracked + 1
+    note_change(event)
+  end
+end
 
 local queued, waiting, dups, dup_idx = 0, 0, 0, {}
 local seq = tonumber(redis.call('HGET', counters_key, 'seq') or '0')
@@ -136,7 +200,17 @@ if waiting > 0 then
   count(counters_key, 'enqueued', waiting)
 end
 if dups + known > 0 then count(counters_key, 'duplicates', dups + known) end
-if acked + bad > 0 then count(counters_key, 'leased', -(acked + bad)) end
-if acked > 0 then count(counters_key, 'acked', acked) end
+local ended = acked + bad + untracked + dropped
+if ended > 0 then count(counters_key, 'leased', -ended) end
+if acked + revisited + untracked > 0 then
+  count(counters_key, 'acked', acked + revisited + untracked)
+end
 if bad > 0 then count(counters_key, 'bad', bad) end
-return {queued + waiting, dups, acked, dup_idx, seen_new_layers(), epoch, known}
+if revisited > 0 then
+  count(counters_key, 'waiting', revisited)
+  count(counters_key, 'revisits', revisited)
+end
+if tracked - untracked ~= 0 then count(counters_key, 'tracked', tracked - untracked) end
+if changes > 0 then count(counters_key, 'changes', changes) end
+return {queued + waiting, dups, acked, dup_idx, seen_new_layers(), epoch, known, revisited,
+        untracked}

@@ -27,7 +27,9 @@
 --          {the control fields *:state, *:concurrency, <node>:state,
 --           <node>:concurrency; nil where unset},
 --          requests ever leased in the job (0: it never had work),
---          {pattern, limit, ...} the fleet's run-time rate limits}
+--          {pattern, limit, ...} the fleet's run-time rate limits,
+--          requests waiting for their time (counted in leased: retries backing off,
+--          tracked requests between visits)}
 
 local nodes_key, nodeinfo_key, busy_key, leases_key, owner_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -76,4 +78,5 @@ return {now, queued, redis.call('ZCARD', leases_key), redis.call('ZCOUNT', nodes
         redis.call('HMGET', control_key, '*:state', '*:concurrency', node .. ':state',
                    node .. ':concurrency'),
         counter(counters_key, 'leased_total'),
-        fleet_limits_key and redis.call('HGETALL', fleet_limits_key) or {}}
+        fleet_limits_key and redis.call('HGETALL', fleet_limits_key) or {},
+        counter(counters_key, 'waiting')}
