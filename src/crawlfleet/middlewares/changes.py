@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from itemadapter import ItemAdapter
@@ -30,14 +29,9 @@ from scrapy.http import Response
 
 from crawlfleet.revisit.config import revisit_mode, revisit_policy
 from crawlfleet.revisit.fingerprint import change_fingerprint
-from crawlfleet.revisit.state import CHANGED, FETCHED, UNCHANGED, state_of
+from crawlfleet.revisit.state import CHANGED, FETCHED, UNCHANGED, iso, state_of
 
-__all__ = ["Changes", "iso"]
-
-
-def iso(epoch: float) -> str:
-    """*epoch* seconds as ISO 8601 in UTC, to the second."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+__all__ = ["Changes"]
 
 
 class Changes:

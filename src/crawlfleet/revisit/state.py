@@ -22,6 +22,7 @@ HTTP caching headers suggest, s), ``url`` (the URL the state was last sent with)
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from scrapy import Request
@@ -39,6 +40,7 @@ __all__ = [
     "TRANSIENT",
     "UNCHANGED",
     "handed_on",
+    "iso",
     "state_of",
     "stored",
 ]
@@ -84,3 +86,8 @@ def handed_on(state: dict[str, Any]) -> dict[str, Any]:
     copy.pop("kept", None)
     state["outcome"] = HANDED
     return copy
+
+
+def iso(epoch: float) -> str:
+    """*epoch* seconds as ISO 8601 in UTC, to the second (items' stamps, events)."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
