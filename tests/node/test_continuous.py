@@ -25,6 +25,8 @@ from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from crawlfleet.state.db import StateDB
+from crawlfleet.state.errors import list_errors
 from tests.support.loopback import LoopbackSite
 from tests.support.nodes import SPIDER
 from tests.support.paths import ROOT
@@ -214,6 +216,14 @@ def test_a_continuous_crawl_revisits_each_page_and_keeps_only_new_versions(
     assert kinds["stamp"] == ["new", "changed"] and kinds["etag"] == ["new"]
     assert kinds["vanish"] == ["new", "gone", "untracked"]
     assert kinds[""] == ["new"]  # a listing whose links stay the same does not change
+
+    # a 304 is no failure; a page gone is one (the error registry keeps its last)
+    db = StateDB.open(f"sqlite:///{tmp_path / 'data' / 'state.sqlite3'}")
+    try:
+        errors = list_errors(db, "continuous")
+    finally:
+        db.close()
+    assert [(e["url"].rsplit("/", 1)[1], e["http_status"]) for e in errors] == [("vanish", 404)]
 
     text = log.read_text()
     assert "'revisit/not_modified'" in text and "'revisit/unchanged'" in text

@@ -93,3 +93,58 @@ def test_defaults_and_rules() -> None:
 def test_wrong_values_are_refused_naming_the_setting(values: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message if "\\" in message else re.escape(message)):
         check(settings_with_defaults(values))
+
+
+def test_the_addon_loads_the_revisit_middlewares_only_when_revisits_are_on() -> None:
+    from scrapy.settings import Settings
+
+    from crawlfleet.addon import CHANGES, REVISITS, Addon
+
+    off = Settings()
+    Addon().update_settings(off)
+    assert REVISITS not in off.getwithbase("DOWNLOADER_MIDDLEWARES")
+    assert CHANGES not in off.getwithbase("SPIDER_MIDDLEWARES")
+    on = Settings()
+    on.set("CRAWLFLEET_REVISIT", "adaptive", priority="spider")
+    Addon().update_settings(on)
+    assert on.getwithbase("DOWNLOADER_MIDDLEWARES")[REVISITS] == 545
+    assert on.getwithbase("SPIDER_MIDDLEWARES")[CHANGES] == 880
+    wrong = Settings()
+    wrong.set("CRAWLFLEET_REVISIT_RULES", [{"pattern": "("}], priority="project")
+    with pytest.raises(ConfigError, match=r"CRAWLFLEET_REVISIT_RULES\[0\]\.pattern"):
+        Addon().update_settings(wrong)
+
+
+def test_a_spec_file_carries_its_revisit_rules(tmp_path: Any) -> None:
+    from scrapy.settings import Settings
+
+    from crawlfleet.addon import REVISITS, Addon
+    from crawlfleet.spiders import SpecSpider
+    from tests.support.specs import write_spec
+
+    path = write_spec(
+        tmp_path,
+        """
+        name: watch
+        start_urls: ["http://a.test/"]
+        start_item: page
+        items:
+          page:
+            fields:
+              title: {css: "h1::text"}
+        settings:
+          CRAWLFLEET_REVISIT: adaptive
+          CRAWLFLEET_REVISIT_IGNORE_FIELDS: [seen]
+          CRAWLFLEET_REVISIT_RULES:
+            - {pattern: "/list", interval: 3600, min: 600, max: 86400}
+            - {pattern: "\\\\.pdf$", policy: "off"}
+        """,
+    )
+    spider = SpecSpider.from_spec(path)
+    settings = Settings()
+    settings.setdict(dict(spider.custom_settings or {}), priority="spider")
+    Addon().update_settings(settings)
+    assert REVISITS in settings.getwithbase("DOWNLOADER_MIDDLEWARES")
+    p = revisit_policy(settings)
+    assert p.rule_for("http://a.test/list").max_seconds == 86400
+    assert not p.tracks("http://a.test/a.pdf") and p.ignore_fields == {"seen"}
