@@ -98,7 +98,7 @@ class Changes:
             state["outcome"] = UNCHANGED
             dropped = {id(x) for x in items}
             return [x for x in out if id(x) not in dropped]
-        now = self.clock()
+        now = round(self.clock())  # whole seconds: the state travels with every payload
         version = int(state.get("version") or 0) + 1
         first = state.setdefault("first", now)
         state.update(outcome=CHANGED, fp=fp, changed=now, version=version)

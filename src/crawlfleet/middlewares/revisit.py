@@ -92,7 +92,7 @@ class Revisits:
         state = state_of(request)
         if state is None or state.get("outcome") == HANDED:
             return response
-        state["last"] = self.clock()
+        state["last"] = round(self.clock())  # whole seconds: kept in the payload
         status = response.status
         if status == 304 and state.get("cond"):
             state["outcome"] = NOT_MODIFIED

@@ -152,7 +152,7 @@ class RevisitKeeper:
         )
         state["visits"] = int(state.get("visits") or 0) + 1
         state["interval"] = interval
-        state["due"] = now + interval
+        state["due"] = round(now + interval)  # whole seconds: kept in the payload
         new = not kept
         state["kept"] = 1
         try:
