@@ -266,6 +266,7 @@ process.start()
 """
 
 
+@pytest.mark.slow
 def test_a_real_crawl_asks_for_changes_and_keeps_only_new_versions(tmp_path: Any) -> None:
     import json
     import subprocess

@@ -162,6 +162,7 @@ def job_state(redis_url: str, prefix: str, job: str) -> tuple[dict[str, int], li
     return asyncio.run(read())
 
 
+@pytest.mark.slow
 def test_a_continuous_crawl_revisits_each_page_and_keeps_only_new_versions(
     site: ChangingSite,
     redis_server_url: str,
@@ -230,6 +231,7 @@ def test_a_continuous_crawl_revisits_each_page_and_keeps_only_new_versions(
     assert "Traceback" not in text and "ERROR" not in text, text[-3000:]
 
 
+@pytest.mark.slow
 def test_kill_9_of_a_node_mid_crawl_loses_no_tracked_page(
     site: ChangingSite,
     redis_server_url: str,
