@@ -16,12 +16,13 @@ from typing import Any
 from redis.asyncio import Redis
 from scrapy.settings import BaseSettings
 
+from crawlfleet.fleet.freshness import Freshness, job_freshness
 from crawlfleet.fleet.jobs import list_jobs, require_job
 from crawlfleet.frontier.config import rate_limit_margin
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import MAX_SHARDS, counter_value, parse_throttle
-from crawlfleet.frontier.sharded import interleave, shard_of
+from crawlfleet.frontier.sharded import JobFrontier, interleave, shard_of
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.replies import node_statuses, text
 from crawlfleet.settings.access import get_dict
@@ -73,6 +74,8 @@ class JobSnapshot:
     site_limits: dict[str, float] = field(default_factory=dict)
     #: the shards the job's queues, leases and seen-filter are split over
     shards: int = 1
+    #: a continuous job's freshness (None: it tracks no page for revisits)
+    freshness: Freshness | None = None
 
     @property
     def live_nodes(self) -> list[str]:
@@ -156,6 +159,7 @@ class JobSnapshot:
             "backoff_ms": self.backoff,
             "robots_delay_ms": self.robots,
             "site_limits_per_s": self.site_limits,
+            "freshness": None if self.freshness is None else self.freshness.as_dict(),
         }
 
 
@@ -189,6 +193,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     t = await client.time()  # apart: a cluster's pipelines take keyed commands only
     pipe = client.pipeline(transaction=False)
     pipe.hget(keys.counters, "queued")
+    pipe.hget(keys.counters, "tracked")
     pipe.zcard(keys.leases)
     pipe.zrange(keys.leases, 0, 0, withscores=True)
     pipe.zcard(keys.sites)
@@ -202,6 +207,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.get(keys.shards_key)
     (
         queued,
+        tracked,
         leased,
         oldest,
         nsites,
@@ -216,7 +222,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     ) = await pipe.execute()
     now = int(t[0]) * 1000 + int(t[1]) // 1000
     count = min(max(1, counter_value(shards)), MAX_SHARDS)
-    queued, leased = counter_value(queued), int(leased)
+    queued, leased, tracked = counter_value(queued), int(leased), counter_value(tracked)
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
     site_names = [text(s) for s in sites]
     if count > 1:  # the other shards' queues and leases (the registry is shard 0's)
@@ -224,6 +230,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         for shard in range(1, count):
             part = keys.in_shard(shard, count)
             more.hget(part.counters, "queued")
+            more.hget(part.counters, "tracked")
             more.zcard(part.leases)
             more.zrange(part.leases, 0, 0, withscores=True)
             more.zcount(part.leases, "-inf", f"({now}")
@@ -232,9 +239,10 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
             more.llen(part.bad)
         found = await more.execute()
         scanned = [site_names]
-        for i in range(0, len(found), 7):
-            q, n, first, late, ns, names, b = found[i : i + 7]
+        for i in range(0, len(found), 8):
+            q, t, n, first, late, ns, names, b = found[i : i + 8]
             queued, leased = queued + max(0, counter_value(q)), leased + int(n)
+            tracked += max(0, counter_value(t))
             overdue += int(late)
             oldest = sorted([*oldest, *first], key=lambda pair: pair[1])[:1]
             nsites, bad = int(nsites) + int(ns), int(bad) + int(b)
@@ -303,6 +311,8 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         polite_site=polite_site,
         site_limits=site_limits,
         shards=count,
+        # a continuous job's: read only when it tracks pages (a few more round trips)
+        freshness=await job_freshness(JobFrontier(client, keys)) if tracked > 0 else None,
     )
 
 
