@@ -68,6 +68,7 @@ def test_a_continuous_jobs_freshness_is_in_its_snapshot_status_and_metrics(
             console.print(render([snap]))
             shown = console.export_text()
             assert "pages tracked for revisits" in shown and "changes in the last hour" in shown
+            assert "continuous" in shown and snap.eta_seconds is None
 
             families = {m.name: m for m in _Fleet([(snap, await f.counters())]).collect()}
             assert families["crawlfleet_job_pages_tracked"].samples[0].value == 4

@@ -190,7 +190,7 @@ def render(snaps: list[JobSnapshot], width: int = 120) -> Group:
 def _freshness_rows(summary: Table, f: Freshness) -> None:
     """A continuous job's freshness (crawlfleet.fleet.freshness) in its summary."""
     summary.add_row("pages tracked for revisits", str(f.tracked))
-    summary.add_row("revisits made / changes found", f"{f.revisits} / {f.changes}")
+    summary.add_row("revisits made / changes (new pages too)", f"{f.revisits} / {f.changes}")
     summary.add_row(
         "changes in the last hour", f"{f.changes_last_hour}{'+' if f.changes_hour_capped else ''}"
     )
@@ -274,6 +274,8 @@ def _eta(s: JobSnapshot) -> str:
         return "- (nothing queued or leased)"
     if why in ("paused", "stopped"):
         return f"none while {why}"
+    if why == "continuous":
+        return "none (continuous)"
     if eta is None:
         return "unknown (no page rate)"
     return _duration(eta) + (f" ({why})" if why.startswith("rate limit") else "")

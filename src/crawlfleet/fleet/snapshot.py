@@ -110,7 +110,10 @@ class JobSnapshot:
     def eta_seconds(self) -> float | None:
         """Work left over the cluster's page rate, and never less than the slowest
         site's queue takes at its rate limit; ``None`` while the job is paused or
-        stopped, or when no rate is known and no limit bounds it."""
+        stopped, when no rate is known and no limit bounds it, and for a continuous
+        job (it never ends)."""
+        if self.freshness is not None:
+            return None
         left = self.queued + self.leased
         if left == 0:
             return 0.0
@@ -124,8 +127,10 @@ class JobSnapshot:
 
     @property
     def eta_limited_by(self) -> str:
-        """What the ETA follows: "done", "paused", "rate limit of SITE", "page rate"
-        or "unknown"."""
+        """What the ETA follows: "done", "paused", "rate limit of SITE", "page rate",
+        "continuous" (a job that revisits its pages never ends) or "unknown"."""
+        if self.freshness is not None:
+            return "continuous"
         eta = self.eta_seconds
         if eta == 0.0:
             return "done"
