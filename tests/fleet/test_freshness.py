@@ -12,6 +12,7 @@ from rich.console import Console
 from scrapy import Request
 
 from crawlfleet.cli.status import render
+from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import Outgoing, Revisit
@@ -87,3 +88,20 @@ def test_a_continuous_jobs_freshness_is_in_its_snapshot_status_and_metrics(
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_the_live_nodes_visits_give_the_304_share_and_lateness() -> None:
+    fresh = Freshness(tracked=3)
+    fresh.add_nodes(
+        {
+            "a": {
+                "alive": True,
+                "revisits": {"changed": 2, "not_modified": 3, "late_seconds": 5.0},
+            },
+            "b": {"alive": True, "revisits": {"unchanged": 5, "kept": 9, "late_seconds": 5.0}},
+            "gone": {"alive": False, "revisits": {"not_modified": 100}},
+            "odd": {"alive": True, "revisits": "not figures"},
+        }
+    )
+    assert fresh.outcomes == {"changed": 2, "not_modified": 3, "unchanged": 5}
+    assert (fresh.not_modified_share, fresh.late_mean_s) == (0.3, 1.0)

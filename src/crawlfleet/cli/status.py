@@ -200,6 +200,11 @@ def _freshness_rows(summary: Table, f: Freshness) -> None:
             f"median {_duration(f.age_p50_s or 0)}, 95% {_duration(f.age_p95_s or 0)}",
         )
         summary.add_row("sampled pages past due", str(f.overdue))
+    if f.not_modified_share is not None:
+        summary.add_row(
+            "304 share / late after due (live nodes)",
+            f"{f.not_modified_share:.0%} / {f.late_mean_s:.1f} s",
+        )
 
 
 def _nodes_table(s: JobSnapshot, width: int) -> Table:

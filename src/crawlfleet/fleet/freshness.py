@@ -7,9 +7,10 @@ changes found in the last hour; from a sample of the tracked pages waiting for t
 next visit (``ZRANDMEMBER`` of the leases, their entries decoded: at most
 :data:`SAMPLE` a shard, one round trip each): the age of the copy (time since the last
 visit: median, 95th percentile), per site too, and how many of them are past their due
-time and not queued yet. Pages whose revisit is queued or being fetched are not in the
-sample: a job that falls behind shows it in ``overdue`` (sampled pages past due) and in
-the nodes' ``revisit/late_seconds``.
+time and not queued yet; from the live nodes' status: their visits by outcome, the share
+answered 304, how late visits were after their due time. Pages whose revisit is queued
+or being fetched are not in the sample: a job that falls behind shows it in ``overdue``
+(sampled pages past due) and in how late the nodes' visits are.
 
 Reads only: two round trips a shard, whatever the job's size.
 """
@@ -27,6 +28,7 @@ from crawlfleet.frontier.serialization import payload_meta
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.meta import REVISIT_META
 from crawlfleet.redis.replies import text
+from crawlfleet.revisit.state import OUTCOMES
 
 __all__ = ["HOUR_SCAN", "SAMPLE", "Freshness", "job_freshness"]
 
@@ -55,9 +57,34 @@ class Freshness:
     age_p95_s: float | None = None
     #: site -> {"sampled", "age_p50_s", "age_p95_s"}
     sites: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the live nodes' visits so far by outcome (changed, unchanged, not_modified,
+    #: gone, failed), the share of them answered 304, and how late they were on
+    #: average after their due time (s)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    not_modified_share: float | None = None
+    late_mean_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def add_nodes(self, nodes: dict[str, dict[str, Any]]) -> None:
+        """Sum the ``revisits`` figures the live *nodes* publish in their status."""
+        late = 0.0
+        for info in nodes.values():
+            figures = info.get("revisits")
+            if not info.get("alive") or not isinstance(figures, dict):
+                continue
+            for name, value in figures.items():
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    continue
+                if name == "late_seconds":
+                    late += value
+                elif name in OUTCOMES:
+                    self.outcomes[name] = self.outcomes.get(name, 0) + int(value)
+        visits = sum(self.outcomes.values())
+        if visits:
+            self.not_modified_share = round(self.outcomes.get("not_modified", 0) / visits, 3)
+            self.late_mean_s = round(late / visits, 2)
 
 
 def _quantile(values: list[float], q: float) -> float | None:

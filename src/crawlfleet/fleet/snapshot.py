@@ -279,6 +279,9 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         published = statuses.get(node, {})
         view.update({k: v for k, v in published.items() if k not in view})
         node_view[node] = view
+    fresh = await job_freshness(JobFrontier(client, keys)) if tracked > 0 else None
+    if fresh is not None:
+        fresh.add_nodes(node_view)
     job_control: dict[str, str] = {}
     wanted = desired({f"{ALL_NODES}:state": control[0], f"{ALL_NODES}:concurrency": control[1]})
     if wanted.state_seq:
@@ -317,7 +320,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         site_limits=site_limits,
         shards=count,
         # a continuous job's: read only when it tracks pages (a few more round trips)
-        freshness=await job_freshness(JobFrontier(client, keys)) if tracked > 0 else None,
+        freshness=fresh,
     )
 
 
