@@ -16,9 +16,11 @@ at its end the site's figures are read (changes picked up within twice their int
 fetches of unchanged pages, 304s), and the job's change stream (the new item versions
 the nodes found in the window, by page class: ``stamp`` pages must have none).
 
-The fixed interval is half the ``minute`` pages' change interval (what it takes to pick
-up their changes in time); the adaptive policy starts there and may go from a quarter
-of it to the length of the measured window.
+The site's budget (CRAWLFLEET_RATE_LIMITS, fleet-wide) is four times its rate of change
+(each change could be fetched four times), a fifth more for its catalog and root
+pages. The fixed interval is half the ``minute`` pages' change interval (what it takes
+to pick up their changes in time, if the budget allowed it for every page); the adaptive
+policy starts there and may go from half of it to the length of the measured window.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from crawlfleet.testsite.changing import INTERVALS, Changing, Schedule
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import (
     fetch_change_stats,
+    fetch_stats,
     reset_stats,
     start_site_process,
     stop_site_process,
@@ -80,6 +83,8 @@ class FreshnessResult:
     versions: dict[str, int] = field(default_factory=dict)
     #: the job's counters at the end (tracked, revisits, changes, ...)
     counters: dict[str, int] = field(default_factory=dict)
+    #: the most requests the site saw in any 1-s window of the measured one
+    max_1s: int = 0
 
     @property
     def on_time_share(self) -> float | None:
@@ -123,8 +128,12 @@ def run_freshness(
     schedule = Schedule(model, changing)
     change_s = INTERVALS["minute"] / time_scale  # real seconds between two versions
     interval = change_s / 2
-    # every page at the fixed interval, twice over (discovery, catalog pages, retries)
-    rate = math.ceil(2 * (pages + pages // 10 + 2) / interval)
+    # the budget: four times the site's rate of change (every change of every page
+    # fetched four times over), the catalog's and roots' share on top
+    changes_per_s = sum(
+        len(schedule.pages_of(name)) * time_scale / every for name, every in INTERVALS.items()
+    )
+    rate = math.ceil(4 * changes_per_s * (1 + 0.2))
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-fresh-"))
     site, port = start_site_process(model, changing=changing, stderr=subprocess.DEVNULL)
     job = f"fresh-{policy}-{int(time.time() * 1000)}"
@@ -163,6 +172,7 @@ def run_freshness(
         began_ms = _redis_ms(client)
         _run_for(seconds, procs, workdir)
         figures = fetch_change_stats(port)
+        site_stats = fetch_stats(port, brief=True)
         events: list[Any] = client.xrange(keys.changes, min=str(began_ms), max="+") or []
         raw: dict[bytes, bytes] = client.hgetall(keys.counters)  # type: ignore[assignment]
         counters = {text(k): counter_value(v) for k, v in raw.items()}
@@ -202,6 +212,7 @@ def run_freshness(
         ),
         versions=versions,
         counters=counters,
+        max_1s=max((int(h["max_rate_1s"]) for h in site_stats["hosts"].values()), default=0),
     )
 
 
