@@ -15,6 +15,9 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
   repair, cleaning, validation, keys), in that fixed order, plus the charset-repairing
   downloader middleware when "encoding" is one of them;
 - a store pipeline for each name in ``CRAWLFLEET_STORES`` ("sql", "mongodb", "redis");
+- unless ``CRAWLFLEET_REVISIT`` is "off", the middlewares of continuous crawls:
+  conditional requests and outcomes of visits (crawlfleet.middlewares.revisit), change
+  detection on what spiders extract (crawlfleet.middlewares.changes);
 - safer Scrapy defaults for a fleet: no telnet console and no remote-control HTTP server
   (each a remote Python shell on every node) unless ``TELNETCONSOLE_ENABLED`` or
   ``REMOTE_CONTROL_ENABLED`` is set (while off, neither is loaded, nor Scrapy's cookies
@@ -62,6 +65,8 @@ PROXIES = "crawlfleet.middlewares.proxies.ProxyRotation"
 SESSIONS = "crawlfleet.middlewares.sessions.Sessions"
 SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
+REVISITS = "crawlfleet.middlewares.revisit.Revisits"
+CHANGES = "crawlfleet.middlewares.changes.Changes"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {
     "TELNETCONSOLE_ENABLED": False,
@@ -119,11 +124,13 @@ def check(settings: BaseSettings) -> None:
     mistake stops the node with one line naming the setting (ConfigError)."""
     from crawlfleet.frontier.config import FrontierConfig
     from crawlfleet.redis.config import RedisConfig
+    from crawlfleet.revisit.config import revisit_policy
     from crawlfleet.settings.config import check_unknown
 
     check_unknown(settings)
     FrontierConfig.from_settings(settings, "spider")  # the real name comes later
     RedisConfig.from_settings(settings)
+    revisit_policy(settings)
 
 
 class Addon:
@@ -146,6 +153,7 @@ class Addon:
 
     def _update_settings(self, settings: BaseSettings) -> None:
         from crawlfleet.frontier.politeness import adopt_autothrottle
+        from crawlfleet.revisit.config import revisit_mode
         from crawlfleet.settings.config import apply_defaults
 
         # the environment beats settings files (deployment), not -s on the command line
@@ -188,6 +196,13 @@ class Addon:
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BAN_DETECTOR, 555)
         # below RetryMiddleware: it sees what spent its retries (off: NotConfigured)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", FAILURES, 540)
+        if revisit_mode(settings) != "off":  # off: neither is loaded
+            # below the retries (550) and above the error registry (540): it sees what
+            # spent its retries, and a 304 it ends is no failure
+            self._component(settings, "DOWNLOADER_MIDDLEWARES", REVISITS, 545)
+            # it judges what the callback gave, after DepthMiddleware (900) took out
+            # the requests too deep to follow
+            self._component(settings, "SPIDER_MIDDLEWARES", CHANGES, 880)
         stages = _names(settings, "CRAWLFLEET_ITEM_STAGES", ITEM_STAGES)
         for stage in stages:
             self._component(settings, "ITEM_PIPELINES", *ITEM_STAGES[stage])

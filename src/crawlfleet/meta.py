@@ -15,6 +15,7 @@ __all__ = [
     "NEW_IDENTITY_META",
     "POOL_PROXY_META",
     "PROXY_WAITS_META",
+    "REVISIT_META",
     "SESSION_META",
     "SPEC_DEPTH_META",
     "SPEC_FOLLOW_META",
@@ -30,6 +31,12 @@ __all__ = [
 #: by crawlfleet.middlewares.retry.FrontierRetry; any code may set it). The scheduler
 #: takes it out of the meta: it is not kept with the request.
 DELAY_META = "crawlfleet_delay"
+
+#: A tracked page's revisit state (crawlfleet.revisit.state): a small dict of plain
+#: values, kept with the request in the frontier from one visit to the next. Scrapy
+#: copies meta shallowly (retries, redirects): the dict is changed in place, never
+#: replaced, by the parts that share it.
+REVISIT_META = "crawlfleet_revisit"
 
 # -- the error registry and campaigns --------------------------------------------------
 #: The registry id of the error a request re-crawls.

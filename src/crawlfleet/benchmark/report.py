@@ -13,6 +13,7 @@ from crawlfleet.benchmark.balance import BalanceResult, balance_targets
 from crawlfleet.benchmark.cluster import ClusterResult
 from crawlfleet.benchmark.crawl import CrawlResult
 from crawlfleet.benchmark.faults import FaultResult
+from crawlfleet.benchmark.freshness import FreshnessResult
 from crawlfleet.benchmark.items import ItemsResult
 from crawlfleet.benchmark.manager import ManagerResult
 from crawlfleet.benchmark.outage import OutageResult
@@ -327,6 +328,62 @@ def cluster_report(console: Console, results: list[ClusterResult]) -> dict[str, 
         f"Redis work (measured {max(sharded.master_shares):.0%})": max(sharded.master_shares)
         <= CLUSTER_BUSIEST_MAX,
     }
+
+
+def freshness_report(console: Console, results: list[FreshnessResult]) -> dict[str, bool]:
+    """The freshness runs: changes picked up in time, fetches spent on unchanged pages,
+    304s, and new versions of pages that changed only in a timestamp."""
+    table = _figures(
+        "freshness: a changing site kept fresh by a continuous job (site's counts, window)",
+        (
+            "policy",
+            "nodes",
+            "budget/s",
+            "fetches/s",
+            "unchanged/s",
+            "picked up in 2x",
+            "missed",
+            "delay p50 s",
+            "304 share",
+            "stamp versions",
+        ),
+        left=("policy",),
+    )
+    targets: dict[str, bool] = {}
+    for r in results:
+        share = r.on_time_share
+        delays = r.total.get("delay_seconds") or {}
+        table.add_row(
+            r.policy,
+            str(r.nodes),
+            f"{r.rate_limit:g}",
+            f"{r.fetches_per_second:.1f}",
+            f"{r.unchanged_per_second:.1f}",
+            "-" if share is None else f"{share:.1%}",
+            str(r.total.get("missed", 0)),
+            "-" if delays.get("median") is None else f"{delays['median']:.2f}",
+            "-" if r.validators_304_share is None else f"{r.validators_304_share:.0%}",
+            str(r.versions.get("stamp", 0)),
+        )
+        targets[f"freshness {r.policy}: >= 95% of changes picked up within 2 intervals"] = (
+            share is not None and share >= 0.95
+        )
+        targets[f"freshness {r.policy}: no new version of timestamp-only pages"] = (
+            r.versions.get("stamp", 0) == 0
+        )
+        targets[f"freshness {r.policy}: 304s used where the site sends validators"] = bool(
+            r.validators_304_share
+        )
+    fixed = next((r for r in results if r.policy == "fixed"), None)
+    adaptive = next((r for r in results if r.policy == "adaptive"), None)
+    if fixed and adaptive and fixed.unchanged_per_second > 0:
+        saved = 1 - adaptive.unchanged_per_second / fixed.unchanged_per_second
+        targets[
+            f"freshness: adaptive spends >= 50% fewer fetches on unchanged pages than fixed "
+            f"(measured {saved:.0%} fewer)"
+        ] = saved >= 0.5
+    console.print(table)
+    return targets
 
 
 def polite_report(console: Console, results: list[PoliteResult]) -> dict[str, bool]:

@@ -18,6 +18,7 @@ from crawlfleet.benchmark.balance import BalanceResult, run_balance
 from crawlfleet.benchmark.cluster import run_cluster
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
+from crawlfleet.benchmark.freshness import POLICIES, FreshnessResult, run_freshness
 from crawlfleet.benchmark.items import find_postgres, run_items
 from crawlfleet.benchmark.manager import run_manager_bench
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
@@ -28,6 +29,7 @@ from crawlfleet.benchmark.report import (
     cluster_report,
     crawl_report,
     faults_report,
+    freshness_report,
     items_report,
     manager_report,
     outage_report,
@@ -129,6 +131,26 @@ def run_parts(out: Results, args: argparse.Namespace, url: str, prefix: str) -> 
             seconds=args.manager_seconds,
         )
         out.add("manager", crowd, manager_report(out.console, crowd))
+    if "freshness" not in args.skip:
+        fresh: list[FreshnessResult] = []
+        for policy in POLICIES:
+            out.note(
+                f"freshness: {policy} revisits of a changing site, {args.freshness_nodes} "
+                f"nodes, {args.freshness_warmup:g} s warm-up + {args.freshness_seconds:g} s ..."
+            )
+            fresh.append(
+                run_freshness(
+                    policy,
+                    redis_url=url,
+                    key_prefix=prefix,
+                    nodes=args.freshness_nodes,
+                    pages=args.freshness_pages,
+                    time_scale=args.freshness_time_scale,
+                    warmup=args.freshness_warmup,
+                    seconds=args.freshness_seconds,
+                )
+            )
+        out.add("freshness", fresh, freshness_report(out.console, fresh))
     if "scale" not in args.skip:
         out.note(
             f"scale: {args.scale_urls:,} URLs in a Bloom filter, {args.scale_queued:,} queued "

@@ -46,12 +46,13 @@ NAME = "bench"
 #: The parts of the benchmark, in the order they run.
 PARTS = [
     "cpu", "near", "latency", "polite", "balance", "seen", "redis-cpu", "items", "faults",
-    "manager", "scale", "cluster",
+    "manager", "freshness", "scale", "cluster",
 ]  # fmt: skip
-#: Parts that run only when named with --only (long, and on Redis servers of their own).
-OPT_IN = ("scale", "cluster")
+#: Parts that run only when named with --only (long; scale and cluster on Redis servers
+#: of their own).
+OPT_IN = ("freshness", "scale", "cluster")
 #: Parts that run on Redis servers of their own (the fleet's is not needed for them).
-OWN_REDIS = (*OPT_IN, "redis-cpu")
+OWN_REDIS = ("scale", "cluster", "redis-cpu")
 HELP = (
     "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
 )
@@ -154,6 +155,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
         Option(
             "--manager-seconds", float, 60.0, "manager part: how long the crowd asks (default 60)"
+        ),
+        Option(
+            "--freshness-seconds",
+            float,
+            120.0,
+            "freshness part: the measured window of each policy (default 120)",
+        ),
+        Option(
+            "--freshness-warmup",
+            float,
+            60.0,
+            "freshness part: crawling before the window, each policy (default 60)",
+        ),
+        Option("--freshness-nodes", int, 2, "freshness part: nodes (default 2)"),
+        Option("--freshness-pages", int, 40, "freshness part: content pages (default 40)"),
+        Option(
+            "--freshness-time-scale",
+            float,
+            20.0,
+            "freshness part: site seconds per real second (default 20: the 'minute' pages "
+            "change every 3 s)",
         ),
         Option(
             "--scale-urls",
@@ -286,6 +308,8 @@ QUICK: dict[str, Any] = {
     "fault_pages": 100,
     "manager_seconds": 10.0,
     "redis_cpu_pages": 400,
+    "freshness_seconds": 40.0,
+    "freshness_warmup": 20.0,
 }
 #: Parts --quick leaves out (their shortest run is long), and the comparison it drops.
 QUICK_SKIPS = ("near", "balance")
@@ -296,8 +320,9 @@ RECORDED = (
     "polite_jobs", "balance_pages", "balance_latency", "fault_trials", "fault_pages",
     "scale_urls", "scale_queued", "scale_sites", "scale_leases", "scale_redis_server",
     "cluster_shards", "cluster_queued", "cluster_leases", "manager_clients", "manager_streams",
-    "manager_seconds", "redis_cpu_pages", "redis_cpu_menu", "redis_cpu_nodes",
-    "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "only", "quick",
+    "manager_seconds", "freshness_seconds", "freshness_warmup", "freshness_nodes",
+    "freshness_pages", "freshness_time_scale", "redis_cpu_pages", "redis_cpu_menu",
+    "redis_cpu_nodes", "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "only", "quick",
 )  # fmt: skip
 
 
@@ -336,6 +361,10 @@ def run(args: argparse.Namespace) -> int:
     }
     if "manager" not in args.skip:
         counts["manager"] = ("manager_clients", "manager_streams", "manager_seconds")
+    if "freshness" not in args.skip:
+        counts["freshness"] = (
+            "freshness_seconds", "freshness_nodes", "freshness_pages", "freshness_time_scale"
+        )  # fmt: skip
     for part, options in counts.items():
         for option in options if part not in args.skip else ():
             if getattr(args, option) < 1:

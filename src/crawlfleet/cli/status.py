@@ -22,6 +22,7 @@ from crawlfleet.cli.arguments import Option, add_options
 from crawlfleet.cli.options import add_fleet_options, command_settings, run_on_redis
 from crawlfleet.cli.watch import watch
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.snapshot import JobSnapshot, configured_limits, job_names, snapshot
 from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.redis.keys import JobKeys
@@ -173,6 +174,8 @@ def render(snaps: list[JobSnapshot], width: int = 120) -> Group:
             summary.add_row("sites backed off", _site_list(s.backoff))
         if s.robots:
             summary.add_row("robots.txt Crawl-delays", _site_list(s.robots))
+        if s.freshness is not None:
+            _freshness_rows(summary, s.freshness)
         parts.append(summary)
         if s.nodes:
             parts.append(_nodes_table(s, width))
@@ -184,6 +187,21 @@ def render(snaps: list[JobSnapshot], width: int = 120) -> Group:
                 sites.add_row(site, str(n))
             parts.append(sites)
     return Group(*parts)
+
+
+def _freshness_rows(summary: Table, f: Freshness) -> None:
+    """A continuous job's freshness (crawlfleet.fleet.freshness) in its summary."""
+    summary.add_row("pages tracked for revisits", str(f.tracked))
+    summary.add_row("revisits made / changes found", f"{f.revisits} / {f.changes}")
+    summary.add_row(
+        "changes in the last hour", f"{f.changes_last_hour}{'+' if f.changes_hour_capped else ''}"
+    )
+    if f.sampled:
+        summary.add_row(
+            f"age of the copy (of {f.sampled} sampled)",
+            f"median {_duration(f.age_p50_s or 0)}, 95% {_duration(f.age_p95_s or 0)}",
+        )
+        summary.add_row("sampled pages past due", str(f.overdue))
 
 
 def _nodes_table(s: JobSnapshot, width: int) -> Table:

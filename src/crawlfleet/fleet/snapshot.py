@@ -16,12 +16,13 @@ from typing import Any
 from redis.asyncio import Redis
 from scrapy.settings import BaseSettings
 
+from crawlfleet.fleet.freshness import Freshness, job_freshness
 from crawlfleet.fleet.jobs import list_jobs, require_job
 from crawlfleet.frontier.config import rate_limit_margin
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
 from crawlfleet.frontier.records import MAX_SHARDS, counter_value, parse_throttle
-from crawlfleet.frontier.sharded import interleave, shard_of
+from crawlfleet.frontier.sharded import JobFrontier, interleave, shard_of
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.replies import node_statuses, text
 from crawlfleet.settings.access import get_dict
@@ -80,6 +81,8 @@ class JobSnapshot:
     #: reclaim queues them)
     waiting: int = 0
     waiting_due: int = 0
+    #: a continuous job's freshness (None: it tracks no page for revisits)
+    freshness: Freshness | None = None
 
     @property
     def live_nodes(self) -> list[str]:
@@ -165,6 +168,7 @@ class JobSnapshot:
             "backoff_ms": self.backoff,
             "robots_delay_ms": self.robots,
             "site_limits_per_s": self.site_limits,
+            "freshness": None if self.freshness is None else self.freshness.as_dict(),
         }
 
 
@@ -198,6 +202,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     t = await client.time()  # apart: a cluster's pipelines take keyed commands only
     pipe = client.pipeline(transaction=False)
     pipe.hget(keys.counters, "queued")
+    pipe.hget(keys.counters, "tracked")
     pipe.zcard(keys.leases)
     pipe.zrange(keys.leases, 0, 0, withscores=True)
     pipe.zcard(keys.waiting)
@@ -212,6 +217,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.get(keys.shards_key)
     (
         queued,
+        tracked,
         leased,
         oldest,
         waiting,
@@ -228,6 +234,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     now = int(t[0]) * 1000 + int(t[1]) // 1000
     count = min(max(1, counter_value(shards)), MAX_SHARDS)
     queued, leased, waiting = counter_value(queued), int(leased), int(waiting)
+    tracked = counter_value(tracked)
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
     due = int(await client.zcount(keys.waiting, "-inf", f"({now}")) if waiting else 0
     site_names = [text(s) for s in sites]
@@ -236,6 +243,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         for shard in range(1, count):
             part = keys.in_shard(shard, count)
             more.hget(part.counters, "queued")
+            more.hget(part.counters, "tracked")
             more.zcard(part.leases)
             more.zrange(part.leases, 0, 0, withscores=True)
             more.zcount(part.leases, "-inf", f"({now}")
@@ -246,9 +254,10 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
             more.llen(part.bad)
         found = await more.execute()
         scanned = [site_names]
-        for i in range(0, len(found), 9):
-            q, n, first, late, w, came, ns, names, b = found[i : i + 9]
+        for i in range(0, len(found), 10):
+            q, t, n, first, late, w, came, ns, names, b = found[i : i + 10]
             queued, leased = queued + max(0, counter_value(q)), leased + int(n)
+            tracked += max(0, counter_value(t))
             overdue += int(late)
             waiting, due = waiting + int(w), due + int(came)
             oldest = sorted([*oldest, *first], key=lambda pair: pair[1])[:1]
@@ -320,6 +329,8 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         shards=count,
         waiting=waiting,
         waiting_due=due,
+        # a continuous job's: read only when it tracks pages (a few more round trips)
+        freshness=await job_freshness(JobFrontier(client, keys)) if tracked > 0 else None,
     )
 
 

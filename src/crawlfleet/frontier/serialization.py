@@ -38,6 +38,7 @@ __all__ = [
     "VERSION",
     "MetaType",
     "RequestCodec",
+    "payload_meta",
     "payload_priority",
     "with_meta",
 ]
@@ -333,6 +334,13 @@ def with_meta(
     d["dont_filter"] = True
     packed: bytes = msgpack.packb(d, use_bin_type=True, datetime=False)
     return VERSION + packed
+
+
+def payload_meta(payload: bytes) -> dict[str, Any]:
+    """The meta of the request in *payload* (its objects left packed); MalformedEntry
+    for what is not a request's payload."""
+    meta = _unpack(payload).get("meta")
+    return meta if isinstance(meta, dict) else {}
 
 
 def payload_priority(payload: bytes) -> int:

@@ -34,6 +34,8 @@ JOB_COUNTERS = {
     "duplicates": ("duplicates_filtered", "requests dropped as already seen"),
     "requeued": ("requests_requeued", "leases returned to the queue (node gone, pause)"),
     "bad": ("malformed_entries", "entries set aside as malformed"),
+    "revisits": ("revisits", "visits of tracked pages kept for another (continuous jobs)"),
+    "changes": ("changes_found", "changes found on revisited pages (continuous jobs)"),
 }
 #: Node figures exported as gauges: status key -> (name, help, scale)
 NODE_GAUGES = {
@@ -69,6 +71,13 @@ class _Fleet(Collector):
         site_queued = gauge("site_queued", "requests queued for a site", ["job", "site"])
         backoff = gauge("site_backoff_seconds", "back-off interval of a site", ["job", "site"])
         up = gauge("node_up", "1 while the node heartbeats", ["job", "node"])
+        tracked = gauge("job_pages_tracked", "pages kept for revisits", ["job"])
+        changes_hour = gauge("job_changes_last_hour", "changes found in the last hour", ["job"])
+        age = gauge(
+            "job_copy_age_seconds",
+            "time since the last visit of sampled tracked pages",
+            ["job", "quantile"],
+        )
         node_gauges = {
             key: (gauge(name, doc, ["job", "node"]), scale)
             for key, (name, doc, scale) in NODE_GAUGES.items()
@@ -92,6 +101,13 @@ class _Fleet(Collector):
             if snap.eta_seconds is not None:
                 eta.add_metric(j, snap.eta_seconds)
             paused.add_metric(j, 1.0 if snap.paused else 0.0)
+            fresh = snap.freshness
+            if fresh is not None:
+                tracked.add_metric(j, fresh.tracked)
+                changes_hour.add_metric(j, fresh.changes_last_hour)
+                for quantile, value in (("0.5", fresh.age_p50_s), ("0.95", fresh.age_p95_s)):
+                    if value is not None:
+                        age.add_metric([snap.job, quantile], value)
             alive = len(snap.live_nodes)
             nodes.add_metric([snap.job, "alive"], alive)
             nodes.add_metric([snap.job, "dead"], len(snap.nodes) - alive)
@@ -125,6 +141,7 @@ class _Fleet(Collector):
             site_queued,
             backoff,
         )
+        yield from (tracked, changes_hour, age)
         yield from counters.values()
         yield up
         yield from (family for family, _ in node_gauges.values())

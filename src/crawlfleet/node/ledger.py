@@ -15,9 +15,12 @@ to the frontier and records what the frontier hands out. A request is in exactly
   :mod:`crawlfleet.middlewares.sendtime`);
 - ``recorded``: finished, but a final failure of theirs is still on its way to the
   error registry: held (leased, renewed) until it is durable;
-- ``acks``: finished, to acknowledge; ``release``: leases to give back (pages whose
-  item a store gave up, slots missed, failures the registry could not write); ``bad``:
-  malformed entries to set aside.
+- ``acks``: finished, to acknowledge; ``revisits`` and ``untracked``: finished
+  requests of tracked pages (continuous crawls, :mod:`crawlfleet.node.revisits`: the
+  ledger's ``keeper``, None when revisits are off), kept for their next visit or
+  acknowledged for good; ``release``: leases to give back (pages whose item a store
+  gave up, slots missed, failures the registry could not write); ``bad``: malformed
+  entries to set aside.
 
 ``held`` maps every lease this node holds (rid -> site) until it is acknowledged or
 given back: heartbeats renew exactly these.
@@ -39,14 +42,18 @@ from collections.abc import Callable, Collection
 
 from scrapy import Request
 
+from crawlfleet.frontier.records import Revisit, Untrack
 from crawlfleet.node.seencache import SeenCache
 from crawlfleet.node.slots import SlotQueue
 
-__all__ = ["Ledger", "Outbound"]
+__all__ = ["Keeper", "Ledger", "Outbound"]
 
 #: A new request on its way to the frontier: (request, fingerprint, payload, delay in
 #: ms before it may be queued: a retry's back-off, 0: none).
 Outbound = tuple[Request, bytes, bytes, int]
+#: What becomes of the lease (rid) of a finished request: kept for a revisit, untracked,
+#: or None (acknowledged).
+Keeper = Callable[[Request, str], Revisit | Untrack | None]
 
 
 class Ledger:
@@ -79,6 +86,11 @@ class Ledger:
         #: finished requests held until their failure records are settled -> rid
         self.recorded: dict[Request, str] = {}
         self.acks: list[str] = []
+        #: finished requests of tracked pages: kept for their next visit, or untracked
+        self.revisits: list[Revisit] = []
+        self.untracked: list[Untrack] = []
+        #: what becomes of a finished request's lease (None: acknowledged; revisits off)
+        self.keeper: Keeper | None = None
         self.release: list[tuple[str, str]] = []
         self.bad: list[str] = []
         self.held: dict[str, str] = {}
@@ -219,6 +231,14 @@ class Ledger:
         site = self.held.pop(rid, None)
         if site is not None:
             self.on_done(site)
+        if self.keeper is not None:
+            kept = self.keeper(request, rid)
+            if isinstance(kept, Revisit):
+                self.revisits.append(kept)
+                return
+            if isinstance(kept, Untrack):
+                self.untracked.append(kept)
+                return
         self.acks.append(rid)
 
     def give_back_recorded(self) -> int:
@@ -248,8 +268,10 @@ class Ledger:
     @property
     def unsent(self) -> bool:
         """Something waits to go to the frontier (new requests, duplicates to count, acks,
-        bad entries)."""
-        return bool(self.out or self.known or self.acks or self.bad)
+        revisits, untracks, bad entries)."""
+        return bool(
+            self.out or self.known or self.acks or self.revisits or self.untracked or self.bad
+        )
 
     @property
     def busy(self) -> bool:

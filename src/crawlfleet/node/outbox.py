@@ -4,8 +4,9 @@ The sync loop (:mod:`crawlfleet.node.sync`) calls it each round; its contract:
 
 - New requests (``ledger.out``) go in batches of at most CRAWLFLEET_FLUSH_BATCH, one
   ``commit`` each, when :meth:`Outbox.due` says so. The acknowledgements of finished
-  requests travel with the batch that empties ``ledger.out``, never ahead of it: a page
-  is acknowledged only once the requests it produced are queued.
+  requests (and the revisits and untracks of tracked pages, which stand for theirs)
+  travel with the batch that empties ``ledger.out``, never ahead of it: a page is
+  acknowledged only once the requests it produced are queued.
 - A commit done in part (:class:`~crawlfleet.frontier.base.PartialCommit`: a sharded
   job with a shard down) keeps only what was not done for the next try, and never sends
   again what was (a request that bypasses the seen-filter would be queued twice).
@@ -126,6 +127,8 @@ class Outbox:
         # acknowledgements travel with or after the requests their pages produced
         send_acks = len(batch) == len(ledger.out)
         acks = list(ledger.acks) if send_acks else []
+        revisits = list(ledger.revisits) if send_acks else []
+        untracked = list(ledger.untracked) if send_acks else []
         bad = list(ledger.bad)
         for request, _fp, _payload, _delay in batch:
             if self.sites.needs_resolving(request):
@@ -137,7 +140,14 @@ class Outbox:
         seen = ledger.seen
         try:
             result = await self.core.frontier.commit(
-                self.core.node_id, outgoing, acks, bad, known=len(ledger.known), epoch=seen.epoch
+                self.core.node_id,
+                outgoing,
+                acks,
+                bad,
+                known=len(ledger.known),
+                epoch=seen.epoch,
+                revisits=revisits,
+                untracked=untracked,
             )
         except PartialCommit as part:
             # some shards took their part: only the rest is sent again (requests that
@@ -146,14 +156,19 @@ class Outbox:
             self._settle_known(part.result, [fp for _r, fp, *_rest in batch])
             ledger.out[: len(batch)] = [e for i, e in enumerate(batch) if i not in part.requests]
             ledger.acks[:] = [rid for rid in ledger.acks if rid not in part.acks]
+            ledger.revisits[:] = [r for r in ledger.revisits if r.rid not in part.acks]
+            ledger.untracked[:] = [u for u in ledger.untracked if u.rid not in part.acks]
             raise
         delays = [delay for *_rest, delay in batch if delay > 0]
+        delays += [r.delay_ms for r in revisits if r.delay_ms > 0]
         if delays:  # reclaim them (with any other due lease) once the first one is due
             self.reclaim_by(time.monotonic() + min(delays) / 1000 + WAITING_REACH_SECONDS)
         self.last_flush = time.monotonic()
         del ledger.out[: len(batch)]
         if send_acks:
             del ledger.acks[: len(acks)]
+            del ledger.revisits[: len(revisits)]
+            del ledger.untracked[: len(untracked)]
         del ledger.bad[: len(bad)]
         self._committed(batch, result)
         self._settle_known(result, [fp for _r, fp, *_rest in batch])
@@ -162,6 +177,8 @@ class Outbox:
         """Count what a commit of *batch* (ledger entries) did."""
         self.core.stats.inc("crawlfleet/frontier/queued", result.queued)
         self.core.stats.inc("crawlfleet/frontier/acked", result.acked)
+        self.core.stats.inc("crawlfleet/frontier/revisited", result.revisited)
+        self.core.stats.inc("crawlfleet/frontier/untracked", result.untracked)
         if result.queued:
             self.leaser.work_arrived()
         for i in result.duplicate_indexes:

@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from scrapy import Request, Spider, signals
@@ -54,7 +54,7 @@ from crawlfleet.exceptions import (
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.config import FrontierConfig
-from crawlfleet.frontier.records import FINGERPRINT_BYTES
+from crawlfleet.frontier.records import CHANGES_MAXLEN, FINGERPRINT_BYTES
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
@@ -75,8 +75,13 @@ from crawlfleet.parts import StatusProvider, node_of, parts_of
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import shared_client
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.settings.access import get_float
+from crawlfleet.revisit.config import revisit_mode, revisit_policy
+from crawlfleet.settings.access import get_float, get_int
 from crawlfleet.state.writer import UNWRITTEN
+
+if TYPE_CHECKING:
+    from crawlfleet.node.revisits import RevisitKeeper
+    from crawlfleet.revisit.policy import RevisitPolicy
 
 __all__ = ["ROBOTS_PROBE_MS", "Scheduler", "new_node_id", "robots_probe_ms"]
 
@@ -132,6 +137,7 @@ class Scheduler(BaseScheduler):
         concurrency: int = 16,
         frontier: FrontierBackend | None = None,
         site_window_seconds: float = 60.0,
+        changes_maxlen: int = CHANGES_MAXLEN,
     ) -> None:
         if frontier is None:
             if client is None:
@@ -141,6 +147,7 @@ class Scheduler(BaseScheduler):
                 JobKeys.of(redis_config.key_prefix, config.job),
                 config.seen,
                 shards=config.shards,
+                changes_maxlen=changes_maxlen,
             )
         self.config = config
         self.redis_config = redis_config
@@ -158,6 +165,8 @@ class Scheduler(BaseScheduler):
         self.status_providers: list[StatusProvider] = []
         self.site_rates = SiteRates(site_window_seconds)
         self.ledger = Ledger(self._slot_due, self.site_rates.done, config.seen_cache_size)
+        #: the revisits of a continuous crawl (None: CRAWLFLEET_REVISIT is off)
+        self.revisits: RevisitKeeper | None = None
         self.lifecycle = Lifecycle(config, self.engine, self.node_id)
         #: the parts every component of the sync loop shares
         self.core = NodeCore(
@@ -222,9 +231,12 @@ class Scheduler(BaseScheduler):
             site_window_seconds=get_float(
                 settings, "CRAWLFLEET_TELEMETRY_WINDOW_SECONDS", minimum=1
             ),
+            changes_maxlen=get_int(settings, "CRAWLFLEET_CHANGES_MAXLEN", minimum=1),
         )
         parts = parts_of(crawler)
         scheduler.bind_engine(engine_hooks(crawler), parts.status_providers)
+        if revisit_mode(settings) != "off":  # off: nothing of it is loaded
+            scheduler.keep_revisits(revisit_policy(settings))
         scheduler.sync.backlog.stores = parts.item_stores
         crawler.signals.connect(scheduler.item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
@@ -232,6 +244,28 @@ class Scheduler(BaseScheduler):
         scheduler.flush_on_start = settings.getbool("SCHEDULER_FLUSH_ON_START")
         parts.node = scheduler  # middlewares and extensions find the node here
         return scheduler
+
+    def keep_revisits(self, policy: RevisitPolicy) -> None:
+        """Revisit tracked pages as *policy* says (a continuous crawl): finished
+        requests of tracked pages are kept for their next visit, not acknowledged (see
+        :mod:`crawlfleet.node.revisits`)."""
+        from crawlfleet.node.revisits import RevisitKeeper
+
+        self.revisits = RevisitKeeper(policy, self.encode, self.stats)
+        self.ledger.keeper = self.revisits.finished
+        self.status_providers.append(self._revisit_status)
+
+    def _revisit_status(self) -> dict[str, Any]:
+        """The node's revisit figures, for its status."""
+        from crawlfleet.revisit.state import OUTCOMES
+
+        stats = self.stats
+        return {
+            "revisits": {
+                name: stats.get(f"revisit/{name}")
+                for name in (*OUTCOMES, "kept", "untracked", "late_seconds")
+            }
+        }
 
     @classmethod
     def of(cls, crawler: Crawler | None) -> Scheduler | None:
@@ -331,6 +365,8 @@ class Scheduler(BaseScheduler):
                     # duplicate without a check in Redis, counted with the next commit
                     return False
             delay_ms = _delay_ms(request.meta.pop(DELAY_META, 0))
+            if self.revisits is not None:
+                self.revisits.entering(request)
             payload = self.encode(request)
         except SerializationError as exc:
             logger.error("Dropped request: %s", exc, extra={"spider": self.spider})

@@ -185,6 +185,40 @@ CRAWLFLEET_FINISH_GRACE_SECONDS = 0.3
 #: While waiting for work, polling Redis backs off up to this interval.
 CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
 
+# --- Continuous crawls: revisits (see docs/continuous.md) ----------------------------
+#: Revisit fetched pages for ever: "off" (each URL is fetched once), "fixed" (every
+#: page again after its rule's interval) or "adaptive" (sooner after a change, later
+#: after none, within the rule's min and max; HTTP max-age / Expires and a sitemap's
+#: changefreq as hints). Off: no revisit component is loaded.
+CRAWLFLEET_REVISIT = "off"
+#: The interval between two visits of a page, where no rule says otherwise (seconds;
+#: the adaptive policy's first interval).
+CRAWLFLEET_REVISIT_INTERVAL_SECONDS = 86400.0
+#: The shortest and longest interval the adaptive policy may choose (seconds).
+CRAWLFLEET_REVISIT_MIN_SECONDS = 3600.0
+CRAWLFLEET_REVISIT_MAX_SECONDS = 2592000.0
+#: Rules by URL pattern, tried in order (the first whose regular expression matches the
+#: URL anywhere wins; none: the defaults above), each
+#: {"pattern": "...", "interval": s, "min": s, "max": s, "policy": "fixed"|"adaptive"|"off"}
+#: (all but pattern optional); interval 0 or policy "off": never revisited.
+CRAWLFLEET_REVISIT_RULES: list[dict[str, object]] = []
+#: Ask for a revisited page only if it changed (If-None-Match / If-Modified-Since from
+#: its last ETag / Last-Modified): a 304 costs no parse and no item.
+CRAWLFLEET_REVISIT_CONDITIONAL = True
+#: A tracked page answering 404 or 410 this many visits in a row is dropped from the
+#: revisits.
+CRAWLFLEET_REVISIT_GONE_AFTER = 3
+#: Item fields left out of the change fingerprint (timestamps, tokens, counters): a
+#: page whose only change is in these gives no new item version.
+CRAWLFLEET_REVISIT_IGNORE_FIELDS: list[str] = []
+#: Adaptive policy: a page that changed comes back after its interval times this; one
+#: that did not (or answered 304), after its interval times CRAWLFLEET_REVISIT_SLOWER.
+CRAWLFLEET_REVISIT_FASTER = 0.5
+CRAWLFLEET_REVISIT_SLOWER = 1.5
+#: The job's change stream (a Redis stream of the pages that changed or went) is trimmed
+#: to about this many entries.
+CRAWLFLEET_CHANGES_MAXLEN = 100000
+
 # --- Retries (see docs/antiban.md) ------------------------------------------------
 #: A retry (RETRY_TIMES, RETRY_HTTP_CODES...) or a banned request waits this long in
 #: the frontier before any node may take it (seconds, +-20 %), doubling with each

@@ -237,7 +237,11 @@ export function jobPage(job) {
         card("live nodes", num(data.live_nodes), "live_nodes"),
         card("errors", num(data.live.errors), "errors"),
         card("set aside", num(data.malformed_set_aside), "malformed"),
-        data.shards > 1 && card("shards", num(data.shards), "shards"));
+        data.shards > 1 && card("shards", num(data.shards), "shards"),
+        // a continuous job: how fresh its copy is (crawlfleet.fleet.freshness)
+        data.freshness && card("tracked", num(data.freshness.tracked), "tracked"),
+        data.freshness && card("changes in 1 h", num(data.freshness.changes_last_hour), "changes_last_hour"),
+        data.freshness && card("copy age (median)", data.freshness.age_p50_s == null ? "–" : duration(data.freshness.age_p50_s), "copy_age"));
       fill(chartBox, chart(series.get(job) || [], "pages/s", chartBox.clientWidth - 32));
       const queued = new Map(data.top_sites.map((s) => [s.site, s.queued]));
       const siteNames = [...new Set([...queued.keys(), ...Object.keys(data.site_live)])];
