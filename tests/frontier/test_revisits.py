@@ -13,7 +13,7 @@ import pytest
 
 from crawlfleet.frontier.base import PartialCommit
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import WAITING, Leased, Outgoing, Revisit, Untrack
+from crawlfleet.frontier.records import Leased, Outgoing, Revisit, Untrack
 from crawlfleet.frontier.sharded import JobFrontier, shard_of
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -229,8 +229,10 @@ def test_each_revisit_goes_to_the_shard_of_its_rid(redis_server_url: str, key_pr
                 assert [e for _, e in await part.changes()] == [sites[k].encode()] * 2
                 for e in leased:
                     shard, _, own = e.rid.partition(":")
-                    if int(shard) == k:
-                        assert await client.hget(part.keys.owner, own) == WAITING.encode()
+                    if int(shard) == k:  # in the shard's waiting set, nobody's lease
+                        assert await client.zscore(part.keys.waiting, own) is not None
+                        assert await client.hget(part.keys.owner, own) is None
+                        assert await client.zscore(part.keys.leases, own) is None
                         entry = await client.hget(part.keys.req, own)
                         assert entry.endswith(b"\0" + e.site.encode() + b"\0" + e.payload + b" v2")
             assert counts(await f.counters(), "tracked", "revisits", "changes") == (6, 6, 6)

@@ -8,8 +8,11 @@ characters with a meta holding a revisit state of 11 fields (as a node keeps it 
 ``crawlfleet_revisit``), leases them all, and commits each as a new :class:`Revisit`
 (waiting a day), in batches of 500. Bytes per tracked URL: Redis's ``used_memory``
 after, less before the first request, over *urls*; and ``MEMORY USAGE`` of the keys that
-hold them (the req hash, the leases sorted set, the owner hash). The seen-filter is
-left out (the requests bypass it): its cost per URL is its own (exact or Bloom mode).
+hold them (the req hash, the waiting sorted set; the leases sorted set and owner hash,
+which hold leases in flight only). The seen-filter is left out (the requests bypass
+it): its cost per URL is its own (exact or Bloom mode). Then a node that holds
+DEAD_LEASES leases dies, and the reclaim that returns them is timed: Redis's own time
+(``INFO commandstats``, its scripts), the best of RECLAIMS such deaths.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ __all__ = ["measure_tracked", "payload_of"]
 SITES = 1000
 BATCH = 500
 DAY_MS = 86_400_000
+#: Leases a dying node holds, and how many times one dies, in the reclaim's measure.
+DEAD_LEASES = 20
+RECLAIMS = 5
 
 
 def payload_of(i: int, codec: RequestCodec, *, runtime_meta: bool = False) -> bytes:
@@ -99,9 +105,15 @@ async def measure_tracked(url: str, urls: int, *, runtime_meta: bool = False) ->
         k = f.keys
         usage = {
             name: int(await client.memory_usage(key, samples=0) or 0)
-            for name, key in (("req", k.req), ("leases", k.leases), ("owner", k.owner))
+            for name, key in (
+                ("req", k.req),
+                ("waiting", k.waiting),
+                ("leases", k.leases),
+                ("owner", k.owner),
+            )
         }
         counters = await f.counters()
+        reclaim_ms = min([await _dead_node_reclaim_ms(f, i) for i in range(RECLAIMS)])
         return {
             "urls": urls,
             "tracked": counters.get("tracked", 0),
@@ -110,9 +122,35 @@ async def measure_tracked(url: str, urls: int, *, runtime_meta: bool = False) ->
             "tracked_bytes_per_url": round((after - before) / urls, 1),
             "by_key_bytes_per_url": {name: round(n / urls, 1) for name, n in usage.items()},
             "gb_per_10M_tracked": round((after - before) * 10_000_000 / urls / 1e9, 2),
+            "dead_node_reclaim_redis_ms": round(reclaim_ms, 2),
         }
     finally:
         await client.aclose()
+
+
+async def _dead_node_reclaim_ms(f: Frontier, n: int) -> float:
+    """Redis's time (ms) of the reclaim that returns the DEAD_LEASES leases of a node
+    that died (the *n*-th), its scripts' time as ``INFO commandstats`` counts it."""
+    site = "dead.example.com"
+    await f.commit("n1", [Outgoing(b"", site, 0, b"x%d" % i) for i in range(DEAD_LEASES)])
+    node = f"dies{n}"
+    beat: dict[str, Any] = {"status": "{}", "busy": True, "lease_ms": 600_000}
+    await f.heartbeat(node, ttl_ms=100, **beat)
+    held = await f.lease(
+        node, DEAD_LEASES, [site], lease_ms=600_000, per_site=DEAD_LEASES, offer_size=8
+    )
+    await asyncio.sleep(0.2)  # past its time-to-live: it counts as dead
+    await f.client.config_resetstat()
+    back = await f.reclaim_expired()
+    stats = await f.client.info("commandstats")
+    if back != len(held.entries):
+        raise RuntimeError(f"the reclaim returned {back} of {len(held.entries)} leases")
+    again = await f.lease(
+        "n2", DEAD_LEASES, [site], lease_ms=600_000, per_site=DEAD_LEASES, offer_size=8
+    )
+    await f.commit("n2", acks=[e.rid for e in again.entries])
+    usec = sum(int(v["usec"]) for name, v in stats.items() if name.startswith("cmdstat_eval"))
+    return usec / 1000
 
 
 def main() -> None:

@@ -152,7 +152,9 @@ def render(snaps: list[JobSnapshot], width: int = 120) -> Group:
         summary.add_column("what", no_wrap=True)
         summary.add_column("value", justify="right")
         summary.add_row("queued", str(s.queued))
-        summary.add_row("leased", f"{s.leased} ({s.overdue_leases} overdue)")
+        summary.add_row("leased", f"{s.leased - s.waiting} ({s.overdue_leases} overdue)")
+        if s.waiting:
+            summary.add_row("waiting for their time", f"{s.waiting} ({s.waiting_due} due)")
         summary.add_row("sites", str(s.sites) + (f" in {s.shards} shards" if s.shards > 1 else ""))
         summary.add_row("malformed set aside", str(s.malformed))
         summary.add_row(

@@ -4,7 +4,7 @@ dashboard and ``/metrics`` show for a job whose pages are revisited.
 From the job's counters (exact): pages ``tracked`` (kept for revisits), ``revisits``
 made, ``changes`` found; from its change stream (exact up to :data:`HOUR_SCAN` events):
 changes found in the last hour; from a sample of the tracked pages waiting for their
-next visit (``ZRANDMEMBER`` of the leases, their entries decoded: at most
+next visit (``ZRANDMEMBER`` of the job's waiting set, their entries decoded: at most
 :data:`SAMPLE` a shard, one round trip each): the age of the copy (time since the last
 visit: median, 95th percentile), per site too, and how many of them are past their due
 time and not queued yet; from the live nodes' status: their visits by outcome, the share
@@ -23,7 +23,7 @@ from typing import Any
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import WAITING, entry_fault, split_entry
+from crawlfleet.frontier.records import entry_fault, split_entry
 from crawlfleet.frontier.serialization import payload_meta
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.meta import REVISIT_META
@@ -139,19 +139,16 @@ async def _sample_ages(
     part: Frontier, now_ms: int, sample: int, out: Freshness, ages: dict[str, list[float]]
 ) -> None:
     keys = part.keys
-    picked: Any = await part.client.zrandmember(keys.leases, sample, withscores=True)
+    picked: Any = await part.client.zrandmember(keys.waiting, sample, withscores=True)
     if not picked:
         return
     # ZRANDMEMBER WITHSCORES: [member, score, member, score, ...]
     rids = [text(r) for r in picked[0::2]]
     deadlines = [float(s) for s in picked[1::2]]
-    pipe = part.client.pipeline(transaction=False)
-    pipe.hmget(keys.owner, rids)
-    pipe.hmget(keys.req, rids)
-    owners, entries = await pipe.execute()
-    for owner, entry, deadline in zip(owners, entries, deadlines, strict=True):
-        if owner is None or text(owner) != WAITING or entry is None or entry_fault(entry):
-            continue  # a node's lease, or a retry waiting: not a tracked page between visits
+    entries: Any = await part.client.hmget(keys.req, rids)
+    for entry, deadline in zip(entries, deadlines, strict=True):
+        if entry is None or entry_fault(entry):
+            continue  # gone since it was picked, or malformed (the reclaim sets it aside)
         site, payload = split_entry(entry)
         try:
             state = payload_meta(payload).get(REVISIT_META)

@@ -49,6 +49,7 @@ async def job_figures(frontier: JobFrontier) -> dict[str, Any]:
         "job": keys.job,
         "queued": counters.get("queued", 0),
         "leased": sizes["leased"],
+        "waiting": sizes["waiting"],
         "sites": sizes["sites"],
         "malformed_set_aside": sizes["malformed"],
         "counters": counters,

@@ -53,9 +53,11 @@ class JobSnapshot:
     job: str
     now_ms: int
     queued: int
+    #: requests out of the queues and not finished: leased to a node, or waiting for
+    #: their time (*waiting*)
     leased: int
-    overdue_leases: int  #: leases whose deadline has passed
-    oldest_deadline_ms: int | None  #: the earliest lease deadline
+    overdue_leases: int  #: nodes' leases whose deadline has passed (waiting ones not)
+    oldest_deadline_ms: int | None  #: the earliest deadline of a node's lease
     sites: int
     top_sites: list[tuple[str, int]]
     sites_scanned: int
@@ -74,6 +76,11 @@ class JobSnapshot:
     site_limits: dict[str, float] = field(default_factory=dict)
     #: the shards the job's queues, leases and seen-filter are split over
     shards: int = 1
+    #: of *leased*, requests waiting for their time (a retry's back-off, a tracked
+    #: request between visits), and of them those whose time has come (the next
+    #: reclaim queues them)
+    waiting: int = 0
+    waiting_due: int = 0
     #: a continuous job's freshness (None: it tracks no page for revisits)
     freshness: Freshness | None = None
 
@@ -149,6 +156,8 @@ class JobSnapshot:
             "queued": self.queued,
             "leased": self.leased,
             "overdue_leases": self.overdue_leases,
+            "waiting": self.waiting,
+            "waiting_due": self.waiting_due,
             "sites": self.sites,
             "shards": self.shards,
             "top_sites": [{"site": s, "queued": n} for s, n in self.top_sites],
@@ -201,6 +210,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     pipe.hget(keys.counters, "tracked")
     pipe.zcard(keys.leases)
     pipe.zrange(keys.leases, 0, 0, withscores=True)
+    pipe.zcard(keys.waiting)
     pipe.zcard(keys.sites)
     pipe.zrange(keys.sites, 0, SITES_SCANNED - 1)
     pipe.llen(keys.bad)
@@ -215,6 +225,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         tracked,
         leased,
         oldest,
+        waiting,
         nsites,
         sites,
         bad,
@@ -227,8 +238,10 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
     ) = await pipe.execute()
     now = int(t[0]) * 1000 + int(t[1]) // 1000
     count = min(max(1, counter_value(shards)), MAX_SHARDS)
-    queued, leased, tracked = counter_value(queued), int(leased), counter_value(tracked)
+    queued, leased, waiting = counter_value(queued), int(leased), int(waiting)
+    tracked = counter_value(tracked)
     overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
+    due = int(await client.zcount(keys.waiting, "-inf", f"({now}")) if waiting else 0
     site_names = [text(s) for s in sites]
     if count > 1:  # the other shards' queues and leases (the registry is shard 0's)
         more = client.pipeline(transaction=False)
@@ -239,16 +252,19 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
             more.zcard(part.leases)
             more.zrange(part.leases, 0, 0, withscores=True)
             more.zcount(part.leases, "-inf", f"({now}")
+            more.zcard(part.waiting)
+            more.zcount(part.waiting, "-inf", f"({now}")
             more.zcard(part.sites)
             more.zrange(part.sites, 0, SITES_SCANNED - 1)
             more.llen(part.bad)
         found = await more.execute()
         scanned = [site_names]
-        for i in range(0, len(found), 8):
-            q, t, n, first, late, ns, names, b = found[i : i + 8]
+        for i in range(0, len(found), 10):
+            q, t, n, first, late, w, came, ns, names, b = found[i : i + 10]
             queued, leased = queued + max(0, counter_value(q)), leased + int(n)
             tracked += max(0, counter_value(t))
             overdue += int(late)
+            waiting, due = waiting + int(w), due + int(came)
             oldest = sorted([*oldest, *first], key=lambda pair: pair[1])[:1]
             nsites, bad = int(nsites) + int(ns), int(bad) + int(b)
             scanned.append([text(s) for s in names])
@@ -304,7 +320,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         job=keys.job,
         now_ms=now,
         queued=queued,
-        leased=leased,
+        leased=leased + waiting,
         overdue_leases=overdue,
         oldest_deadline_ms=int(oldest[0][1]) if oldest else None,
         sites=int(nsites),
@@ -319,6 +335,8 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         polite_site=polite_site,
         site_limits=site_limits,
         shards=count,
+        waiting=waiting,
+        waiting_due=due,
         # a continuous job's: read only when it tracks pages (a few more round trips)
         freshness=fresh,
     )

@@ -73,8 +73,8 @@ class Committer(Protocol):
     ) -> CommitResult:
         """Queue *requests* (dropping what the seen-filter knows), acknowledge the leases
         *acks* of *node* (done: removed for good) and set the entries *bad* aside. A
-        request with a ``delay_ms`` waits that long first (a lease of
-        :data:`~crawlfleet.frontier.records.WAITING`, counted "waiting"), then
+        request with a ``delay_ms`` waits that long first (in the job's waiting set:
+        nobody's lease, counted "leased" and "waiting"), then
         :meth:`FrontierBackend.reclaim_expired` queues it.
 
         *revisits* (:class:`~crawlfleet.frontier.records.Revisit`): leases of *node*

@@ -288,22 +288,23 @@ class Frontier(Committer):
 
     async def peek(self, size: int) -> LeaseResult:
         """What a lease of nothing replies: up to *size* sites with queued requests, the
-        queued and leased counts and the control sequence (one round trip, nothing
-        written; a sharded job's lease asks this of its shards that have no site in the
-        offer)."""
+        queued and leased (waiting included) counts and the control sequence (one round
+        trip, nothing written; a sharded job's lease asks this of its shards that have no
+        site in the offer)."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.zrange(k.sites, 0, size - 1)
         pipe.hmget(k.counters, "queued", "control_seq")
         pipe.zcard(k.leases)
+        pipe.zcard(k.waiting)
         self.round_trips += 1
-        sites, (queued, control_seq), leased = await pipe.execute()
+        sites, (queued, control_seq), leased, waiting = await pipe.execute()
         return LeaseResult(
             0,
             [],
             [text(s) for s in sites],
             counter_value(queued),
-            int(leased),
+            int(leased) + int(waiting),
             -1,
             counter_value(control_seq),
         )

@@ -24,7 +24,6 @@ from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     CHANGES_MAXLEN,
-    WAITING,
     BackoffOptions,
     CommitBatch,
     CommitResult,
@@ -69,6 +68,7 @@ class _Job:
     sites: dict[str, int] = field(default_factory=dict)  # site -> serve order
     leases: dict[str, int] = field(default_factory=dict)  # rid -> deadline ms
     owner: dict[str, str] = field(default_factory=dict)  # rid -> node
+    waiting: dict[str, int] = field(default_factory=dict)  # rid -> due time ms
     counters: dict[str, int] = field(default_factory=dict)
     bad: list[bytes] = field(default_factory=list)
     nodes: dict[str, int] = field(default_factory=dict)  # node -> alive until ms
@@ -175,8 +175,9 @@ class MemoryFrontier(Committer):
                 dropped += 1
                 continue
             kept.payload = v.payload
-            j.leases[v.rid] = _now_us() // 1000 + max(0, v.delay_ms)
-            j.owner[v.rid] = WAITING
+            j.leases.pop(v.rid, None)
+            j.owner.pop(v.rid, None)
+            j.waiting[v.rid] = _now_us() // 1000 + max(0, v.delay_ms)
             revisited += 1
             tracked += v.new
             self._note_change(v.event)
@@ -199,9 +200,8 @@ class MemoryFrontier(Committer):
             rid = str(j.seq)
             entry = _Entry((-r.priority, j.seq), r.site, r.payload)
             j.entries[rid] = entry
-            if r.delay_ms > 0:  # waits as a lease of WAITING (see commit.lua)
-                j.leases[rid] = _now_us() // 1000 + r.delay_ms
-                j.owner[rid] = WAITING
+            if r.delay_ms > 0:  # waits in the waiting set (see commit.lua)
+                j.waiting[rid] = _now_us() // 1000 + r.delay_ms
                 waiting += 1
             else:
                 self._enqueue(rid, entry)
@@ -341,7 +341,7 @@ class MemoryFrontier(Committer):
             out,
             self._offer(options["offer_size"]),
             j.counters.get("queued", 0),
-            len(j.leases),
+            len(j.leases) + len(j.waiting),
             ready_in,
             j.counters.get("control_seq", 0),
             ended,
@@ -357,41 +357,43 @@ class MemoryFrontier(Committer):
         self.round_trips += 1
         j = self._job
         now = _now_us() // 1000
-        in_grace = now - j.resumed_at < grace_ms  # only waiting requests come due
-        picked = [
-            rid
-            for rid, deadline in j.leases.items()
-            if deadline < now and (not in_grace or j.owner.get(rid) == WAITING)
-        ][:limit]
-        dead = set()
-        if not in_grace:
+        # waiting requests whose time has come, grace or not (as expired.lua)
+        came = sorted((due, rid) for rid, due in j.waiting.items() if due < now)[:limit]
+        picked = [rid for _, rid in came]
+        if now - j.resumed_at >= grace_ms:
+            picked += [rid for rid, deadline in j.leases.items() if deadline < now][:limit]
             dead = {n for n, until in j.nodes.items() if until < now and n not in j.reaped}
-        if dead:
-            picked += [rid for rid, owner in j.owner.items() if owner in dead and rid not in picked]
-            picked = picked[: 2 * limit]
-            j.reaped |= dead
+            if dead:
+                held = [rid for rid, owner in j.owner.items() if owner in dead]
+                picked += [rid for rid in held if rid not in picked]
+                j.reaped |= dead
+        picked = picked[: 2 * limit]
 
         def gone(rid: str, now_ms: int) -> bool:
-            if rid not in j.leases:
-                return False
             holder = j.owner.get(rid)
-            if holder == WAITING:
-                return j.leases[rid] < now_ms
             return j.leases[rid] < now_ms or holder is None or j.nodes.get(holder, 0) < now_ms
 
         return self._requeue(picked, gone)
 
     def _requeue(self, rids: Iterable[str], ok: Any) -> int:
+        """Queue again those of *rids* that wait and whose time has come, and those
+        leased for which ``ok(rid, now_ms)``; the leases returned (not the waiting)."""
         j = self._job
         now = _now_us() // 1000
         back = due = 0
         for rid in rids:
-            if rid not in j.leases or not ok(rid, now):
-                continue
-            j.leases.pop(rid, None)
-            waited = j.owner.pop(rid, None) == WAITING
-            if waited:
+            if rid in j.waiting:
+                if j.waiting[rid] >= now:
+                    continue
+                del j.waiting[rid]
                 self._count("waiting", -1)
+                waited = True
+            elif rid in j.leases and ok(rid, now):
+                j.leases.pop(rid, None)
+                j.owner.pop(rid, None)
+                waited = False
+            else:
+                continue
             entry = j.entries.get(rid)
             if entry is None:
                 self._count("leased", -1)
@@ -462,7 +464,7 @@ class MemoryFrontier(Committer):
         return JobState(
             now,
             j.counters.get("queued", 0),
-            len(j.leases),
+            len(j.leases) + len(j.waiting),
             sum(1 for until in j.nodes.values() if until >= now),
             busy_others,
             dict(j.limits),

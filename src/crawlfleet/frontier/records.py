@@ -44,9 +44,11 @@ __all__ = [
     "split_entry",
 ]
 
-#: The holder of a request waiting for its not-before time (a retry backing off): it is
-#: leased to no node, and returned to its queue by whoever reclaims expired leases once
-#: its time has come. No node id starts with "~".
+#: The holder of a request waiting for its not-before time in the former form (a lease
+#: of this holder in the job's leases and owner keys): a Redis upgraded with some in
+#: flight keeps them, and the reclaim still queues each once its time has come. A
+#: request waits in the job's waiting set now (its due time, no lease, no owner: see
+#: commit.lua). No node id starts with "~".
 WAITING = "~retry"
 #: Most shards a job may have (each is a hash tag, its own keys and a call per lease).
 MAX_SHARDS = 1024
@@ -73,7 +75,8 @@ class SeenConfig:
 class Outgoing:
     """A request on its way into the frontier. ``fp`` empty: bypass the seen-filter.
     ``delay_ms`` > 0: it waits that long (on Redis's clock) before it is queued for its
-    site (a retry's back-off); until then it is held as a lease of :data:`WAITING`."""
+    site (a retry's back-off); until then it is in the job's waiting set (counted
+    "leased" and "waiting")."""
 
     fp: bytes
     site: str
@@ -85,7 +88,7 @@ class Outgoing:
 @dataclass(frozen=True, slots=True)
 class Revisit:
     """A finished lease of this node kept for a later visit: its entry's payload becomes
-    *payload* and it waits *delay_ms* (a lease of :data:`WAITING`, on Redis's clock),
+    *payload* and it waits *delay_ms* (in the job's waiting set, on Redis's clock),
     then is queued again with its priority and site, under the same rid. Applied only
     if the lease is still the node's (else nothing). *new*: first time kept (counter
     "tracked" + 1); *event*: b"" for none, else appended to the job's change stream."""
@@ -295,7 +298,9 @@ class LeaseResult:
     entries: list[Leased]
     offer: list[str]
     queued: int = 0  #: requests still queued in the job after this lease
-    leased: int = 0  #: requests leased in the job (every node) after this lease
+    #: requests leased in the job (every node; those waiting for their time included)
+    #: after this lease
+    leased: int = 0
     #: µs until the first rate-limited site skipped by this call is ready (-1: none)
     ready_in_us: int = -1
     #: the job's control command sequence (see :meth:`Frontier.control_seq`)
@@ -308,6 +313,8 @@ class LeaseResult:
 class JobState:
     now_ms: int
     queued: int
+    #: requests out of the queues and not finished: leased to a node, or waiting for
+    #: their time (see *waiting*)
     leased: int
     live_nodes: int
     busy_others: int

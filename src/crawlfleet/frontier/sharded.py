@@ -679,19 +679,22 @@ class JobFrontier(Committer):
         return total
 
     async def sizes(self) -> dict[str, int]:
-        """The job's leases, sites with queued requests and entries set aside as
-        malformed, over its shards (one round trip)."""
+        """The job's leased requests (nodes' leases and requests waiting for their
+        time), of them those waiting, sites with queued requests and entries set aside
+        as malformed, over its shards (one round trip)."""
         pipe = self.client.pipeline(transaction=False)
         for part in await self.shards():
             pipe.zcard(part.keys.leases)
+            pipe.zcard(part.keys.waiting)
             pipe.zcard(part.keys.sites)
             pipe.llen(part.keys.bad)
         self._own_trips += 1
         found = [int(v) for v in await pipe.execute()]
         return {
-            "leased": sum(found[0::3]),
-            "sites": sum(found[1::3]),
-            "malformed": sum(found[2::3]),
+            "leased": sum(found[0::4]) + sum(found[1::4]),
+            "waiting": sum(found[1::4]),
+            "sites": sum(found[2::4]),
+            "malformed": sum(found[3::4]),
         }
 
     async def seen_check(

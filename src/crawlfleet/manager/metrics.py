@@ -63,6 +63,7 @@ class _Fleet(Collector):
         queued = gauge("job_queued", "requests queued", ["job"])
         leased = gauge("job_leased", "requests leased to nodes", ["job"])
         overdue = gauge("job_leases_overdue", "leases past their deadline", ["job"])
+        waiting = gauge("job_waiting", "requests waiting for their time", ["job"])
         rate = gauge("job_pages_per_second", "summed page rate of live nodes", ["job"])
         eta = gauge("job_eta_seconds", "time left (absent while unknown)", ["job"])
         paused = gauge("job_paused", "1 while the job is paused or stopped", ["job"])
@@ -93,8 +94,9 @@ class _Fleet(Collector):
         for snap, job_counters in self.jobs:
             j = [snap.job]
             queued.add_metric(j, snap.queued)
-            leased.add_metric(j, snap.leased)
+            leased.add_metric(j, snap.leased - snap.waiting)
             overdue.add_metric(j, snap.overdue_leases)
+            waiting.add_metric(j, snap.waiting)
             rate.add_metric(j, snap.pages_per_second or 0.0)
             if snap.eta_seconds is not None:
                 eta.add_metric(j, snap.eta_seconds)
@@ -127,7 +129,18 @@ class _Fleet(Collector):
                         node_gauge.add_metric([snap.job, node], value * scale)
                 for kind, n in _errors(info).items():
                     errors.add_metric([snap.job, node, kind], n)
-        yield from (queued, leased, overdue, rate, eta, paused, nodes, site_queued, backoff)
+        yield from (
+            queued,
+            leased,
+            overdue,
+            waiting,
+            rate,
+            eta,
+            paused,
+            nodes,
+            site_queued,
+            backoff,
+        )
         yield from (tracked, changes_hour, age)
         yield from counters.values()
         yield up

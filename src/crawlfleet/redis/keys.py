@@ -39,8 +39,14 @@ keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
                                               form most requests take)
     <prefix>:{<job>}:req               hash   rid -> "<score>\\0<site>\\0<payload>" of
                                               every request not in a FIFO list
-    <prefix>:{<job>}:leases            zset   rid -> lease deadline (ms, Redis clock)
+    <prefix>:{<job>}:leases            zset   rid -> lease deadline (ms, Redis clock) of
+                                              the requests leased to a node
     <prefix>:{<job>}:owner             hash   rid -> node id holding the lease
+    <prefix>:{<job>}:waiting           zset   rid -> due time (ms, Redis clock) of the
+                                              requests waiting for their time (a retry's
+                                              back-off, a tracked request between two
+                                              visits): no lease, no owner; queued by the
+                                              reclaim once due (expired.lua)
     <prefix>:{<job>}:counters          hash   seq, queued, leased, enqueued, ...; epoch
                                               (set by the first commit, new after a
                                               reset: see commit.lua)
@@ -309,6 +315,10 @@ class JobKeys:
         return f"{self.base}:owner"
 
     @property
+    def waiting(self) -> str:
+        return f"{self.base}:waiting"
+
+    @property
     def counters(self) -> str:
         return f"{self.base}:counters"
 
@@ -375,9 +385,9 @@ class JobKeys:
         return [key for site in sites for key in self.site_queues(site)]
 
     def _frontier(self) -> list[str]:
-        """The first KEYS of every script that moves requests between queues and
-        leases (commit, lease, lease_paced, requeue)."""
-        return [self.sites, self.req, self.leases, self.owner, self.counters]
+        """The first KEYS of every script that moves requests between queues, leases
+        and the waiting set (commit, lease, lease_paced, requeue)."""
+        return [self.sites, self.req, self.leases, self.owner, self.counters, self.waiting]
 
     def seen_filter(self, mode: str, layers: int = 0) -> list[str]:
         """The seen-filter's keys as its Lua library takes them: mode "exact" the set;
@@ -410,12 +420,20 @@ class JobKeys:
 
     def for_expired(self) -> list[str]:
         """The KEYS of expired.lua."""
-        return [self.leases, self.req, self.nodes, self.owner, self.reaped, self.counters]
+        return [
+            self.leases,
+            self.req,
+            self.nodes,
+            self.owner,
+            self.reaped,
+            self.counters,
+            self.waiting,
+        ]
 
     def for_heartbeat(self, *, fleet_limits: bool) -> list[str]:
         """The KEYS of heartbeat.lua; the fleet's run-time limits last if
         *fleet_limits* (on one Redis: on a cluster they are in another slot)."""
-        node = [self.nodes, self.nodeinfo, self.busy, self.leases, self.owner]
+        node = [self.nodes, self.nodeinfo, self.busy, self.leases, self.owner, self.waiting]
         job = [self.counters, self.limits, self.reaped, self.control]
         return [*node, *job, *((self.fleet.limits,) if fleet_limits else ())]
 
@@ -442,6 +460,7 @@ class JobKeys:
             self.req,
             self.leases,
             self.owner,
+            self.waiting,
             self.counters,
             self.bad,
             self.nodes,

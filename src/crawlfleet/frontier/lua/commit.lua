@@ -9,17 +9,20 @@
 -- KEYS[3] leases    zset  rid -> lease deadline (ms, Redis clock)
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash  seq, queued, leased, enqueued, duplicates, acked, bad, ...
--- KEYS[6] bad       list  malformed entries, kept for inspection
--- KEYS[7] changes   stream  the job's change stream: events of revisits and untracks
+-- KEYS[6] waiting   zset  rid -> due time (ms, Redis clock) of the requests waiting for
+--                   their time (their req entry as a lease's; no lease, no owner)
+-- KEYS[7] bad       list  malformed entries, kept for inspection
+-- KEYS[8] changes   stream  the job's change stream: events of revisits and untracks
 --                   (one field "e"), trimmed to about ARGV[12] entries
--- KEYS[8 .. 7+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
--- KEYS[8+S ..]      two keys per site: its queue (zset rid -> score, -priority * 2^32
+-- KEYS[9 .. 8+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
+-- KEYS[9+S ..]      two keys per site: its queue (zset rid -> score, -priority * 2^32
 --                   + seq) and its FIFO list of priority-0 requests ("<rid>\0<payload>"
 --                   items: no req entry while queued, the lean form of most requests)
 --
 -- ARGV[1] node id     ARGV[2] S     ARGV[3] P (seen parameters)
 -- ARGV[4] A (acks)    ARGV[5] B (malformed)     ARGV[6] R (requests)
--- ARGV[7] the holder of waiting requests (records.WAITING)
+-- ARGV[7] the holder of waiting requests of the former form (records.WAITING): unused
+--         here (a waiting request is never a node's lease)
 -- ARGV[8] K: duplicates the node found itself (its cache of fingerprints this filter
 --         holds), counted only if ARGV[9] is the job's epoch
 -- ARGV[9] the job's epoch the node's cache belongs to ("": none yet)
@@ -32,17 +35,18 @@
 -- then R groups of 6: fingerprint ("" = bypass the seen-filter), queue index
 -- (1-based among the sites: its keys are the (2i-1)-th and 2i-th queue keys), site,
 -- priority, payload, delay (ms; 0: none).
--- A request with a delay waits before it is queued (a retry's back-off): it is held
--- as a lease of the waiting holder until now + delay, so that whoever reclaims
--- expired leases (expired.lua, requeue.lua) queues it once its time has come; it
--- counts as leased and as "waiting".
--- A revisit is a finished lease kept under its rid for a later visit: its req entry
--- keeps its score and site and gets the new payload, and it waits as a delayed
--- request does (holder ARGV[7], deadline now + delay), then is queued by the same
--- reclaim, at its priority (a priority-0 one in its site's FIFO list, lean). It counts
--- as acked, "revisits" and "waiting" (still leased). An untrack ends the lease as an
--- ack does, and counts "tracked" - 1. A non-empty event of either is appended to the
--- change stream (counter "changes").
+-- A request with a delay waits before it is queued (a retry's back-off): its req entry
+-- is written and its rid joins the waiting set at now + delay, so that the reclaim
+-- (expired.lua, requeue.lua) queues it once its time has come; it counts as "leased"
+-- (out of the queues, not finished) and as "waiting".
+-- A revisit is a finished lease kept under its rid for a later visit: its lease ends
+-- (leases, owner), its req entry keeps its score and site and gets the new payload,
+-- and it waits as a delayed request does (the waiting set, due now + delay), then is
+-- queued by the same reclaim, at its priority (a priority-0 one in its site's FIFO
+-- list, lean). It counts as acked, "revisits" and "waiting" ("leased" unchanged: a
+-- waiting request counts there). An untrack ends the lease as an ack does, and counts
+-- "tracked" - 1. A non-empty event of either is appended to the change stream
+-- (counter "changes").
 --
 -- The job's epoch (counters field "epoch") names this incarnation of the job: set by
 -- the first commit, from Redis's clock in µs, and gone with the counters when the job
@@ -54,20 +58,21 @@
 --          (wrapped with the counters' repairs and the entries found gone: see
 --          _counters.lua, _entry.lua)
 -- An ack, revisit or untrack is applied only if the lease is still this node's (a
--- reclaimed lease is left to its new holder or queue). A revisit whose entry is gone
--- or malformed ends its lease instead (a malformed one set aside, as B's are).
+-- reclaimed lease is left to its new holder or queue; a waiting request is nobody's).
+-- A revisit whose entry is gone or malformed ends its lease instead (a malformed one
+-- set aside, as B's are).
 
-local sites_key, req_key, leases_key, owner_key, counters_key, bad_key, changes_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local node, waiting_holder = ARGV[1], ARGV[7]
+local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key, bad_key,
+      changes_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local node = ARGV[1]
 local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
                       tonumber(ARGV[5]), tonumber(ARGV[6])
 local V, U, maxlen = tonumber(ARGV[10]), tonumber(ARGV[11]), math.max(1, tonumber(ARGV[12]))
 local seen_keys, seen_args = {}, {}
-for i = 1, S do seen_keys[i] = KEYS[7 + i] end
+for i = 1, S do seen_keys[i] = KEYS[8 + i] end
 for i = 1, P do seen_args[i] = ARGV[12 + i] end
 seen_init(seen_keys, seen_args)
-local qbase = 7 + S
+local qbase = 8 + S
 local pos = 13 + P
 
 local epoch = redis.call('HGET', counters_key, 'epoch')
@@ -121,8 +126,9 @@ for _ = 1, V do
       -- the same score (as stored) and site, the new payload
       local head = string.sub(entry, 1, string.find(entry, '\0', 1, true) - 1)
       redis.call('HSET', req_key, rid, head .. '\0' .. site .. '\0' .. payload)
-      redis.call('ZADD', leases_key, now_ms() + math.max(0, delay), rid)
-      redis.call('HSET', owner_key, rid, waiting_holder)
+      redis.call('ZREM', leases_key, rid)
+      redis.call('HDEL', owner_key, rid)
+      redis.call('ZADD', waiting_key, now_ms() + math.max(0, delay), rid)
       revisited = revisited + 1
       if new == '1' then tracked = tracked + 1 end
       note_change(event)
@@ -176,8 +182,7 @@ for i = 1, R do
       redis.call('HSET', req_key, rid,
                  string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
       if delay > 0 then
-        redis.call('ZADD', leases_key, now_ms() + delay, rid)
-        redis.call('HSET', owner_key, rid, waiting_holder)
+        redis.call('ZADD', waiting_key, now_ms() + delay, rid)
         waiting = waiting + 1
       else
         redis.call('ZADD', KEYS[qbase + 2 * qi - 1], score, rid)

@@ -7,11 +7,13 @@
 -- KEYS[3] busy      zset  node id -> time (ms) until which it counts as busy
 -- KEYS[4] leases    zset  rid -> lease deadline (ms)
 -- KEYS[5] owner     hash  rid -> node id
--- KEYS[6] counters  hash
--- KEYS[7] limits    hash  site pattern -> rate limit set at run time
--- KEYS[8] reaped    zset  node id -> time its leases were returned (see expired.lua)
--- KEYS[9] control   hash  "<scope>:<kind>" -> command JSON (see frontier/control.py)
--- KEYS[10] fleet_limits  hash  site pattern -> rate limit every job shares, set at run
+-- KEYS[6] waiting   zset  rid -> due time (ms) of the requests waiting for their time
+--                   (see commit.lua)
+-- KEYS[7] counters  hash
+-- KEYS[8] limits    hash  site pattern -> rate limit set at run time
+-- KEYS[9] reaped    zset  node id -> time its leases were returned (see expired.lua)
+-- KEYS[10] control  hash  "<scope>:<kind>" -> command JSON (see frontier/control.py)
+-- KEYS[11] fleet_limits  hash  site pattern -> rate limit every job shares, set at run
 --                         time (left out on a Redis Cluster, where it is in another
 --                         slot: the client reads it apart)
 -- (counters: "beat_at", the last heartbeat of any node (ms); "resumed_at", when the
@@ -22,8 +24,9 @@
 -- ARGV[4] busy: "1" or "0"      ARGV[5] lease length (ms)
 -- ARGV[6 ..] rids this node holds: their deadline moves to now + lease length
 -- ("leaving" as ARGV[3] removes the node instead: it is stopping cleanly)
--- Returns {now_ms, queued, leased, live nodes, busy live nodes other than this one,
---          renewed, {pattern, limit, ...} the job's run-time rate limits,
+-- Returns {now_ms, queued, leased (nodes' leases and requests waiting), live nodes,
+--          busy live nodes other than this one, renewed,
+--          {pattern, limit, ...} the job's run-time rate limits,
 --          {the control fields *:state, *:concurrency, <node>:state,
 --           <node>:concurrency; nil where unset},
 --          requests ever leased in the job (0: it never had work),
@@ -31,10 +34,10 @@
 --          requests waiting for their time (counted in leased: retries backing off,
 --          tracked requests between visits)}
 
-local nodes_key, nodeinfo_key, busy_key, leases_key, owner_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local counters_key, limits_key, reaped_key, control_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local fleet_limits_key = KEYS[10]  -- nil on a Redis Cluster
+local nodes_key, nodeinfo_key, busy_key, leases_key, owner_key, waiting_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local counters_key, limits_key, reaped_key, control_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local fleet_limits_key = KEYS[11]  -- nil on a Redis Cluster
 local now = now_ms()
 local node, ttl, info, busy = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local lease_ms = tonumber(ARGV[5])
@@ -73,7 +76,8 @@ redis.call('ZREMRANGEBYSCORE', busy_key, '-inf', now)
 local busy_others = redis.call('ZCOUNT', busy_key, now, '+inf')
 if busy == '1' and info ~= 'leaving' then busy_others = busy_others - 1 end
 local queued = counter(counters_key, 'queued')
-return {now, queued, redis.call('ZCARD', leases_key), redis.call('ZCOUNT', nodes_key, now, '+inf'),
+local leased = redis.call('ZCARD', leases_key) + redis.call('ZCARD', waiting_key)
+return {now, queued, leased, redis.call('ZCOUNT', nodes_key, now, '+inf'),
         busy_others, renewed, redis.call('HGETALL', limits_key),
         redis.call('HMGET', control_key, '*:state', '*:concurrency', node .. ':state',
                    node .. ':concurrency'),

@@ -9,18 +9,20 @@
 -- KEYS[3] leases          zset  rid -> lease deadline (ms)
 -- KEYS[4] owner           hash  rid -> node id
 -- KEYS[5] counters        hash
--- KEYS[6] fleet_pace      hash  (the fleet's, every job's) budget -> its last slot
+-- KEYS[6] waiting         zset  rid -> due time (ms) of the requests waiting for their
+--                               time (see commit.lua): counted in "requests leased"
+-- KEYS[7] fleet_pace      hash  (the fleet's, every job's) budget -> its last slot
 --                               granted (µs, Redis clock; kept for sites with an
 --                               interval). A budget is a site, or a site within a scope
 --                               (node IP, crawler type): limits.py
--- KEYS[7] fleet_throttle  hash  (the fleet's) "b:<site>" -> "<interval ms>:<set at
+-- KEYS[8] fleet_throttle  hash  (the fleet's) "b:<site>" -> "<interval ms>:<set at
 --                               ms>": the site's adaptive back-off (throttle.lua),
 --                               halving every half-life; "r:<site>" -> "<its robots.txt
 --                               Crawl-delay (ms; 0: none)>:<when it became known (ms)>"
 --                               (absent: robots.txt not read yet; the first slot comes
 --                               one interval after it, as the probe request went out
 --                               then); "p:<site>" -> end of the current robots probe (ms)
--- KEYS[8 ..]        two keys per offered site, in the order of the offer: its queue
+-- KEYS[9 ..]        two keys per offered site, in the order of the offer: its queue
 --                   (zset) and its FIFO list of priority-0 requests (commit.lua)
 --
 -- ARGV[1] node id       ARGV[2] lease length (ms)     ARGV[3] N, most requests in all
@@ -47,16 +49,17 @@
 -- or gave the request back) is lost to the budget, never given twice. A site with
 -- nothing queued spends no budget.
 -- Returns {now (µs), {rid, entry, slot, late, ...}, {next offer: the H sites least
--- recently served}, requests still queued, requests leased (all nodes),
+-- recently served}, requests still queued, requests leased (all nodes; waiting ones
+-- included),
 -- µs until the first site skipped here is ready (-1: none skipped), the job's control
 -- command sequence (a node seeing it change reads its commands at once), {sites whose
 -- back-off ended (decayed) in this call}}
 -- where slot is the request's send time in µs after now (-1: any time) and late how
 -- many µs after its slot it may still be sent.
 
-local sites_key, req_key, leases_key, owner_key, counters_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local fleet_pace_key, fleet_throttle_key = KEYS[6], KEYS[7]
+local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local fleet_pace_key, fleet_throttle_key = KEYS[7], KEYS[8]
 local now = now_us()
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -73,7 +76,7 @@ for i = 11, #ARGV - 3, 4 do
               math.min(per_site, want - got))
   if take > 0 and redis.call('ZSCORE', sites_key, site) then
     local n = 0
-    pop_site(sites_key, req_key, counters_key, site, KEYS[8 + (i - 11) / 2], KEYS[9 + (i - 11) / 2],
+    pop_site(sites_key, req_key, counters_key, site, KEYS[9 + (i - 11) / 2], KEYS[10 + (i - 11) / 2],
              take, function(rid, entry)
       local slot = pace_slot(first, interval, probing, n)
       if pop_lease(leases_key, owner_key, node, deadline, out, rid, entry, slot,
@@ -92,5 +95,5 @@ end
 local hint = redis.call('ZRANGE', sites_key, 0, hint_n - 1)
 local queued = counter(counters_key, 'queued')
 local control_seq = counter(counters_key, 'control_seq')
-return {now, out, hint, queued, redis.call('ZCARD', leases_key), PACE.ready_in, control_seq,
-        PACE.ended}
+local leased = redis.call('ZCARD', leases_key) + redis.call('ZCARD', waiting_key)
+return {now, out, hint, queued, leased, PACE.ready_in, control_seq, PACE.ended}

@@ -3,9 +3,9 @@
 -- a deadline on this slot's Redis clock, in the order and round robin of _pop.lua.
 -- uses: pop, counters, entry, clock
 --
--- KEYS[1] sites  KEYS[2] req  KEYS[3] leases  KEYS[4] owner  KEYS[5] counters (as
--- lease.lua's)
--- KEYS[6 ..] two keys per offered site, in the order of the offer: its queue and its
+-- KEYS[1] sites  KEYS[2] req  KEYS[3] leases  KEYS[4] owner  KEYS[5] counters
+-- KEYS[6] waiting (as lease.lua's)
+-- KEYS[7 ..] two keys per offered site, in the order of the offer: its queue and its
 -- FIFO list
 --
 -- ARGV[1] node id     ARGV[2] lease length (ms)     ARGV[3] H, sites to return as the
@@ -14,16 +14,17 @@
 --            (µs after the pace's now; -1: any time), interval (µs), late (µs)
 -- Returns {{rid, entry, slot, late, ...} (slot in µs after the pace's now; -1: any
 -- time), {requests taken per offered site}, {next offer}, requests still queued,
--- requests leased (all nodes), the job's control command sequence}
+-- requests leased (all nodes; waiting ones included), the job's control command
+-- sequence}
 
-local sites_key, req_key, leases_key, owner_key, counters_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local node, deadline, hint_n = ARGV[1], now_ms() + tonumber(ARGV[2]), tonumber(ARGV[3])
 local out, taken, got = {}, {}, 0
 for i = 4, #ARGV - 4, 5 do
   local site, take, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local interval, late = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-  local k = 6 + 2 * (i - 4) / 5
+  local k = 7 + 2 * (i - 4) / 5
   local n = 0
   if take > 0 and redis.call('ZSCORE', sites_key, site) then
     pop_site(sites_key, req_key, counters_key, site, KEYS[k], KEYS[k + 1], take,
@@ -42,5 +43,6 @@ if got > 0 then
   count(counters_key, 'leased', got)
   count(counters_key, 'leased_total', got)
 end
+local leased = redis.call('ZCARD', leases_key) + redis.call('ZCARD', waiting_key)
 return {out, taken, redis.call('ZRANGE', sites_key, 0, hint_n - 1), counter(counters_key, 'queued'),
-        redis.call('ZCARD', leases_key), counter(counters_key, 'control_seq')}
+        leased, counter(counters_key, 'control_seq')}

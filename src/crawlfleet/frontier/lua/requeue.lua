@@ -2,8 +2,9 @@
 -- (same score: priority, then FIFO; a priority-0 request goes back to the head of its
 -- site's FIFO list, those returned together in sequence order, and leaves the req
 -- hash; a retry whose wait is over joins the back of its priority, after what is
--- queued). Used for expired leases and the leases of dead nodes (any node), and by a
--- node that gives back what it holds when it stops.
+-- queued). Used for expired leases, the leases of dead nodes (any node) and waiting
+-- requests whose time has come, and by a node that gives back what it holds when it
+-- stops.
 -- uses: entry, counters, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
@@ -11,25 +12,30 @@
 -- KEYS[3] leases    zset  rid -> lease deadline (ms)
 -- KEYS[4] owner     hash  rid -> node id
 -- KEYS[5] counters  hash
--- KEYS[6] nodes     zset  node id -> time (ms) after which it counts as dead
--- KEYS[7] bad       list  malformed entries, set aside for inspection
--- KEYS[8 ..]        two keys per site: its queue (zset) and its FIFO list
+-- KEYS[6] waiting   zset  rid -> due time (ms) of the requests waiting for their time
+--                   (see commit.lua)
+-- KEYS[7] nodes     zset  node id -> time (ms) after which it counts as dead
+-- KEYS[8] bad       list  malformed entries, set aside for inspection
+-- KEYS[9 ..]        two keys per site: its queue (zset) and its FIFO list
 --
 -- ARGV[1] mode: "expired" (only leases past their deadline, or held by a node that
 --         counts as dead) or "owner" (only leases held by ARGV[2])
 -- ARGV[2] node id (mode "owner")
--- ARGV[3] the holder of waiting requests (records.WAITING; see commit.lua): one of
---         its requests is queued only once its time has come (counter "waiting")
--- ARGV[4 ..] pairs: rid, site index (1-based: its keys are KEYS[6 + 2i], KEYS[7 + 2i];
+-- ARGV[3] the holder of waiting requests of the former form (records.WAITING: a lease
+--         of that holder, from before the waiting set): one of its requests, as one of
+--         the waiting set, is queued only once its time has come, in either mode
+--         (counter "waiting")
+-- ARGV[4 ..] pairs: rid, site index (1-based: its keys are KEYS[7 + 2i], KEYS[8 + 2i];
 --            0 = request gone or malformed)
 -- Returns {requests returned to a queue, of which waiting ones whose time had come,
 --          {rid, what is wrong, ...} of the entries set aside}
 -- (a waiting entry found malformed is set aside: it leaves "waiting", is not counted).
 -- A malformed entry is moved to the bad list (counter "bad"), never requeued; the
--- caller logs each one.
+-- caller logs each one. A waiting request leaves "leased" as a lease does (it counts
+-- there while it waits).
 
-local sites_key, req_key, leases_key, owner_key, counters_key, nodes_key, bad_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key, nodes_key,
+      bad_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now = now_ms()
 local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
 local back, dropped, left_waiting, came_due = 0, 0, 0, 0
@@ -37,26 +43,35 @@ local set_aside = {}
 local fronts = {}  -- site index -> {{seq, FIFO item}, ...}
 for i = 4, #ARGV, 2 do
   local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
-  local deadline = redis.call('ZSCORE', leases_key, rid)
+  local due = redis.call('ZSCORE', waiting_key, rid)
   local ok, was_waiting = false, false
-  if deadline then
-    local holder = redis.call('HGET', owner_key, rid)
-    if holder == waiting_holder then
-      ok = tonumber(deadline) < now
-      was_waiting = ok
-    elseif mode == 'expired' then
-      ok = tonumber(deadline) < now
-      if not ok then
-        local alive_until = holder and redis.call('ZSCORE', nodes_key, holder)
-        ok = not alive_until or tonumber(alive_until) < now
+  if due then
+    ok = tonumber(due) < now
+    was_waiting = ok
+    if ok then redis.call('ZREM', waiting_key, rid) end
+  else
+    local deadline = redis.call('ZSCORE', leases_key, rid)
+    if deadline then
+      local holder = redis.call('HGET', owner_key, rid)
+      if holder == waiting_holder then
+        ok = tonumber(deadline) < now
+        was_waiting = ok
+      elseif mode == 'expired' then
+        ok = tonumber(deadline) < now
+        if not ok then
+          local alive_until = holder and redis.call('ZSCORE', nodes_key, holder)
+          ok = not alive_until or tonumber(alive_until) < now
+        end
+      else
+        ok = holder == node
       end
-    else
-      ok = holder == node
+    end
+    if ok then
+      redis.call('ZREM', leases_key, rid)
+      redis.call('HDEL', owner_key, rid)
     end
   end
   if ok then
-    redis.call('ZREM', leases_key, rid)
-    redis.call('HDEL', owner_key, rid)
     local entry = redis.call('HGET', req_key, rid)
     local score, site, payload = entry_parts(entry)
     if was_waiting then left_waiting = left_waiting + 1 end
@@ -64,7 +79,7 @@ for i = 4, #ARGV, 2 do
       local seq = tonumber(rid)
       if was_waiting and fifo_score(score) and seq and seq % SEQ_SPAN == score then
         -- a retry whose time has come: queued after what is queued now
-        redis.call('RPUSH', KEYS[7 + 2 * qi], rid .. '\0' .. payload)
+        redis.call('RPUSH', KEYS[8 + 2 * qi], rid .. '\0' .. payload)
         redis.call('HDEL', req_key, rid)
       elseif fifo_score(score) and seq and seq % SEQ_SPAN == score then
         fronts[qi] = fronts[qi] or {}
@@ -78,7 +93,7 @@ for i = 4, #ARGV, 2 do
           redis.call('HSET', req_key, rid,
                      string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
         end
-        redis.call('ZADD', KEYS[6 + 2 * qi], score, rid)
+        redis.call('ZADD', KEYS[7 + 2 * qi], score, rid)
       end
       redis.call('ZADD', sites_key, 'NX', 0, site)
       back = back + 1
@@ -98,7 +113,7 @@ for i = 4, #ARGV, 2 do
     end
   end
 end
-for qi, items in pairs(fronts) do fifo_push_front(KEYS[7 + 2 * qi], items) end
+for qi, items in pairs(fronts) do fifo_push_front(KEYS[8 + 2 * qi], items) end
 if back + dropped > 0 then count(counters_key, 'leased', -(back + dropped)) end
 if left_waiting > 0 then count(counters_key, 'waiting', -left_waiting) end
 if back > 0 then
