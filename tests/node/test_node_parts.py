@@ -41,6 +41,19 @@ def encode(request: Request) -> bytes:
     return RequestCodec(None).encode(request)
 
 
+def count_beats(frontier: Any) -> list[float]:
+    """The times of *frontier*'s heartbeats from now on (a list that grows)."""
+    beats: list[float] = []
+    heartbeat = frontier.heartbeat
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        beats.append(time.monotonic())
+        return await heartbeat(*args, **kwargs)
+
+    frontier.heartbeat = counted
+    return beats
+
+
 def test_a_request_is_acknowledged_only_once_the_engine_is_done_with_it() -> None:
     async def body() -> None:
         store: dict[str, Any] = {}
@@ -221,14 +234,7 @@ def test_an_idle_node_beats_often_only_while_nothing_is_queued() -> None:
         }
         scheduler = node(store, engine, settings)
         frontier = scheduler.frontier
-        beats: list[float] = []
-        heartbeat = frontier.heartbeat
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            beats.append(time.monotonic())
-            return await heartbeat(*args, **kwargs)
-
-        frontier.heartbeat = counted  # type: ignore[method-assign]
+        beats = count_beats(frontier)
         await scheduler.start(Spider("job"))
         scheduler.enqueue_request(Request("http://a.test/1"))
         scheduler.enqueue_request(Request("http://a.test/2"))
@@ -265,14 +271,7 @@ def test_an_idle_node_of_a_job_whose_work_waits_for_later_beats_at_its_period() 
         frontier = scheduler.frontier
         later = Outgoing(b"", "a.test", 0, encode(Request("http://a.test/later")), 3_600_000)
         await MemoryFrontier("job", store).commit("n0", [later])
-        beats: list[float] = []
-        heartbeat = frontier.heartbeat
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            beats.append(time.monotonic())
-            return await heartbeat(*args, **kwargs)
-
-        frontier.heartbeat = counted  # type: ignore[method-assign]
+        beats = count_beats(frontier)
         await scheduler.start(Spider("job"))
         await until(lambda: scheduler.sync.heartbeat.state is not None)
         beats.clear()
