@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from types import FrameType
 
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
 
-__all__ = ["ITEM_STAGES", "STORES", "Addon", "check", "fail_command"]
+__all__ = ["ITEM_STAGES", "STORES", "Addon", "check", "check_given", "fail_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +132,21 @@ def check(settings: BaseSettings) -> None:
     FrontierConfig.from_settings(settings, "spider")  # the real name comes later
     RedisConfig.from_settings(settings)
     revisit_policy(settings)
+
+
+def check_given(given: Mapping[str, str]) -> None:
+    """Validate the crawlfleet settings *given* as text (the settings of a run the
+    manager starts through Scrapyd), over crawlfleet's defaults, as a node would at
+    start: ConfigError naming the first that is wrong, before any node is started with
+    it (a project's own settings.py, on the Scrapyd machine, is not seen here)."""
+    from scrapy.settings import Settings
+
+    from crawlfleet.settings.config import apply_defaults
+
+    settings = Settings()
+    settings.setdict({k: v for k, v in given.items() if k.startswith("CRAWLFLEET_")}, "cmdline")
+    apply_defaults(settings)
+    check(settings)
 
 
 class Addon:

@@ -131,6 +131,15 @@ def test_names_are_checked_on_every_route(manager: Manager) -> None:
         refused(manager.client.get(f"/api/v1/jobs/{job}/errors", headers=viewer), 400, "invalid")
     run = {"spider": "..", "project": "p"}
     refused(manager.client.post("/api/v1/jobs/j/run", json=run, headers=op), 400, "invalid")
+    # a run's crawlfleet settings are checked as a node would, before any is started
+    for settings, named in (
+        ({"CRAWLFLEET_REVISIT": "adaptiv"}, "CRAWLFLEET_REVISIT"),
+        ({"CRAWLFLEET_REVSIT": "fixed"}, "CRAWLFLEET_REVSIT"),
+        ({"CRAWLFLEET_REVISIT_MIN_SECONDS": "-1"}, "CRAWLFLEET_REVISIT_MIN_SECONDS"),
+    ):
+        run = {"spider": "s", "project": "p", "settings": settings}
+        r = manager.client.post("/api/v1/jobs/j/run", json=run, headers=op)
+        assert named in str(refused(r, 400, "invalid")), r.json()
     timer = {"name": "t", "job": "..", "action": "pause", "cron": "0 3 * * *"}
     refused(manager.client.post("/api/v1/timers", json=timer, headers=op), 400, "invalid")
     refused(manager.client.delete("/api/v1/timers/%2E%2E", headers=op), 400, "invalid")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from crawlfleet.addon import check_given
 from crawlfleet.exceptions import NotFound
 from crawlfleet.fleet.jobs import list_jobs
 from crawlfleet.fleet.snapshot import JOBS_MAX, snapshot
@@ -82,6 +83,7 @@ async def start_processes(
     """Schedule the job's spider on the chosen Scrapyd nodes and keep each process;
     ScrapydError if none could be started (each failure is in the result otherwise)."""
     ctx.keys(job)  # ConfigError for a bad name
+    check_given(body.settings)  # ConfigError for a wrong crawlfleet setting, sent nowhere
     nodes = await scrapyd_nodes(ctx, body.nodes)
     if body.nodes == "least-loaded":
         chosen = least_loaded(await loads(nodes, await cpu_by_host(ctx)), body.count)
