@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import time
 
 from rich.console import Console
 from scrapy import Request
@@ -15,12 +13,12 @@ from crawlfleet.cli.status import render
 from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import Outgoing, Revisit
-from crawlfleet.frontier.serialization import RequestCodec, with_meta
+from crawlfleet.frontier.records import Outgoing
+from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.manager.metrics import _Fleet
-from crawlfleet.meta import REVISIT_META
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from tests.support.frontier import track_pages
 
 SITE = "127.0.0.1:8"
 
@@ -38,21 +36,7 @@ def test_a_continuous_jobs_freshness_is_in_its_snapshot_status_and_metrics(
         try:
             keys = JobKeys.of(key_prefix, "fresh")
             f = Frontier(client, keys)
-            urls = [f"http://{SITE}/p/{i}" for i in range(4)]
-            await f.commit("n1", [_outgoing(u) for u in urls])
-            leased = await f.lease(
-                "n1", 10, await f.offer(10), lease_ms=60_000, per_site=10, offer_size=10
-            )
-            assert len(leased.entries) == 4
-            now = time.time()
-            revisits = []
-            for i, entry in enumerate(sorted(leased.entries, key=lambda e: e.payload)):
-                state = {"visits": 1, "kept": 1, "last": now - 100 * (i + 1)}
-                event = json.dumps({"url": urls[i], "kind": "new"}).encode() if i < 2 else b""
-                payload = with_meta(entry.payload, {REVISIT_META: state})
-                revisits.append(Revisit(entry.rid, 60_000, payload, new=True, event=event))
-            result = await f.commit("n1", revisits=revisits)
-            assert result.revisited == 4
+            await track_pages(f, SITE, [100, 200, 300, 400], changed=2)
 
             snap = await snapshot(client, keys)
             fresh = snap.freshness
