@@ -5,7 +5,6 @@ tests: ``/`` links to ``/ok``, ``/flaky`` (503 until ``site.flaky_fixed`` is set
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,16 +19,14 @@ LINKS = ("/ok", "/flaky", "/missing", "/boom")
 
 
 class FailingSite(LoopbackSite):
-    """``with FailingSite() as site: site.url``; ``site.hits`` counts requests by path."""
+    """``with FailingSite() as site: site.url``; ``site.hits`` counts requests by path,
+    ``site.times`` lists their arrival times."""
 
     def __init__(self) -> None:
         self.flaky_fixed = threading.Event()
-        #: path -> arrival times (time.monotonic()) of its requests
-        self.times: dict[str, list[float]] = {}
         super().__init__(self._page)
 
     def _page(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
-        self.times.setdefault(path, []).append(time.monotonic())
         status = 200
         if path == "/missing":
             status = 404

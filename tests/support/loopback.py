@@ -5,13 +5,14 @@ maps each GET (path, request headers) to (status, HTML body); the site runs in a
         site.url  # http://127.0.0.1:PORT/
 
 ``site.closing`` is set when the site closes (a handler that holds a request waits on
-it); ``site.hits`` counts requests by path; ``site.headers`` lists (path, headers) of
-every request.
+it); ``site.hits`` counts requests by path, ``site.times`` lists their arrival times
+by path (``time.monotonic()``); ``site.headers`` lists (path, headers) of every request.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,11 +26,13 @@ class LoopbackSite:
         {header: value})``."""
         self.closing = threading.Event()
         self.hits: dict[str, int] = {}
+        self.times: dict[str, list[float]] = {}
         self.headers: list[tuple[str, dict[str, str]]] = []
         site = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                site.times.setdefault(self.path, []).append(time.monotonic())
                 site.hits[self.path] = site.hits.get(self.path, 0) + 1
                 headers = dict(self.headers.items())
                 site.headers.append((self.path, headers))

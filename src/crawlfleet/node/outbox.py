@@ -52,7 +52,7 @@ WAITING_REACH_SECONDS = 0.01
 
 class Outbox:
     """Sends what the ledger of *core* holds for its frontier (see the module
-    docstring). *reclaim_by* is told the monotonic time by which delayed requests just
+    docstring). *reclaim_by* is told each monotonic time at which delayed requests just
     queued come due (the node reclaims them then)."""
 
     def __init__(
@@ -161,8 +161,9 @@ class Outbox:
             raise
         delays = [delay for *_rest, delay in batch if delay > 0]
         delays += [r.delay_ms for r in revisits if r.delay_ms > 0]
-        if delays:  # reclaim them (with any other due lease) once the first one is due
-            self.reclaim_by(time.monotonic() + min(delays) / 1000 + WAITING_REACH_SECONDS)
+        sent = time.monotonic()
+        for delay in set(delays):  # reclaim each (with any other due lease) once it is due
+            self.reclaim_by(sent + delay / 1000 + WAITING_REACH_SECONDS)
         self.last_flush = time.monotonic()
         del ledger.out[: len(batch)]
         if send_acks:

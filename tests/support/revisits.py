@@ -1,0 +1,69 @@
+"""What a continuous job holds in Redis, read for tests: its counters (through the
+frontier's API) and its revisit schedule (the tracked pages waiting for their next
+visit, each with its due time).
+
+:func:`waiting_revisits` is the one place that reads the frontier's keys themselves
+(there is no public API for a job's whole schedule): where the waiting revisits live
+changes there, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from crawlfleet.frontier.records import WAITING, split_entry
+from crawlfleet.frontier.serialization import RequestCodec
+from crawlfleet.frontier.sharded import JobFrontier
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.replies import text
+from crawlfleet.testsite.spider import TestSiteSpider
+
+__all__ = ["job_counters", "waiting_revisits"]
+
+
+def job_counters(redis_url: str, prefix: str, job: str) -> dict[str, int]:
+    """The counters of *job* (``tracked``, ``revisits``, ``queued``, ``leased``, ...)."""
+
+    async def read() -> dict[str, int]:
+        client = make_client(redis_url)
+        try:
+            return await JobFrontier(client, JobKeys.of(prefix, job)).counters()
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def waiting_revisits(redis_url: str, prefix: str, job: str) -> dict[str, int]:
+    """URL -> due time (ms, Redis's clock) of every request of *job* that waits for a
+    later visit (a tracked page between two visits, or a retry waiting out its
+    back-off); pages queued or held by a node are not in it. One consistent read
+    (MULTI) a shard."""
+    codec = RequestCodec(TestSiteSpider(start_urls="http://127.0.0.1/"))
+
+    async def read() -> dict[str, int]:
+        client = make_client(redis_url)
+        try:
+            found: dict[str, int] = {}
+            for part in await JobFrontier(client, JobKeys.of(prefix, job)).shards():
+                keys = part.keys
+                pipe = client.pipeline(transaction=True)
+                pipe.zrange(keys.leases, 0, -1, withscores=True)
+                pipe.hgetall(keys.owner)
+                pipe.hgetall(keys.req)
+                leases, owners, entries = await pipe.execute()
+                holder: dict[str, str] = {text(k): text(v) for k, v in owners.items()}
+                entry: dict[str, Any] = {text(k): v for k, v in entries.items()}
+                for rid, deadline in leases:
+                    rid = text(rid)
+                    if holder.get(rid) == WAITING:
+                        url = codec.decode(split_entry(entry[rid])[1]).url
+                        assert url not in found, f"{url} waits twice"
+                        found[url] = int(deadline)
+            return found
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
