@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from crawlfleet.frontier.records import WAITING, split_entry
+from crawlfleet.frontier.records import split_entry
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
@@ -50,18 +50,14 @@ def waiting_revisits(redis_url: str, prefix: str, job: str) -> dict[str, int]:
             for part in await JobFrontier(client, JobKeys.of(prefix, job)).shards():
                 keys = part.keys
                 pipe = client.pipeline(transaction=True)
-                pipe.zrange(keys.leases, 0, -1, withscores=True)
-                pipe.hgetall(keys.owner)
+                pipe.zrange(keys.waiting, 0, -1, withscores=True)
                 pipe.hgetall(keys.req)
-                leases, owners, entries = await pipe.execute()
-                holder: dict[str, str] = {text(k): text(v) for k, v in owners.items()}
+                waiting, entries = await pipe.execute()
                 entry: dict[str, Any] = {text(k): v for k, v in entries.items()}
-                for rid, deadline in leases:
-                    rid = text(rid)
-                    if holder.get(rid) == WAITING:
-                        url = codec.decode(split_entry(entry[rid])[1]).url
-                        assert url not in found, f"{url} waits twice"
-                        found[url] = int(deadline)
+                for rid, due in waiting:
+                    url = codec.decode(split_entry(entry[text(rid)])[1]).url
+                    assert url not in found, f"{url} waits twice"
+                    found[url] = int(due)
             return found
         finally:
             await client.aclose()
