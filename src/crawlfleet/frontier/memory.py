@@ -215,7 +215,7 @@ class MemoryFrontier(Committer):
         self._count("acked", acked + revisited + untracked)
         self._count("bad", set_aside)
         self._count("waiting", revisited)
-        self._count("revisits", revisited)
+        self._count("revisits", revisited - tracked)  # a page's first keeping is no revisit
         if tracked - untracked:
             j.counters["tracked"] = max(0, j.counters.get("tracked", 0) + tracked - untracked)
         return CommitResult(

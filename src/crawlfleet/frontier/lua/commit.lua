@@ -43,8 +43,8 @@
 -- (leases, owner), its req entry keeps its score and site and gets the new payload,
 -- and it waits as a delayed request does (the waiting set, due now + delay), then is
 -- queued by the same reclaim, at its priority (a priority-0 one in its site's FIFO
--- list, lean). It counts as acked, "revisits" and "waiting" ("leased" unchanged: a
--- waiting request counts there). An untrack ends the lease as an ack does, and counts
+-- list, lean). It counts as acked, "waiting" ("leased" unchanged: a waiting request
+-- counts there) and, unless kept for the first time, "revisits". An untrack ends the lease as an ack does, and counts
 -- "tracked" - 1. A non-empty event of either is appended to the change stream
 -- (counter "changes").
 --
@@ -211,10 +211,9 @@ if acked + revisited + untracked > 0 then
   count(counters_key, 'acked', acked + revisited + untracked)
 end
 if bad > 0 then count(counters_key, 'bad', bad) end
-if revisited > 0 then
-  count(counters_key, 'waiting', revisited)
-  count(counters_key, 'revisits', revisited)
-end
+if revisited > 0 then count(counters_key, 'waiting', revisited) end
+-- a page kept for the first time was visited once, not revisited
+if revisited > tracked then count(counters_key, 'revisits', revisited - tracked) end
 if tracked - untracked ~= 0 then count(counters_key, 'tracked', tracked - untracked) end
 if changes > 0 then count(counters_key, 'changes', changes) end
 return {queued + waiting, dups, acked, dup_idx, seen_new_layers(), epoch, known, revisited,
