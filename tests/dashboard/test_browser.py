@@ -12,16 +12,20 @@ from typing import Any
 import httpx
 import pytest
 
+from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.backlog import WAITING_FOR_STORE
 from crawlfleet.node.launcher import start_node
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.localcluster import RedisProcess
 from crawlfleet.state.errors import Failure, record_failures
 from crawlfleet.state.models import utcnow
 from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.server import TestSite
 from tests.support.browser import Browser, screenshot, sign_in
+from tests.support.frontier import track_pages
 from tests.support.hostile_site import PAYLOADS, HostileSite
-from tests.support.live_manager import LiveManager, running_manager
+from tests.support.live_manager import LiveManager, in_thread, running_manager
 from tests.support.paths import ROOT
 from tests.support.waiting import wait_until
 
@@ -318,6 +322,33 @@ def test_a_node_waiting_for_its_item_store_says_so(
         shown = page.locator("span.badge.waiting", has_text=WAITING_FOR_STORE)
         shown.wait_for()
         assert shown.inner_text() == WAITING_FOR_STORE
+    assert browser.outside == []
+
+
+def test_a_continuous_jobs_page_shows_how_fresh_its_copy_is(
+    live_manager: LiveManager, browser: Browser
+) -> None:
+    """A job that revisits its pages: how many it tracks, the changes of the last hour,
+    the copy's median age, and no ETA (it never ends)."""
+    job = "fresh"
+
+    async def track() -> None:
+        client = make_client(live_manager.redis_url)
+        try:
+            frontier = Frontier(client, JobKeys.of(live_manager.prefix, job))
+            await track_pages(frontier, "127.0.0.1:9", [60, 120, 180], changed=2)
+        finally:
+            await client.aclose()
+
+    in_thread(track)
+    page = browser.page()
+    sign_in(page, live_manager, "viewer")
+    page.goto(f"{live_manager.url}/#/job/{job}")
+    page.wait_for_selector("[data-figure=tracked]")
+    assert figure(page, "tracked") == "3"
+    assert figure(page, "changes_last_hour") == "2"
+    assert figure(page, "copy_age") == "2m 0s"  # the median of 1, 2 and 3 minutes
+    assert "continuous" in page.inner_text("[data-figure=eta]")
     assert browser.outside == []
 
 

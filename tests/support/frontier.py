@@ -73,6 +73,7 @@ async def track_pages(f: Frontier, site: str, ages: list[float], changed: int = 
 
     urls = [f"http://{site}/p/{i}" for i in range(len(ages))]
     codec = RequestCodec(None)
+    await f.register_job()  # as a node does: the manager knows it
     await f.commit("n1", [Outgoing(fp(u), site, 0, codec.encode(Request(u))) for u in urls])
     leased = await f.lease(
         "n1", len(urls), [site], lease_ms=60_000, per_site=len(urls), offer_size=10
