@@ -13,7 +13,7 @@ from crawlfleet.cli.status import render
 from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import Outgoing
+from crawlfleet.frontier.records import Outgoing, Revisit
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.manager.metrics import _Fleet
 from crawlfleet.redis.connection import make_client
@@ -89,3 +89,49 @@ def test_the_live_nodes_visits_give_the_304_share_and_lateness() -> None:
     )
     assert fresh.outcomes == {"changed": 2, "not_modified": 3, "unchanged": 5}
     assert (fresh.not_modified_share, fresh.late_mean_s) == (0.3, 1.0)
+
+
+def test_revisits_behind_are_counted_due_and_queued_in_all_and_per_site(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    async def main() -> None:
+        client = make_client(redis_server_url)
+        try:
+            keys = JobKeys.of(key_prefix, "behind")
+            f = Frontier(client, keys)
+            urls = [f"http://{SITE}/p/{i}" for i in range(5)]
+            await f.commit("n1", [_outgoing(u) for u in urls])
+            leased = await f.lease("n1", 10, [SITE], lease_ms=60_000, per_site=10, offer_size=10)
+            # two due now (queued by the reclaim), two due soon (not reclaimed yet), one
+            # in an hour
+            delays = [1, 1, 100, 100, 3_600_000]
+            kept = [
+                Revisit(e.rid, d, e.payload, new=True)
+                for e, d in zip(leased.entries, delays, strict=True)
+            ]
+            assert (await f.commit("n1", revisits=kept)).revisited == 5
+            await asyncio.sleep(0.05)
+            await f.reclaim_expired()
+            await asyncio.sleep(0.15)  # the next two are due, not queued
+            snap = await snapshot(client, keys)
+            fresh = snap.freshness
+            assert fresh is not None
+            assert (fresh.revisits_due, fresh.revisits_queued, fresh.behind) == (2, 2, 4)
+            assert fresh.behind_sites == {SITE: 2}
+            assert snap.queued == 2 and snap.top_sites == [(SITE, 2)]
+
+            console = Console(width=120, record=True)
+            console.print(render([snap]))
+            assert "revisits behind (due / queued)" in console.export_text()
+            families = {m.name: m for m in _Fleet([(snap, await f.counters())]).collect()}
+            behind = {
+                s.labels["state"]: s.value
+                for s in families["crawlfleet_job_revisits_behind"].samples
+            }
+            assert behind == {"due": 2, "queued": 2}
+            per_site = families["crawlfleet_site_revisits_queued"].samples
+            assert [(s.labels["site"], s.value) for s in per_site] == [(SITE, 2)]
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())

@@ -70,23 +70,32 @@ def test_a_revisit_keeps_its_rid_and_comes_back_with_its_new_payload_after_its_d
         await asyncio.sleep(0.7)
         # the reclaim that queues waiting retries queues them
         assert await f.reclaim_expired() == 0 and f.came_due == 2
+        assert (await f.counters()).get("revisits_queued") == 2
         home = await holder_of(f, "a")
         if home is not None:
             k = home.keys
-            # the priority-0 one back in its site's FIFO list, lean (no req entry); the
-            # prioritised one in the site's sorted set
+            # in the site's revisit list, apart from new URLs, first due first: the
+            # priority-0 one lean (no req entry), the prioritised one by its rid (its
+            # entry kept, marked a revisit's)
             page, listing = rid[b"page"].split(":")[-1], rid[b"listing"].split(":")[-1]
-            assert await home.client.lrange(k.fifo("a"), 0, -1) == [f"{page}\0page v2".encode()]
+            assert await home.client.lrange(k.revisits("a"), 0, -1) == [
+                f"{page}\0page v2".encode(),
+                listing.encode(),
+            ]
             assert not await home.client.hexists(k.req, page)
-            assert await home.client.zscore(k.queue("a"), listing) is not None
-            assert (await home.client.hget(k.req, listing)).endswith(b"\0a\0listing v2")
+            assert await home.client.llen(k.fifo("a")) == 0
+            assert await home.client.zscore(k.queue("a"), listing) is None
+            entry = await home.client.hget(k.req, listing)
+            assert entry.endswith(b"\0a\0listing v2") and entry.split(b"\0")[0].endswith(b".")
         again = (await f.lease("n2", 3, ["a"], per_site=3, **KW)).entries
-        # same rids and site, new payloads, at their priority (at its back)
+        # same rids and site, new payloads; the new URL first (share 0.5: the site's
+        # credit reaches 1 on its second request), then the revisits in due order
         assert [(e.rid, e.site, e.payload) for e in again] == [
             (again[0].rid, "a", b"newer"),
-            (rid[b"listing"], "a", b"listing v2"),
             (rid[b"page"], "a", b"page v2"),
+            (rid[b"listing"], "a", b"listing v2"),
         ]
+        assert (await f.counters()).get("revisits_queued") == 0
         # the second visit: kept again, not new
         r = await f.commit("n2", revisits=[Revisit(e.rid, 60_000, e.payload) for e in again[1:]])
         assert r.revisited == 2

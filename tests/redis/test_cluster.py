@@ -19,7 +19,7 @@ import pytest
 from crawlfleet.benchmark.cluster import run_cluster
 from crawlfleet.fleet.limits import set_limits
 from crawlfleet.frontier.client import Frontier
-from crawlfleet.frontier.records import Outgoing, SeenConfig
+from crawlfleet.frontier.records import Outgoing, Revisit, SeenConfig
 from crawlfleet.frontier.sharded import shard_of
 from crawlfleet.node.launcher import start_node, wait_all
 from crawlfleet.redis.connection import make_client
@@ -64,6 +64,35 @@ def test_a_lease_paces_apart_from_the_job_and_gives_back_unused_slots(
             st = await a.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=1000)
             assert st.fleet_limits == {"*.shop.com": "5/1s"} and st.leased == 2
             assert await a.reset() > 0
+        finally:
+            await client.aclose()
+
+    asyncio.run(body())
+
+
+def test_a_paced_lease_on_a_cluster_takes_revisits_at_their_share(
+    cluster: LocalCluster, key_prefix: str
+) -> None:
+    async def body() -> None:
+        client = make_client(cluster.url)
+        f = Frontier(client, JobKeys.of(key_prefix, "job-share"), revisit_share=0.25)
+        try:
+            kw: dict[str, Any] = {"lease_ms": 60000, "offer_size": 10}
+            await f.commit("n1", [out(f"rv{i}", "s") for i in range(8)])
+            first = (await f.lease("n1", 8, ["s"], per_site=8, **kw)).entries
+            kept = [Revisit(e.rid, 1, e.payload, new=True) for e in first]
+            assert (await f.commit("n1", revisits=kept)).revisited == 8
+            await asyncio.sleep(0.05)
+            await f.reclaim_expired()
+            await f.commit("n1", [out(f"new{i}", "s") for i in range(8)])
+            got = []
+            for _ in range(4):
+                got += (await f.lease("n1", 2, ["s"], per_site=2, **kw)).entries
+            # one revisit in four, through pace.lua and lease_paced.lua
+            assert [e.payload[:2] for e in got].count(b"rv") == 2
+            assert (await f.counters())["revisits_queued"] == 6
+            assert await f.reset() > 0
+            assert not await client.exists(f.keys.revisits("s"))
         finally:
             await client.aclose()
 

@@ -202,6 +202,11 @@ def _freshness_rows(summary: Table, f: Freshness) -> None:
             f"median {_duration(f.age_p50_s or 0)}, 95% {_duration(f.age_p95_s or 0)}",
         )
         summary.add_row("sampled pages past due", str(f.overdue))
+    worst = ", ".join(f"{site} {n}" for site, n in list(f.behind_sites.items())[:3])
+    summary.add_row(
+        "revisits behind (due / queued)",
+        f"{f.behind} ({f.revisits_due} / {f.revisits_queued})" + (f": {worst}" if worst else ""),
+    )
     if f.not_modified_share is not None:
         summary.add_row(
             "304 share / late after due (live nodes)",

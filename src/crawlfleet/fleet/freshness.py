@@ -10,9 +10,13 @@ visit: median, 95th percentile), per site too, and how many of them are past the
 time and not queued yet; from the live nodes' status: their visits by outcome, the share
 answered 304, how late visits were after their due time. Pages whose revisit is queued
 or being fetched are not in the sample: a job that falls behind shows it in ``overdue``
-(sampled pages past due) and in how late the nodes' visits are.
+(sampled pages past due) and in how late the nodes' visits are, and exactly in
+``behind``: revisits whose time came and that are not leased yet, those still waiting
+for the reclaim (``revisits_due``) and those queued in their sites' revisit lists
+(``revisits_queued``, a counter; per site, for the sites with the most of the first
+:data:`SITES_SCANNED` of each shard, in ``behind_sites``).
 
-Reads only: two round trips a shard, whatever the job's size.
+Reads only: four round trips a shard, whatever the job's size.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ __all__ = ["HOUR_SCAN", "SAMPLE", "Freshness", "job_freshness"]
 SAMPLE = 200
 #: Change-stream events read at most per shard to count the last hour's.
 HOUR_SCAN = 10_000
-#: Sites shown apart (those with the most sampled pages).
+#: Sites shown apart (those with the most sampled pages, or revisits queued).
 TOP_SITES = 10
+#: Sites with queued requests read per shard for their revisits queued.
+SITES_SCANNED = 200
 
 
 @dataclass
@@ -53,6 +59,12 @@ class Freshness:
     #: tracked pages sampled, and of them those past their due time, not queued yet
     sampled: int = 0
     overdue: int = 0
+    #: revisits whose time came, not leased yet: waiting for the reclaim, queued (in
+    #: their sites' revisit lists), both; site -> revisits queued (the top sites)
+    revisits_due: int = 0
+    revisits_queued: int = 0
+    behind: int = 0
+    behind_sites: dict[str, int] = field(default_factory=dict)
     age_p50_s: float | None = None
     age_p95_s: float | None = None
     #: site -> {"sampled", "age_p50_s", "age_p95_s"}
@@ -101,15 +113,21 @@ async def job_freshness(frontier: JobFrontier, sample: int = SAMPLE) -> Freshnes
         tracked=int(counters.get("tracked", 0)),
         revisits=int(counters.get("revisits", 0)),
         changes=int(counters.get("changes", 0)),
+        revisits_queued=max(0, int(counters.get("revisits_queued", 0))),
     )
     if not out.tracked and not out.changes:
         return out  # not a continuous job: nothing more to read
     seconds, micros = await frontier.client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     ages: dict[str, list[float]] = {}
+    behind: dict[str, int] = {}
     for part in await frontier.shards():
         await _count_hour(part, now_ms, out)
         await _sample_ages(part, now_ms, sample, out, ages)
+        await _count_behind(part, now_ms, out, behind)
+    out.behind = out.revisits_due + out.revisits_queued
+    top_behind = sorted(behind.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
+    out.behind_sites = {site: n for site, n in top_behind if n > 0}
     every = [a for site_ages in ages.values() for a in site_ages]
     out.age_p50_s, out.age_p95_s = _quantile(every, 0.5), _quantile(every, 0.95)
     top = sorted(ages.items(), key=lambda kv: -len(kv[1]))[:TOP_SITES]
@@ -133,6 +151,22 @@ async def _count_hour(part: Frontier, now_ms: int, out: Freshness) -> None:
     )
     out.changes_last_hour += len(events)
     out.changes_hour_capped = out.changes_hour_capped or len(events) >= HOUR_SCAN
+
+
+async def _count_behind(
+    part: Frontier, now_ms: int, out: Freshness, behind: dict[str, int]
+) -> None:
+    """Revisits due in *part*'s waiting set; its first sites' revisits queued."""
+    keys = part.keys
+    out.revisits_due += int(await part.client.zcount(keys.waiting, "-inf", f"({now_ms}"))
+    sites = [text(s) for s in await part.client.zrange(keys.sites, 0, SITES_SCANNED - 1)]
+    if not sites:
+        return
+    pipe = part.client.pipeline(transaction=False)
+    for site in sites:
+        pipe.llen(keys.revisits(site))
+    for site, n in zip(sites, await pipe.execute(), strict=True):
+        behind[site] = int(n)
 
 
 async def _sample_ages(

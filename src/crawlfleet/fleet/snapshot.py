@@ -280,9 +280,10 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
             part = keys.in_shard(shard_of(site, count), count)
             sizes.zcard(part.queue(site))
             sizes.llen(part.fifo(site))
+            sizes.llen(part.revisits(site))
         sizes.hmget(keys.fleet.throttle, fields)
         *found, values = await sizes.execute()
-        counts = [int(found[i]) + int(found[i + 1]) for i in range(0, len(found), 2)]
+        counts = [sum(int(n) for n in found[i : i + 3]) for i in range(0, len(found), 3)]
     top = sorted(zip(site_names, counts, strict=True), key=lambda p: (-p[1], p[0]))[:TOP_SITES]
     statuses = node_statuses(info)
     node_view: dict[str, dict[str, Any]] = {}

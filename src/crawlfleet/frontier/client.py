@@ -25,6 +25,7 @@ from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     CHANGES_MAXLEN,
     PRIORITY_LIMIT,
+    REVISIT_SHARE,
     WAITING,
     BackoffOptions,
     CommitBatch,
@@ -39,6 +40,7 @@ from crawlfleet.frontier.records import (
     SeenConfig,
     SlowSites,
     backoff_left,
+    check_share,
     counter_value,
     entry_fault,
     offered_sites,
@@ -108,7 +110,9 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
 
 class Frontier(Committer):
     """The shared frontier of one job in one Redis; its change stream keeps about
-    *changes_maxlen* events (at least 1)."""
+    *changes_maxlen* events (at least 1); a site with both revisits and new URLs queued
+    gives *revisit_share* of its requests from its revisits (0 to 1, see
+    ``lua/_pop.lua``)."""
 
     def __init__(
         self,
@@ -117,6 +121,7 @@ class Frontier(Committer):
         seen: SeenConfig | None = None,
         *,
         changes_maxlen: int = CHANGES_MAXLEN,
+        revisit_share: float = REVISIT_SHARE,
     ) -> None:
         if changes_maxlen < 1:
             raise ValueError(f"changes_maxlen must be at least 1, not {changes_maxlen}")
@@ -124,6 +129,7 @@ class Frontier(Committer):
         self.keys = keys
         self.seen = seen or SeenConfig()
         self.changes_maxlen = changes_maxlen
+        self.revisit_share = check_share(revisit_share)
         self.scripts = ScriptSet(client, self.seen.mode)
         #: on a Redis Cluster the job's keys and the fleet's politeness keys are in
         #: different slots: a lease takes two or three scripts, a heartbeat two calls
@@ -244,7 +250,17 @@ class Frontier(Committer):
         if self.cluster:
             return await self._lease_paced(node, n, sites, options, [*pacing, *offered])
         per_site, offer_size = options["per_site"], options["offer_size"]
-        args: list[Any] = [node, options["lease_ms"], n, per_site, offer_size, *pacing, *offered]
+        share = repr(float(self.revisit_share))
+        args: list[Any] = [
+            node,
+            options["lease_ms"],
+            n,
+            per_site,
+            offer_size,
+            *pacing,
+            share,
+            *offered,
+        ]
         self.round_trips += 1
         now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
             "lease", k.for_lease(sites), args
@@ -262,7 +278,8 @@ class Frontier(Committer):
         now, paced, ready_in, ended = await self.scripts(
             "pace", k.fleet.for_pace(), [n, options["per_site"], *pace_args]
         )
-        args: list[Any] = [node, options["lease_ms"], options["offer_size"]]
+        share = repr(float(self.revisit_share))
+        args: list[Any] = [node, options["lease_ms"], options["offer_size"], share]
         for site, (take, first, interval, late, *_rest) in zip(sites, paced, strict=True):
             args += [site, take, first, interval, late]
         self.round_trips += 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import json
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
@@ -24,6 +25,7 @@ from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     CHANGES_MAXLEN,
+    REVISIT_SHARE,
     BackoffOptions,
     CommitBatch,
     CommitResult,
@@ -35,6 +37,7 @@ from crawlfleet.frontier.records import (
     Pacing,
     SeedBatch,
     SlowSites,
+    check_share,
     offered_sites,
 )
 from crawlfleet.redis.keys import seed_keys
@@ -56,6 +59,7 @@ class _Entry:
     score: tuple[int, int]  # (-priority, sequence)
     site: str
     payload: bytes
+    revisit: bool = False  # kept for a later visit (commit.lua's mark)
 
 
 @dataclass
@@ -65,6 +69,9 @@ class _Job:
     seen: set[bytes] = field(default_factory=set)
     entries: dict[str, _Entry] = field(default_factory=dict)  # rid -> entry
     queues: dict[str, list[tuple[tuple[int, int], str]]] = field(default_factory=dict)
+    #: site -> rids of its revisits whose time came, first due first
+    revisits: dict[str, deque[str]] = field(default_factory=dict)
+    credit: dict[str, float] = field(default_factory=dict)  # site -> revisit credit
     sites: dict[str, int] = field(default_factory=dict)  # site -> serve order
     leases: dict[str, int] = field(default_factory=dict)  # rid -> deadline ms
     owner: dict[str, str] = field(default_factory=dict)  # rid -> node
@@ -103,7 +110,8 @@ _FLEET = " polite"
 class MemoryFrontier(Committer):
     """A job's frontier in memory (see the module docstring). Frontiers made with
     the same *store* dict and *job* share it, as nodes share a Redis. Its change stream
-    keeps the *changes_maxlen* newest events."""
+    keeps the *changes_maxlen* newest events; a site gives *revisit_share* of its
+    requests from its revisits when it has new URLs queued too (see lua/_pop.lua)."""
 
     def __init__(
         self,
@@ -111,11 +119,13 @@ class MemoryFrontier(Committer):
         store: dict[str, Any] | None = None,
         *,
         changes_maxlen: int = CHANGES_MAXLEN,
+        revisit_share: float = REVISIT_SHARE,
     ) -> None:
         if changes_maxlen < 1:
             raise ValueError(f"changes_maxlen must be at least 1, not {changes_maxlen}")
         self.job = job
         self.changes_maxlen = changes_maxlen
+        self.revisit_share = check_share(revisit_share)
         shared = store if store is not None else {}
         self._job: _Job = shared.setdefault(job, _Job())
         self._fleet: _Fleet = shared.setdefault(_FLEET, _Fleet())
@@ -175,6 +185,7 @@ class MemoryFrontier(Committer):
                 dropped += 1
                 continue
             kept.payload = v.payload
+            kept.revisit = True
             j.leases.pop(v.rid, None)
             j.owner.pop(v.rid, None)
             j.waiting[v.rid] = _now_us() // 1000 + max(0, v.delay_ms)
@@ -308,9 +319,14 @@ class MemoryFrontier(Committer):
             if take <= 0 or site not in j.sites:
                 continue
             queue = j.queues.get(site, [])
-            got = 0
-            while queue and got < take:
-                _score, rid = heapq.heappop(queue)
+            revisits = j.revisits.get(site, deque())
+            got = taken_revisits = 0
+            for revisit in self._share_out(site, take, len(revisits), len(queue)):
+                if revisit:
+                    rid = revisits.popleft()
+                    taken_revisits += 1
+                else:
+                    _score, rid = heapq.heappop(queue)
                 entry = j.entries.get(rid)
                 if entry is None:
                     continue
@@ -324,11 +340,13 @@ class MemoryFrontier(Committer):
                     out.append(Leased(rid, site, entry.payload))
                 got += 1
             self._count("queued", -got)
-            if queue:
+            self._count("revisits_queued", -taken_revisits)
+            if queue or revisits:
                 j.served += 1
                 j.sites[site] = j.served
             else:
                 j.queues.pop(site, None)
+                j.revisits.pop(site, None)
                 j.sites.pop(site, None)
             if got and interval > 0 and not probing:
                 f.pace[budget] = first + (got - 1) * interval
@@ -346,6 +364,28 @@ class MemoryFrontier(Committer):
             j.counters.get("control_seq", 0),
             ended,
         )
+
+    def _share_out(self, site: str, take: int, revisits: int, news: int) -> list[bool]:
+        """Of *take* requests of *site*: True (a revisit) or False, in order, by the share
+        rule of lua/_pop.lua (its credit kept while both queues have requests)."""
+        credit = self._job.credit.get(site, 0.0)
+        kinds: list[bool] = []
+        r = n = 0
+        while r + n < take and (r < revisits or n < news):
+            if r < revisits and n < news:
+                credit += self.revisit_share
+                revisit = credit >= 1 - 1e-9
+                if revisit:
+                    credit -= 1
+            else:
+                revisit = r < revisits
+            kinds.append(revisit)
+            r, n = r + revisit, n + (not revisit)
+        if r < revisits and n < news:
+            self._job.credit[site] = credit
+        else:
+            self._job.credit.pop(site, None)
+        return kinds
 
     async def release(self, node: str, held: Iterable[tuple[str, str]]) -> int:
         self.round_trips += 1
@@ -381,6 +421,7 @@ class MemoryFrontier(Committer):
         j = self._job
         now = _now_us() // 1000
         back = due = 0
+        fronts: dict[str, list[str]] = {}  # site -> revisit leases returned
         for rid in rids:
             if rid in j.waiting:
                 if j.waiting[rid] >= now:
@@ -398,12 +439,23 @@ class MemoryFrontier(Committer):
             if entry is None:
                 self._count("leased", -1)
                 continue
-            if waited:  # a retry whose wait is over joins the back of its priority
-                j.seq += 1
-                entry.score = (entry.score[0], j.seq)
-            self._enqueue(rid, entry)
+            if entry.revisit:  # its site's revisit list: due at the back, returned at the head
+                if waited:
+                    j.revisits.setdefault(entry.site, deque()).append(rid)
+                else:
+                    fronts.setdefault(entry.site, []).append(rid)
+                j.sites.setdefault(entry.site, 0)
+                self._count("revisits_queued", 1)
+            else:
+                if waited:  # a retry whose wait is over joins the back of its priority
+                    j.seq += 1
+                    entry.score = (entry.score[0], j.seq)
+                self._enqueue(rid, entry)
             back += 1
             due += waited
+        for site, returned in fronts.items():
+            returned.sort(key=lambda rid: j.entries[rid].score[1], reverse=True)
+            j.revisits.setdefault(site, deque()).extendleft(returned)
         self.came_due += due
         self._count("leased", -back)
         self._count("queued", back)

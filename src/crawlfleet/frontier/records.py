@@ -18,6 +18,8 @@ __all__ = [
     "FINGERPRINT_BYTES",
     "MAX_SHARDS",
     "PRIORITY_LIMIT",
+    "REVISIT_MARK",
+    "REVISIT_SHARE",
     "SEED_KINDS",
     "WAITING",
     "BackoffOptions",
@@ -36,8 +38,10 @@ __all__ = [
     "SlowSites",
     "Untrack",
     "backoff_left",
+    "check_share",
     "counter_value",
     "entry_fault",
+    "entry_revisit",
     "offered_sites",
     "parse_throttle",
     "printable",
@@ -58,6 +62,12 @@ PRIORITY_LIMIT = 2**19
 #: Events kept in a job's change stream (per shard) by default: older ones are trimmed
 #: (``XADD ... MAXLEN ~``; setting CRAWLFLEET_CHANGES_MAXLEN).
 CHANGES_MAXLEN = 100_000
+#: The share of a site's requests taken from its revisits when it has both revisits and
+#: new URLs queued (setting CRAWLFLEET_REVISIT_SHARE; see lua/_pop.lua).
+REVISIT_SHARE = 0.5
+#: What follows the score of a revisit's stored entry ("<score>.\0<site>\0<payload>":
+#: still a number; see lua/_entry.lua).
+REVISIT_MARK = b"."
 
 
 @dataclass(frozen=True)
@@ -399,6 +409,19 @@ def entry_fault(entry: bytes) -> str:
     except ValueError:
         return f"score '{printable(entry[:a], 40)}' is not a number"
     return ""
+
+
+def entry_revisit(entry: bytes) -> bool:
+    """Whether a well-formed stored entry is a revisit's (its score marked)."""
+    a = entry.find(b"\0")
+    return a > 0 and entry[a - 1 : a] == REVISIT_MARK
+
+
+def check_share(share: float) -> float:
+    """*share* if it is a number from 0 to 1, else ValueError."""
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise ValueError(f"the revisit share must be a number from 0 to 1, not {share!r}")
+    return float(share)
 
 
 def split_entry(entry: bytes) -> tuple[str, bytes]:

@@ -47,6 +47,7 @@ from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.records import (
     CHANGES_MAXLEN,
     MAX_SHARDS,
+    REVISIT_SHARE,
     BackoffOptions,
     CommitBatch,
     CommitResult,
@@ -285,7 +286,8 @@ class JobFrontier(Committer):
     """The frontier of one job over its shards (see the module's docstring). *shards*:
     the count a job gets when this object creates it (CRAWLFLEET_SHARDS); a job keeps
     the count it was created with. *changes_maxlen*: the events each shard's change
-    stream keeps (about)."""
+    stream keeps (about); *revisit_share*: each shard's (see :class:`Frontier`): a
+    site's revisits and new URLs are in its shard, so the share holds per site."""
 
     def __init__(
         self,
@@ -295,14 +297,18 @@ class JobFrontier(Committer):
         *,
         shards: int = 1,
         changes_maxlen: int = CHANGES_MAXLEN,
+        revisit_share: float = REVISIT_SHARE,
     ) -> None:
         self.client = client
         self.keys = keys
         self.seen = seen or SeenConfig()
         self.wanted = shards
         self.changes_maxlen = changes_maxlen
+        self.revisit_share = revisit_share
         #: shard 0: the job's own keys, and its registry, control and limits
-        self.home = Frontier(client, keys, self.seen, changes_maxlen=changes_maxlen)
+        self.home = Frontier(
+            client, keys, self.seen, changes_maxlen=changes_maxlen, revisit_share=revisit_share
+        )
         self._parts: list[Frontier] | None = None
         self._own_trips = 0
         #: where the next lease's turn of shards starts, and what leases heard of them
@@ -371,7 +377,13 @@ class JobFrontier(Committer):
             )
             self.home.seen = per
             others = [
-                Frontier(self.client, k.in_shard(i, count), per, changes_maxlen=self.changes_maxlen)
+                Frontier(
+                    self.client,
+                    k.in_shard(i, count),
+                    per,
+                    changes_maxlen=self.changes_maxlen,
+                    revisit_share=self.revisit_share,
+                )
                 for i in range(1, count)
             ]
             self._parts = [self.home, *others]

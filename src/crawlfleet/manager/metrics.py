@@ -73,6 +73,14 @@ class _Fleet(Collector):
         up = gauge("node_up", "1 while the node heartbeats", ["job", "node"])
         tracked = gauge("job_pages_tracked", "pages kept for revisits", ["job"])
         changes_hour = gauge("job_changes_last_hour", "changes found in the last hour", ["job"])
+        behind = gauge(
+            "job_revisits_behind",
+            "revisits whose time came, not leased yet: waiting for the reclaim or queued",
+            ["job", "state"],
+        )
+        site_behind = gauge(
+            "site_revisits_queued", "revisits queued for a site (top sites)", ["job", "site"]
+        )
         age = gauge(
             "job_copy_age_seconds",
             "time since the last visit of sampled tracked pages",
@@ -105,6 +113,10 @@ class _Fleet(Collector):
             if fresh is not None:
                 tracked.add_metric(j, fresh.tracked)
                 changes_hour.add_metric(j, fresh.changes_last_hour)
+                behind.add_metric([snap.job, "due"], fresh.revisits_due)
+                behind.add_metric([snap.job, "queued"], fresh.revisits_queued)
+                for site, n in fresh.behind_sites.items():
+                    site_behind.add_metric([snap.job, site], n)
                 for quantile, value in (("0.5", fresh.age_p50_s), ("0.95", fresh.age_p95_s)):
                     if value is not None:
                         age.add_metric([snap.job, quantile], value)
@@ -141,7 +153,7 @@ class _Fleet(Collector):
             site_queued,
             backoff,
         )
-        yield from (tracked, changes_hour, age)
+        yield from (tracked, changes_hour, behind, site_behind, age)
         yield from counters.values()
         yield up
         yield from (family for family, _ in node_gauges.values())

@@ -54,7 +54,7 @@ from crawlfleet.exceptions import (
 from crawlfleet.frontier.base import FrontierBackend
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.config import FrontierConfig
-from crawlfleet.frontier.records import CHANGES_MAXLEN, FINGERPRINT_BYTES
+from crawlfleet.frontier.records import CHANGES_MAXLEN, FINGERPRINT_BYTES, REVISIT_SHARE
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
@@ -76,7 +76,7 @@ from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import shared_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.revisit.config import revisit_mode, revisit_policy
-from crawlfleet.settings.access import get_float, get_int
+from crawlfleet.settings.access import get_float, get_int, get_share
 from crawlfleet.state.writer import UNWRITTEN
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class Scheduler(BaseScheduler):
         frontier: FrontierBackend | None = None,
         site_window_seconds: float = 60.0,
         changes_maxlen: int = CHANGES_MAXLEN,
+        revisit_share: float = REVISIT_SHARE,
     ) -> None:
         if frontier is None:
             if client is None:
@@ -148,6 +149,7 @@ class Scheduler(BaseScheduler):
                 config.seen,
                 shards=config.shards,
                 changes_maxlen=changes_maxlen,
+                revisit_share=revisit_share,
             )
         self.config = config
         self.redis_config = redis_config
@@ -232,6 +234,7 @@ class Scheduler(BaseScheduler):
                 settings, "CRAWLFLEET_TELEMETRY_WINDOW_SECONDS", minimum=1
             ),
             changes_maxlen=get_int(settings, "CRAWLFLEET_CHANGES_MAXLEN", minimum=1),
+            revisit_share=get_share(settings, "CRAWLFLEET_REVISIT_SHARE"),
         )
         parts = parts_of(crawler)
         scheduler.bind_engine(engine_hooks(crawler), parts.status_providers)

@@ -37,6 +37,13 @@ keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
                                               requests at priority 0, first in first
                                               out (no req entry until leased: the lean
                                               form most requests take)
+    <prefix>:{<job>}:v:<site>          list   the site's revisits whose time came, first
+                                              due first: "<rid>\\0<payload>" (priority
+                                              0, lean) or "<rid>" (entry in req); taken
+                                              with the site's new URLs at the revisit
+                                              share (frontier/lua/_pop.lua)
+    <prefix>:{<job>}:credit            hash   site -> its revisit credit, while it has
+                                              both revisits and new URLs queued
     <prefix>:{<job>}:req               hash   rid -> "<score>\\0<site>\\0<payload>" of
                                               every request not in a FIFO list
     <prefix>:{<job>}:leases            zset   rid -> lease deadline (ms, Redis clock) of
@@ -298,9 +305,17 @@ class JobKeys:
     def fifo(self, site: str) -> str:
         return f"{self.base}:f:{site}"
 
-    def site_queues(self, site: str) -> tuple[str, str]:
-        """The two keys a site's queued requests live in, as scripts take them."""
-        return self.queue(site), self.fifo(site)
+    def revisits(self, site: str) -> str:
+        return f"{self.base}:v:{site}"
+
+    def site_queues(self, site: str) -> tuple[str, str, str]:
+        """The three keys a site's queued requests live in, as the scripts that take or
+        return requests take them: its queue, FIFO list and revisit list."""
+        return self.queue(site), self.fifo(site), self.revisits(site)
+
+    @property
+    def credit(self) -> str:
+        return f"{self.base}:credit"
 
     @property
     def req(self) -> str:
@@ -380,8 +395,8 @@ class JobKeys:
     # -- each script's KEYS (see the module docstring) ------------------------------
 
     def _queues(self, sites: Iterable[str]) -> list[str]:
-        """Each site's queue and FIFO list, in the order of *sites*: the last KEYS of
-        the scripts that queue or take requests."""
+        """Each site's three queues (:meth:`site_queues`), in the order of *sites*: the
+        last KEYS of the scripts that take or return requests."""
         return [key for site in sites for key in self.site_queues(site)]
 
     def _frontier(self) -> list[str]:
@@ -400,18 +415,26 @@ class JobKeys:
     def for_commit(self, seen: Sequence[str], sites: Iterable[str]) -> list[str]:
         """The KEYS of commit.lua: the seen-filter's keys *seen* (:meth:`seen_filter`),
         then the queues of *sites*, the i-th site's at its 1-based index i."""
-        return [*self._frontier(), self.bad, self.changes, *seen, *self._queues(sites)]
+        # new requests only: a site's queue and FIFO list (revisits are queued by requeue)
+        queues = [key for site in sites for key in (self.queue(site), self.fifo(site))]
+        return [*self._frontier(), self.bad, self.changes, *seen, *queues]
 
     def for_lease(self, sites: Iterable[str]) -> list[str]:
         """The KEYS of lease.lua (on one Redis: the fleet's pacing keys too), with the
         queues of the offered *sites*."""
         fleet = self.fleet
-        return [*self._frontier(), fleet.pace, fleet.throttle, *self._queues(sites)]
+        return [
+            *self._frontier(),
+            fleet.pace,
+            fleet.throttle,
+            self.credit,
+            *self._queues(sites),
+        ]
 
     def for_lease_paced(self, sites: Iterable[str]) -> list[str]:
         """The KEYS of lease_paced.lua (a lease's second half on a Redis Cluster), with
         the queues of the offered *sites*."""
-        return [*self._frontier(), *self._queues(sites)]
+        return [*self._frontier(), self.credit, *self._queues(sites)]
 
     def for_requeue(self, sites: Iterable[str]) -> list[str]:
         """The KEYS of requeue.lua, with the queues of *sites*, the i-th site's at its
@@ -461,6 +484,7 @@ class JobKeys:
             self.leases,
             self.owner,
             self.waiting,
+            self.credit,
             self.counters,
             self.bad,
             self.nodes,

@@ -26,6 +26,7 @@ __all__ = [
     "get_float",
     "get_int",
     "get_path",
+    "get_share",
     "get_str",
     "get_str_list",
     "raw_setting",
@@ -77,6 +78,14 @@ def get_float(settings: BaseSettings, name: str, *, minimum: float, strict: bool
     if number < minimum or (strict and number == minimum):
         relation = ">" if strict else ">="
         raise ConfigError(f"{name} must be {relation} {minimum}, got {value!r}")
+    return number
+
+
+def get_share(settings: BaseSettings, name: str) -> float:
+    """*name* as a number from 0 to 1."""
+    value, number = _number(settings, name, float, "a number from 0 to 1")
+    if not 0 <= number <= 1:
+        raise ConfigError(f"{name} must be a number from 0 to 1, got {value!r}")
     return number
 
 

@@ -218,6 +218,10 @@ CRAWLFLEET_REVISIT_SLOWER = 1.5
 #: The job's change stream (a Redis stream of the pages that changed or went) is trimmed
 #: to about this many entries.
 CRAWLFLEET_CHANGES_MAXLEN = 100000
+#: When a site has both revisits whose time came and new URLs queued, this share of its
+#: requests (from 0 to 1) goes to its revisits, the rest to its new URLs; a share one of
+#: them does not use goes to the other.
+CRAWLFLEET_REVISIT_SHARE = 0.5
 
 # --- Retries (see docs/antiban.md) ------------------------------------------------
 #: A retry (RETRY_TIMES, RETRY_HTTP_CODES...) or a banned request waits this long in

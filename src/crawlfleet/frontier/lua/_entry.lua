@@ -2,8 +2,13 @@
 -- In the req hash (leased, waiting, or queued at a priority other than 0) its value is
 -- "<score>\0<site>\0<payload>"; queued at priority 0 it is an item "<rid>\0<payload>"
 -- of its site's FIFO list, and the rid is its sequence number (score = rid mod 2^32).
+-- A revisit (a tracked page kept for its next visit, see commit.lua) has REVISIT_MARK
+-- after its score ("123.\0<site>\0<payload>": still a number to every reader), so
+-- that the reclaim queues it in its site's revisit list, not among new URLs, without
+-- another key or round trip; queued, it is an item of that list (see _pop.lua).
 
 local SEQ_SPAN = 4294967296
+local REVISIT_MARK = '.'
 
 -- {key, rid, ...}: requests whose entry in *key* was gone when a script came to them (a
 -- hand edit, a bug): dropped. A script that uses counters too returns it to its caller,
@@ -27,6 +32,12 @@ local function entry_parts(entry)
   local score = tonumber(string.sub(entry, 1, a - 1))
   if not score then return nil end
   return score, string.sub(entry, a + 1, b - 1), string.sub(entry, b + 1)
+end
+
+-- whether *entry* (a well-formed one) is a revisit's: its score ends with REVISIT_MARK
+local function entry_revisit(entry)
+  local a = string.find(entry, '\0', 1, true)
+  return a ~= nil and a > 1 and string.sub(entry, a - 1, a - 1) == REVISIT_MARK
 end
 
 -- what is wrong with *entry* (nil: nothing), for the log of whoever sets it aside;

@@ -1,10 +1,28 @@
 -- Library (prepended to scripts whose header says "-- uses: pop"; needs entry and
--- counters): taking a site's queued requests for a lease. A site's requests come in
--- priority order, then first in first out: priorities above 0 from its queue (and
--- priority-0 entries queued before FIFO lists existed: older than any list item), then
--- its FIFO list, then priorities below 0. A leased request always has its req entry (a
--- FIFO item gets one here). A served site moves behind every other site (round robin);
--- an emptied site leaves the sites zset.
+-- counters): taking a site's queued requests for a lease. A site has two queues: its
+-- new URLs and its revisits (tracked pages whose next visit came, first due first: see
+-- requeue.lua).
+-- New URLs come in priority order, then first in first out: priorities above 0 from
+-- its queue (and priority-0 entries queued before FIFO lists existed: older than any
+-- list item), then its FIFO list, then priorities below 0.
+-- The share: when both queues have requests, each request taken is a revisit when the
+-- site's credit plus the revisit share reaches 1 (the credit then loses 1), else a new
+-- URL; the credit is kept (the job's credit hash, site -> credit) while both queues have
+-- requests and dropped when one is empty, so a share nobody uses goes to the other
+-- queue and is not saved up. Only one queue with requests: it gives all. Share 0.5
+-- alternates, 0.25 takes one revisit in four, 0 none while new URLs wait, 1 no new URL
+-- while revisits wait. A site without revisits costs one LLEN more than one queue did.
+-- A leased request always has its req entry (a list item gets one here; a revisit's
+-- is marked, see _entry.lua). A served site moves behind every other site (round
+-- robin); a site with both queues empty leaves the sites zset.
+
+-- the job's credit hash and the revisit share (a number from 0 to 1); set by pop_init
+local POP = {credit = '', share = 0.5}
+
+local function pop_init(credit_key, share)
+  POP.credit = credit_key
+  POP.share = share
+end
 
 -- the req entry of queued request *rid* (nil, noted in GONE: it is gone)
 local function entry_of(req, rid)
@@ -13,47 +31,114 @@ local function entry_of(req, rid)
   return entry
 end
 
--- take up to *take* requests of *site* (its queue zset *qkey*, its FIFO list *fifo*),
--- calling leased(rid, entry) for each in order (entry nil: its request is gone);
--- returns how many were taken off the queues
-local function pop_site(sites, req, counters, site, qkey, fifo, take, leased)
-  local popped = 0
-  local high = redis.call('ZRANGEBYSCORE', qkey, '-inf', '(' .. SEQ_SPAN, 'LIMIT', 0, take)
+-- {rid, entry} of list item *item* ("<rid>\0<payload>", its entry written to *req*,
+-- marked a revisit's with *mark*); a malformed one is leased under a new id as it is
+-- (the node sets it aside)
+local function from_item(req, counters, site, item, mark)
+  local sep = string.find(item, '\0', 1, true)
+  local seq = sep and tonumber(string.sub(item, 1, sep - 1))
+  local rid, entry
+  if seq then
+    rid = string.sub(item, 1, sep - 1)
+    entry = string.format('%.17g', seq % SEQ_SPAN) .. mark .. '\0' .. site .. '\0'
+            .. string.sub(item, sep + 1)
+  else
+    rid = 'bad' .. count(counters, 'bad_seq', 1)
+    entry = item
+  end
+  redis.call('HSET', req, rid, entry)
+  return {rid, entry}
+end
+
+-- take up to *n* new URLs of *site* (queue zset *qkey*, FIFO list *fifo*), in order,
+-- appending {rid, entry} to *got* (entry nil: its request is gone)
+local function pop_new(req, counters, site, qkey, fifo, n, got)
+  local high = redis.call('ZRANGEBYSCORE', qkey, '-inf', '(' .. SEQ_SPAN, 'LIMIT', 0, n)
   for _, rid in ipairs(high) do redis.call('ZREM', qkey, rid) end
-  for _, rid in ipairs(high) do leased(rid, entry_of(req, rid)) end
-  popped = #high
-  if popped < take then
-    local items = redis.call('LPOP', fifo, take - popped) or {}
-    for _, item in ipairs(items) do
-      local sep = string.find(item, '\0', 1, true)
-      local seq = sep and tonumber(string.sub(item, 1, sep - 1))
-      local rid, entry
-      if seq then
-        rid = string.sub(item, 1, sep - 1)
-        entry = string.format('%.17g', seq % SEQ_SPAN) .. '\0' .. site .. '\0'
-                .. string.sub(item, sep + 1)
-      else
-        -- malformed: leased under a new id as it is; the node sets it aside
-        rid = 'bad' .. count(counters, 'bad_seq', 1)
-        entry = item
-      end
-      redis.call('HSET', req, rid, entry)
-      leased(rid, entry)
+  for _, rid in ipairs(high) do got[#got + 1] = {rid, entry_of(req, rid)} end
+  if #got < n then
+    for _, item in ipairs(redis.call('LPOP', fifo, n - #got) or {}) do
+      got[#got + 1] = from_item(req, counters, site, item, '')
     end
-    popped = popped + #items
   end
-  if popped < take then
-    local low = redis.call('ZPOPMIN', qkey, take - popped)
-    for j = 1, #low, 2 do leased(low[j], entry_of(req, low[j])) end
-    popped = popped + #low / 2
+  if #got < n then
+    local low = redis.call('ZPOPMIN', qkey, n - #got)
+    for j = 1, #low, 2 do got[#got + 1] = {low[j], entry_of(req, low[j])} end
   end
-  if redis.call('EXISTS', qkey, fifo) == 0 then
+end
+
+-- take up to *n* revisits of *site* from its revisit list *rkey*, appending {rid,
+-- entry} to *got*: an item "<rid>\0<payload>" is lean (priority 0), an item "<rid>"
+-- (no separator) a revisit at another priority whose entry stayed in *req*
+local function pop_revisits(req, counters, site, rkey, n, got)
+  for _, item in ipairs(redis.call('LPOP', rkey, n) or {}) do
+    if string.find(item, '\0', 1, true) then
+      got[#got + 1] = from_item(req, counters, site, item, REVISIT_MARK)
+    else
+      got[#got + 1] = {item, entry_of(req, item)}
+    end
+  end
+end
+
+-- of *take* requests, with *revisits* and *news* queued: {true (a revisit) or false,
+-- ...} in the order to take them, by the share rule (the header)
+local function share_out(site, take, revisits, news)
+  local credit = tonumber(redis.call('HGET', POP.credit, site) or '0') or 0
+  local kinds, r, n = {}, 0, 0
+  while r + n < take and (r < revisits or n < news) do
+    local revisit
+    if r < revisits and n < news then
+      credit = credit + POP.share
+      revisit = credit >= 1 - 1e-9
+      if revisit then credit = credit - 1 end
+    else
+      revisit = r < revisits
+    end
+    kinds[#kinds + 1] = revisit
+    if revisit then r = r + 1 else n = n + 1 end
+  end
+  if r < revisits and n < news then
+    redis.call('HSET', POP.credit, site, string.format('%.17g', credit))
+  else
+    redis.call('HDEL', POP.credit, site)
+  end
+  return kinds, r, n
+end
+
+-- take up to *take* requests of *site* (its queue zset *qkey*, its FIFO list *fifo*,
+-- its revisit list *rkey*), calling leased(rid, entry) for each in order (entry nil:
+-- its request is gone); returns how many were taken off the queues
+local function pop_site(sites, req, counters, site, qkey, fifo, rkey, take, leased)
+  local got = {}
+  local revisits = redis.call('LLEN', rkey)
+  if revisits == 0 then
+    pop_new(req, counters, site, qkey, fifo, take, got)
+  else
+    local news = redis.call('ZCARD', qkey) + redis.call('LLEN', fifo)
+    local kinds, r, n = share_out(site, take, revisits, news)
+    local revs, new = {}, {}
+    pop_revisits(req, counters, site, rkey, r, revs)
+    pop_new(req, counters, site, qkey, fifo, n, new)
+    local a, b = 1, 1
+    for _, revisit in ipairs(kinds) do
+      if revisit then
+        got[#got + 1] = revs[a]
+        a = a + 1
+      else
+        got[#got + 1] = new[b]
+        b = b + 1
+      end
+    end
+    if #revs > 0 then count(counters, 'revisits_queued', -#revs) end
+  end
+  for _, it in ipairs(got) do leased(it[1], it[2]) end
+  if redis.call('EXISTS', qkey, fifo, rkey) == 0 then
     redis.call('ZREM', sites, site)
   else
     redis.call('ZADD', sites, 'XX', count(counters, 'served', 1), site)
   end
-  if popped > 0 then count(counters, 'queued', -popped) end
-  return popped
+  if #got > 0 then count(counters, 'queued', -#got) end
+  return #got
 end
 
 -- lease a taken request to *node* until *deadline* (ms): its lease, its owner, and

@@ -40,13 +40,14 @@
 -- (expired.lua, requeue.lua) queues it once its time has come; it counts as "leased"
 -- (out of the queues, not finished) and as "waiting".
 -- A revisit is a finished lease kept under its rid for a later visit: its lease ends
--- (leases, owner), its req entry keeps its score and site and gets the new payload,
--- and it waits as a delayed request does (the waiting set, due now + delay), then is
--- queued by the same reclaim, at its priority (a priority-0 one in its site's FIFO
--- list, lean). It counts as acked, "waiting" ("leased" unchanged: a waiting request
--- counts there) and, unless kept for the first time, "revisits". An untrack ends the lease as an ack does, and counts
--- "tracked" - 1. A non-empty event of either is appended to the change stream
--- (counter "changes").
+-- (leases, owner), its req entry keeps its score and site, gets the new payload and is
+-- marked a revisit's (REVISIT_MARK, see _entry.lua), and it waits as a delayed request
+-- does (the waiting set, due now + delay), then is queued by the same reclaim, in its
+-- site's revisit list (requeue.lua; a priority-0 one lean), apart from new URLs. It
+-- counts as acked, "waiting" ("leased" unchanged: a waiting request counts there) and,
+-- unless kept for the first time, "revisits". An untrack ends the lease as an ack
+-- does, and counts "tracked" - 1. A non-empty event of either is appended to the change
+-- stream (counter "changes").
 --
 -- The job's epoch (counters field "epoch") names this incarnation of the job: set by
 -- the first commit, from Redis's clock in µs, and gone with the counters when the job
@@ -123,8 +124,9 @@ for _ = 1, V do
     local entry = redis.call('HGET', req_key, rid)
     local score, site = entry_parts(entry)
     if score then
-      -- the same score (as stored) and site, the new payload
+      -- the same score (as stored, marked) and site, the new payload
       local head = string.sub(entry, 1, string.find(entry, '\0', 1, true) - 1)
+      if not entry_revisit(entry) then head = head .. REVISIT_MARK end
       redis.call('HSET', req_key, rid, head .. '\0' .. site .. '\0' .. payload)
       redis.call('ZREM', leases_key, rid)
       redis.call('HDEL', owner_key, rid)

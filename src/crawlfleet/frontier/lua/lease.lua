@@ -22,8 +22,10 @@
 --                               (absent: robots.txt not read yet; the first slot comes
 --                               one interval after it, as the probe request went out
 --                               then); "p:<site>" -> end of the current robots probe (ms)
--- KEYS[9 ..]        two keys per offered site, in the order of the offer: its queue
---                   (zset) and its FIFO list of priority-0 requests (commit.lua)
+-- KEYS[9] credit          hash  site -> its revisit credit (see _pop.lua)
+-- KEYS[10 ..]       three keys per offered site, in the order of the offer: its queue
+--                   (zset), its FIFO list of priority-0 requests (commit.lua) and its
+--                   revisit list (requeue.lua)
 --
 -- ARGV[1] node id       ARGV[2] lease length (ms)     ARGV[3] N, most requests in all
 -- ARGV[4] most requests per site       ARGV[5] H, sites to return as the next offer
@@ -40,7 +42,9 @@
 --         decays)
 -- ARGV[10] most slots granted per rate-limited site (the node's free download
 --          capacity: a node never takes more slots than it can send on time)
--- ARGV[11 ..] the offer: quadruples of site name, its configured interval (µs) between
+-- ARGV[11] the revisit share, from 0 to 1: when a site has both revisits and new URLs
+--          queued, the share of its requests taken from its revisits (_pop.lua)
+-- ARGV[12 ..] the offer: quadruples of site name, its configured interval (µs) between
 --            requests (0: no rate limit), its budget (pace field) and how late (µs)
 --            a request may be sent after its configured slot
 --
@@ -60,15 +64,17 @@
 local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local fleet_pace_key, fleet_throttle_key = KEYS[7], KEYS[8]
+local credit_key = KEYS[9]
 local now = now_us()
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 pace_init(fleet_pace_key, fleet_throttle_key, now, tonumber(ARGV[6]), tonumber(ARGV[7]),
           tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
+pop_init(credit_key, tonumber(ARGV[11]))
 local deadline = math.floor(now / 1000) + lease_ms
 local out, got = {}, 0
 
-for i = 11, #ARGV - 3, 4 do
+for i = 12, #ARGV - 3, 4 do
   if got >= want then break end
   local site = ARGV[i]
   local take, first, interval, late, probing, budget =
@@ -76,8 +82,9 @@ for i = 11, #ARGV - 3, 4 do
               math.min(per_site, want - got))
   if take > 0 and redis.call('ZSCORE', sites_key, site) then
     local n = 0
-    pop_site(sites_key, req_key, counters_key, site, KEYS[9 + (i - 11) / 2], KEYS[10 + (i - 11) / 2],
-             take, function(rid, entry)
+    local k = 10 + 3 * (i - 12) / 4
+    pop_site(sites_key, req_key, counters_key, site, KEYS[k], KEYS[k + 1], KEYS[k + 2], take,
+             function(rid, entry)
       local slot = pace_slot(first, interval, probing, n)
       if pop_lease(leases_key, owner_key, node, deadline, out, rid, entry, slot,
                    slot >= 0 and late or 0) then

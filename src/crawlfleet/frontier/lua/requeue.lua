@@ -2,9 +2,14 @@
 -- (same score: priority, then FIFO; a priority-0 request goes back to the head of its
 -- site's FIFO list, those returned together in sequence order, and leaves the req
 -- hash; a retry whose wait is over joins the back of its priority, after what is
--- queued). Used for expired leases, the leases of dead nodes (any node) and waiting
--- requests whose time has come, and by a node that gives back what it holds when it
--- stops.
+-- queued). A revisit (its entry marked, see _entry.lua) goes to its site's revisit
+-- list instead, whatever its priority: when its time has come at the back (the
+-- reclaim lists them by due time: the list is in due order), a lease returned at the
+-- head (it was due before any queued one), those returned together in sequence
+-- order; a priority-0 one lean ("<rid>\0<payload>", no req entry), another as "<rid>"
+-- (its entry kept). Used for expired leases, the leases of dead nodes (any node) and
+-- waiting requests whose time has come, and by a node that gives back what it holds
+-- when it stops.
 -- uses: entry, counters, clock
 --
 -- KEYS[1] sites     zset  site -> serve order (see lease.lua)
@@ -16,7 +21,8 @@
 --                   (see commit.lua)
 -- KEYS[7] nodes     zset  node id -> time (ms) after which it counts as dead
 -- KEYS[8] bad       list  malformed entries, set aside for inspection
--- KEYS[9 ..]        two keys per site: its queue (zset) and its FIFO list
+-- KEYS[9 ..]        three keys per site: its queue (zset), its FIFO list and its
+--                   revisit list
 --
 -- ARGV[1] mode: "expired" (only leases past their deadline, or held by a node that
 --         counts as dead) or "owner" (only leases held by ARGV[2])
@@ -25,10 +31,11 @@
 --         of that holder, from before the waiting set): one of its requests, as one of
 --         the waiting set, is queued only once its time has come, in either mode
 --         (counter "waiting")
--- ARGV[4 ..] pairs: rid, site index (1-based: its keys are KEYS[7 + 2i], KEYS[8 + 2i];
+-- ARGV[4 ..] pairs: rid, site index (1-based: its keys are KEYS[6 + 3i] to KEYS[8 + 3i];
 --            0 = request gone or malformed)
 -- Returns {requests returned to a queue, of which waiting ones whose time had come,
 --          {rid, what is wrong, ...} of the entries set aside}
+-- (counter "revisits_queued": the revisits now in revisit lists)
 -- (a waiting entry found malformed is set aside: it leaves "waiting", is not counted).
 -- A malformed entry is moved to the bad list (counter "bad"), never requeued; the
 -- caller logs each one. A waiting request leaves "leased" as a lease does (it counts
@@ -41,6 +48,8 @@ local mode, node, waiting_holder = ARGV[1], ARGV[2], ARGV[3]
 local back, dropped, left_waiting, came_due = 0, 0, 0, 0
 local set_aside = {}
 local fronts = {}  -- site index -> {{seq, FIFO item}, ...}
+local revisit_fronts = {}  -- site index -> {{seq, revisit list item}, ...}
+local revisits = 0
 for i = 4, #ARGV, 2 do
   local rid, qi = ARGV[i], tonumber(ARGV[i + 1])
   local due = redis.call('ZSCORE', waiting_key, rid)
@@ -77,11 +86,25 @@ for i = 4, #ARGV, 2 do
     if was_waiting then left_waiting = left_waiting + 1 end
     if score and qi > 0 then
       local seq = tonumber(rid)
-      if was_waiting and fifo_score(score) and seq and seq % SEQ_SPAN == score then
+      local lean = fifo_score(score) and seq and seq % SEQ_SPAN == score
+      if entry_revisit(entry) then
+        local item = rid
+        if lean then
+          item = rid .. '\0' .. payload
+          redis.call('HDEL', req_key, rid)
+        end
+        if was_waiting then
+          redis.call('RPUSH', KEYS[8 + 3 * qi], item)
+        else
+          revisit_fronts[qi] = revisit_fronts[qi] or {}
+          table.insert(revisit_fronts[qi], {seq or 0, item})
+        end
+        revisits = revisits + 1
+      elseif was_waiting and lean then
         -- a retry whose time has come: queued after what is queued now
-        redis.call('RPUSH', KEYS[8 + 2 * qi], rid .. '\0' .. payload)
+        redis.call('RPUSH', KEYS[7 + 3 * qi], rid .. '\0' .. payload)
         redis.call('HDEL', req_key, rid)
-      elseif fifo_score(score) and seq and seq % SEQ_SPAN == score then
+      elseif lean then
         fronts[qi] = fronts[qi] or {}
         table.insert(fronts[qi], {seq, rid .. '\0' .. payload})
         redis.call('HDEL', req_key, rid)
@@ -93,7 +116,7 @@ for i = 4, #ARGV, 2 do
           redis.call('HSET', req_key, rid,
                      string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
         end
-        redis.call('ZADD', KEYS[7 + 2 * qi], score, rid)
+        redis.call('ZADD', KEYS[6 + 3 * qi], score, rid)
       end
       redis.call('ZADD', sites_key, 'NX', 0, site)
       back = back + 1
@@ -113,7 +136,9 @@ for i = 4, #ARGV, 2 do
     end
   end
 end
-for qi, items in pairs(fronts) do fifo_push_front(KEYS[8 + 2 * qi], items) end
+for qi, items in pairs(fronts) do fifo_push_front(KEYS[7 + 3 * qi], items) end
+for qi, items in pairs(revisit_fronts) do fifo_push_front(KEYS[8 + 3 * qi], items) end
+if revisits > 0 then count(counters_key, 'revisits_queued', revisits) end
 if back + dropped > 0 then count(counters_key, 'leased', -(back + dropped)) end
 if left_waiting > 0 then count(counters_key, 'waiting', -left_waiting) end
 if back > 0 then
