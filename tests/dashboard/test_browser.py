@@ -348,6 +348,7 @@ def test_a_continuous_jobs_page_shows_how_fresh_its_copy_is(
     assert figure(page, "tracked") == "3"
     assert figure(page, "changes_last_hour") == "2"
     assert figure(page, "copy_age").startswith("2m ")  # the median of 1, 2 and 3 minutes
+    assert figure(page, "revisits_behind") == "0"  # each due in a minute
     assert "continuous" in page.inner_text("[data-figure=eta]")
     assert browser.outside == []
 

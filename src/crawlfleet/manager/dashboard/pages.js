@@ -241,7 +241,8 @@ export function jobPage(job) {
         // a continuous job: how fresh its copy is (crawlfleet.fleet.freshness)
         data.freshness && card("tracked", num(data.freshness.tracked), "tracked"),
         data.freshness && card("changes in 1 h", num(data.freshness.changes_last_hour), "changes_last_hour"),
-        data.freshness && card("copy age (median)", data.freshness.age_p50_s == null ? "–" : duration(data.freshness.age_p50_s), "copy_age"));
+        data.freshness && card("copy age (median)", data.freshness.age_p50_s == null ? "–" : duration(data.freshness.age_p50_s), "copy_age"),
+        data.freshness && card("revisits behind", num(data.freshness.behind), "revisits_behind"));
       fill(chartBox, chart(series.get(job) || [], "pages/s", chartBox.clientWidth - 32));
       const queued = new Map(data.top_sites.map((s) => [s.site, s.queued]));
       const siteNames = [...new Set([...queued.keys(), ...Object.keys(data.site_live)])];
