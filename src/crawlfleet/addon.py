@@ -17,7 +17,8 @@ project's own settings, a spider's ``custom_settings`` and ``-s`` options still 
 - a store pipeline for each name in ``CRAWLFLEET_STORES`` ("sql", "mongodb", "redis");
 - unless ``CRAWLFLEET_REVISIT`` is "off", the middlewares of continuous crawls:
   conditional requests and outcomes of visits (crawlfleet.middlewares.revisit), change
-  detection on what spiders extract (crawlfleet.middlewares.changes);
+  detection on what spiders extract (crawlfleet.middlewares.changes), marks of the
+  stored items of pages found gone (crawlfleet.pipelines.gone);
 - safer Scrapy defaults for a fleet: no telnet console and no remote-control HTTP server
   (each a remote Python shell on every node) unless ``TELNETCONSOLE_ENABLED`` or
   ``REMOTE_CONTROL_ENABLED`` is set (while off, neither is loaded, nor Scrapy's cookies
@@ -68,6 +69,7 @@ SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 CHARSET_MIDDLEWARE = "crawlfleet.pipelines.encoding.CharsetMiddleware"
 REVISITS = "crawlfleet.middlewares.revisit.Revisits"
 CHANGES = "crawlfleet.middlewares.changes.Changes"
+GONE_MARKS = "crawlfleet.pipelines.gone.GoneMarks"
 #: Scrapy settings the add-on sets differently (at its priority: a project still wins).
 SCRAPY_DEFAULTS = {
     "TELNETCONSOLE_ENABLED": False,
@@ -216,6 +218,8 @@ class Addon:
             # below the retries (550) and above the error registry (540): it sees what
             # spent its retries, and a 304 it ends is no failure
             self._component(settings, "DOWNLOADER_MIDDLEWARES", REVISITS, 545)
+            # just below it: it marks the stored items of a page found gone
+            self._component(settings, "DOWNLOADER_MIDDLEWARES", GONE_MARKS, 544)
             # it judges what the callback gave, after DepthMiddleware (900) took out
             # the requests too deep to follow
             self._component(settings, "SPIDER_MIDDLEWARES", CHANGES, 880)

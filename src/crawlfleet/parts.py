@@ -26,6 +26,7 @@ from scrapy.http import Response
 __all__ = [
     "BanJudge",
     "FailureRecorder",
+    "ItemMarker",
     "NodeHandle",
     "NodeParts",
     "ProxyBans",
@@ -73,6 +74,10 @@ class NodeHandle(Protocol):
     def starts_now(self, request: Request) -> bool:
         """Whether the downloader would start *request* at once (not queue it)."""
 
+    def unstored(self, request: Request) -> None:
+        """A write of *request* (an item, a mark) was given up unstored: its page goes
+        back to the frontier when it finishes, not acknowledged."""
+
     def shared_redis(self) -> tuple[Redis, str] | None:
         """The Redis client of the node's frontier and the fleet's key prefix, for a part
         that keeps fleet-wide state there (the proxy pool); None when the frontier is
@@ -113,6 +118,15 @@ class StoreGauge(Protocol):
     @property
     def unreachable(self) -> bool:
         """The store is down: its last attempt failed and nothing was written since."""
+
+
+class ItemMarker(Protocol):
+    """What the gone marks ask of an item store (its store pipeline)."""
+
+    async def mark_gone(self, key: str, url: str | None, gone_at: str) -> None:
+        """Set ``gone_at`` (ISO 8601) on the stored item with *key* (the item of the
+        page *url*); return once that is durable. Raises ItemNotDurable if the store
+        gave it up."""
 
 
 class BanJudge(Protocol):
@@ -163,6 +177,8 @@ class NodeParts:
     status_providers: list[StatusProvider] = field(default_factory=list)
     #: the item stores whose backlog the node watches (each store pipeline's sink)
     item_stores: list[StoreGauge] = field(default_factory=list)
+    #: the item stores that mark the items of gone pages (each store pipeline)
+    item_markers: list[ItemMarker] = field(default_factory=list)
     #: the identities of the item stores, as published (None: not published yet)
     store_identities: list[dict[str, str]] | None = None
     #: the ban detector (CRAWLFLEET_BANS), for the proxy rotation

@@ -4,7 +4,10 @@ the Redis item stream and MongoDB (only with CRAWLFLEET_TEST_MONGODB_URL).
 Upsert by key, batching by size and by delay, a store that goes down and comes back
 (nothing lost), back-pressure when the buffer is full, spill-and-replay when the store
 is still down at close, and ``save``: it returns only once the record is in the store,
-and gives up (ItemNotDurable) when the crawl stops while the store is down. Outages
+and gives up (ItemNotDurable) when the crawl stops while the store is down. Marks (a
+page gone: ``gone_at`` set on its stored item, the rest kept) take the same path: in
+order with the items of a batch, a no-op for a key not stored, durable once ``save``
+returns, spilled and replayed like items. Outages
 are real: an exclusive lock held by another connection for SQLite, a TCP proxy that is
 stopped and started for the servers.
 """
@@ -29,7 +32,7 @@ from sqlalchemy.engine import make_url
 from crawlfleet.exceptions import ItemNotDurable
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.mongo import MongoSink
-from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sinks import ItemMark, StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.stream import RedisStreamSink
 from crawlfleet.testsite.tcpproxy import TcpProxy
@@ -70,7 +73,14 @@ def _record(i: int, version: int = 1, **extra: Any) -> StoredItem:
     return StoredItem(f"key{i:04d}", "job-a", "product", f"https://example.com/{i}", document)
 
 
-async def _put_all(sink: BufferedSink, records: list[StoredItem]) -> None:
+GONE_AT = "2026-02-03T04:05:06+00:00"
+
+
+def _mark(i: int, gone_at: str = GONE_AT) -> ItemMark:
+    return ItemMark(f"key{i:04d}", "job-a", f"https://example.com/{i}", gone_at)
+
+
+async def _put_all(sink: BufferedSink, records: list[StoredItem | ItemMark]) -> None:
     for record in records:
         await sink.put(record)
 
@@ -417,3 +427,90 @@ def test_stopping_crawl_gives_up_saves_while_the_store_is_down(harness: Harness)
     assert harness.stats.get_value(harness.stat("given_up")) == 26
     spill_dir = sink.options.spill_dir
     assert spill_dir is None or not list(spill_dir.glob("*.jsonl"))  # nothing to replay
+
+
+def test_a_mark_sets_gone_at_and_keeps_the_rest(harness: Harness) -> None:
+    sink = harness.sink()
+    sink.open()
+    _run(_put_all(sink, [_record(1), _record(2)]))
+    assert poll(lambda: sink.pending == 0)
+    before = sink.get("key0001")
+    assert before is not None
+    _run(sink.save(_mark(1)))  # durable once save returns
+    marked = sink.get("key0001")
+    assert marked is not None
+    assert marked.document == {**before.document, "gone_at": GONE_AT}
+    assert (marked.job, marked.item_type, marked.url) == (before.job, before.item_type, before.url)
+    assert marked.created_at == before.created_at
+    assert marked.updated_at is not None and before.updated_at is not None
+    assert marked.updated_at >= before.updated_at
+    other = sink.get("key0002")
+    assert other is not None and "gone_at" not in other.document
+    _run(sink.save(_mark(7)))  # a key not stored: nothing happens, nothing fails
+    assert sink.get("key0007") is None
+    assert _run(sink.close()) == 0
+    assert sink.count() == 2
+    assert harness.stats.get_value(harness.stat("marked")) == 2
+    assert harness.stats.get_value(harness.stat("written")) == 2
+    assert (harness.stats.get_value(harness.stat("rejected")) or 0) == 0
+
+
+def test_marks_and_items_of_one_batch_apply_in_order(harness: Harness) -> None:
+    sink = harness.sink(batch_items=100, batch_seconds=5.0)
+    sink.open()
+    records: list[StoredItem | ItemMark] = [
+        _record(1),
+        _mark(1),  # marks the item written before it in the batch
+        _record(2),
+        _mark(2),
+        _record(2, version=2),  # a new version after the mark: no gone_at
+        _mark(3),  # before its item: nothing to mark yet
+        _record(3),
+    ]
+    _run(_put_all(sink, records))
+    assert _run(sink.close()) == 0
+    first, second, third = (sink.get(f"key{i:04d}") for i in (1, 2, 3))
+    assert first is not None and first.document["gone_at"] == GONE_AT
+    assert second is not None and second.document["version"] == 2
+    assert "gone_at" not in second.document
+    assert third is not None and "gone_at" not in third.document
+    assert sink.count() == 3
+
+
+def test_a_new_version_after_a_mark_has_no_gone_at(harness: Harness) -> None:
+    sink = harness.sink()
+    sink.open()
+    _run(sink.save(_record(1)))
+    _run(sink.save(_mark(1)))
+    marked = sink.get("key0001")
+    assert marked is not None and marked.document["gone_at"] == GONE_AT
+    _run(sink.save(_record(1, version=2)))  # the page came back
+    back = sink.get("key0001")
+    assert back is not None and back.document["version"] == 2
+    assert "gone_at" not in back.document
+    assert _run(sink.close()) == 0
+
+
+def test_a_mark_waits_for_a_store_that_is_down_and_spills_at_close(harness: Harness) -> None:
+    sink = harness.sink()
+    sink.open()
+    _run(sink.save(_record(1)))
+    harness.begin_outage()
+    try:
+        closing = harness.sink(close_timeout_seconds=0.3)
+        closing.open()
+        _run(closing.put(_mark(1)))
+        assert _run(closing.close()) == 1  # still down: the mark is spilled, not lost
+    finally:
+        harness.end_outage()
+    assert _run(sink.close()) == 0
+    unmarked = sink.get("key0001")
+    assert unmarked is not None and "gone_at" not in unmarked.document
+
+    again = harness.sink()
+    again.open()  # replays the spilled mark
+    assert poll(lambda: again.pending == 0, timeout=15)
+    assert _run(again.close()) == 0
+    marked = again.get("key0001")
+    assert marked is not None and marked.document["gone_at"] == GONE_AT
+    assert harness.stats.get_value(harness.stat("replayed")) == 1

@@ -31,7 +31,7 @@ from crawlfleet.cli import items as items_command
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines.buffered import StoreOptions
 from crawlfleet.pipelines.mongo import MongoSink
-from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sinks import ItemMark, StoredItem
 from crawlfleet.pipelines.sql import SqlSink
 from crawlfleet.pipelines.stream import RedisStreamSink, encode_entry
 from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport, store_for_url
@@ -108,6 +108,35 @@ def test_worker_upserts_by_key_acks_and_deletes(
 
     again = _work(redis_server_url, key_prefix, sql_store)
     assert again.read == 0 and sql_store.count() == 200
+
+
+def test_worker_applies_marks_after_the_items_before_them(
+    redis_server_url: str, key_prefix: str, sync_redis: redis.Redis, sql_store: SqlSink
+) -> None:
+    gone = "2026-02-03T04:05:06+00:00"
+
+    def mark(i: int) -> ItemMark:
+        return ItemMark(f"key{i:05d}", JOB, f"https://shop.example/{i}", gone)
+
+    # one worker batch: items 1 and 2, their marks and one of a key never stored, then
+    # a new version of 2 (its page back); item 3's mark comes in a later batch
+    produce(redis_server_url, key_prefix, [stored_item(1), stored_item(2)])
+    produce(redis_server_url, key_prefix, [mark(1), mark(2), mark(9)])
+    produce(redis_server_url, key_prefix, [stored_item(2, version=2)])
+    report = _work(redis_server_url, key_prefix, sql_store)
+    assert (report.read, report.acknowledged, report.dead_lettered) == (6, 6, 0)
+    produce(redis_server_url, key_prefix, [stored_item(3)])
+    _work(redis_server_url, key_prefix, sql_store)
+    produce(redis_server_url, key_prefix, [mark(3)])
+    assert _work(redis_server_url, key_prefix, sql_store).acknowledged == 1
+
+    documents = {i: sql_store.get(f"key{i:05d}") for i in (1, 2, 3)}
+    assert {i: r.document if r else None for i, r in documents.items()} == {
+        1: {"n": 1, "v": 1, "gone_at": gone},
+        2: {"n": 2, "v": 2},
+        3: {"n": 3, "v": 1, "gone_at": gone},
+    }
+    assert sql_store.get("key00009") is None and sql_store.count() == 3
 
 
 def test_malformed_entries_go_to_the_dead_letter_stream(

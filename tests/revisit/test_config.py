@@ -98,17 +98,19 @@ def test_wrong_values_are_refused_naming_the_setting(values: dict[str, Any], mes
 def test_the_addon_loads_the_revisit_middlewares_only_when_revisits_are_on() -> None:
     from scrapy.settings import Settings
 
-    from crawlfleet.addon import CHANGES, REVISITS, Addon
+    from crawlfleet.addon import CHANGES, GONE_MARKS, REVISITS, Addon
 
     off = Settings()
     Addon().update_settings(off)
     assert REVISITS not in off.getwithbase("DOWNLOADER_MIDDLEWARES")
     assert CHANGES not in off.getwithbase("SPIDER_MIDDLEWARES")
+    assert GONE_MARKS not in off.getwithbase("DOWNLOADER_MIDDLEWARES")
     on = Settings()
     on.set("CRAWLFLEET_REVISIT", "adaptive", priority="spider")
     Addon().update_settings(on)
     assert on.getwithbase("DOWNLOADER_MIDDLEWARES")[REVISITS] == 545
     assert on.getwithbase("SPIDER_MIDDLEWARES")[CHANGES] == 880
+    assert on.getwithbase("DOWNLOADER_MIDDLEWARES")[GONE_MARKS] == 544
     wrong = Settings()
     wrong.set("CRAWLFLEET_REVISIT_RULES", [{"pattern": "("}], priority="project")
     with pytest.raises(ConfigError, match=r"CRAWLFLEET_REVISIT_RULES\[0\]\.pattern"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from crawlfleet.pipelines.buffered import StoreOptions
-from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sinks import Record, StoredItem
 from crawlfleet.pipelines.stream import RedisStreamSink
 
 __all__ = ["JOB", "produce", "stored_item"]
@@ -24,8 +24,8 @@ def stored_item(i: int, version: int = 1, key: str | None = None) -> StoredItem:
     )
 
 
-def produce(redis_url: str, prefix: str, records: list[StoredItem]) -> None:
-    """Append *records* to the job's stream through the stream sink."""
+def produce(redis_url: str, prefix: str, records: list[Record]) -> None:
+    """Append *records* (items, marks) to the job's stream through the stream sink."""
     options = StoreOptions(batch_items=500, batch_seconds=0.01, buffer_items=5000)
     sink = RedisStreamSink(redis_url, prefix=prefix, options=options)
     sink.open()

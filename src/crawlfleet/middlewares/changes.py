@@ -7,9 +7,11 @@ callback and fingerprints it (:func:`~crawlfleet.revisit.fingerprint.change_fing
 the items' fields minus ``CRAWLFLEET_REVISIT_IGNORE_FIELDS``, else the URLs of the
 requests it yields). The same fingerprint as at the last visit: "unchanged", the items
 are dropped (quietly: nothing changed, nothing is wrong) and the requests go on (new
-links are still found). Otherwise "changed": a new version; the items that accept the
-fields (dicts, and items declaring them) get ``first_seen``, ``changed_at`` (ISO 8601,
-UTC) and ``version``.
+links are still found). Otherwise, or when the page is back after 404/410, "changed": a
+new version; the items that accept the fields (dicts, and items declaring them) get
+``first_seen``, ``changed_at`` (ISO 8601, UTC) and ``version``, and the keys of the
+last version's items are forgotten (those of this version's stored items are kept
+instead: :mod:`crawlfleet.pipelines.gone`).
 
 Pages that are not tracked pass through untouched, as they come.
 """
@@ -94,7 +96,7 @@ class Changes:
         items = [x for x in out if not isinstance(x, Request) and ItemAdapter.is_item(x)]
         urls = [x.url for x in out if isinstance(x, Request)]
         fp = change_fingerprint((ItemAdapter(x).asdict() for x in items), urls, self.ignored)
-        if state.get("fp") == fp:
+        if state.get("fp") == fp and not state.get("back"):
             state["outcome"] = UNCHANGED
             dropped = {id(x) for x in items}
             return [x for x in out if id(x) not in dropped]
@@ -102,6 +104,7 @@ class Changes:
         version = int(state.get("version") or 0) + 1
         first = state.setdefault("first", now)
         state.update(outcome=CHANGED, fp=fp, changed=now, version=version)
+        state.pop("keys", None)  # this version's stored items say theirs
         stamps = {"first_seen": iso(first), "changed_at": iso(now), "version": version}
         for item in items:
             adapter = ItemAdapter(item)

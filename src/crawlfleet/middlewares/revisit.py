@@ -10,11 +10,14 @@ date with what the visit found:
   until an answer says otherwise (a download that fails for good, a ban given up);
 - a 304 to a conditional request: "not_modified", and the request ends here with
   ``IgnoreRequest`` (no parse, no item; not an error: the error registry ignores it);
-- 404 or 410: "gone" (one more in a row); any other error status: "failed";
+- 404 or 410: "gone" (one more in a row; the next visit goes without conditional
+  headers, so that a page that comes back is fetched whole); any other error status:
+  "failed";
 - 2xx: "fetched" (the spider middleware, :mod:`crawlfleet.middlewares.changes`, judges
-  changed or unchanged), its validators kept (or forgotten when it sends none) and the
-  interval its caching headers give (``Cache-Control: max-age``, ``Expires``) noted as
-  a hint for the adaptive policy.
+  changed or unchanged; a page back after 404/410 is "changed" whatever it holds), its
+  validators kept (or forgotten when it sends none) and the interval its caching
+  headers give (``Cache-Control: max-age``, ``Expires``) noted as a hint for the
+  adaptive policy.
 
 It sits below the retries (550) and above the error registry (540): what it sees has
 spent its retries, and redirects (600) have been followed (the new request takes the
@@ -76,8 +79,8 @@ class Revisits:
         if state.pop("cond", None):  # ours, from an earlier try: the state decides now
             request.headers.pop(IF_NONE_MATCH, None)
             request.headers.pop(IF_MODIFIED_SINCE, None)
-        if not self.policy.conditional:
-            return
+        if not self.policy.conditional or state.get("gone"):
+            return  # a page that was gone comes back whole, if it does
         etag, modified = state.get("etag"), state.get("lm")
         if etag and IF_NONE_MATCH not in request.headers:
             request.headers[IF_NONE_MATCH] = etag
@@ -103,7 +106,8 @@ class Revisits:
             state["gone"] = int(state.get("gone") or 0) + 1
         elif 200 <= status < 300:
             state["outcome"] = FETCHED
-            state.pop("gone", None)
+            if state.pop("gone", None):
+                state["back"] = 1  # a new version: its stored items lose gone_at
             self._fetched(state, response)
         return response
 

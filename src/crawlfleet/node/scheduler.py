@@ -468,6 +468,11 @@ class Scheduler(BaseScheduler):
         """Whether the downloader would start *request* at once (not queue it)."""
         return self.engine.starts_now(request)
 
+    def unstored(self, request: Request) -> None:
+        """A write of *request* (an item, a mark) was given up unstored: it is given
+        back to the frontier when it finishes, not acknowledged."""
+        self.ledger.mark_unstored(request)
+
     def shared_redis(self) -> tuple[Redis, str] | None:
         """The Redis client of this node's frontier and the fleet's key prefix; None for
         a frontier that is not in Redis."""

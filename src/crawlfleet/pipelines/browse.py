@@ -43,7 +43,7 @@ from crawlfleet.pipelines.sql import (
     items_table,
     row_document,
 )
-from crawlfleet.pipelines.stream import decode_entry, entry_time, redis_identity
+from crawlfleet.pipelines.stream import decode_entry, entry_time, is_mark_entry, redis_identity
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.replies import text
 from crawlfleet.state.url import state_db_identity
@@ -390,8 +390,9 @@ async def read_stream_page(
                 return page
             page.scanned += 1
             entry_id = text(raw_id)
-            item = _entry_item(entry_id, fields)
-            if item is None:
+            if is_mark_entry(fields):
+                pass  # a mark of an item (its page gone), not an item
+            elif (item := _entry_item(entry_id, fields)) is None:
                 page.malformed += 1
             elif filters.matches(item):
                 page.items.append(item)

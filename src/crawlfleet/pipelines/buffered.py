@@ -29,7 +29,14 @@ leaves the buffer only after its batch was written, so:
   to ``<spill dir>/<spill id>-<time>.jsonl`` (ERROR log naming the count and file) and
   written first when a sink with the same spill id opens next time.
 
-Stats (``crawlfleet/store/<name>/``): ``written``, ``batches``, ``retries``,
+Marks (:class:`~crawlfleet.pipelines.sinks.ItemMark`) take the same path as items:
+buffered, batched with them (the items of a batch first, then its marks, in one call of
+:meth:`~BufferedSink.write_batch`: a mark follows the item it marks, and an item after
+a mark of its key replaces it, so that mark is left out), retried, spilled and replayed;
+a :meth:`~BufferedSink.save` of a mark returns once it is durable.
+
+Stats (``crawlfleet/store/<name>/``): ``written`` (items), ``marked`` (marks),
+``batches``, ``retries``,
 ``rejected``, ``waits`` (puts that waited for room), ``given_up`` (saves given up while
 stopping), ``unwritten`` (left at close), ``replayed`` (records read back from spill
 files).
@@ -56,10 +63,10 @@ from crawlfleet.exceptions import ConfigError, ItemNotDurable
 from crawlfleet.outage import Backoff, Outage
 from crawlfleet.pipelines._threads import Completion, Wakeup, run_in_thread, settle
 from crawlfleet.pipelines._util import describe_error
-from crawlfleet.pipelines.sinks import ItemSink, StoredItem
+from crawlfleet.pipelines.sinks import ItemMark, ItemSink, Record, StoredItem, record_from_json
 from crawlfleet.settings.access import get_float, get_int, get_path
 
-__all__ = ["BufferedSink", "StoreOptions"]
+__all__ = ["BufferedSink", "StoreOptions", "in_batches"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +77,7 @@ SAVE_LINGER_SECONDS = 0.05
 _FULL_LOG_INTERVAL_SECONDS = 60.0
 
 #: A buffered record: when it was accepted, the record, and who awaits its durability.
-_Entry = tuple[float, StoredItem, Completion | None]
+_Entry = tuple[float, Record, Completion | None]
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,20 @@ class StoreOptions:
         )
 
 
+def in_batches(records: Sequence[Record]) -> tuple[list[StoredItem], list[ItemMark]]:
+    """*records* as one write: the latest item of each key, then the latest mark of
+    each key not followed by an item of that key (that item replaces what it marked)."""
+    items: dict[str, StoredItem] = {}
+    marks: dict[str, ItemMark] = {}
+    for record in records:
+        if isinstance(record, ItemMark):
+            marks[record.key] = record
+        else:
+            items[record.key] = record
+            marks.pop(record.key, None)
+    return list(items.values()), list(marks.values())
+
+
 class BufferedSink(ItemSink):
     """Base of the stores: subclasses implement the blocking store operations.
 
@@ -171,8 +192,10 @@ class BufferedSink(ItemSink):
         it is unreachable): once it succeeds after a failure, the store counts as back."""
 
     @abstractmethod
-    def write_batch(self, records: Sequence[StoredItem]) -> None:
-        """Upsert *records* (distinct keys) in one transaction, or raise."""
+    def write_batch(self, records: Sequence[StoredItem], marks: Sequence[ItemMark] = ()) -> None:
+        """Upsert *records* (distinct keys), then apply *marks* (distinct keys: each a
+        partial update of the stored item with its key, a no-op when there is none), in
+        one transaction, or raise."""
 
     @abstractmethod
     def is_transient(self, exc: BaseException) -> bool:
@@ -210,13 +233,13 @@ class BufferedSink(ItemSink):
         )
         self._thread.start()
 
-    async def put(self, record: StoredItem) -> None:
-        """Buffer *record*; wait while the buffer is full."""
+    async def put(self, record: Record) -> None:
+        """Buffer *record* (an item or a mark); wait while the buffer is full."""
         await self._accept(record, None)
 
-    async def save(self, record: StoredItem) -> None:
-        """Buffer *record* and return once it is durable: written by the store, or
-        refused as bad data and set aside (see the module docstring). Raises
+    async def save(self, record: Record) -> None:
+        """Buffer *record* (an item or a mark) and return once it is durable: written
+        by the store, or refused as bad data and set aside (see the module docstring). Raises
         ItemNotDurable if the sink gives it up (:attr:`stopping` while the store is
         down); the record is then not written by this sink."""
         completion = Completion()
@@ -232,7 +255,7 @@ class BufferedSink(ItemSink):
             f"not stored: item store {self.target} is unreachable and the crawl is stopping"
         )
 
-    async def _accept(self, record: StoredItem, completion: Completion | None) -> None:
+    async def _accept(self, record: Record, completion: Completion | None) -> None:
         if self._closing or self._thread is None:
             raise RuntimeError(f"item store {self.name} is not open")
         while True:
@@ -299,7 +322,7 @@ class BufferedSink(ItemSink):
         if self.stats is not None:
             self.stats.inc_value(f"crawlfleet/store/{self.name}/{name}", count)
 
-    def _next_batch(self) -> list[StoredItem] | None:
+    def _next_batch(self) -> list[Record] | None:
         """Wait for a batch to be due; None when closing with an empty buffer."""
         opts = self.options
         with self._cond:
@@ -368,7 +391,8 @@ class BufferedSink(ItemSink):
                         return
                     self._pause(min(backoff.next(), max(0.0, self._deadline - now)))
                     continue
-                self._done(len(batch), refused)
+                marks = sum(1 for record in batch if isinstance(record, ItemMark))
+                self._done(len(batch), refused, marks)
                 if self._failing:
                     self._failing = False
                     backoff.reset()
@@ -415,9 +439,9 @@ class BufferedSink(ItemSink):
         settle(given_up, self._not_durable())
         self._space.notify_all()
 
-    def _done(self, count: int, refused: int = 0) -> None:
-        """Remove the *count* records handled (written or *refused*) from the head of the
-        buffer."""
+    def _done(self, count: int, refused: int = 0, marks: int = 0) -> None:
+        """Remove the *count* records handled (written or *refused*; *marks* of them
+        marks) from the head of the buffer."""
         durable: list[Completion] = []
         with self._cond:
             if self._abandoned:
@@ -428,7 +452,9 @@ class BufferedSink(ItemSink):
                     durable.append(completion)
             self._awaited -= len(durable)
         settle(durable)
-        self._inc("written", count - refused)
+        self._inc("written", max(0, count - refused - marks))
+        if marks:
+            self._inc("marked", marks)
         self._inc("batches")
         self._space.notify_all()
         if self._replay_left:
@@ -438,18 +464,19 @@ class BufferedSink(ItemSink):
 
     def write_isolating(
         self,
-        records: Sequence[StoredItem],
-        refuse: Callable[[StoredItem, BaseException], None],
+        records: Sequence[Record],
+        refuse: Callable[[Record, BaseException], None],
     ) -> int:
-        """Write *records* (the latest of each key) in one batch; when the store refuses
-        the batch for its data, write them one by one, so that one bad record cannot
-        hold back the others: *refuse* is called with each record the store refuses
-        and its error. Returns how many it refused. A transient error
-        (:meth:`is_transient`) propagates: the caller retries the whole batch (upserts
-        make writing a record twice harmless). Blocking: run on a worker thread."""
-        unique = list({record.key: record for record in records}.values())
+        """Write *records* (items and marks, in their order: see :func:`in_batches`) in
+        one batch; when the store refuses the batch for its data, write them one by
+        one, so that one bad record cannot hold back the others: *refuse* is called
+        with each record the store refuses and its error. Returns how many it refused.
+        A transient error (:meth:`is_transient`) propagates: the caller retries the
+        whole batch (upserts and marks make writing a record twice harmless).
+        Blocking: run on a worker thread."""
+        items, marks = in_batches(records)
         try:
-            self.write_batch(unique)
+            self.write_batch(items, marks)
             return 0
         except Exception as exc:
             if self.is_transient(exc):
@@ -457,14 +484,18 @@ class BufferedSink(ItemSink):
             logger.warning(
                 "Item store %s refused a batch of %d (%s); writing one by one",
                 self.target,
-                len(unique),
+                len(items) + len(marks),
                 describe_error(exc),
             )
         self.setup()
         refused = 0
-        for record in unique:
+        one_by_one: list[Record] = [*items, *marks]
+        for record in one_by_one:
             try:
-                self.write_batch([record])
+                if isinstance(record, ItemMark):
+                    self.write_batch((), [record])
+                else:
+                    self.write_batch([record])
             except Exception as exc:
                 if self.is_transient(exc):
                     raise
@@ -472,13 +503,14 @@ class BufferedSink(ItemSink):
                 refused += 1
         return refused
 
-    def _reject(self, record: StoredItem, exc: BaseException) -> None:
+    def _reject(self, record: Record, exc: BaseException) -> None:
         """Set *record*, refused by the store, aside: counted, logged, spilled."""
         self._inc("rejected")
         where = self._spill([record], "rejected")
         logger.error(
-            "Item store %s refused item %s from %s: %s%s",
+            "Item store %s refused %s %s from %s: %s%s",
             self.target,
+            "the mark of item" if isinstance(record, ItemMark) else "item",
             record.key,
             record.url,
             describe_error(exc),
@@ -492,7 +524,7 @@ class BufferedSink(ItemSink):
             return None
         return self.options.spill_dir / f"{self.spill_id}-{suffix}.jsonl"
 
-    def _spill(self, records: list[StoredItem], suffix: str) -> Path | None:
+    def _spill(self, records: list[Record], suffix: str) -> Path | None:
         """Append *records* to a JSON-lines spill file; None if there is no spill dir."""
         path = self._spill_path(suffix)
         if path is None:
@@ -519,7 +551,7 @@ class BufferedSink(ItemSink):
             with path.open(encoding="utf-8") as fh:
                 for number, line in enumerate(fh, 1):
                     try:
-                        record = StoredItem.from_json(json.loads(line))
+                        record = record_from_json(json.loads(line))
                     except ValueError as exc:
                         logger.error(
                             "Item store %s: %s line %d skipped: %s", self.target, path, number, exc

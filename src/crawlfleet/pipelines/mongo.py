@@ -14,6 +14,10 @@ Writes are upserts by key (``$set`` everything but ``created_at``, ``$setOnInser
 that), sent as one unordered ``bulk_write`` of up to ``CRAWLFLEET_STORE_BATCH_ITEMS``
 on the store's worker thread; see :mod:`crawlfleet.pipelines.buffered` for buffering,
 retries and back-pressure. An index on ``(job, updated_at)`` is created when missing.
+The marks of a batch (:class:`~crawlfleet.pipelines.sinks.ItemMark`) follow its upserts
+in the same ``bulk_write`` (ordered then, so that a mark follows the item it marks):
+``$set`` of ``document.gone_at`` and ``updated_at``, no upsert (a key that is not
+stored matches nothing).
 
 ``CRAWLFLEET_MONGODB_URL`` selects the server (``mongodb://`` or ``mongodb+srv://``);
 the database is the one the URL names (``mongodb://host/<database>``), else
@@ -41,7 +45,7 @@ from scrapy.statscollectors import StatsCollector
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
-from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sinks import GONE_AT, ItemMark, StoredItem
 from crawlfleet.pipelines.store import StorePipeline
 from crawlfleet.settings.access import get_str
 
@@ -195,10 +199,11 @@ class MongoSink(BufferedSink):
             name=f"ix_{self.collection_name}_job_updated",
         )
 
-    def write_batch(self, records: Sequence[StoredItem]) -> None:
-        """Upsert *records* with one unordered bulk write."""
+    def write_batch(self, records: Sequence[StoredItem], marks: Sequence[ItemMark] = ()) -> None:
+        """Upsert *records*, then apply *marks*, with one bulk write (unordered when
+        there is no mark)."""
         now = _utcnow()
-        operations = [
+        operations: list[UpdateOne] = [
             UpdateOne(
                 {"_id": r.key},
                 {
@@ -215,8 +220,11 @@ class MongoSink(BufferedSink):
             )
             for r in records
         ]
+        for m in marks:  # no upsert: a key that is not stored stays so
+            marked = {f"document.{GONE_AT}": m.gone_at, "updated_at": now}
+            operations.append(UpdateOne({"_id": m.key}, {"$set": marked}))
         if operations:
-            self._collection().bulk_write(operations, ordered=False)
+            self._collection().bulk_write(operations, ordered=not marks)
 
     def is_transient(self, exc: BaseException) -> bool:
         """Connection trouble, timeouts, failovers and write-concern failures are

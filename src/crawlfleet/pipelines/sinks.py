@@ -6,6 +6,11 @@ JSON-safe document) and hands it to the sink; the sink writes it in the backgrou
 batches, and tells the pipeline when it is durable. Every sink passes the
 same contract test (``tests/pipelines/test_sink_contract.py``). The crawl awaits
 :meth:`ItemSink.save`, so a page is acknowledged only once its items are durable.
+
+A sink also takes :class:`ItemMark` records, on the same path and with the same
+durability: a partial update of an item already stored, by key (today: the page of the
+item is gone, ``gone_at`` is set in its document, the rest kept). A mark of a key that
+is not stored changes nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +29,19 @@ from itemadapter import ItemAdapter
 from crawlfleet.pipelines._util import is_internal
 from crawlfleet.pipelines.charset import to_valid_utf8
 
-__all__ = ["ItemSink", "StoredItem", "to_document", "to_json_value"]
+__all__ = [
+    "GONE_AT",
+    "ItemMark",
+    "ItemSink",
+    "Record",
+    "StoredItem",
+    "record_from_json",
+    "to_document",
+    "to_json_value",
+]
+
+#: The document field a mark sets: when the item's page was found gone (ISO 8601, UTC).
+GONE_AT = "gone_at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +82,42 @@ class StoredItem:
         if not all(isinstance(v, str) for v in (key, job, kind)) or not isinstance(document, dict):
             raise ValueError("not a stored item: key, job, item_type or document has a wrong type")
         return cls(key, job, kind, url if isinstance(url, str) else None, document)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemMark:
+    """A partial update of the stored item with *key*: its page (*url*) was found gone
+    at *gone_at* (ISO 8601, UTC); stores set ``gone_at`` in its document and keep the
+    rest. *job* is the job that marks it (the stream it goes to)."""
+
+    key: str
+    job: str
+    url: str | None
+    gone_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object of the mark (used for spill files)."""
+        return {
+            "mark": GONE_AT,
+            "key": self.key,
+            "job": self.job,
+            "url": self.url,
+            GONE_AT: self.gone_at,
+        }
+
+
+#: What a sink writes: an item, or a mark of one.
+Record = StoredItem | ItemMark
+
+
+def record_from_json(data: Mapping[str, Any]) -> Record:
+    """The item or mark written by its ``to_json``; raises ValueError if malformed."""
+    if not isinstance(data, Mapping) or "mark" not in data:
+        return StoredItem.from_json(data)
+    key, job, url, when = data.get("key"), data.get("job"), data.get("url"), data.get(GONE_AT)
+    if data["mark"] != GONE_AT or not all(isinstance(v, str) for v in (key, job, when)):
+        raise ValueError("not a mark: mark, key, job or gone_at missing or of a wrong type")
+    return ItemMark(str(key), str(job), url if isinstance(url, str) else None, str(when))
 
 
 def to_json_value(value: Any, path: str = "item") -> Any:
@@ -112,7 +165,10 @@ class ItemSink(ABC):
 
     Lifecycle: :meth:`open` once, then :meth:`put` any number of times from the reactor
     thread, then :meth:`close` once. Records with the same key are upserted: the last
-    one written wins, and a store never holds two records with one key.
+    one written wins, and a store never holds two records with one key. A mark
+    (:class:`ItemMark`) updates the record with its key as it is at that point of the
+    sequence (an item written after it replaces the mark's change too); a mark of a
+    key not stored is a no-op.
     """
 
     #: Short name used in logs and stats (``crawlfleet/store/<name>/...``).
@@ -134,12 +190,13 @@ class ItemSink(ABC):
         retried in the background like one that goes down later."""
 
     @abstractmethod
-    async def put(self, record: StoredItem) -> None:
-        """Accept *record* for writing. Returns as soon as the record is buffered; waits
-        (back-pressure) only while the buffer is full. Raises RuntimeError after close."""
+    async def put(self, record: Record) -> None:
+        """Accept *record* (an item or a mark) for writing. Returns as soon as the
+        record is buffered; waits (back-pressure) only while the buffer is full. Raises
+        RuntimeError after close."""
 
     @abstractmethod
-    async def save(self, record: StoredItem) -> None:
+    async def save(self, record: Record) -> None:
         """Accept *record* and return once it is durable in the store (or refused as bad
         data and set aside, with an ERROR log). Raises
         :class:`~crawlfleet.exceptions.ItemNotDurable` if the sink gives the record up

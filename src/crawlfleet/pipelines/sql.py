@@ -15,7 +15,12 @@ updated_at    when it was last written (UTC)
 Writes are upserts by key (``INSERT ... ON CONFLICT (key) DO UPDATE`` on SQLite and
 PostgreSQL, ``INSERT ... ON DUPLICATE KEY UPDATE`` on MySQL/MariaDB), in batches of up
 to ``CRAWLFLEET_STORE_BATCH_ITEMS`` per transaction, on the store's worker thread; see
-:mod:`crawlfleet.pipelines.buffered` for buffering, retries and back-pressure.
+:mod:`crawlfleet.pipelines.buffered` for buffering, retries and back-pressure. The marks
+of a batch (:class:`~crawlfleet.pipelines.sinks.ItemMark`) follow its upserts in the
+same transaction, as one ``UPDATE`` sent for all of them: ``gone_at`` set in the stored
+document by the database's own JSON function (``json_set`` on SQLite, ``JSON_SET`` on
+MySQL/MariaDB, ``||`` on PostgreSQL's JSONB), ``updated_at`` renewed, nothing else
+touched; a key that is not stored matches no row.
 
 ``CRAWLFLEET_SQL_URL`` selects the database, e.g. ``sqlite:///items.db``,
 ``postgresql+psycopg://user@host:5432/db``, ``mysql+pymysql://user@host:3306/db``;
@@ -43,7 +48,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.key import MAX_KEY_LENGTH
-from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sinks import GONE_AT, ItemMark, StoredItem
 from crawlfleet.pipelines.store import StorePipeline
 from crawlfleet.settings.access import get_path, get_str
 from crawlfleet.state.url import state_db_identity
@@ -196,6 +201,7 @@ class SqlSink(BufferedSink):
         ).hexdigest()[:12]
         self._spill_id = f"sql-{backend}-{table}-{digest}"
         self._statement = self._upsert_statement()
+        self._mark_statement = self._mark_gone_statement()
 
     @property
     def safe_url(self) -> str:
@@ -241,8 +247,29 @@ class SqlSink(BufferedSink):
             index_elements=[self.table.c.key], set_={c: stmt.excluded[c] for c in _UPDATED}
         )
 
-    def write_batch(self, records: Sequence[StoredItem]) -> None:
-        """Upsert *records* in one transaction."""
+    def _mark_gone_statement(self) -> sa.Executable:
+        """The update setting ``gone_at`` (parameter ``gone_at``) in the document of
+        the row with key ``mark_key``, and its ``updated_at`` (``now``), in the
+        dialect's own JSON function; executed with many marks at once."""
+        t = self.table
+        when = sa.bindparam("gone_at", type_=sa.Text)
+        document: sa.ColumnElement[Any]
+        if self.engine.dialect.name == "postgresql":
+            # typed: jsonb_build_object takes "any", so an untyped parameter is refused
+            pair = sa.func.jsonb_build_object(
+                sa.cast(sa.literal(GONE_AT), sa.Text), sa.cast(when, sa.Text)
+            )
+            document = t.c.document.op("||")(pair)
+        else:  # SQLite's json_set, MySQL's and MariaDB's JSON_SET
+            document = sa.func.json_set(t.c.document, f"$.{GONE_AT}", when)
+        return (
+            sa.update(t)
+            .where(t.c.key == sa.bindparam("mark_key"))
+            .values(document=document, updated_at=sa.bindparam("now", type_=t.c.updated_at.type))
+        )
+
+    def write_batch(self, records: Sequence[StoredItem], marks: Sequence[ItemMark] = ()) -> None:
+        """Upsert *records*, then apply *marks*, in one transaction."""
         now = _utcnow()
         rows = [
             {
@@ -257,7 +284,13 @@ class SqlSink(BufferedSink):
             for r in records
         ]
         with self.engine.begin() as conn:
-            conn.execute(self._statement, rows)
+            if rows:
+                conn.execute(self._statement, rows)
+            if marks:
+                conn.execute(
+                    self._mark_statement,
+                    [{"mark_key": m.key, "gone_at": m.gone_at, "now": now} for m in marks],
+                )
 
     def is_transient(self, exc: BaseException) -> bool:
         """Connection trouble, timeouts and locks are transient; data errors are not."""

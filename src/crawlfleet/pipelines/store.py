@@ -20,6 +20,11 @@ Once a stop was asked for (Ctrl-C, a control command) while the store is down, t
 waiting items are given up with
 :class:`~crawlfleet.exceptions.ItemNotDurable` (a DropItem): the scheduler then puts
 their pages back in the frontier instead of acknowledging them.
+
+A store pipeline also marks the items of pages found gone (:meth:`StorePipeline.mark_gone`,
+asked by :mod:`crawlfleet.pipelines.gone`): an
+:class:`~crawlfleet.pipelines.sinks.ItemMark` saved like an item, with the same
+durability.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from crawlfleet.parts import parts_of
 from crawlfleet.pipelines._util import item_type, item_url
 from crawlfleet.pipelines.buffered import BufferedSink
 from crawlfleet.pipelines.key import ItemKeyer, KeyUnavailable
-from crawlfleet.pipelines.sinks import ItemSink, StoredItem, to_document
+from crawlfleet.pipelines.sinks import ItemMark, ItemSink, StoredItem, to_document
 from crawlfleet.settings.access import get_dict, get_str
 
 __all__ = ["StorePipeline"]
@@ -90,6 +95,7 @@ class StorePipeline(ABC):
         pipeline.crawler = crawler
         # the node stops leasing while too many items wait for a store that is down
         parts_of(crawler).item_stores.append(sink)
+        parts_of(crawler).item_markers.append(pipeline)
         _published_stores(crawler).append(sink.identity())
         if isinstance(sink, BufferedSink):
             # Once a running crawl is asked to stop (Ctrl-C, a control command), items
@@ -139,6 +145,11 @@ class StorePipeline(ABC):
         ItemNotDurable when the store gave it up."""
         await self.sink.save(self.record(item))
         return item
+
+    async def mark_gone(self, key: str, url: str | None, gone_at: str) -> None:
+        """Set ``gone_at`` on the stored item with *key* (a no-op for a key not stored);
+        return once that is durable. Raises ItemNotDurable when the store gave it up."""
+        await self.sink.save(ItemMark(key, self.job[:255], url, gone_at))
 
     async def close_spider(self, spider: Spider | None = None) -> None:
         """Flush the sink; what it could not write is logged (and spilled) by the sink."""

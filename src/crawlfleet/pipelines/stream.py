@@ -14,6 +14,12 @@ Entry format, version 1 (no pickle: every value is text)::
     url   the page of the item (absent when the item has none)
     doc   the item's public fields, a JSON object (UTF-8)
 
+A mark (:class:`~crawlfleet.pipelines.sinks.ItemMark`: the item's page was found gone)
+is an entry of the same version with ``v``, ``key``, ``job``, ``url`` (when known) and
+``gone`` (its ``gone_at``, ISO 8601) instead of ``type`` and ``doc``: workers apply it
+to their store with the store's own mark, after the items read before it (a worker older
+than marks dead-letters it as malformed).
+
 A reader rejects any other version and any entry missing a field or with a ``doc`` that
 is not a JSON object (:class:`~crawlfleet.exceptions.MalformedEntry`).
 
@@ -54,7 +60,7 @@ from scrapy.statscollectors import StatsCollector
 from crawlfleet.exceptions import ConfigError, MalformedEntry
 from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
-from crawlfleet.pipelines.sinks import StoredItem
+from crawlfleet.pipelines.sinks import GONE_AT, ItemMark, Record, StoredItem
 from crawlfleet.pipelines.store import StorePipeline
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import resolve_url, shared_client
@@ -67,8 +73,11 @@ __all__ = [
     "RedisStreamPipeline",
     "RedisStreamSink",
     "decode_entry",
+    "decode_record",
     "encode_entry",
+    "encode_record",
     "entry_time",
+    "is_mark_entry",
     "is_transient_redis_error",
     "redis_identity",
     "stream_status",
@@ -80,6 +89,8 @@ _T = TypeVar("_T")
 ENTRY_VERSION = 1
 _VERSION = str(ENTRY_VERSION).encode()
 _REQUIRED = (b"key", b"job", b"type", b"doc")
+#: The field of a mark's entry that holds its gone_at.
+_MARK = b"gone"
 #: Longest wait of the worker thread for a batch sent on the reactor's loop; the shared
 #: client's own timeouts and retries normally end it much sooner.
 _LOOP_WRITE_TIMEOUT_SECONDS = 120.0
@@ -101,8 +112,50 @@ def encode_entry(record: StoredItem) -> dict[bytes, bytes]:
     return fields
 
 
+def encode_mark(mark: ItemMark) -> dict[bytes, bytes]:
+    """The stream fields of *mark* (see the module docstring)."""
+    fields = {
+        b"v": _VERSION,
+        b"key": mark.key.encode(),
+        b"job": mark.job.encode(),
+        _MARK: mark.gone_at.encode(),
+    }
+    if mark.url is not None:
+        fields[b"url"] = mark.url.encode()
+    return fields
+
+
+def encode_record(record: Record) -> dict[bytes, bytes]:
+    """The stream fields of an item or a mark."""
+    return encode_mark(record) if isinstance(record, ItemMark) else encode_entry(record)
+
+
+def is_mark_entry(fields: Mapping[bytes, bytes]) -> bool:
+    """True for the fields of a mark's entry (not an item's)."""
+    return _MARK in fields
+
+
+def decode_record(fields: Mapping[bytes, bytes]) -> Record:
+    """The item or mark in stream entry *fields*; raises MalformedEntry saying what is
+    wrong."""
+    if not is_mark_entry(fields):
+        return decode_entry(fields)
+    if fields.get(b"v") != _VERSION:
+        raise MalformedEntry(f"mark entry version is not {ENTRY_VERSION}")
+    missing = [n.decode() for n in (b"key", b"job", _MARK) if not fields.get(n)]
+    if missing:
+        raise MalformedEntry(f"mark entry without {', '.join(missing)}")
+    try:
+        key, job, when = (fields[n].decode() for n in (b"key", b"job", _MARK))
+        url = fields[b"url"].decode() if b"url" in fields else None
+    except UnicodeDecodeError as exc:
+        raise MalformedEntry(f"entry is not UTF-8 text: {exc}") from None
+    return ItemMark(key, job, url, when)
+
+
 def decode_entry(fields: Mapping[bytes, bytes]) -> StoredItem:
-    """The record in stream entry *fields*; raises MalformedEntry saying what is wrong."""
+    """The item in stream entry *fields*; raises MalformedEntry saying what is wrong (a
+    mark's entry too: :func:`decode_record` reads both)."""
     version = fields.get(b"v")
     if version != _VERSION:
         shown = "missing" if version is None else repr(version[:20])
@@ -179,8 +232,9 @@ class RedisStreamSink(BufferedSink):
     each stream to about that many entries; 0 never trims.
 
     As a store, the stream keeps every version of an item until workers take it:
-    :meth:`get` returns the latest entry with a key (``created_at`` from the first one),
-    :meth:`count` the distinct keys in the streams of the jobs known to this Redis.
+    :meth:`get` returns the latest entry with a key (``created_at`` from the first one)
+    with the marks appended after it applied, :meth:`count` the distinct keys of items
+    in the streams of the jobs known to this Redis.
     """
 
     name = "stream"
@@ -277,7 +331,7 @@ class RedisStreamSink(BufferedSink):
                 )
             return self._blocking
 
-    def _queue(self, pipe: Any, records: Sequence[StoredItem]) -> set[str]:
+    def _queue(self, pipe: Any, records: Sequence[Record]) -> set[str]:
         """Add the commands writing *records* to *pipe* (sync or asyncio pipeline);
         return the jobs registered by them."""
         jobs: set[str] = set()
@@ -289,24 +343,26 @@ class RedisStreamSink(BufferedSink):
                 for group in self.groups:  # BUSYGROUP when it exists: fine
                     pipe.xgroup_create(stream, group, id="0", mkstream=True)
                 jobs.add(record.job)
-            pipe.xadd(stream, encode_entry(record), maxlen=maxlen, approximate=True)
+            pipe.xadd(stream, encode_record(record), maxlen=maxlen, approximate=True)
         return jobs
 
-    async def _write_async(self, client: AsyncRedis, records: Sequence[StoredItem]) -> set[str]:
+    async def _write_async(self, client: AsyncRedis, records: Sequence[Record]) -> set[str]:
         pipe = client.pipeline(transaction=False)
         jobs = self._queue(pipe, records)
         _raise_unexpected(await pipe.execute(raise_on_error=False))
         return jobs
 
-    def write_batch(self, records: Sequence[StoredItem]) -> None:
-        """Append *records* to their jobs' streams in one pipelined round trip."""
+    def write_batch(self, records: Sequence[StoredItem], marks: Sequence[ItemMark] = ()) -> None:
+        """Append *records*, then *marks*, to their jobs' streams in one pipelined round
+        trip."""
+        entries: list[Record] = [*records, *marks]
         if self._async_client is None:
             pipe = self._client().pipeline(transaction=False)
-            jobs = self._queue(pipe, records)
+            jobs = self._queue(pipe, entries)
             _raise_unexpected(pipe.execute(raise_on_error=False))
         else:
             client = self._async_client
-            jobs = self._run_on_loop(lambda: self._write_async(client, records))
+            jobs = self._run_on_loop(lambda: self._write_async(client, entries))
         if jobs:  # a new set, not in place: get() and count() may read it meanwhile
             self._registered = self._registered | jobs
 
@@ -361,37 +417,54 @@ class RedisStreamSink(BufferedSink):
             start = b"(" + chunk[-1][0]
 
     def get(self, key: str) -> StoredItem | None:
-        """The latest entry with *key* in any job's stream, or None. Blocking."""
+        """The latest item entry with *key* in any job's stream, with the marks of *key*
+        appended after it applied, or None. Blocking."""
         client = self._client()
         wanted = key.encode()
         first: bytes | None = None
         last: tuple[bytes, dict[bytes, bytes]] | None = None
+        marks: list[tuple[bytes, dict[bytes, bytes]]] = []
         for job in sorted(self._jobs(client)):
             for entry_id, fields in self._entries(client, job):
-                if fields.get(b"key") == wanted:
-                    if first is None or _id_tuple(entry_id) < _id_tuple(first):
-                        first = entry_id
-                    if last is None or _id_tuple(entry_id) > _id_tuple(last[0]):
-                        last = (entry_id, fields)
+                if fields.get(b"key") != wanted:
+                    continue
+                if is_mark_entry(fields):
+                    marks.append((entry_id, fields))
+                    continue
+                if first is None or _id_tuple(entry_id) < _id_tuple(first):
+                    first = entry_id
+                if last is None or _id_tuple(entry_id) > _id_tuple(last[0]):
+                    last = (entry_id, fields)
         if last is None or first is None:
             return None
         record = decode_entry(last[1])
+        document, updated = record.document, last[0]
+        for entry_id, fields in sorted(marks, key=lambda m: _id_tuple(m[0])):
+            if _id_tuple(entry_id) > _id_tuple(last[0]):
+                mark = decode_record(fields)
+                assert isinstance(mark, ItemMark)
+                document, updated = {**document, GONE_AT: mark.gone_at}, entry_id
         return StoredItem(
             record.key,
             record.job,
             record.item_type,
             record.url,
-            record.document,
+            document,
             created_at=entry_time(first),
-            updated_at=entry_time(last[0]),
+            updated_at=entry_time(updated),
         )
 
     def count(self) -> int:
-        """Distinct item keys in the streams of the jobs known to this Redis. Blocking."""
+        """Distinct item keys in the streams of the jobs known to this Redis (marks left
+        out). Blocking."""
         client = self._client()
         keys: set[bytes] = set()
         for job in self._jobs(client):
-            keys.update(fields.get(b"key", b"") for _, fields in self._entries(client, job))
+            keys.update(
+                fields.get(b"key", b"")
+                for _, fields in self._entries(client, job)
+                if not is_mark_entry(fields)
+            )
         keys.discard(b"")
         return len(keys)
 

@@ -18,6 +18,10 @@ Guarantees:
 - **No duplicate rows**: writes are upserts by item key, so an entry written twice
   (claimed from a slow worker, or appended twice) leaves one row. Within a batch the
   latest entry of a key wins; across workers the last write wins.
+- **Marks** (entries saying an item's page is gone, see
+  :mod:`crawlfleet.pipelines.stream`) are applied with the store's own mark, after the
+  items of their batch (a mark followed by an item of its key is left out: the item
+  replaces it); a mark of a key the store does not hold changes nothing.
 - **Bad entries never stop a worker**: an entry that cannot be decoded, or a record the
   store refuses for its data, is logged, counted and moved to the job's dead-letter
   stream ``<prefix>:{<job>}:items:dead`` (with its id, the reason, and its fields),
@@ -49,9 +53,9 @@ from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.outage import Backoff, Outage
 from crawlfleet.pipelines._threads import run_in_thread
 from crawlfleet.pipelines._util import describe_error
-from crawlfleet.pipelines.buffered import BufferedSink
-from crawlfleet.pipelines.sinks import StoredItem
-from crawlfleet.pipelines.stream import decode_entry, is_transient_redis_error
+from crawlfleet.pipelines.buffered import BufferedSink, in_batches
+from crawlfleet.pipelines.sinks import Record
+from crawlfleet.pipelines.stream import decode_record, is_transient_redis_error
 from crawlfleet.pipelines.worker_options import WorkerOptions, WorkerReport
 from crawlfleet.redis.connection import REDIS_FAILURES
 from crawlfleet.redis.keys import JobKeys
@@ -322,7 +326,7 @@ class ItemWorker:
 
     async def _process(self, entries: Sequence[Entry]) -> None:
         """Decode, store, then acknowledge (or dead-letter) one batch of entries."""
-        decoded: list[tuple[bytes, StoredItem]] = []
+        decoded: list[tuple[bytes, Record]] = []
         gone: list[bytes] = []
         dead: list[tuple[bytes, str]] = []
         for entry_id, fields in entries:
@@ -330,7 +334,7 @@ class ItemWorker:
                 gone.append(entry_id)
                 continue
             try:
-                decoded.append((entry_id, decode_entry(fields)))
+                decoded.append((entry_id, decode_record(fields)))
             except MalformedEntry as exc:
                 dead.append((entry_id, f"malformed: {exc}"))
                 logger.warning(
@@ -340,14 +344,15 @@ class ItemWorker:
                     self.keys.items_dead,
                     exc,
                 )
-        latest = list({record.key: record for _, record in decoded}.values())
+        records = [record for _, record in decoded]
+        items, marks = in_batches(records)
         refused: dict[str, str] = {}
-        if latest:
-            result = await self._store(latest)
+        if records:
+            result = await self._store(records)
             if result is None:
                 return  # stopped while the store was down: the entries stay pending
             refused = result
-            self.report.stored += len(latest) - len(refused)
+            self.report.stored += len(items) + len(marks) - len(refused)
         stored = list(gone)
         for entry_id, record in decoded:
             if record.key in refused:
@@ -373,7 +378,7 @@ class ItemWorker:
         self.report.dead_lettered += int(moved)
         self.report.deleted += int(deleted)
 
-    async def _store(self, records: list[StoredItem]) -> dict[str, str] | None:
+    async def _store(self, records: list[Record]) -> dict[str, str] | None:
         """Write *records* until the store confirms; return key -> reason of the records
         it refused, or None if a stop came while the store was down."""
         target = self.store.target
@@ -421,13 +426,13 @@ class ItemWorker:
             outage.succeeded()
             return refused
 
-    def _write(self, records: list[StoredItem]) -> dict[str, str]:
+    def _write(self, records: list[Record]) -> dict[str, str]:
         """Write *records* through the store's isolating writer; return key -> reason of
         the records it refused. Transient errors propagate (the batch is retried). Runs
         on a worker thread."""
         refused: dict[str, str] = {}
 
-        def refuse(record: StoredItem, exc: BaseException) -> None:
+        def refuse(record: Record, exc: BaseException) -> None:
             refused[record.key] = describe_error(exc)
             logger.error(
                 "Item store %s refused item %s from %s: %s",

@@ -13,12 +13,16 @@ short keys), so a tracked URL needs no second store. Kept from visit to visit:
   ``first``: when the page was first fetched, ``changed``: when it last changed
   (epoch s), ``version``: how many versions were seen (1 after the first visit);
 - ``gone``: the visits in a row that answered 404 or 410;
+- ``keys``: the keys of the items stored of the page's last version (20-byte digests,
+  at most :data:`KEYS_KEPT`; set by :mod:`crawlfleet.pipelines.gone` when an item
+  store marks gone pages): the items marked ``gone_at`` when the page is found gone;
 - ``cf``: a sitemap ``changefreq`` for the page ("hourly", ...), set by a spider.
 
 Set during one visit and removed before the state is stored again (:func:`stored`):
 ``outcome`` (:data:`OUTCOMES`, or :data:`HANDED`), ``hint`` (the interval the page's
 HTTP caching headers suggest, s), ``url`` (the URL the state was last sent with),
-``cond`` (1: the conditional headers were added by crawlfleet).
+``cond`` (1: the conditional headers were added by crawlfleet), ``back`` (1: the page
+answered 2xx after 404/410: a new version, whatever its fingerprint).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "FETCHED",
     "GONE",
     "HANDED",
+    "KEYS_KEPT",
     "NOT_MODIFIED",
     "OUTCOMES",
     "TRANSIENT",
@@ -65,7 +70,10 @@ OUTCOMES = (CHANGED, UNCHANGED, NOT_MODIFIED, GONE, FAILED)
 #: one is finished without being kept.
 HANDED = "handed"
 #: Keys of one visit, never stored.
-TRANSIENT = ("outcome", "hint", "url", "cond")
+TRANSIENT = ("outcome", "hint", "url", "cond", "back")
+#: The most item keys kept in a page's state (``keys``): the items of a page beyond
+#: these are not marked when it goes.
+KEYS_KEPT = 16
 
 
 def state_of(request: Request) -> dict[str, Any] | None:
