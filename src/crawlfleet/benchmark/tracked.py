@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -43,10 +44,14 @@ DEAD_LEASES = 20
 RECLAIMS = 5
 
 
-def payload_of(i: int, codec: RequestCodec, *, runtime_meta: bool = False) -> bytes:
+def payload_of(
+    i: int, codec: RequestCodec, *, runtime_meta: bool = False, item_keys: int = 0
+) -> bytes:
     """The stored form of tracked request *i*: a URL of about 60 characters and the
     revisit state a node keeps in its meta (*runtime_meta*: with the keys Scrapy's
-    downloader adds too, as a request re-serialized without removing them would be)."""
+    downloader adds too, as a request re-serialized without removing them would be;
+    *item_keys*: with the keys of that many stored items, as a node keeps them while an
+    item store marks gone pages)."""
     url = f"https://www.shop{i % SITES:04d}.example.com/products/item-{i:08d}.html"
     state = {
         "visits": 3,
@@ -61,6 +66,8 @@ def payload_of(i: int, codec: RequestCodec, *, runtime_meta: bool = False) -> by
         "version": 2,
         "gone": 0,
     }
+    if item_keys:
+        state["keys"] = [hashlib.sha1(b"%d/%d" % (i, k)).digest() for k in range(item_keys)]
     meta: dict[str, Any] = {"depth": 2, "crawlfleet_revisit": state}
     if runtime_meta:
         meta |= {
@@ -75,7 +82,9 @@ async def _used(client: Any) -> int:
     return int((await client.info("memory"))["used_memory"])
 
 
-async def measure_tracked(url: str, urls: int, *, runtime_meta: bool = False) -> dict[str, Any]:
+async def measure_tracked(
+    url: str, urls: int, *, runtime_meta: bool = False, item_keys: int = 0
+) -> dict[str, Any]:
     """Track *urls* requests in the (empty) Redis at *url*; the figures per URL."""
     client = make_client(url)
     try:
@@ -87,7 +96,7 @@ async def measure_tracked(url: str, urls: int, *, runtime_meta: bool = False) ->
         for start in range(0, urls, BATCH):
             batch = []
             for i in range(start, min(urls, start + BATCH)):
-                payload = payload_of(i, codec, runtime_meta=runtime_meta)
+                payload = payload_of(i, codec, runtime_meta=runtime_meta, item_keys=item_keys)
                 sizes += len(payload)
                 site = f"www.shop{i % SITES:04d}.example.com"
                 batch.append(Outgoing(b"", site, 0, payload))
@@ -157,6 +166,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--urls", type=int, default=100_000)
     parser.add_argument("--runtime-meta", action="store_true")
+    parser.add_argument(
+        "--item-keys", type=int, default=0, help="keys of stored items kept in each state"
+    )
     parser.add_argument("--redis-server", default=None, help="redis-server binary")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,7 +176,12 @@ def main() -> None:
         server.start()
         try:
             figures = asyncio.run(
-                measure_tracked(server.url, args.urls, runtime_meta=args.runtime_meta)
+                measure_tracked(
+                    server.url,
+                    args.urls,
+                    runtime_meta=args.runtime_meta,
+                    item_keys=args.item_keys,
+                )
             )
         finally:
             server.stop()
