@@ -30,6 +30,7 @@ from crawlfleet.state.errors import list_errors
 from tests.support.loopback import LoopbackSite
 from tests.support.nodes import SPIDER
 from tests.support.paths import ROOT
+from tests.support.revisits import revisit_settings
 
 #: The pages a node keeps revisiting once /vanish is gone: the listing and five.
 TRACKED = ["/", "/etag", "/lm", "/stamp", "/plain"]
@@ -91,19 +92,9 @@ def site() -> Iterator[ChangingSite]:
 
 def settings(node_env: dict[str, str]) -> dict[str, Any]:
     return {
-        **node_env,
-        "CRAWLFLEET_REVISIT": "fixed",
-        "CRAWLFLEET_REVISIT_INTERVAL_SECONDS": 1,
-        "CRAWLFLEET_REVISIT_MIN_SECONDS": 0.5,
+        **revisit_settings(node_env, 1),
         "CRAWLFLEET_REVISIT_GONE_AFTER": 2,
         "CRAWLFLEET_REVISIT_IGNORE_FIELDS": "date",
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
-        "CRAWLFLEET_LEASE_SECONDS": 5,
-        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 1.5,
-        "CRAWLFLEET_RECLAIM_SECONDS": 0.3,
-        "CONCURRENT_REQUESTS": 4,
-        "ROBOTSTXT_OBEY": False,
-        "LOG_LEVEL": "INFO",
     }
 
 

@@ -35,7 +35,7 @@ from crawlfleet.testsite.server import CLIENT_HEADER, TestSite
 from tests.support.loopback import LoopbackSite
 from tests.support.nodes import SPIDER, node_logs
 from tests.support.paths import ROOT
-from tests.support.revisits import job_counters, waiting_revisits
+from tests.support.revisits import job_counters, revisit_settings, waiting_revisits
 
 #: The small site's pages: a listing linking five products; all of them are tracked.
 PAGES = ["/", "/p1", "/p2", "/p3", "/p4", "/p5"]
@@ -58,24 +58,6 @@ def page(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
 def site() -> Iterator[LoopbackSite]:
     with LoopbackSite(page) as loopback:
         yield loopback
-
-
-def revisit_settings(node_env: dict[str, str], interval: float) -> dict[str, Any]:
-    """A continuous job revisiting every page each *interval* seconds, its nodes quick
-    to notice a dead one."""
-    return {
-        **node_env,
-        "CRAWLFLEET_REVISIT": "fixed",
-        "CRAWLFLEET_REVISIT_INTERVAL_SECONDS": interval,
-        "CRAWLFLEET_REVISIT_MIN_SECONDS": min(0.5, interval),
-        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
-        "CRAWLFLEET_LEASE_SECONDS": 5,
-        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 1.5,
-        "CRAWLFLEET_RECLAIM_SECONDS": 0.3,
-        "CONCURRENT_REQUESTS": 4,
-        "ROBOTSTXT_OBEY": False,
-        "LOG_LEVEL": "INFO",
-    }
 
 
 def start(

@@ -20,7 +20,25 @@ from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.replies import text
 from crawlfleet.testsite.spider import TestSiteSpider
 
-__all__ = ["job_counters", "waiting_revisits"]
+__all__ = ["job_counters", "revisit_settings", "waiting_revisits"]
+
+
+def revisit_settings(node_env: dict[str, str], interval: float) -> dict[str, Any]:
+    """The settings of a node of a continuous job revisiting every page each *interval*
+    seconds (fixed), quick to notice a dead node and to queue what came due."""
+    return {
+        **node_env,
+        "CRAWLFLEET_REVISIT": "fixed",
+        "CRAWLFLEET_REVISIT_INTERVAL_SECONDS": interval,
+        "CRAWLFLEET_REVISIT_MIN_SECONDS": min(0.5, interval),
+        "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
+        "CRAWLFLEET_LEASE_SECONDS": 5,
+        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 1.5,
+        "CRAWLFLEET_RECLAIM_SECONDS": 0.3,
+        "CONCURRENT_REQUESTS": 4,
+        "ROBOTSTXT_OBEY": False,
+        "LOG_LEVEL": "INFO",
+    }
 
 
 def job_counters(redis_url: str, prefix: str, job: str) -> dict[str, int]:
