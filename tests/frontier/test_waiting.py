@@ -127,9 +127,12 @@ def test_a_waiting_lease_of_the_former_form_is_still_queued_when_its_time_comes(
 ) -> None:
     async def body(f: Frontier) -> None:
         # a retry (lean once queued) and a prioritised tracked page, both waiting
-        await f.commit("n1", [Outgoing(b"", "a", 0, b"retry", delay_ms=600), out("p", priority=5)])
+        # (2 s: a parallel test run on a busy machine can take a second over the steps
+        # before "not before its time")
+        retry = Outgoing(b"", "a", 0, b"retry", delay_ms=2000)
+        await f.commit("n1", [retry, out("p", priority=5)])
         held = (await f.lease("n1", 1, ["a"], per_site=1, **KW)).entries[0]
-        await f.commit("n1", revisits=[Revisit(held.rid, 600, b"p v2", new=True)])
+        await f.commit("n1", revisits=[Revisit(held.rid, 2000, b"p v2", new=True)])
         rids = [str(int(held.rid) - 1), held.rid]
         for rid in rids:
             await to_former_form(f, rid)
@@ -140,7 +143,7 @@ def test_a_waiting_lease_of_the_former_form_is_still_queued_when_its_time_comes(
         assert await f.reclaim_expired() == 0 and f.came_due == 0
         assert await f.release("n1", [(rid, "a") for rid in rids]) == 0
         assert await lease_all(f, "n2") == []
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(2.0)
         assert await f.reclaim_expired(grace_ms=60_000) == 0 and f.came_due == 2
         assert await f.client.hlen(f.keys.owner) == 0
         assert await f.client.zcard(f.keys.leases) == 0
