@@ -625,3 +625,48 @@ def test_the_end_of_a_redis_hang_counts_from_its_start(
     assert len(said) == 1, said
     seconds = float(said[0].split("reachable again after ")[1].split("s")[0])
     assert 3.6 <= seconds < 6, said[0]
+
+
+def test_a_node_sends_what_it_finished_with_its_next_lease_in_one_call(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    """A round in one call: the pages a node finished are acknowledged, and the links
+    they yielded queued, by the call that leases its next requests (commit_lease), and
+    no page is lost or leased twice on the way."""
+
+    async def body() -> None:
+        client = make_client(redis_server_url)
+        frontier = JobFrontier(client, JobKeys.of(key_prefix, "job"))
+        calls: list[str] = []
+        for name in ("commit", "lease", "commit_lease"):
+            method = getattr(frontier, name)
+
+            async def counted(*args: Any, _m: Any = method, _n: str = name, **kw: Any) -> Any:
+                calls.append(_n)
+                return await _m(*args, **kw)
+
+            setattr(frontier, name, counted)
+        engine = Engine()
+        scheduler = node_on(frontier, engine, {"CRAWLFLEET_PREFETCH": 2})
+        try:
+            await scheduler.start(Spider("job"))
+            for i in range(8):  # more queued than the node holds: it knows its offer
+                scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+            seen: list[str] = []
+            for step in range(8, 14):
+                got = await take(scheduler, engine, 1)
+                seen += [r.url for r in got]
+                # the page yields a link, and the engine is done with it
+                scheduler.enqueue_request(Request(f"http://a.test/{step}"))
+                engine.inprogress.clear()
+            assert "commit_lease" in calls
+            await until(lambda: scheduler.ledger.acks == [] and not scheduler.ledger.out, 5.0)
+            counters = await frontier.counters()
+            assert len(seen) == len(set(seen)) == 6  # none leased twice
+            assert counters["enqueued"] == 14 and counters["acked"] == 6
+            assert counters["queued"] + counters["leased"] == 8  # none lost
+        finally:
+            await scheduler.stop("shutdown")
+            await client.aclose()
+
+    run(body)

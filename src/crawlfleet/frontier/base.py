@@ -14,6 +14,7 @@ the rest again.
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, Unpack
@@ -26,6 +27,7 @@ from crawlfleet.frontier.records import (
     CommitResult,
     HeartbeatOptions,
     JobState,
+    LeaseAsk,
     LeaseOptions,
     LeaseResult,
     Outgoing,
@@ -33,8 +35,11 @@ from crawlfleet.frontier.records import (
     SeedBatch,
     Untrack,
 )
+from crawlfleet.redis.connection import REDIS_ERRORS
 
 __all__ = ["Committer", "FrontierBackend", "PartialCommit"]
+
+logger = logging.getLogger(__name__)
 
 
 class PartialCommit(RedisConnectionError):
@@ -99,6 +104,29 @@ class Committer(Protocol):
     @abstractmethod
     async def _commit(self, batch: CommitBatch) -> CommitResult:
         """Do what :meth:`commit` says, with its arguments *batch*."""
+
+    @abstractmethod
+    async def lease(
+        self, node: str, n: int, sites: Sequence[str], **options: Unpack[LeaseOptions]
+    ) -> LeaseResult:
+        """See :meth:`FrontierBackend.lease`."""
+
+    async def commit_lease(
+        self, batch: CommitBatch, ask: LeaseAsk
+    ) -> tuple[CommitResult, LeaseResult | None]:
+        """The commit *batch* (as :meth:`commit` does it, PartialCommit included), then
+        a lease for its node as *ask* says (as :meth:`lease` does it): a node's round.
+        A frontier on one Redis does both in one script call; others (a job of several
+        shards, a Redis Cluster, memory) in turn, here. The lease is None when it was not
+        made because its call failed after the commit was done: the commit's result
+        stands, and the node leases again later."""
+        committed = await self._commit(batch)
+        try:
+            leased = await self.lease(batch.node, ask.n, ask.sites, **ask.options)
+        except REDIS_ERRORS as exc:
+            logger.debug("A lease after a commit failed (%r): leased later", exc)
+            return committed, None
+        return committed, leased
 
 
 class FrontierBackend(Committer, Protocol):

@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Unpack
 
 from redis.asyncio import Redis
@@ -32,6 +32,7 @@ from crawlfleet.frontier.records import (
     CommitResult,
     HeartbeatOptions,
     JobState,
+    LeaseAsk,
     Leased,
     LeaseOptions,
     LeaseResult,
@@ -61,6 +62,8 @@ logger = logging.getLogger(__name__)
 #: layers (each new layer is at least twice as large as the one before).
 BLOOM_SPARES = 4
 _STALE = re.compile(r"CFSTALE (\d+)")
+#: Builds a script's KEYS and ARGV from the seen-filter's keys and arguments.
+_Build = Callable[[list[str], list[Any]], tuple[list[str], list[Any]]]
 
 
 def _leased(flat: Sequence[Any], where: str) -> list[Leased]:
@@ -101,6 +104,20 @@ def _lease_result(
         int(control_seq),
         [text(s) for s in ended],
     )
+
+
+def _pace_args(sites: Sequence[str], options: LeaseOptions) -> list[Any]:
+    """A lease's pacing arguments, then its offer (the sites' quadruples), as lease.lua
+    and pace.lua take them."""
+    p = Pacing.of(options)
+    pacing: list[Any] = [
+        p.backoff_half_life_ms,
+        p.robots_probe_ms,
+        p.horizon_us,
+        repr(float(p.late_share)),
+        p.max_slots,
+    ]
+    return [*pacing, *(value for site in offered_sites(sites, options) for value in site)]
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
@@ -180,6 +197,11 @@ class Frontier(Committer):
     async def _commit(self, batch: CommitBatch) -> CommitResult:
         """One commit.lua call: *batch*'s acknowledgements, set-asides, revisits,
         untracks, unseen requests and known duplicates, atomically."""
+        return self._committed(await self._with_seen("commit", self._commit_call(batch)))
+
+    def _commit_call(self, batch: CommitBatch) -> _Build:
+        """What builds commit.lua's KEYS and ARGV for *batch*, given the seen-filter's
+        keys and arguments."""
         k = self.keys
         qindex: dict[str, int] = {}
         tail: list[Any] = []
@@ -216,7 +238,10 @@ class Frontier(Committer):
             ]
             return keys, args
 
-        reply = await self._with_seen("commit", build)
+        return build
+
+    def _committed(self, reply: Sequence[Any]) -> CommitResult:
+        """The CommitResult of commit.lua's *reply*."""
         queued, dups, acked, dup_idx, layers, job_epoch, counted, revisited, untracked = reply
         self._note_layers(layers)
         return CommitResult(
@@ -237,35 +262,56 @@ class Frontier(Committer):
         *options* say (:class:`~crawlfleet.frontier.records.LeaseOptions`): one script on
         one Redis; on a Redis Cluster, where the fleet's pacing keys are in a slot of
         their own, two or three (:meth:`_lease_paced`)."""
-        k = self.keys
-        p = Pacing.of(options)
-        pacing: list[Any] = [
-            p.backoff_half_life_ms,
-            p.robots_probe_ms,
-            p.horizon_us,
-            repr(float(p.late_share)),
-            p.max_slots,
-        ]
-        offered: list[Any] = [value for site in offered_sites(sites, options) for value in site]
         if self.cluster:
-            return await self._lease_paced(node, n, sites, options, [*pacing, *offered])
-        per_site, offer_size = options["per_site"], options["offer_size"]
+            return await self._lease_paced(node, n, sites, options, _pace_args(sites, options))
+        self.round_trips += 1
+        keys, args = self._lease_call(node, n, sites, options, _pace_args(sites, options))
+        return self._leased(await self.scripts("lease", keys, args))
+
+    def _lease_call(
+        self, node: str, n: int, sites: Sequence[str], options: LeaseOptions, pace_args: list[Any]
+    ) -> tuple[list[str], list[Any]]:
+        """lease.lua's KEYS and ARGV (one Redis; *pace_args*: the pacing, then the offer)."""
         share = repr(float(self.revisit_share))
         args: list[Any] = [
             node,
             options["lease_ms"],
             n,
-            per_site,
-            offer_size,
-            *pacing,
+            options["per_site"],
+            options["offer_size"],
+            *pace_args[:5],
             share,
-            *offered,
+            *pace_args[5:],
         ]
-        self.round_trips += 1
-        now, flat, offer, queued, leased, ready_in, control_seq, ended = await self.scripts(
-            "lease", k.for_lease(sites), args
+        return self.keys.for_lease(sites), args
+
+    def _leased(self, reply: Sequence[Any]) -> LeaseResult:
+        """The LeaseResult of lease.lua's *reply*."""
+        now, flat, offer, queued, leased, ready_in, control_seq, ended = reply
+        return _lease_result(
+            self.keys.req, now, flat, offer, queued, leased, ready_in, control_seq, ended
         )
-        return _lease_result(k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended)
+
+    async def commit_lease(
+        self, batch: CommitBatch, ask: LeaseAsk
+    ) -> tuple[CommitResult, LeaseResult | None]:
+        """The commit *batch*, then a lease as *ask* says, in one commit_lease.lua call
+        (one script, one round trip: a node's round); on a Redis Cluster, where a lease
+        takes several scripts, as two calls (:meth:`Committer.commit_lease`)."""
+        if self.cluster:
+            return await super().commit_lease(batch, ask)
+        pace_args = _pace_args(ask.sites, ask.options)
+        lease_keys, lease_args = self._lease_call(
+            batch.node, ask.n, ask.sites, ask.options, pace_args
+        )
+        commit_build = self._commit_call(batch)
+
+        def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
+            keys, args = commit_build(seen_keys, seen_args)
+            return [*keys, *lease_keys], [len(keys), len(args), *args, *lease_args]
+
+        committed, leased = await self._with_seen("commit_lease", build)
+        return self._committed(committed), self._leased(leased)
 
     async def _lease_paced(
         self, node: str, n: int, sites: Sequence[str], options: LeaseOptions, pace_args: list[Any]

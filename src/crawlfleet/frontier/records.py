@@ -27,6 +27,7 @@ __all__ = [
     "CommitResult",
     "HeartbeatOptions",
     "JobState",
+    "LeaseAsk",
     "LeaseOptions",
     "LeaseResult",
     "Leased",
@@ -215,6 +216,17 @@ class LeaseOptions(TypedDict, total=False):
     horizon_us: int
     late_share: float
     max_slots: int | None
+
+
+@dataclass(frozen=True)
+class LeaseAsk:
+    """A lease asked for with a commit (see
+    :meth:`~crawlfleet.frontier.base.Committer.commit_lease`): up to *n* requests of
+    *sites* for the commit's node, as *options* say (the arguments of ``lease``)."""
+
+    n: int
+    sites: Sequence[str]
+    options: LeaseOptions
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from crawlfleet.frontier.records import (
     CommitResult,
     HeartbeatOptions,
     JobState,
+    LeaseAsk,
     LeaseOptions,
     LeaseResult,
     Outgoing,
@@ -502,6 +503,16 @@ class JobFrontier(Committer):
         if then:
             await phase(then, with_requests=False)
         return total.result()
+
+    async def commit_lease(
+        self, batch: CommitBatch, ask: LeaseAsk
+    ) -> tuple[CommitResult, LeaseResult | None]:
+        """As :meth:`Frontier.commit_lease` for a job of one shard (one script); a job of
+        several shards commits, then leases (:meth:`Committer.commit_lease`)."""
+        parts = await self.shards(create=True)
+        if len(parts) == 1:
+            return await self.home.commit_lease(batch, ask)
+        return await super().commit_lease(batch, ask)
 
     async def offer(self, size: int) -> list[str]:
         """Up to *size* sites with queued requests, as a lease offers them (asks every

@@ -18,7 +18,7 @@ import time
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.limits import LATE_SHARE, SENT_SHARE, Budgets, RateLimits
-from crawlfleet.frontier.records import Leased, LeaseResult, printable
+from crawlfleet.frontier.records import LeaseAsk, Leased, LeaseOptions, LeaseResult, printable
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.core import NodeCore
@@ -112,46 +112,66 @@ class Leaser:
             self.next_at = 0.0
         return time.monotonic() >= self.next_at
 
+    def ask(self) -> LeaseAsk | None:
+        """The lease to ask for now along with a commit (a node's round in one call, see
+        :meth:`~crawlfleet.frontier.base.Committer.commit_lease`); None when none is
+        wanted, or no offer is known yet (then :meth:`lease` asks for one first)."""
+        want = self.wanted()
+        if want <= 0 or not self.offer:
+            return None
+        return self._ask(want, self.offer)
+
+    def _ask(self, want: int, offer: list[str]) -> LeaseAsk:
+        """A lease of *want* requests of the sites *offer*."""
+        config, ledger, steering = self.core.config, self.core.ledger, self.core.steering
+        # slots of rate-limited sites only for what the downloader can start on time
+        free = steering.concurrency - len(ledger.handed) - len(ledger.slotted)
+        paces = [self.budgets.pace(site) for site in offer]
+        options: LeaseOptions = {
+            "lease_ms": int(config.lease_seconds * 1000),
+            "per_site": max(1, math.ceil(want / len(offer))),
+            "offer_size": config.lease_sites,
+            "intervals": [p.interval_us for p in paces],
+            "budgets": [p.budget for p in paces],
+            "late": [p.late_us for p in paces],
+            "backoff_half_life_ms": int(config.backoff.half_life_seconds * 1000),
+            "robots_probe_ms": self.robots_probe_ms,
+            "horizon_us": int(SLOT_HORIZON_SECONDS * 1_000_000),
+            "late_share": config.rate_limit_margin * LATE_SHARE,
+            "max_slots": max(0, free),
+        }
+        return LeaseAsk(want, offer, options)
+
     async def lease(self) -> int | None:
         """Lease what the node lacks; the job's control sequence as the lease read it
         (None: no lease was asked for)."""
-        ledger, steering, config = self.core.ledger, self.core.steering, self.core.config
         want = self.wanted()
         if want <= 0:
             return None
-        # slots of rate-limited sites only for what the downloader can start on time
-        free = steering.concurrency - len(ledger.handed) - len(ledger.slotted)
-        offer = self.offer or await self.core.frontier.offer(config.lease_sites)
-        result: LeaseResult | None = None
+        offer = self.offer or await self.core.frontier.offer(self.core.config.lease_sites)
         asked = asyncio.get_event_loop().time()
-        if offer:
-            paces = [self.budgets.pace(site) for site in offer]
-            result = await self.core.frontier.lease(
-                self.core.node_id,
-                want,
-                offer,
-                lease_ms=int(config.lease_seconds * 1000),
-                per_site=max(1, math.ceil(want / len(offer))),
-                offer_size=config.lease_sites,
-                intervals=[p.interval_us for p in paces],
-                budgets=[p.budget for p in paces],
-                late=[p.late_us for p in paces],
-                backoff_half_life_ms=int(config.backoff.half_life_seconds * 1000),
-                robots_probe_ms=self.robots_probe_ms,
-                horizon_us=int(SLOT_HORIZON_SECONDS * 1_000_000),
-                late_share=config.rate_limit_margin * LATE_SHARE,
-                max_slots=max(0, free),
-            )
+        if not offer:
+            return self.took(None, None, asked)
+        ask = self._ask(want, offer)
+        result = await self.core.frontier.lease(self.core.node_id, ask.n, ask.sites, **ask.options)
+        return self.took(ask, result, asked)
+
+    def took(self, ask: LeaseAsk | None, result: LeaseResult | None, asked: float) -> int | None:
+        """Take in *result*, the reply to *ask* (None, None: there was no site to lease
+        from) sent at event-loop time *asked*: the job's control sequence it read (None:
+        no lease was made)."""
+        received = asyncio.get_event_loop().time()
+        if result is not None:
             self.offer = result.offer
             self.job_queued = result.queued
             for site in result.backoff_ended:
                 logger.info("Back-off of %s is over (it decayed)", site)
-        received = asyncio.get_event_loop().time()
+        free = ask.options.get("max_slots") if ask is not None else None
         if result is not None and not result.entries and result.ready_in_us >= 0:
             # rate-limited sites only: come back exactly when the first one is ready
             self.next_at = time.monotonic() + result.ready_in_us / 1_000_000
             return result.control_seq
-        if result is not None and not result.entries and free <= 0:
+        if result is not None and not result.entries and free is not None and free <= 0:
             # no capacity for slots: lease again once a download ends (may_lease)
             self._await_capacity = True
             self.next_at = time.monotonic() + BUSY_POLL_MAX_SECONDS
@@ -161,7 +181,7 @@ class Leaser:
             # new links soon: look again within BUSY_POLL_MAX_SECONDS. Only a job with
             # nothing leased backs off up to CRAWLFLEET_IDLE_MAX_SECONDS.
             busy = result is not None and (result.leased > 0 or result.queued > 0)
-            cap = BUSY_POLL_MAX_SECONDS if busy else config.idle_max_seconds
+            cap = BUSY_POLL_MAX_SECONDS if busy else self.core.config.idle_max_seconds
             self.idle_delay = min(max(self.idle_delay * 2, MIN_IDLE_SECONDS), cap)
             self.next_at = time.monotonic() + self.idle_delay
             return None if result is None else result.control_seq

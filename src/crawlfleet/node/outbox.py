@@ -3,7 +3,8 @@
 The sync loop (:mod:`crawlfleet.node.sync`) calls it each round; its contract:
 
 - New requests (``ledger.out``) go in batches of at most CRAWLFLEET_FLUSH_BATCH, one
-  ``commit`` each, when :meth:`Outbox.due` says so. The acknowledgements of finished
+  ``commit`` each, when :meth:`Outbox.due` says so, or with the node's lease (one
+  ``commit_lease``: a round in one call) whenever it leases. The acknowledgements of finished
   requests (and the revisits and untracks of tracked pages, which stand for theirs)
   travel with the batch that empties ``ledger.out``, never ahead of it: a page is
   acknowledged only once the requests it produced are queued.
@@ -33,7 +34,7 @@ from scrapy import Request, Spider
 
 from crawlfleet.exceptions import SerializationError
 from crawlfleet.frontier.base import PartialCommit
-from crawlfleet.frontier.records import CommitResult, Outgoing
+from crawlfleet.frontier.records import CommitBatch, CommitResult, LeaseAsk, LeaseResult, Outgoing
 from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
 from crawlfleet.node.core import NodeCore
@@ -74,6 +75,8 @@ class Outbox:
         self.spider: Spider | None = None
         #: monotonic time of the last batch sent
         self.last_flush = 0.0
+        #: event-loop time at which the last batch was sent (a lease with it was asked)
+        self.sent_at = 0.0
         self._logged_dup = False
         #: requests handed in by feed(), committed in order
         self._feeds: list[tuple[list[tuple[Request, Outgoing]], asyncio.Future[int]]] = []
@@ -120,8 +123,16 @@ class Outbox:
             return True  # nothing left in hand: the job may be finishing
         return now - self.last_flush >= self.core.config.flush_seconds
 
-    async def flush(self) -> None:
-        """Send one batch of new requests (with the acknowledgements, if it is the last)."""
+    def last_batch(self) -> bool:
+        """The next batch empties ``ledger.out`` (it carries the acknowledgements)."""
+        return len(self.core.ledger.out) <= self.core.config.flush_batch
+
+    async def flush(self, lease: LeaseAsk | None = None) -> LeaseResult | None:
+        """Send one batch of new requests (with the acknowledgements, if it is the last);
+        with *lease*, the node's lease too, in the same call (see
+        :meth:`~crawlfleet.frontier.base.Committer.commit_lease`): its result (None:
+        none asked for, or its call failed after the commit was done), asked for at
+        :attr:`sent_at`."""
         ledger = self.core.ledger
         batch = ledger.out[: self.core.config.flush_batch]
         # acknowledgements travel with or after the requests their pages produced
@@ -138,17 +149,32 @@ class Outbox:
             for request, fp, payload, delay in batch
         ]
         seen = ledger.seen
+        commit = CommitBatch(
+            self.core.node_id,
+            outgoing,
+            acks,
+            bad,
+            len(ledger.known),
+            seen.epoch,
+            revisits,
+            untracked,
+        )
+        leased: LeaseResult | None = None
+        self.sent_at = asyncio.get_event_loop().time()
         try:
-            result = await self.core.frontier.commit(
-                self.core.node_id,
-                outgoing,
-                acks,
-                bad,
-                known=len(ledger.known),
-                epoch=seen.epoch,
-                revisits=revisits,
-                untracked=untracked,
-            )
+            if lease is None:
+                result = await self.core.frontier.commit(
+                    commit.node,
+                    commit.requests,
+                    commit.acks,
+                    commit.bad,
+                    known=commit.known,
+                    epoch=commit.epoch,
+                    revisits=commit.revisits,
+                    untracked=commit.untracked,
+                )
+            else:
+                result, leased = await self.core.frontier.commit_lease(commit, lease)
         except PartialCommit as part:
             # some shards took their part: only the rest is sent again (requests that
             # bypass the seen-filter must not be queued twice)
@@ -173,6 +199,7 @@ class Outbox:
         del ledger.bad[: len(bad)]
         self._committed(batch, result)
         self._settle_known(result, [fp for _r, fp, *_rest in batch])
+        return leased
 
     def _committed(self, batch: list[Outbound], result: CommitResult) -> None:
         """Count what a commit of *batch* (ledger entries) did."""

@@ -221,6 +221,8 @@ class SyncLoop:
         for _ in range(FLUSHES_PER_ROUND):
             if not self.outbox.due(time.monotonic()):
                 break
+            if self._leasing(time.monotonic()) and self.outbox.last_batch():
+                break  # it goes with this round's lease, in one call
             await self.outbox.flush()
         now = time.monotonic()
         await self.heartbeat.due(now)
@@ -228,9 +230,11 @@ class SyncLoop:
             if self.core.steering.state == "draining" and self.locally_idle():
                 self.core.lifecycle.close_once("drained")
         elif self.low() and now >= self.leaser.next_at:
-            seq = await self.leaser.lease()
+            seq = await self._lease()
             if seq is not None:
                 self.heartbeat.note_control_seq(seq)
+        if self.outbox.due(time.monotonic()):
+            await self.outbox.flush()  # kept for a lease that was not made
         await self.outbox.commit_feeds()
         seeds = self.seeds
         if seeds is not None and now >= seeds.next_at:
@@ -243,6 +247,28 @@ class SyncLoop:
                 # a robots.txt just read frees its site: lease now, not when the probe
                 # would have ended (up to ROBOTS_PROBE_MS later)
                 self.leaser.now()
+
+    def _leasing(self, now: float) -> bool:
+        """This round will lease (as far as is known before its heartbeat)."""
+        return (
+            self.core.steering.state == "running"
+            and self.low()
+            and now >= self.leaser.next_at
+            and bool(self.leaser.offer)
+        )
+
+    async def _lease(self) -> int | None:
+        """Lease (:meth:`~crawlfleet.node.leasing.Leaser.lease`); what waits to be
+        committed goes in the same call (one script, one round trip: see
+        :meth:`~crawlfleet.frontier.base.Committer.commit_lease`) when the node knows
+        which sites to offer. The job's control sequence as the lease read it."""
+        ask = self.leaser.ask() if self.core.ledger.unsent else None
+        if ask is None:
+            return await self.leaser.lease()
+        leased = await self.outbox.flush(lease=ask)
+        if leased is None:
+            return None  # the lease failed after the commit was done: next round
+        return self.leaser.took(ask, leased, self.outbox.sent_at)
 
     def _watch_stores(self) -> None:
         """Take no work while too many items wait for the item stores (see

@@ -10,10 +10,13 @@ library (``_seen_exact.lua``, ``_seen_bloom.lua``) prepended; it is then looked 
 ``-- uses: entry`` prepends ``_entry.lua`` (reading a stored request's score and site),
 ``-- uses: counters`` prepends ``_counters.lua`` (the job's counters, robust to a value
 that is not a number), ``-- uses: pace`` and ``-- uses: pop`` the two halves of a lease
-(``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests), and
-``-- uses: clock`` prepends ``_clock.lua`` (Redis's clock, read once per call: the only
-script piece that reads TIME). Libraries shared by scripts of several packages, such as
-the clock, live in ``crawlfleet/redis/lua/``, searched last.
+(``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests),
+``-- uses: commit`` and ``-- uses: lease`` the bodies of a commit and a lease as functions
+(``_commit.lua``, ``_lease.lua``: commit.lua, lease.lua and commit_lease.lua, a node's
+round in one call, run them), and ``-- uses: clock`` prepends ``_clock.lua`` (Redis's
+clock, read once per call: the only script piece that reads TIME). Libraries shared by
+scripts of several packages, such as the clock, live in ``crawlfleet/redis/lua/``,
+searched last.
 A script that uses ``counters`` is run wrapped: its body becomes a function, and the
 reply is ``{repairs, reply}`` (``{repairs, reply, gone}`` if it uses ``entry`` too);
 :class:`ScriptSet` logs each counter repaired (key, field, old and new value) and each
@@ -62,7 +65,7 @@ def _read(name: str) -> str:
 
 #: Libraries a script may name in its ``-- uses:`` header (besides "seen"), each
 #: prepended in turn: one that needs another comes before it here.
-LIBRARIES = ("pace", "pop", "backoff", "entry", "counters", "clock")
+LIBRARIES = ("commit", "lease", "pace", "pop", "backoff", "entry", "counters", "clock")
 
 
 def _uses(body: str) -> list[str]:
@@ -101,6 +104,7 @@ class ScriptSet:
     NAMES = (
         "commit",
         "lease",
+        "commit_lease",
         "pace",
         "lease_paced",
         "pace_return",

@@ -1,0 +1,228 @@
+-- Library (prepended to scripts whose header says "-- uses: commit"; needs seen, entry,
+-- counters and clock): commit_run(KEYS, ARGV), the body of a commit, for commit.lua and
+-- commit_lease.lua (a node's round in one call). Its KEYS and ARGV are the tables it
+-- is given, as follows.
+--
+-- commit: one batch from a node: acknowledge finished leases, set malformed entries
+-- aside, keep finished leases for a later visit (revisits) or drop tracked ones for
+-- good (untracks), and queue new requests whose fingerprint the seen-filter has not
+-- seen.
+--
+-- KEYS[1] sites     zset  site -> serve order (see lease.lua)
+-- KEYS[2] req       hash  rid -> "<score>\0<site>\0<payload>" (see _entry.lua)
+-- KEYS[3] leases    zset  rid -> lease deadline (ms, Redis clock)
+-- KEYS[4] owner     hash  rid -> node id
+-- KEYS[5] counters  hash  seq, queued, leased, enqueued, duplicates, acked, bad, ...
+-- KEYS[6] waiting   zset  rid -> due time (ms, Redis clock) of the requests waiting for
+--                   their time (their req entry as a lease's; no lease, no owner)
+-- KEYS[7] bad       list  malformed entries, kept for inspection
+-- KEYS[8] changes   stream  the job's change stream: events of revisits and untracks
+--                   (one field "e"), trimmed to about ARGV[12] entries
+-- KEYS[9 .. 8+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
+-- KEYS[9+S ..]      two keys per site: its queue (zset rid -> score, -priority * 2^32
+--                   + seq) and its FIFO list of priority-0 requests ("<rid>\0<payload>"
+--                   items: no req entry while queued, the lean form of most requests)
+--
+-- ARGV[1] node id     ARGV[2] S     ARGV[3] P (seen parameters)
+-- ARGV[4] A (acks)    ARGV[5] B (malformed)     ARGV[6] R (requests)
+-- ARGV[7] the holder of waiting requests of the former form (records.WAITING): unused
+--         here (a waiting request is never a node's lease)
+-- ARGV[8] K: duplicates the node found itself (its cache of fingerprints this filter
+--         holds), counted only if ARGV[9] is the job's epoch
+-- ARGV[9] the job's epoch the node's cache belongs to ("": none yet)
+-- ARGV[10] V (revisits)    ARGV[11] U (untracks)
+-- ARGV[12] most entries kept in the change stream (XADD MAXLEN ~; at least 1)
+-- then P seen parameters, A rids to acknowledge, B rids to set aside,
+-- then V groups of 5 (revisits): rid, delay (ms), new payload, "1" if first kept
+-- (counter "tracked") else "0", event ("": none),
+-- then U groups of 2 (untracks): rid, event ("": none),
+-- then R groups of 6: fingerprint ("" = bypass the seen-filter), queue index
+-- (1-based among the sites: its keys are the (2i-1)-th and 2i-th queue keys), site,
+-- priority, payload, delay (ms; 0: none).
+-- A request with a delay waits before it is queued (a retry's back-off): its req entry
+-- is written and its rid joins the waiting set at now + delay, so that the reclaim
+-- (expired.lua, requeue.lua) queues it once its time has come; it counts as "leased"
+-- (out of the queues, not finished) and as "waiting".
+-- A revisit is a finished lease kept under its rid for a later visit: its lease ends
+-- (leases, owner), its req entry keeps its score and site, gets the new payload and is
+-- marked a revisit's (REVISIT_MARK, see _entry.lua), and it waits as a delayed request
+-- does (the waiting set, due now + delay), then is queued by the same reclaim, in its
+-- site's revisit list (requeue.lua; a priority-0 one lean), apart from new URLs. It
+-- counts as acked, "waiting" ("leased" unchanged: a waiting request counts there) and,
+-- unless kept for the first time, "revisits". An untrack ends the lease as an ack
+-- does, and counts "tracked" - 1. A non-empty event of either is appended to the change
+-- stream (counter "changes").
+--
+-- The job's epoch (counters field "epoch") names this incarnation of the job: set by
+-- the first commit, from Redis's clock in µs, and gone with the counters when the job
+-- is reset, so that a node can tell its cache of seen fingerprints is stale.
+--
+-- Returns {queued (waiting included), duplicates (found here), acked (of the A acks),
+--          {1-based indexes of duplicate requests}, new bloom layers, the job's epoch,
+--          K if counted else 0, revisits applied, untracks applied}
+--          (wrapped with the counters' repairs and the entries found gone: see
+--          _counters.lua, _entry.lua)
+-- An ack, revisit or untrack is applied only if the lease is still this node's (a
+-- reclaimed lease is left to its new holder or queue; a waiting request is nobody's).
+-- A revisit whose entry is gone or malformed ends its lease instead (a malformed one
+-- set aside, as B's are).
+
+local function commit_run(KEYS, ARGV)
+  local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key, bad_key,
+        changes_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+  local node = ARGV[1]
+  local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+                        tonumber(ARGV[5]), tonumber(ARGV[6])
+  local V, U, maxlen = tonumber(ARGV[10]), tonumber(ARGV[11]), math.max(1, tonumber(ARGV[12]))
+  local seen_keys, seen_args = {}, {}
+  for i = 1, S do seen_keys[i] = KEYS[8 + i] end
+  for i = 1, P do seen_args[i] = ARGV[12 + i] end
+  seen_init(seen_keys, seen_args)
+  local qbase = 8 + S
+  local pos = 13 + P
+
+  local epoch = redis.call('HGET', counters_key, 'epoch')
+  if not epoch then
+    epoch = string.format('%.0f', now_us())
+    redis.call('HSET', counters_key, 'epoch', epoch)
+  end
+  local known = 0
+  if ARGV[9] == epoch then known = tonumber(ARGV[8]) or 0 end
+
+  -- the lease of *rid* ends if it is still this node's, its request gone for good (its
+  -- entry kept in the bad list if *set_aside*); whether it did
+  local function end_lease(rid, set_aside)
+    if redis.call('HGET', owner_key, rid) ~= node then return false end
+    if set_aside then
+      local entry = redis.call('HGET', req_key, rid)
+      if entry then redis.call('RPUSH', bad_key, entry) end
+    end
+    redis.call('ZREM', leases_key, rid)
+    redis.call('HDEL', owner_key, rid)
+    redis.call('HDEL', req_key, rid)
+    return true
+  end
+
+  local acked, bad = 0, 0
+  for i = pos, pos + A - 1 do
+    if end_lease(ARGV[i], false) then acked = acked + 1 end
+  end
+  for i = pos + A, pos + A + B - 1 do
+    if end_lease(ARGV[i], true) then bad = bad + 1 end
+  end
+  pos = pos + A + B
+
+  -- a revisit's or an untrack's event, appended to the change stream
+  local changes = 0
+  local function note_change(event)
+    if event == '' then return end
+    redis.call('XADD', changes_key, 'MAXLEN', '~', maxlen, '*', 'e', event)
+    changes = changes + 1
+  end
+
+  local revisited, untracked, tracked, dropped = 0, 0, 0, 0
+  for _ = 1, V do
+    local rid, delay, payload, new, event = ARGV[pos], tonumber(ARGV[pos + 1]) or 0,
+                                            ARGV[pos + 2], ARGV[pos + 3], ARGV[pos + 4]
+    pos = pos + 5
+    if redis.call('HGET', owner_key, rid) == node then
+      local entry = redis.call('HGET', req_key, rid)
+      local score, site = entry_parts(entry)
+      if score then
+        -- the same score (as stored, marked) and site, the new payload
+        local head = string.sub(entry, 1, string.find(entry, '\0', 1, true) - 1)
+        if not entry_revisit(entry) then head = head .. REVISIT_MARK end
+        redis.call('HSET', req_key, rid, head .. '\0' .. site .. '\0' .. payload)
+        redis.call('ZREM', leases_key, rid)
+        redis.call('HDEL', owner_key, rid)
+        redis.call('ZADD', waiting_key, now_ms() + math.max(0, delay), rid)
+        revisited = revisited + 1
+        if new == '1' then tracked = tracked + 1 end
+        note_change(event)
+      elseif entry then
+        end_lease(rid, true)
+        bad = bad + 1
+      else
+        note_gone(req_key, rid)
+        end_lease(rid, false)
+        dropped = dropped + 1
+      end
+    end
+  end
+  for _ = 1, U do
+    local rid, event = ARGV[pos], ARGV[pos + 1]
+    pos = pos + 2
+    if end_lease(rid, false) then
+      untracked = untracked + 1
+      note_change(event)
+    end
+  end
+
+  local queued, waiting, dups, dup_idx = 0, 0, 0, {}
+  local seq = tonumber(redis.call('HGET', counters_key, 'seq') or '0')
+  if not seq then
+    -- unreadable (a hand edit, a bug): go on from Redis's clock in µs, far above any
+    -- sequence used so far, so that no request id is given twice
+    seq = now_us()
+    local was = redis.call('HGET', counters_key, 'seq')
+    redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq))
+    note_repair(counters_key, 'seq', was, string.format('%.0f', seq))
+  end
+  for i = 1, R do
+    local fp, qi, site, prio, payload = ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2],
+                                        tonumber(ARGV[pos + 3]), ARGV[pos + 4]
+    local delay = tonumber(ARGV[pos + 5]) or 0
+    pos = pos + 6
+    if fp ~= '' and seen_add(fp) == 0 then
+      dups = dups + 1
+      dup_idx[#dup_idx + 1] = i
+    else
+      seq = seq + 1
+      local rid = string.format('%.0f', seq)
+      local score = -prio * 4294967296 + (seq % 4294967296)
+      if prio == 0 and delay <= 0 then
+        -- the lean form: an item of the site's FIFO list, no req entry while queued
+        redis.call('RPUSH', KEYS[qbase + 2 * qi], rid .. '\0' .. payload)
+        redis.call('ZADD', sites_key, 'NX', 0, site)
+        queued = queued + 1
+      else
+        redis.call('HSET', req_key, rid,
+                   string.format('%.17g', score) .. '\0' .. site .. '\0' .. payload)
+        if delay > 0 then
+          redis.call('ZADD', waiting_key, now_ms() + delay, rid)
+          waiting = waiting + 1
+        else
+          redis.call('ZADD', KEYS[qbase + 2 * qi - 1], score, rid)
+          redis.call('ZADD', sites_key, 'NX', 0, site)
+          queued = queued + 1
+        end
+      end
+    end
+  end
+  seen_finish()
+
+  if R > 0 then redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq)) end
+  if queued > 0 then
+    count(counters_key, 'queued', queued)
+    count(counters_key, 'enqueued', queued)
+  end
+  if waiting > 0 then
+    count(counters_key, 'leased', waiting)
+    count(counters_key, 'waiting', waiting)
+    count(counters_key, 'enqueued', waiting)
+  end
+  if dups + known > 0 then count(counters_key, 'duplicates', dups + known) end
+  local ended = acked + bad + untracked + dropped
+  if ended > 0 then count(counters_key, 'leased', -ended) end
+  if acked + revisited + untracked > 0 then
+    count(counters_key, 'acked', acked + revisited + untracked)
+  end
+  if bad > 0 then count(counters_key, 'bad', bad) end
+  if revisited > 0 then count(counters_key, 'waiting', revisited) end
+  -- a page kept for the first time was visited once, not revisited
+  if revisited > tracked then count(counters_key, 'revisits', revisited - tracked) end
+  if tracked - untracked ~= 0 then count(counters_key, 'tracked', tracked - untracked) end
+  if changes > 0 then count(counters_key, 'changes', changes) end
+  return {queued + waiting, dups, acked, dup_idx, seen_new_layers(), epoch, known, revisited,
+          untracked}
+end
