@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 
 from crawlfleet.redis.embedded import free_port
 from tests.support.manager import manager_command
@@ -53,6 +54,7 @@ def _length(data: bytes) -> int:
     return 0
 
 
+@pytest.mark.timing  # /healthz's latency while bodies are refused: alone, not beside 3 workers
 def test_oversized_bodies_are_answered_unread_and_cost_no_memory(
     tmp_path: Path, redis_server_url: str, key_prefix: str
 ) -> None:
