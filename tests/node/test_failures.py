@@ -168,15 +168,26 @@ def test_a_recrawl_waited_for_says_how_far_the_nodes_got(
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
         )
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(waiting.stderr or ()), daemon=True)
+        reader.start()
         try:
-            time.sleep(3)  # no node: nothing is fetched
+            # no node: nothing is fetched, and the command says so (however long a loaded
+            # machine takes to start it) before a node starts
+            deadline = time.monotonic() + 30
+            while not any(line.startswith("no node of job") for line in said):
+                assert waiting.poll() is None and time.monotonic() < deadline, said
+                time.sleep(0.05)
             site.flaky_fixed.set()
             crawl(site, redis_server_url, node_env, tmp_path, db_url, 2)
-            out, err = waiting.communicate(timeout=30)
+            waiting.wait(timeout=30)
+            reader.join(10)
+            out = waiting.stdout.read() if waiting.stdout else ""
         finally:
             if waiting.poll() is None:
                 waiting.kill()
                 waiting.wait(10)
+    err = "".join(said)
     assert waiting.returncode == 0, err
     lines = err.splitlines()
     assert lines[0] == f"job {JOB}: 3 failed request(s) queued again", err
