@@ -226,17 +226,21 @@ def test_rate_limited_requests_wait_for_their_slots() -> None:
     run(body)
 
 
+#: A heartbeat period far above the 0.1 s of an idle node's frequent beats.
+SLOW_BEATS = {
+    "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
+    "CRAWLFLEET_LEASE_SECONDS": 10,
+    "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
+}
+
+
 def test_an_idle_node_beats_often_only_while_nothing_is_queued() -> None:
     async def body() -> None:
         store: dict[str, Any] = {}
         engine = Engine()
-        settings = {
-            "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
-            "CRAWLFLEET_LEASE_SECONDS": 10,
-            "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
-            "CRAWLFLEET_RATE_LIMITS": {"a.test": "1/3s"},
-        }
-        scheduler = node(store, engine, settings)
+        scheduler = node(
+            store, engine, {**SLOW_BEATS, "CRAWLFLEET_RATE_LIMITS": {"a.test": "1/3s"}}
+        )
         frontier = scheduler.frontier
         beats = count_beats(frontier)
         await scheduler.start(Spider("job"))
@@ -266,12 +270,7 @@ def test_an_idle_node_of_a_job_whose_work_waits_for_later_beats_at_its_period() 
     async def body() -> None:
         store: dict[str, Any] = {}
         engine = Engine()
-        settings = {
-            "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
-            "CRAWLFLEET_LEASE_SECONDS": 10,
-            "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
-        }
-        scheduler = node(store, engine, settings)
+        scheduler = node(store, engine, SLOW_BEATS)
         frontier = scheduler.frontier
         later = Outgoing(b"", "a.test", 0, encode(Request("http://a.test/later")), 3_600_000)
         await MemoryFrontier("job", store).commit("n0", [later])
@@ -290,8 +289,7 @@ def test_an_idle_node_of_a_job_whose_work_waits_for_later_beats_at_its_period() 
 def test_the_frequent_beats_of_an_idle_node_publish_its_status_about_once_a_second() -> None:
     async def body() -> None:
         store: dict[str, Any] = {}
-        slow = {"CRAWLFLEET_HEARTBEAT_SECONDS": 2, "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10}
-        scheduler = node(store, Engine(), {**slow, "CRAWLFLEET_LEASE_SECONDS": 10})
+        scheduler = node(store, Engine(), SLOW_BEATS)
         heartbeat = scheduler.sync.heartbeat
         beats: list[str] = []
         built: list[float] = []

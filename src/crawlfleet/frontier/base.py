@@ -101,6 +101,10 @@ class Committer(Protocol):
             CommitBatch(node, requests, acks, bad, known, epoch, revisits, untracked)
         )
 
+    async def commit_batch(self, batch: CommitBatch) -> CommitResult:
+        """:meth:`commit`, its arguments as one *batch* (a node's outbox builds one)."""
+        return await self._commit(batch)
+
     @abstractmethod
     async def _commit(self, batch: CommitBatch) -> CommitResult:
         """Do what :meth:`commit` says, with its arguments *batch*."""

@@ -163,16 +163,7 @@ class Outbox:
         self.sent_at = asyncio.get_event_loop().time()
         try:
             if lease is None:
-                result = await self.core.frontier.commit(
-                    commit.node,
-                    commit.requests,
-                    commit.acks,
-                    commit.bad,
-                    known=commit.known,
-                    epoch=commit.epoch,
-                    revisits=commit.revisits,
-                    untracked=commit.untracked,
-                )
+                result = await self.core.frontier.commit_batch(commit)
             else:
                 result, leased = await self.core.frontier.commit_lease(commit, lease)
         except PartialCommit as part:

@@ -33,9 +33,8 @@ def _cmd(client: redis.Redis, *args: Any) -> Any:
     return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
-def _free_port(cluster: bool = False) -> int:
-    """A free loopback port; a cluster node's bus port (port + 10000) free too."""
-    return free_port(also=10000 if cluster else 0)
+#: A cluster node's bus listens this far above its port.
+BUS_OFFSET = 10000
 
 
 class RedisProcess:
@@ -58,9 +57,13 @@ class RedisProcess:
         self.persist = persist
         self.server = server
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port("--cluster-enabled" in options)
+        self.port = self._free_port()
         self._started = False
         self._proc: subprocess.Popen[bytes] | None = None
+
+    def _free_port(self) -> int:
+        """A free loopback port for this server; a cluster node's bus port free too."""
+        return free_port(also=BUS_OFFSET if "--cluster-enabled" in self.options else 0)
 
     @property
     def url(self) -> str:
@@ -79,7 +82,7 @@ class RedisProcess:
                 return
             if self._started:
                 break
-            self.port = _free_port("--cluster-enabled" in self.options)
+            self.port = self._free_port()
         raise RuntimeError(f"redis-server did not start on port {self.port} (see {self.dir})")
 
     def _start_once(self) -> bool:
