@@ -41,14 +41,13 @@ class ChangingSite:
     """The loopback site of the module docstring; ``visits(path)`` counts its GETs."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
         self.site = LoopbackSite(self.page)
 
     def visits(self, path: str) -> int:
-        return self.counts.get(path, 0)
+        return self.site.hits.get(path, 0)
 
     def page(self, path: str, headers: dict[str, str]) -> tuple[Any, ...]:
-        n = self.counts[path] = self.counts.get(path, 0) + 1
+        n = self.site.hits[path]  # this GET counted
         if path == "/":
             links = "".join(f'<a href="{p}">{p}</a>' for p in (*TRACKED[1:], "/vanish"))
             return 200, f"<html><body>{links}</body></html>".encode()
