@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
@@ -130,9 +130,12 @@ class StateDB:
         """Bring the schema to the newest revision (nothing to do when it is there),
         under a lock so that managers starting together migrate once, in one
         transaction (a process killed half-way leaves the schema as it was, on SQLite
-        too). Returns the revision. ConfigError when the DB holds crawlfleet's tables
-        but no revision (a first migration cut short by a crawlfleet that did not make
-        it one transaction): it cannot be brought up to date as it is."""
+        too). MySQL and MariaDB commit each CREATE on its own: there a migration cut
+        short is finished by the next upgrade (its steps skip what is already there,
+        :mod:`crawlfleet.state.migrations.once`), as are crawlfleet's tables without a
+        revision that an older crawlfleet left on SQLite. Returns the revision.
+        ConfigError when the DB's revision is one this crawlfleet does not know (a
+        newer crawlfleet's)."""
         from alembic import command
 
         head = self.head()
@@ -141,8 +144,8 @@ class StateDB:
             with engine.connect() as conn, self._migration_lock(conn):
                 before = _revision(conn)
                 if before != head:
-                    if before is None:
-                        self._refuse_unversioned(conn)
+                    if before is not None:
+                        self._refuse_unknown(before)
                     config = _alembic_config()
                     config.attributes["connection"] = conn
                     command.upgrade(config, "head")
@@ -172,16 +175,17 @@ class StateDB:
 
         return engine
 
-    def _refuse_unversioned(self, conn: Connection) -> None:
-        from crawlfleet.state.models import Base
+    def _refuse_unknown(self, revision: str) -> None:
+        from alembic.script import ScriptDirectory
 
-        ours = set(inspect(conn).get_table_names()) & set(Base.metadata.tables)
-        if ours:
+        known = {
+            r.revision for r in ScriptDirectory.from_config(_alembic_config()).walk_revisions()
+        }
+        if revision not in known:
             raise ConfigError(
-                f"state DB {self.shown} holds crawlfleet's tables ({len(ours)}) but no "
-                f"schema revision ({VERSION_TABLE} is empty: a first migration was cut "
-                "short): move it aside and start again, or give another "
-                f"{ENV_VAR}"
+                f"state DB {self.shown} is at schema revision {revision}, which this "
+                f"crawlfleet does not know (a newer crawlfleet migrated it): upgrade "
+                f"crawlfleet here, or give another {ENV_VAR}"
             )
 
     @contextlib.contextmanager

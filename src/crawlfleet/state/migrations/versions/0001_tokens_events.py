@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlfleet.state.migrations import once
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_tokens",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("name", sa.String(64), nullable=False),
@@ -28,8 +30,8 @@ def upgrade() -> None:
         sa.Column("revoked_at", sa.DateTime, nullable=True),
         sa.UniqueConstraint("token_hash", name="uq_crawlfleet_tokens_token_hash"),
     )
-    op.create_index("ix_crawlfleet_tokens_name", "crawlfleet_tokens", ["name"])
-    op.create_table(
+    once.create_index("ix_crawlfleet_tokens_name", "crawlfleet_tokens", ["name"])
+    once.create_table(
         "crawlfleet_events",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("at", sa.DateTime, nullable=False),
@@ -38,8 +40,8 @@ def upgrade() -> None:
         sa.Column("job", sa.String(200), nullable=True),
         sa.Column("detail", sa.Text, nullable=False),
     )
-    op.create_index("ix_crawlfleet_events_at", "crawlfleet_events", ["at"])
-    op.create_index("ix_crawlfleet_events_job_at", "crawlfleet_events", ["job", "at"])
+    once.create_index("ix_crawlfleet_events_at", "crawlfleet_events", ["at"])
+    once.create_index("ix_crawlfleet_events_job_at", "crawlfleet_events", ["job", "at"])
 
 
 def downgrade() -> None:

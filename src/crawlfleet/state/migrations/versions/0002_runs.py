@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlfleet.state.migrations import once
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_runs",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("job", sa.String(200), nullable=False),
@@ -30,7 +32,7 @@ def upgrade() -> None:
         sa.Column("figures", sa.Text, nullable=False),
         sa.UniqueConstraint("open_job", name="uq_crawlfleet_runs_open_job"),
     )
-    op.create_index("ix_crawlfleet_runs_job_started", "crawlfleet_runs", ["job", "started_at"])
+    once.create_index("ix_crawlfleet_runs_job_started", "crawlfleet_runs", ["job", "started_at"])
 
 
 def downgrade() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlfleet.state.migrations import once
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_scrapyd",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("name", sa.String(64), nullable=False),
@@ -27,7 +29,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime, nullable=False),
         sa.UniqueConstraint("name", name="uq_crawlfleet_scrapyd_name"),
     )
-    op.create_table(
+    once.create_table(
         "crawlfleet_processes",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("job", sa.String(200), nullable=False),
@@ -41,7 +43,7 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.DateTime, nullable=True),
         sa.Column("note", sa.Text, nullable=False),
     )
-    op.create_index("ix_crawlfleet_processes_job", "crawlfleet_processes", ["job", "started_at"])
+    once.create_index("ix_crawlfleet_processes_job", "crawlfleet_processes", ["job", "started_at"])
 
 
 def downgrade() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlfleet.state.migrations import once
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_timers",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("name", sa.String(64), nullable=False),
@@ -31,8 +33,8 @@ def upgrade() -> None:
         sa.Column("next_fire_at", sa.DateTime, nullable=False),
         sa.UniqueConstraint("name", name="uq_crawlfleet_timers_name"),
     )
-    op.create_index("ix_crawlfleet_timers_next_fire_at", "crawlfleet_timers", ["next_fire_at"])
-    op.create_table(
+    once.create_index("ix_crawlfleet_timers_next_fire_at", "crawlfleet_timers", ["next_fire_at"])
+    once.create_table(
         "crawlfleet_timer_fires",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("timer_id", sa.Integer, nullable=False),
@@ -41,7 +43,7 @@ def upgrade() -> None:
         sa.Column("outcome", sa.String(16), nullable=False),
         sa.Column("detail", sa.Text, nullable=False),
     )
-    op.create_index(
+    once.create_index(
         "ix_crawlfleet_timer_fires_timer", "crawlfleet_timer_fires", ["timer_id", "due_at"]
     )
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlfleet.state.migrations import once
+
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_alert_rules",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("name", sa.String(64), nullable=False),
@@ -33,7 +35,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime, nullable=False),
         sa.UniqueConstraint("name", name="uq_crawlfleet_alert_rules_name"),
     )
-    op.create_table(
+    once.create_table(
         "crawlfleet_alerts",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("rule_id", sa.Integer, nullable=False),
@@ -46,8 +48,8 @@ def upgrade() -> None:
         sa.Column("value", sa.Float, nullable=False),
         sa.UniqueConstraint("open_key", name="uq_crawlfleet_alerts_open_key"),
     )
-    op.create_index("ix_crawlfleet_alerts_rule", "crawlfleet_alerts", ["rule_id", "since"])
-    op.create_table(
+    once.create_index("ix_crawlfleet_alerts_rule", "crawlfleet_alerts", ["rule_id", "since"])
+    once.create_table(
         "crawlfleet_deliveries",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("alert_id", sa.Integer, nullable=False),
@@ -58,7 +60,7 @@ def upgrade() -> None:
         sa.Column("http_status", sa.Integer, nullable=True),
         sa.Column("error", sa.Text, nullable=False),
     )
-    op.create_index("ix_crawlfleet_deliveries_alert", "crawlfleet_deliveries", ["alert_id", "at"])
+    once.create_index("ix_crawlfleet_deliveries_alert", "crawlfleet_deliveries", ["alert_id", "at"])
 
 
 def downgrade() -> None:

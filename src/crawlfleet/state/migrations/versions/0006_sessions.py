@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlfleet.state.migrations import once
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_sessions",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("session_hash", sa.String(64), nullable=False),
@@ -27,8 +29,8 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime, nullable=False),
         sa.UniqueConstraint("session_hash", name="uq_crawlfleet_sessions_hash"),
     )
-    op.create_index("ix_crawlfleet_sessions_token_id", "crawlfleet_sessions", ["token_id"])
-    op.create_index("ix_crawlfleet_sessions_expires_at", "crawlfleet_sessions", ["expires_at"])
+    once.create_index("ix_crawlfleet_sessions_token_id", "crawlfleet_sessions", ["token_id"])
+    once.create_index("ix_crawlfleet_sessions_expires_at", "crawlfleet_sessions", ["expires_at"])
 
 
 def downgrade() -> None:

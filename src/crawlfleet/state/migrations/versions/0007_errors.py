@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
+from crawlfleet.state.migrations import once
+
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
@@ -22,7 +24,7 @@ BIG_BINARY = sa.LargeBinary().with_variant(mysql.MEDIUMBLOB(), "mysql", "mariadb
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_errors",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("job", sa.String(200), nullable=False),
@@ -45,7 +47,7 @@ def upgrade() -> None:
         sa.Column("payload", BIG_BINARY, nullable=True),
         sa.UniqueConstraint("job", "fingerprint", name="uq_crawlfleet_errors_job_fp"),
     )
-    op.create_index(
+    once.create_index(
         "ix_crawlfleet_errors_job_state", "crawlfleet_errors", ["job", "state", "reason"]
     )
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlfleet.state.migrations import once
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    once.create_table(
         "crawlfleet_campaigns",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("name", sa.String(64), nullable=False),
@@ -36,7 +38,7 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.DateTime, nullable=True),
         sa.UniqueConstraint("name", name="uq_crawlfleet_campaigns_name"),
     )
-    op.create_table(
+    once.create_table(
         "crawlfleet_campaign_units",
         sa.Column("id", sa.Integer, primary_key=True),
         sa.Column("campaign_id", sa.Integer, nullable=False),
@@ -51,7 +53,7 @@ def upgrade() -> None:
         sa.Column("error", sa.String(500), nullable=True),
         sa.UniqueConstraint("campaign_id", "idx", name="uq_crawlfleet_units_campaign_idx"),
     )
-    op.create_index(
+    once.create_index(
         "ix_crawlfleet_units_campaign_state", "crawlfleet_campaign_units", ["campaign_id", "state"]
     )
 
