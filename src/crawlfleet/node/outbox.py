@@ -200,9 +200,9 @@ class Outbox:
         self.core.stats.inc("crawlfleet/frontier/untracked", result.untracked)
         if result.queued:
             self.leaser.work_arrived()
-        for i in result.duplicate_indexes:
-            request = batch[i][0]
-            self.count_duplicate(request)
+        duplicates = [batch[i][0] for i in result.duplicate_indexes]
+        self.count_duplicates(duplicates)
+        for request in duplicates:
             self.core.engine.dropped(request)
 
     def _settle_known(self, result: CommitResult, committed: list[bytes]) -> None:
@@ -238,17 +238,19 @@ class Outbox:
             return
         confirmed = ledger.known[: result.known_counted]
         del ledger.known[: result.known_counted]
-        for request in confirmed:  # the scheduler said "dropped" to the engine already
-            self.count_duplicate(request)
+        # the scheduler said "dropped" to the engine already
+        self.count_duplicates(confirmed)
 
-    def count_duplicate(self, request: Request) -> None:
-        """*request* was a duplicate (known here, or to the shared seen-filter)."""
-        self.core.stats.inc("crawlfleet/scheduler/duplicates")
-        self.core.stats.inc("dupefilter/filtered")
+    def count_duplicates(self, requests: list[Request]) -> None:
+        """*requests* were duplicates (known here, or to the shared seen-filter)."""
+        if not requests:
+            return
+        self.core.stats.inc("crawlfleet/scheduler/duplicates", len(requests))
+        self.core.stats.inc("dupefilter/filtered", len(requests))
         if not self._logged_dup:
             logger.debug(
                 "Filtered duplicate request: %(request)s - no more duplicates will be shown",
-                {"request": request},
+                {"request": requests[0]},
                 extra={"spider": self.spider},
             )
             self._logged_dup = True

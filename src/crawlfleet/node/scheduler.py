@@ -60,6 +60,7 @@ from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
 from crawlfleet.node.core import NodeCore
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
+from crawlfleet.node.fingerprints import node_fingerprint
 from crawlfleet.node.joining import say_joined
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
@@ -227,7 +228,7 @@ class Scheduler(BaseScheduler):
             client=shared_client(crawler, redis_config),
             config=config,
             redis_config=redis_config,
-            fingerprint=crawler.request_fingerprinter.fingerprint,
+            fingerprint=node_fingerprint(crawler.request_fingerprinter),
             stats=crawler.stats,
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
             site_window_seconds=get_float(
