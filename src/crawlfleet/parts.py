@@ -74,6 +74,10 @@ class NodeHandle(Protocol):
     def starts_now(self, request: Request) -> bool:
         """Whether the downloader would start *request* at once (not queue it)."""
 
+    def parse_hold(self) -> float:
+        """Seconds to hold a response back before it is parsed, so that a slot about to
+        come due goes out first (0: none)."""
+
     def unstored(self, request: Request) -> None:
         """A write of *request* (an item, a mark) was given up unstored: its page goes
         back to the frontier when it finishes, not acknowledged."""

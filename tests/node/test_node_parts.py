@@ -668,3 +668,41 @@ def test_a_node_sends_what_it_finished_with_its_next_lease_in_one_call(
             await client.aclose()
 
     run(body)
+
+
+@pytest.mark.timing
+def test_a_response_is_held_while_a_slot_comes_due_within_the_loops_blocks() -> None:
+    """Parsing a large page blocks the loop: a slot due meanwhile is missed. Once the node
+    has seen its loop blocked when a slot came due, a response is held back (its parse
+    waits) while a slot is due within that time, until just after it."""
+
+    async def body() -> None:
+        engine = Engine()
+        scheduler = node({}, engine, {"CRAWLFLEET_RATE_LIMITS": {"a.test": "5/1s"}})
+        await scheduler.start(Spider("job"))
+        for i in range(4):
+            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        slotted = scheduler.ledger.slotted
+        await until(lambda: scheduler.next_request() is not None)  # the first slot: now
+        await until(lambda: len(slotted) >= 2)
+        assert scheduler.parse_hold() == 0.0  # the loop was never seen blocked
+        at = slotted.next_at()
+        assert at is not None
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, at - loop.time() - 0.01))
+        time.sleep(0.06)  # a parse of 60 ms runs over the slot
+        await until(lambda: slotted.blocked() >= 0.04)  # the timer fired 40-60 ms late
+        await until(lambda: scheduler.next_request() is not None, 1.0)  # (late allowance)
+        # the next slot is about 205 ms away: a response may be parsed now
+        assert scheduler.parse_hold() == 0.0
+        following = slotted.next_at()
+        assert following is not None
+        await asyncio.sleep(max(0.0, following - loop.time() - 0.03))
+        # 30 ms before the slot, the loop lately blocked for 40 ms or more: held until
+        # just after it
+        hold = scheduler.parse_hold()
+        assert 0.02 <= hold <= 0.04, hold
+        assert loop.time() + hold > following
+        await scheduler.stop("finished")
+
+    run(body)

@@ -15,15 +15,24 @@ seen-filter goes to the frontier for a new slot, committed with the original's
 acknowledgement, as a retry is), and counted in ``crawlfleet/scheduler/late``.
 Robots.txt is read ahead when a slotted request is leased
 (:func:`crawlfleet.node.engine.engine_hooks`), so it seldom costs a slot.
+
+On their way back, responses are held while one of the node's slots is about to come
+due (:meth:`crawlfleet.node.scheduler.Scheduler.parse_hold`): parsing a large page
+blocks the event loop for tens of milliseconds, and a slot that comes due meanwhile is
+missed; held until just after it, the parse waits a few milliseconds and the slot is
+used. Counted in ``crawlfleet/scheduler/parse_held``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
+from scrapy.http import Response
 
 from crawlfleet.parts import node_of
 
@@ -62,3 +71,18 @@ class SendTime:
         )
         meta = {k: v for k, v in request.meta.items() if k != "is_start_request"}
         return request.replace(dont_filter=True, meta=meta)
+
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Response | Coroutine[Any, Any, Response]:
+        node = node_of(self.crawler)
+        hold = node.parse_hold() if node is not None else 0.0
+        if hold <= 0:
+            return response
+        return self._held(response, hold)
+
+    async def _held(self, response: Response, hold: float) -> Response:
+        if self.stats is not None:
+            self.stats.inc_value("crawlfleet/scheduler/parse_held")
+        await asyncio.sleep(hold)
+        return response

@@ -97,6 +97,11 @@ REFUSED = "refused"
 ROBOTS_PROBE_MS = 10_000
 #: Scrapy's middleware that reads robots.txt (the probe needs it to end).
 ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+#: The longest a response is held back for a slot (s; see Scheduler.parse_hold).
+PARSE_HOLD_MAX = 0.25
+#: How long after a slot a held response waits: the timer fires, the engine takes the
+#: request and the downloader's middlewares pass it.
+SLOT_SETTLE_SECONDS = 0.003
 
 
 def robots_probe_ms(settings: BaseSettings) -> int:
@@ -468,6 +473,21 @@ class Scheduler(BaseScheduler):
     def starts_now(self, request: Request) -> bool:
         """Whether the downloader would start *request* at once (not queue it)."""
         return self.engine.starts_now(request)
+
+    def parse_hold(self) -> float:
+        """Seconds to hold a response back before the spider parses it (0: none): while
+        this node's earliest slot is due sooner than the longest its event loop was
+        lately seen blocked (:meth:`~crawlfleet.node.slots.SlotQueue.blocked`), until
+        just after that slot, so that the request goes out on time instead of being
+        given back. At most :data:`PARSE_HOLD_MAX`."""
+        slotted = self.ledger.slotted
+        at = slotted.next_at()
+        if at is None:
+            return 0.0
+        wait = at - asyncio.get_event_loop().time()
+        if wait < 0 or wait >= min(slotted.blocked(), PARSE_HOLD_MAX):
+            return 0.0
+        return wait + SLOT_SETTLE_SECONDS
 
     def unstored(self, request: Request) -> None:
         """A write of *request* (an item, a mark) was given up unstored: it is given

@@ -10,6 +10,12 @@ A request the engine takes too late (more than its ``late`` seconds after its sl
 the node was busy) must not be sent on that slot, or it could land in the same window
 as later slots of other nodes: it is returned as late, for the scheduler to give back to
 the frontier, where it gets a new slot.
+
+What makes a node late is its own event loop, busy parsing a page (tens of milliseconds
+on a page of hundreds of links) when a slot comes due. So the queue notes how late its
+timer fires (:meth:`SlotQueue.blocked`: the longest of the last ``BLOCKS_KEPT``), and
+the node holds a response back while a slot is due within that time (see
+:meth:`crawlfleet.node.scheduler.Scheduler.parse_hold`): the slot goes out first.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["SlotQueue"]
+__all__ = ["BLOCKS_KEPT", "SlotQueue"]
 
 T = TypeVar("T")
+
+#: Timer firings whose lateness :meth:`SlotQueue.blocked` looks at (the newest).
+BLOCKS_KEPT = 64
 
 
 class SlotQueue(Generic[T]):
@@ -35,6 +45,8 @@ class SlotQueue(Generic[T]):
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
+        #: how late the timer fired (s), newest last
+        self._fired_late: deque[float] = deque(maxlen=BLOCKS_KEPT)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -74,6 +86,11 @@ class SlotQueue(Generic[T]):
         """The earliest slot (``loop.time()``), or None when empty."""
         return self._heap[0][0] if self._heap else None
 
+    def blocked(self) -> float:
+        """How long the event loop was seen blocked when a slot came due: the longest
+        lateness of the timer's last firings (s; 0 before any)."""
+        return max(self._fired_late, default=0.0)
+
     def drain(self) -> list[T]:
         """Remove and return every item (in slot order); no timer is left."""
         items = [item for _at, _seq, _late, item in sorted(self._heap)]
@@ -82,6 +99,8 @@ class SlotQueue(Generic[T]):
         return items
 
     def _fire(self) -> None:
+        late = asyncio.get_event_loop().time() - self._timer_at
+        self._fired_late.append(max(0.0, late))
         self._timer, self._timer_at = None, float("inf")
         self._wake()
 
