@@ -24,7 +24,7 @@ from crawlfleet.benchmark.manager import run_manager_bench
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
 from crawlfleet.benchmark.rediscpu import RedisCpuResult, run_redis_cpu
-from crawlfleet.benchmark.report import (
+from crawlfleet.benchmark.reports import (
     balance_report,
     cluster_report,
     crawl_report,
