@@ -208,7 +208,9 @@ class Frontier(Committer):
         for r in batch.requests:
             qi = qindex.setdefault(r.site, len(qindex) + 1)
             prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
-            tail += [r.fp, qi, r.site, prio, r.payload, max(0, int(r.delay_ms))]
+            delay = max(0, int(r.delay_ms))
+            # the common request's queue index alone: three arguments, not six
+            tail += [r.fp, f"{qi}:{prio}:{delay}" if prio or delay else qi, r.payload]
         kept: list[Any] = []
         for v in batch.revisits:
             kept += [v.rid, max(0, int(v.delay_ms)), v.payload, "1" if v.new else "0", v.event]
@@ -230,7 +232,9 @@ class Frontier(Committer):
                 len(batch.revisits),
                 len(batch.untracked),
                 self.changes_maxlen,
+                len(qindex),
                 *seen_args,
+                *qindex,
                 *batch.acks,
                 *batch.bad,
                 *kept,

@@ -32,13 +32,18 @@
 -- ARGV[9] the job's epoch the node's cache belongs to ("": none yet)
 -- ARGV[10] V (revisits)    ARGV[11] U (untracks)
 -- ARGV[12] most entries kept in the change stream (XADD MAXLEN ~; at least 1)
--- then P seen parameters, A rids to acknowledge, B rids to set aside,
+-- ARGV[13] Q (sites of the requests)
+-- then P seen parameters, Q site names (in queue index order), A rids to acknowledge,
+-- B rids to set aside,
 -- then V groups of 5 (revisits): rid, delay (ms), new payload, "1" if first kept
 -- (counter "tracked") else "0", event ("": none),
 -- then U groups of 2 (untracks): rid, event ("": none),
--- then R groups of 6: fingerprint ("" = bypass the seen-filter), queue index
--- (1-based among the sites: its keys are the (2i-1)-th and 2i-th queue keys), site,
--- priority, payload, delay (ms; 0: none).
+-- then R groups of 3: fingerprint ("" = bypass the seen-filter), queue index (1-based
+-- among the sites: its keys are the (2i-1)-th and 2i-th queue keys; its site the i-th
+-- site name), payload. The queue index is "<index>:<priority>:<delay ms>" for a
+-- request at a priority other than 0 or with a delay, the plain index for the common
+-- one (priority 0, no delay: three arguments a request, not six, for a cost that is
+-- mostly per argument).
 -- A request with a delay waits before it is queued (a retry's back-off): its req entry
 -- is written and its rid joins the waiting set at now + delay, so that the reclaim
 -- (expired.lua, requeue.lua) queues it once its time has come; it counts as "leased"
@@ -76,10 +81,13 @@ local function commit_run(KEYS, ARGV)
   local V, U, maxlen = tonumber(ARGV[10]), tonumber(ARGV[11]), math.max(1, tonumber(ARGV[12]))
   local seen_keys, seen_args = {}, {}
   for i = 1, S do seen_keys[i] = KEYS[8 + i] end
-  for i = 1, P do seen_args[i] = ARGV[12 + i] end
+  for i = 1, P do seen_args[i] = ARGV[13 + i] end
+  local Q = tonumber(ARGV[13])
+  local site_of = {}
+  for i = 1, Q do site_of[i] = ARGV[13 + P + i] end
   seen_init(seen_keys, seen_args)
   local qbase = 8 + S
-  local pos = 13 + P
+  local pos = 14 + P + Q
 
   local epoch = redis.call('HGET', counters_key, 'epoch')
   if not epoch then
@@ -169,10 +177,14 @@ local function commit_run(KEYS, ARGV)
     note_repair(counters_key, 'seq', was, string.format('%.0f', seq))
   end
   for i = 1, R do
-    local fp, qi, site, prio, payload = ARGV[pos], tonumber(ARGV[pos + 1]), ARGV[pos + 2],
-                                        tonumber(ARGV[pos + 3]), ARGV[pos + 4]
-    local delay = tonumber(ARGV[pos + 5]) or 0
-    pos = pos + 6
+    local fp, q, payload = ARGV[pos], ARGV[pos + 1], ARGV[pos + 2]
+    pos = pos + 3
+    local qi, prio, delay = tonumber(q), 0, 0
+    if not qi then
+      local a, b, c = string.match(q, '^(%d+):(-?%d+):(%d+)$')
+      qi, prio, delay = tonumber(a), tonumber(b), tonumber(c)
+    end
+    local site = site_of[qi]
     if fp ~= '' and seen_add(fp) == 0 then
       dups = dups + 1
       dup_idx[#dup_idx + 1] = i
