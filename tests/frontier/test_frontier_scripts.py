@@ -324,6 +324,7 @@ def test_a_malformed_entry_is_set_aside_and_blocks_nothing(
     run_redis(body)
 
 
+@pytest.mark.timing  # times of a second, stalled by a loaded parallel run
 def test_no_node_counts_dead_for_a_silence_of_the_whole_fleet(run: Callable[..., Any]) -> None:
     """Redis was down or hung: no node could heartbeat. Once it answers again, the
     first node back must not reap the others before they had a chance to renew."""
@@ -457,6 +458,7 @@ def run_jobs(request: Any, redis_server_url: str, key_prefix: str) -> Callable[.
     return runner
 
 
+@pytest.mark.timing  # times of a second, stalled by a loaded parallel run
 def test_jobs_share_a_sites_budget_and_back_off_unless_given_their_own(
     run_jobs: Callable[..., Any],
 ) -> None:
