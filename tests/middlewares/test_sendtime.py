@@ -1,0 +1,62 @@
+"""The SendTime middleware's way back: a response is held while the node says a slot
+is about to come due (see Scheduler.parse_hold, tested in tests/node/test_node_parts.py),
+and passes at once otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
+
+from crawlfleet.middlewares.sendtime import SendTime
+from crawlfleet.parts import parts_of
+
+
+class Node:
+    """The part of a node the middleware asks on the way back."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+
+    def parse_hold(self) -> float:
+        return self.hold
+
+
+def middleware(hold: float | None) -> tuple[SendTime, Any]:
+    crawler = get_crawler(Spider)
+    if hold is not None:
+        parts_of(crawler).node = Node(hold)  # type: ignore[assignment]
+    return SendTime.from_crawler(crawler), crawler.stats
+
+
+def response() -> HtmlResponse:
+    return HtmlResponse("http://a.test/", body=b"<html></html>", request=Request("http://a.test/"))
+
+
+def test_a_response_passes_at_once_without_a_node_or_a_slot_due() -> None:
+    page = response()
+    for hold in (None, 0.0):
+        mw, stats = middleware(hold)
+        assert mw.process_response(page.request, page) is page
+        assert stats.get_value("crawlfleet/scheduler/parse_held") is None
+
+
+def test_a_response_is_held_as_long_as_the_node_says() -> None:
+    mw, stats = middleware(0.05)
+    page = response()
+    held = mw.process_response(page.request, page)
+    assert inspect.isawaitable(held)
+
+    async def wait() -> tuple[Any, float]:
+        started = time.monotonic()
+        got = await held
+        return got, time.monotonic() - started
+
+    got, took = asyncio.run(wait())
+    assert got is page and took >= 0.045
+    assert stats.get_value("crawlfleet/scheduler/parse_held") == 1
