@@ -43,6 +43,9 @@ def test_a_node_hit_at_a_random_moment_loses_no_item(
     assert result.exit_codes[1:] == [0, 0, 0], (result, logs)
 
 
+# in the timing pass: the victim must reach its bound within the 3 s before the kill,
+# which a node beside three other test workers on two cores did not always do
+@pytest.mark.timing
 def test_a_store_outage_costs_no_recrawl(
     redis_server_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
