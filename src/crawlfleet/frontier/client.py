@@ -106,9 +106,9 @@ def _lease_result(
     )
 
 
-def _pace_args(sites: Sequence[str], options: LeaseOptions) -> list[Any]:
-    """A lease's pacing arguments, then its offer (the sites' quadruples), as lease.lua
-    and pace.lua take them."""
+def _pace_args(sites: Sequence[str], options: LeaseOptions) -> tuple[list[Any], list[Any]]:
+    """A lease's pacing arguments, and its offer (the sites' quadruples, flat), as
+    lease.lua and pace.lua take them."""
     p = Pacing.of(options)
     pacing: list[Any] = [
         p.backoff_half_life_ms,
@@ -117,7 +117,7 @@ def _pace_args(sites: Sequence[str], options: LeaseOptions) -> list[Any]:
         repr(float(p.late_share)),
         p.max_slots,
     ]
-    return [*pacing, *(value for site in offered_sites(sites, options) for value in site)]
+    return pacing, [value for site in offered_sites(sites, options) for value in site]
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
@@ -267,15 +267,16 @@ class Frontier(Committer):
         one Redis; on a Redis Cluster, where the fleet's pacing keys are in a slot of
         their own, two or three (:meth:`_lease_paced`)."""
         if self.cluster:
-            return await self._lease_paced(node, n, sites, options, _pace_args(sites, options))
+            return await self._lease_paced(node, n, sites, options)
         self.round_trips += 1
-        keys, args = self._lease_call(node, n, sites, options, _pace_args(sites, options))
+        keys, args = self._lease_call(node, n, sites, options)
         return self._leased(await self.scripts("lease", keys, args))
 
     def _lease_call(
-        self, node: str, n: int, sites: Sequence[str], options: LeaseOptions, pace_args: list[Any]
+        self, node: str, n: int, sites: Sequence[str], options: LeaseOptions
     ) -> tuple[list[str], list[Any]]:
-        """lease.lua's KEYS and ARGV (one Redis; *pace_args*: the pacing, then the offer)."""
+        """lease.lua's KEYS and ARGV (one Redis)."""
+        pacing, offered = _pace_args(sites, options)
         share = repr(float(self.revisit_share))
         args: list[Any] = [
             node,
@@ -283,9 +284,9 @@ class Frontier(Committer):
             n,
             options["per_site"],
             options["offer_size"],
-            *pace_args[:5],
+            *pacing,
             share,
-            *pace_args[5:],
+            *offered,
         ]
         return self.keys.for_lease(sites), args
 
@@ -304,10 +305,7 @@ class Frontier(Committer):
         takes several scripts, as two calls (:meth:`Committer.commit_lease`)."""
         if self.cluster:
             return await super().commit_lease(batch, ask)
-        pace_args = _pace_args(ask.sites, ask.options)
-        lease_keys, lease_args = self._lease_call(
-            batch.node, ask.n, ask.sites, ask.options, pace_args
-        )
+        lease_keys, lease_args = self._lease_call(batch.node, ask.n, ask.sites, ask.options)
         commit_build = self._commit_call(batch)
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
@@ -318,15 +316,16 @@ class Frontier(Committer):
         return self._committed(committed), self._leased(leased)
 
     async def _lease_paced(
-        self, node: str, n: int, sites: Sequence[str], options: LeaseOptions, pace_args: list[Any]
+        self, node: str, n: int, sites: Sequence[str], options: LeaseOptions
     ) -> LeaseResult:
         """A lease on a Redis Cluster: reserve the sites' slots in the fleet's slot
         (pace.lua), take the requests in the job's (lease_paced.lua), give back the
         slots left unfilled (pace_return.lua)."""
         k = self.keys
+        pacing, offered = _pace_args(sites, options)
         self.round_trips += 1
         now, paced, ready_in, ended = await self.scripts(
-            "pace", k.fleet.for_pace(), [n, options["per_site"], *pace_args]
+            "pace", k.fleet.for_pace(), [n, options["per_site"], *pacing, *offered]
         )
         share = repr(float(self.revisit_share))
         args: list[Any] = [node, options["lease_ms"], options["offer_size"], share]
