@@ -20,8 +20,9 @@ from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.node.leasing import LEASE_BATCH_MIN
+from crawlfleet.node.leasing import LOW_SHARE_PLENTY
 from crawlfleet.node.ledger import Ledger
+from crawlfleet.node.outbox import PLENTY_FLUSH_FACTOR
 from crawlfleet.parts import parts_of
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -441,20 +442,34 @@ def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> No
 
 def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() -> None:
     """Redis's cost is mostly per call: a node whose feedback cut it to 2 requests at a
-    time still leases LEASE_BATCH_MIN at once, and keeps its new links for the next
-    batch, while the job has a prefetch queued for every node; not when it runs short."""
+    time still leases its configured prefetch at once, when a quarter of it is left, and
+    keeps its new links for its next lease (PLENTY_FLUSH_FACTOR times the flush
+    interval), while the job has a prefetch queued for every node; not when it runs
+    short, nor while its work is paced."""
     scheduler = node({}, Engine(), {"CONCURRENT_REQUESTS": 16})
-    leaser, outbox = scheduler.sync.leaser, scheduler.sync.outbox
+    leaser, outbox, ledger = scheduler.sync.leaser, scheduler.sync.outbox, scheduler.ledger
     scheduler.steering.set_feedback(2)
     assert scheduler.steering.prefetch == 2
-    scheduler.ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
+    ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
     leaser.job_queued, leaser.live_nodes = 31, 2  # short of 16 for each of 2 nodes
     assert leaser.wanted() == 2 and outbox.due(0.0)
     leaser.job_queued = 32
-    assert leaser.wanted() == LEASE_BATCH_MIN
-    scheduler.ledger.add_ready(Request("http://a.test/1"), "1")  # still something in hand
+    assert leaser.wanted() == 16
+    for i in range(16 // LOW_SHARE_PLENTY + 1):
+        ledger.add_ready(Request(f"http://a.test/{i}"), str(i))
+    assert not leaser.low() and leaser.wanted() == 16 - (16 // LOW_SHARE_PLENTY + 1)
+    ledger.drain_ready()
+    for i in range(2):  # still something in hand
+        ledger.add_ready(Request(f"http://a.test/{i}"), str(i))
+    assert leaser.low()
+    leaser.paced = True  # slots of a rate-limited site: half its (cut) prefetch
+    assert not leaser.low()
     outbox.last_flush = 0.0
-    assert not outbox.due(0.001) and outbox.due(1.0)  # CRAWLFLEET_FLUSH_SECONDS
+    flush = scheduler.config.flush_seconds
+    assert not outbox.due(flush * PLENTY_FLUSH_FACTOR - 0.01)
+    assert outbox.due(flush * PLENTY_FLUSH_FACTOR)
+    leaser.job_queued = 31
+    assert outbox.due(flush)  # short of work: CRAWLFLEET_FLUSH_SECONDS
 
 
 def test_a_retried_start_request_is_queued_again_not_dropped_as_seen() -> None:

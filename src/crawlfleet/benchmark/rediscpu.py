@@ -55,6 +55,9 @@ KEY_PREFIX = "cfbench"
 SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
 #: Calls the slow log keeps when profiling (more than a run makes).
 SLOWLOG_MAX = 10_000_000
+#: How long reading the slow log may take (a crawl of 10,000 pages logs some 200,000
+#: calls).
+SLOWLOG_READ_SECONDS = 120
 
 
 @dataclass
@@ -252,8 +255,8 @@ async def _read_redis(
 ) -> tuple[float, dict[str, dict[str, Any]], dict[str, int], dict[str, tuple[int, int]]]:
     """Redis's main-thread CPU µs so far, its command statistics (command -> calls,
     usec), *job*'s counters, and with *profile* the calls and µs by script (other
-    commands by name) from its slow log."""
-    client = make_client(redis_url)
+    commands by name) from its slow log (a long read: SLOWLOG_READ_SECONDS)."""
+    client = make_client(redis_url, socket_timeout=SLOWLOG_READ_SECONDS)
     try:
         spent = cpu_us(await client.info("cpu"))
         if profile:

@@ -1,6 +1,7 @@
 """When a node leases, and how much: the part of the sync loop that refills the ledger.
 
-A node leases when its ready requests fall to half its prefetch, for what it lacks;
+A node leases when its ready requests fall to half its prefetch, for what it lacks
+(with plenty queued and no pacing, at a quarter, for its whole configured prefetch);
 rate-limited sites get slots only for what its downloader can start on time. With
 nothing to lease it looks again soon while other nodes hold work (their pages bring
 links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
@@ -25,7 +26,7 @@ from crawlfleet.node.core import NodeCore
 
 __all__ = [
     "BUSY_POLL_MAX_SECONDS",
-    "LEASE_BATCH_MIN",
+    "LOW_SHARE_PLENTY",
     "MIN_IDLE_SECONDS",
     "SLOT_HORIZON_SECONDS",
     "Leaser",
@@ -40,11 +41,10 @@ MIN_IDLE_SECONDS = 0.05
 #: Slots of rate-limited sites are leased at most this far ahead (a node that dies
 #: holding them wastes at most this much of a budget).
 SLOT_HORIZON_SECONDS = 0.5
-#: While the job has plenty queued (see Leaser.plenty), a node leases at least this
-#: many requests a call (at most its configured prefetch), even when feedback has cut
-#: its concurrency: Redis's cost is mostly per call, and a node crawling one request
-#: at a time would otherwise lease one at a time.
-LEASE_BATCH_MIN = 8
+#: While the job has plenty queued (see Leaser.plenty) and the node's work is not
+#: paced, it leases once its ready requests fall to this fraction (1/LOW_SHARE_PLENTY) of
+#: its configured prefetch, not half its current one.
+LOW_SHARE_PLENTY = 4
 
 
 class Leaser:
@@ -71,28 +71,39 @@ class Leaser:
         self.live_nodes = 1
         #: sites whose slots were found too late on arrival (said once each)
         self._warned_late: set[str] = set()
+        #: the last lease that took requests brought slots of rate-limited sites
+        self.paced = False
 
     def low(self) -> bool:
-        """The leased requests the node holds are at most half its prefetch (never
-        while too many items wait for the item stores)."""
-        return (
-            self.core.ledger.ready <= self.core.steering.prefetch // 2 and not self.backlog.over()
-        )
+        """Whether to lease now: the ready requests the node holds are at most half its
+        prefetch; while the job has plenty queued and the node's work is not paced, at
+        most a quarter of its configured prefetch (never while too many items wait for
+        the item stores). With plenty queued a lease's round trip takes far less than
+        that quarter lasts, and Redis's cost is largely per call: fewer, larger leases
+        (see :meth:`wanted`). Paced work keeps the half, so that no slot comes late."""
+        if self.backlog.over():
+            return False
+        ledger = self.core.ledger
+        if self.plenty() and not (self.paced or ledger.slotted):
+            return ledger.ready <= self.core.config.prefetch // LOW_SHARE_PLENTY
+        return ledger.ready <= self.core.steering.prefetch // 2
 
     def plenty(self) -> bool:
         """The job has a configured prefetch queued for every live node, as last read:
-        no node waits for new links, and one may lease ahead (LEASE_BATCH_MIN)."""
+        no node waits for new links, and one may lease ahead."""
         return self.job_queued >= self.core.config.prefetch * max(1, self.live_nodes)
 
     def wanted(self) -> int:
-        """How many requests to lease now: what the prefetch lacks (at least
-        LEASE_BATCH_MIN while the job has plenty); 0 while too many items wait for the
-        item stores."""
+        """How many requests to lease now: what the prefetch lacks; while the job has
+        plenty, what the configured prefetch lacks, even when feedback or an operator
+        has cut the node's concurrency (a node crawling one request at a time would
+        otherwise lease one at a time); 0 while too many items wait for the item
+        stores."""
         if self.backlog.over():
             return 0
         want = self.core.steering.prefetch
         if self.plenty():
-            want = max(want, min(LEASE_BATCH_MIN, self.core.config.prefetch))
+            want = max(want, self.core.config.prefetch)
         return want - self.core.ledger.ready
 
     def now(self) -> None:
@@ -186,6 +197,7 @@ class Leaser:
             self.next_at = time.monotonic() + self.idle_delay
             return None if result is None else result.control_seq
         self.idle_delay = 0.0
+        self.paced = any(entry.slot_us is not None for entry in result.entries)
         self._take(result, asked, received)
         return result.control_seq
 

@@ -42,10 +42,13 @@ from crawlfleet.node.leasing import Leaser
 from crawlfleet.node.ledger import Outbound
 from crawlfleet.node.seeds import requests_from_seed
 
-__all__ = ["WAITING_REACH_SECONDS", "Outbox"]
+__all__ = ["PLENTY_FLUSH_FACTOR", "WAITING_REACH_SECONDS", "Outbox"]
 
 logger = logging.getLogger(__name__)
 
+#: While the job has plenty queued (Leaser.plenty), new requests and acknowledgements
+#: wait up to this many times CRAWLFLEET_FLUSH_SECONDS for the node's next lease.
+PLENTY_FLUSH_FACTOR = 4
 #: A node that queued a retry with a delay reclaims it this long after its time (its
 #: clock and Redis's differ by a round trip).
 WAITING_REACH_SECONDS = 0.01
@@ -111,7 +114,8 @@ class Outbox:
         at once when it holds new requests and the buffer runs low while the job has
         little queued (this node, or another, may be waiting for exactly that work) or
         when the node has nothing left in hand. (Each commit costs Redis a script call
-        however small: with plenty queued, batches wait for their time.)"""
+        however small: with plenty queued, batches wait for their time, PLENTY_FLUSH_FACTOR
+        times as long, and mostly go with the node's next lease in one call.)"""
         ledger = self.core.ledger
         if not ledger.unsent:
             return False
@@ -121,7 +125,10 @@ class Outbox:
             return True
         if not (ledger.buffer or ledger.slotted or ledger.handed):
             return True  # nothing left in hand: the job may be finishing
-        return now - self.last_flush >= self.core.config.flush_seconds
+        wait = self.core.config.flush_seconds
+        if self.leaser.plenty():
+            wait *= PLENTY_FLUSH_FACTOR  # no node waits for them: they go with a lease
+        return now - self.last_flush >= wait
 
     def last_batch(self) -> bool:
         """The next batch empties ``ledger.out`` (it carries the acknowledgements)."""

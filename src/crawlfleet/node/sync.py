@@ -175,7 +175,7 @@ class SyncLoop:
             self.kick()
 
     def low(self) -> bool:
-        """The leased requests this node holds are at most half its prefetch."""
+        """The node should lease now (:meth:`~crawlfleet.node.leasing.Leaser.low`)."""
         return self.leaser.low()
 
     def feed(self, requests: list[Request]) -> asyncio.Future[int]:

@@ -72,6 +72,9 @@
 -- A revisit whose entry is gone or malformed ends its lease instead (a malformed one
 -- set aside, as B's are).
 
+-- most items one RPUSH carries (unpack's bound on the Lua stack)
+local PUSH_CHUNK = 1000
+
 local function commit_run(KEYS, ARGV)
   local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key, bad_key,
         changes_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -176,6 +179,9 @@ local function commit_run(KEYS, ARGV)
     redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq))
     note_repair(counters_key, 'seq', was, string.format('%.0f', seq))
   end
+  -- lean items by queue index, pushed one RPUSH per site queue after the loop (in
+  -- order within each site), the site registered once
+  local lean, lean_order = {}, {}
   for i = 1, R do
     local fp, q, payload = ARGV[pos], ARGV[pos + 1], ARGV[pos + 2]
     pos = pos + 3
@@ -194,8 +200,13 @@ local function commit_run(KEYS, ARGV)
       local score = -prio * 4294967296 + (seq % 4294967296)
       if prio == 0 and delay <= 0 then
         -- the lean form: an item of the site's FIFO list, no req entry while queued
-        redis.call('RPUSH', KEYS[qbase + 2 * qi], rid .. '\0' .. payload)
-        redis.call('ZADD', sites_key, 'NX', 0, site)
+        local items = lean[qi]
+        if not items then
+          items = {}
+          lean[qi] = items
+          lean_order[#lean_order + 1] = qi
+        end
+        items[#items + 1] = rid .. '\0' .. payload
         queued = queued + 1
       else
         redis.call('HSET', req_key, rid,
@@ -212,6 +223,13 @@ local function commit_run(KEYS, ARGV)
     end
   end
   seen_finish()
+  for _, qi in ipairs(lean_order) do
+    local items, list = lean[qi], KEYS[qbase + 2 * qi]
+    for first = 1, #items, PUSH_CHUNK do
+      redis.call('RPUSH', list, unpack(items, first, math.min(#items, first + PUSH_CHUNK - 1)))
+    end
+    redis.call('ZADD', sites_key, 'NX', '0', site_of[qi])
+  end
 
   if R > 0 then redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq)) end
   if queued > 0 then

@@ -40,8 +40,9 @@ local function from_item(req, counters, site, item, mark)
   local rid, entry
   if seq then
     rid = string.sub(item, 1, sep - 1)
-    entry = string.format('%.17g', seq % SEQ_SPAN) .. mark .. '\0' .. site .. '\0'
-            .. string.sub(item, sep + 1)
+    -- the score is the rid's own digits below SEQ_SPAN (no number formatted)
+    local score = seq < SEQ_SPAN and rid or string.format('%.17g', seq % SEQ_SPAN)
+    entry = score .. mark .. '\0' .. site .. '\0' .. string.sub(item, sep + 1)
   else
     rid = 'bad' .. count(counters, 'bad_seq', 1)
     entry = item
@@ -141,7 +142,8 @@ local function pop_site(sites, req, counters, site, qkey, fifo, rkey, take, leas
   return #got
 end
 
--- lease a taken request to *node* until *deadline* (ms): its lease, its owner, and
+-- lease a taken request to *node* until *deadline* (ms, as digits: formatted once a
+-- call, not once a request): its lease, its owner, and
 -- {rid, entry, slot, late} appended to *out*; false when its entry is gone (a hand
 -- edit: nothing to lease)
 local function pop_lease(leases, owner, node, deadline, out, rid, entry, slot, late)

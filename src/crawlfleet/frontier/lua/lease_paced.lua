@@ -21,7 +21,8 @@
 local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local credit_key = KEYS[7]
-local node, deadline, hint_n = ARGV[1], now_ms() + tonumber(ARGV[2]), tonumber(ARGV[3])
+local node, hint_n = ARGV[1], tonumber(ARGV[3])
+local deadline = string.format('%.0f', now_ms() + tonumber(ARGV[2]))
 pop_init(credit_key, tonumber(ARGV[4]))
 local out, taken, got = {}, {}, 0
 for i = 5, #ARGV - 4, 5 do
