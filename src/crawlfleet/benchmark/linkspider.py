@@ -1,5 +1,6 @@
 """A plain spider for crawling any site completely: every ``<a href>`` of every HTML page
-that stays on the start URL's origin, one ``{"url": ...}`` item per response.
+that stays on the start URL's origin (or, with the ``prefixes`` argument, under one of
+those URL prefixes: a part of a site), one ``{"url": ...}`` item per response.
 
 It imports nothing from crawlfleet (it runs under vanilla Scrapy too). The ``redis-cpu``
 part of ``crawlfleet bench`` crawls a real site with it (``--redis-cpu-url``) and checks
@@ -19,16 +20,26 @@ __all__ = ["LinkSpider"]
 
 
 class LinkSpider(scrapy.Spider):
-    """Follows every same-origin ``<a href>`` from ``start_urls`` (comma-separated)."""
+    """Follows every same-origin ``<a href>`` from ``start_urls`` (comma-separated), or
+    only those under ``prefixes`` (comma-separated URL prefixes) when given."""
 
     name = "links"
 
-    def __init__(self, name: str | None = None, start_urls: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self, name: str | None = None, start_urls: str = "", prefixes: str = "", **kwargs: Any
+    ) -> None:
         super().__init__(name, **kwargs)
-        self.start_urls = [url.strip() for url in start_urls.split(",") if url.strip()]
+        self.start_urls = _split(start_urls)
         if not self.start_urls:
             raise ValueError("LinkSpider needs the start_urls argument")
         self.origins = {urlsplit(url)[:2] for url in self.start_urls}
+        self.prefixes = tuple(_split(prefixes))
+
+    def follows(self, url: str) -> bool:
+        """Whether *url* is part of the crawl."""
+        if self.prefixes:
+            return url.startswith(self.prefixes)
+        return urlsplit(url)[:2] in self.origins
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         yield {"url": response.url}
@@ -39,5 +50,9 @@ class LinkSpider(scrapy.Spider):
                 request = response.follow(href, callback=self.parse)
             except ValueError:
                 continue
-            if urlsplit(request.url)[:2] in self.origins:
+            if self.follows(request.url):
                 yield request
+
+
+def _split(urls: str) -> list[str]:
+    return [url.strip() for url in urls.split(",") if url.strip()]
