@@ -16,9 +16,10 @@ resumed together once all have joined, either
 
 Redis CPU is its main thread's ``INFO cpu`` (user + system) from the resume to the end
 of the last node (closing included), over the pages crawled (responses received by the
-nodes); script calls are ``INFO commandstats`` over the same span (``CONFIG RESETSTAT``
-at the resume). The cache's hit rate is the nodes' own count
-(``crawlfleet/seen_cache/hits`` over ``/lookups``).
+nodes); of it, what the same Redis spends idle over as long (its own timers, measured
+for IDLE_SECONDS before the nodes start) is reported apart; script calls are ``INFO
+commandstats`` over the same span (``CONFIG RESETSTAT`` at the resume). The cache's hit
+rate is the nodes' own count (``crawlfleet/seen_cache/hits`` over ``/lookups``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ KEY_PREFIX = "cfbench"
 SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
 #: Calls the slow log keeps when profiling (more than a run makes).
 SLOWLOG_MAX = 10_000_000
+#: How long Redis's idle CPU is measured before each crawl.
+IDLE_SECONDS = 2.0
 #: How long reading the slow log may take (a crawl of 10,000 pages logs some 200,000
 #: calls).
 SLOWLOG_READ_SECONDS = 120
@@ -71,6 +74,10 @@ class RedisCpuResult:
     redis_cpu_seconds: float
     redis_us_per_page: float
     script_calls_per_page: float
+    #: of redis_us_per_page, what the same Redis spent idle (its own timers, no client)
+    #: over as long, measured just before the nodes started: a cost per second, not
+    #: per page (a faster crawl spreads it thinner)
+    idle_us_per_page: float = 0.0
     #: every command Redis ran (scripts' own commands included), calls per page
     calls_per_page: dict[str, float] = field(default_factory=dict)
     #: µs per page spent in each command (a script's own included in its line)
@@ -135,6 +142,7 @@ def run_redis_cpu(
             spider, seeds = TESTSITE_SPIDER, ",".join(model.seed_urls(port))
             name = f"test site: {pages} pages, {2 + menu_pages} nav links each"
         with private_redis(server) as redis_url:
+            idle_per_second = asyncio.run(_idle_cpu(redis_url))
             job = f"redis-cpu-{int(time.time() * 1000)}"
             asyncio.run(_control(redis_url, job, "paused"))
             procs = [
@@ -184,6 +192,7 @@ def run_redis_cpu(
             redis_cpu_seconds=round(spent, 3),
             redis_us_per_page=round(spent * 1e6 / per_page, 1),
             script_calls_per_page=round(scripts / per_page, 3),
+            idle_us_per_page=round(idle_per_second * seconds / per_page, 1),
             calls_per_page={c: round(s["calls"] / per_page, 3) for c, s in sorted(stats.items())},
             us_per_page_by_command={
                 c: round(s["usec"] / per_page, 1) for c, s in sorted(stats.items())
@@ -224,6 +233,17 @@ def run_redis_cpu(
 
 def _json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+async def _idle_cpu(redis_url: str) -> float:
+    """Redis's main-thread CPU µs per second over IDLE_SECONDS with nothing to do."""
+    client = make_client(redis_url)
+    try:
+        before = cpu_us(await client.info("cpu"))
+        await asyncio.sleep(IDLE_SECONDS)
+        return (cpu_us(await client.info("cpu")) - before) / IDLE_SECONDS
+    finally:
+        await client.aclose()
 
 
 async def _control(
