@@ -518,6 +518,30 @@ def test_priority_zero_requests_queue_lean_and_keep_their_order(
     run(body)
 
 
+def test_one_commit_for_several_sites_keeps_each_sites_order(
+    run: Callable[..., Any],
+) -> None:
+    """A commit queues its priority-0 requests site by site (one push a site), each site
+    in the order of the batch, duplicates left out, every site offered; ids follow the
+    batch's order across sites."""
+
+    async def body(f: Frontier) -> None:
+        await f.commit("n0", [out("b-old", "b")])
+        batch = [("a1", "a"), ("b1", "b"), ("b-old", "b"), ("a2", "a"), ("c1", "c"),
+                 ("b2", "b"), ("a1", "a"), ("a3", "a")]  # fmt: skip
+        result = await f.commit("n1", [out(url, site) for url, site in batch])
+        assert result.queued == 6 and result.duplicates == 2
+        assert sorted(await f.offer(10)) == ["a", "b", "c"]
+        for site, expected in (("a", ["a1", "a2", "a3"]), ("b", ["b-old", "b1", "b2"])):
+            got = await f.lease("n1", 10, [site], lease_ms=60000, per_site=10, offer_size=10)
+            assert [e.payload.decode() for e in got.entries] == expected
+            rids = [int(e.rid.rsplit(":", 1)[-1]) for e in got.entries]
+            assert rids == sorted(rids)
+        assert await lease_all(f) == ["c1"]
+
+    run(body)
+
+
 def test_a_malformed_fifo_item_is_set_aside_and_blocks_nothing(
     run_redis: Callable[..., Any],
 ) -> None:
