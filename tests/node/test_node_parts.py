@@ -20,6 +20,7 @@ from crawlfleet.frontier.memory import MemoryFrontier
 from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
+from crawlfleet.node.heartbeat import RENEW_SHARE
 from crawlfleet.node.leasing import LOW_SHARE_PLENTY
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.outbox import PLENTY_FLUSH_FACTOR
@@ -27,7 +28,7 @@ from crawlfleet.parts import parts_of
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.localcluster import RedisProcess
-from tests.support.frontier import shard_down, site_in
+from tests.support.frontier import out, shard_down, site_in
 from tests.support.node_parts import Engine, node, node_on, run, take, until
 
 
@@ -470,6 +471,41 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     assert outbox.due(flush * PLENTY_FLUSH_FACTOR)
     leaser.job_queued = 31
     assert outbox.due(flush)  # short of work: CRAWLFLEET_FLUSH_SECONDS
+
+
+def test_leases_are_renewed_a_third_of_their_time_apart_not_at_every_heartbeat() -> None:
+    """A heartbeat renews the node's leases only once RENEW_SHARE of the lease's time,
+    less a heartbeat period, has passed since the last renewal that got through: each
+    lease is renewed with at least two thirds of its time left, and most heartbeats cost
+    Redis nothing per lease."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        frontier = MemoryFrontier("job", store)
+        settings = {
+            "CRAWLFLEET_LEASE_SECONDS": 30,
+            "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
+            "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
+        }
+        scheduler = node_on(frontier, Engine(), settings)
+        await frontier.commit("other", [out("http://a.test/")])
+        leased = await frontier.lease(
+            scheduler.node_id, 1, ["a"], lease_ms=1000, per_site=1, offer_size=10
+        )
+        (entry,) = leased.entries
+        scheduler.ledger.hold(entry.rid, entry.site)
+        heartbeat, leases = scheduler.sync.heartbeat, store["job"].leases
+        await heartbeat.beat()  # the first renews
+        assert leases[entry.rid] > time.time() * 1000 + 20_000
+        leases[entry.rid] = 1  # a mark: what the next heartbeats do to it
+        await heartbeat.beat()
+        assert leases[entry.rid] == 1
+        # as if the time had passed (30 s x RENEW_SHARE, less a 2-s heartbeat period)
+        heartbeat._renewed_at -= 30 * RENEW_SHARE - 2
+        await heartbeat.beat()
+        assert leases[entry.rid] > time.time() * 1000 + 20_000
+
+    run(body)
 
 
 def test_a_retried_start_request_is_queued_again_not_dropped_as_seen() -> None:

@@ -9,11 +9,14 @@ its contract:
   its time (a retry, a tracked page between visits), as the last heartbeat read it, so
   that it sees the end soon; at once when it just ran out of work, or its status
   changed) the node renews its registration (it lapses after
-  CRAWLFLEET_NODE_TIMEOUT_SECONDS without one) and every lease it holds, publishes its
-  status (``<job>:nodeinfo``), and reads the job's state: its counts go to the leaser,
-  its limits and commands to
-  :class:`~crawlfleet.node.control.Control`, whether it is finished to the
-  :class:`~crawlfleet.node.lifecycle.Lifecycle`.
+  CRAWLFLEET_NODE_TIMEOUT_SECONDS without one), publishes its status
+  (``<job>:nodeinfo``), and reads the job's state: its counts go to the leaser, its
+  limits and commands to :class:`~crawlfleet.node.control.Control`, whether it is
+  finished to the :class:`~crawlfleet.node.lifecycle.Lifecycle`. The heartbeats that
+  come RENEW_SHARE of CRAWLFLEET_LEASE_SECONDS or more after the last renewal that got
+  through (less a heartbeat period, so that the gap never exceeds it) renew every lease
+  the node holds too: most requests are acknowledged long before their lease could
+  lapse, and renewing them at every heartbeat cost Redis two commands a lease held.
 - Between heartbeats, at least every CONTROL_CHECK_SECONDS, it reads the job's command
   sequence (a lease reads it too): a new command brings the next heartbeat forward, so
   that a pause holds within a second.
@@ -51,10 +54,15 @@ __all__ = [
     "DUE_GRAIN_SECONDS",
     "DUE_HORIZON_RECLAIMS",
     "IDLE_HEARTBEAT_SECONDS",
+    "RENEW_SHARE",
     "Heartbeat",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: A node renews its leases at least this often, as a share of CRAWLFLEET_LEASE_SECONDS
+#: (a lease is renewed with a third of its time still left at the least).
+RENEW_SHARE = 1 / 3
 
 #: Heartbeat period of a node with nothing to do in a job that may be ending (nothing
 #: queued), so that it sees the job finish soon. Not while requests are queued: a node
@@ -112,6 +120,8 @@ class Heartbeat:
         self._due: list[int] = []
         self._due_set: set[int] = set()
         self._was_idle = False  # at the last heartbeat
+        #: monotonic time the last heartbeat that renewed the leases was sent
+        self._renewed_at = -math.inf
         self._control_seq = -1  # the job's newest command known (-1: not read yet)
         self._next_control_check = 0.0
 
@@ -169,14 +179,20 @@ class Heartbeat:
                 self._status = json.dumps(self.status(), default=str)
                 self._status_at = time.monotonic()
             status = self._status
+        config = self.core.config
+        sent = time.monotonic()
+        period = config.lease_seconds * RENEW_SHARE - config.heartbeat_seconds
+        renewing = sent - self._renewed_at >= period
         state = await self.core.frontier.heartbeat(
             self.core.node_id,
-            ttl_ms=int(self.core.config.node_timeout_seconds * 1000),
+            ttl_ms=int(config.node_timeout_seconds * 1000),
             status=status,
             busy=not idle,
-            lease_ms=int(self.core.config.lease_seconds * 1000),
-            renew=list(self.core.ledger.held),
+            lease_ms=int(config.lease_seconds * 1000),
+            renew=list(self.core.ledger.held) if renewing else [],
         )
+        if renewing:
+            self._renewed_at = sent
         self.state = state
         self.leaser.job_queued, self.leaser.live_nodes = state.queued, state.live_nodes
         self.count_cache()

@@ -11,10 +11,11 @@ Once the sync loop has stopped, :meth:`Leaving.leave`, in order:
 3. gives back what the engine did not finish (a forced stop), saying how many pages go
    back because their items could not be stored;
 4. sends the new requests and acknowledgements still unsent, releases the leases given
-   back and those held, says "leaving" in a last heartbeat and keeps the node's summary
-   (``job status``). While Redis is unreachable this is tried again with back-off, up
-   to CLOSE_FLUSH_SECONDS (:func:`~crawlfleet.outage.until_reachable`); then one ERROR
-   says what was not handed back: the leases return to their queues when they expire.
+   back and those held, keeps the node's summary (``job status``), then says "leaving"
+   in a last heartbeat (whoever sees it leave finds its summary). While Redis is
+   unreachable this is tried again with back-off, up to CLOSE_FLUSH_SECONDS
+   (:func:`~crawlfleet.outage.until_reachable`); then one ERROR says what was not handed
+   back: the leases return to their queues when they expire.
 """
 
 from __future__ import annotations
@@ -107,8 +108,10 @@ class Leaving:
             self.core.stats.inc("crawlfleet/frontier/released", back)
         ledger.held.clear()
         ledger.buffer.clear()
-        await self.heartbeat.beat(leaving=True)
+        # the summary first: whoever sees the node leave (the manager closing its run)
+        # finds its summary there
         await self.core.frontier.save_summary(self.core.node_id, summary(reason))
+        await self.heartbeat.beat(leaving=True)
 
     async def _await_records(self) -> None:
         """Wait (up to CLOSE_RECORD_SECONDS) for the failures of finished requests to be

@@ -98,7 +98,8 @@ CRAWLFLEET_SITE_KEY = "host"
 #: Requests kept leased in the local buffer, ready for the engine. 0:
 #: CONCURRENT_REQUESTS (a node holds no more than it can start soon).
 CRAWLFLEET_PREFETCH = 0
-#: How long a lease lasts unless its node renews it (nodes renew with each heartbeat).
+#: How long a lease lasts unless its node renews it (a heartbeat renews them at least
+#: every third of this time).
 #: A killed node's requests return to their queue after at most this long.
 CRAWLFLEET_LEASE_SECONDS = 30.0
 #: Interval of the node heartbeat, which renews leases and reads the job's state.
