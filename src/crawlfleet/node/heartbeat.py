@@ -61,7 +61,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: A node renews its leases at least this often, as a share of CRAWLFLEET_LEASE_SECONDS
-#: (a lease is renewed with a third of its time still left at the least).
+#: (a lease is renewed with two thirds of its time still left at the least).
 RENEW_SHARE = 1 / 3
 
 #: Heartbeat period of a node with nothing to do in a job that may be ending (nothing

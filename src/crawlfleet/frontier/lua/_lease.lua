@@ -76,7 +76,7 @@ local function lease_run(KEYS, ARGV)
   pace_init(fleet_pace_key, fleet_throttle_key, now, tonumber(ARGV[6]), tonumber(ARGV[7]),
             tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
   pop_init(credit_key, tonumber(ARGV[11]))
-  local deadline = string.format('%.0f', math.floor(now / 1000) + lease_ms)
+  local deadline = digits(math.floor(now / 1000) + lease_ms)  -- once a call (_pace.lua)
   local out, got = {}, 0
 
   for i = 12, #ARGV - 3, 4 do
