@@ -59,6 +59,7 @@ RECRAWL_PHASE = "crawlfleet.node.recrawl.RecrawlPhase"
 UNIT_META_MW = "crawlfleet.node.campaign.UnitMeta"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 SEND_TIME = "crawlfleet.middlewares.sendtime.SendTime"
+GIVE_WAY = "crawlfleet.middlewares.sendtime.GiveWay"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
 BAN_DETECTOR = "crawlfleet.middlewares.bans.BanDetector"
@@ -194,6 +195,9 @@ class Addon:
         # last before the downloader (after HttpCacheMiddleware, 900): a rate-limited
         # request that cannot go out at its slot goes back for a new one
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SEND_TIME, 950)
+        # last before the engine (Scrapy's own start at 25): a page's output pauses for
+        # the node's slots
+        self._component(settings, "SPIDER_MIDDLEWARES", GIVE_WAY, 5)
         # before the identities (390): a session keeps one (off unless CRAWLFLEET_SESSIONS)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SESSIONS, 380)
         if settings.getbool("CRAWLFLEET_SESSIONS"):

@@ -78,6 +78,10 @@ class NodeHandle(Protocol):
         """Seconds to hold a response back before it is parsed, so that a slot about to
         come due goes out first (0: none)."""
 
+    def give_way(self) -> float | None:
+        """How long a page's output should pause (asked after each of its objects) so
+        that a slot goes out on time (0: a turn of the event loop; None: go on)."""
+
     def unstored(self, request: Request) -> None:
         """A write of *request* (an item, a mark) was given up unstored: its page goes
         back to the frontier when it finishes, not acknowledged."""

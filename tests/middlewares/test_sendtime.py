@@ -1,6 +1,8 @@
 """The SendTime middleware's way back: a response is held while the node says a slot
 is about to come due (see Scheduler.parse_hold, tested in tests/node/test_node_parts.py),
-and passes at once otherwise."""
+and passes at once otherwise. The GiveWay spider middleware passes a page's output on,
+pausing it as the node says (Scheduler.give_way; the crawl it keeps on time is
+tests/node/test_politeness.py::test_a_pages_links_give_way_to_the_slots)."""
 
 from __future__ import annotations
 
@@ -13,18 +15,24 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from crawlfleet.middlewares.sendtime import SendTime
+from crawlfleet.middlewares.sendtime import GiveWay, SendTime
 from crawlfleet.parts import parts_of
 
 
 class Node:
     """The part of a node the middleware asks on the way back."""
 
-    def __init__(self, hold: float) -> None:
+    def __init__(self, hold: float, pauses: list[float | None] | None = None) -> None:
         self.hold = hold
+        self.pauses = pauses or []
+        self.asked = 0
 
     def parse_hold(self) -> float:
         return self.hold
+
+    def give_way(self) -> float | None:
+        self.asked += 1
+        return self.pauses.pop(0) if self.pauses else None
 
 
 def middleware(hold: float | None) -> tuple[SendTime, Any]:
@@ -60,3 +68,25 @@ def test_a_response_is_held_as_long_as_the_node_says() -> None:
     got, took = asyncio.run(wait())
     assert got is page and took >= 0.045
     assert stats.get_value("crawlfleet/scheduler/parse_held") == 1
+
+
+def test_a_pages_output_goes_on_in_order_pausing_as_the_node_says() -> None:
+    crawler = get_crawler(Spider)
+    page = response()
+
+    async def output() -> Any:
+        for n in range(4):
+            yield n
+
+    async def collect(mw: GiveWay) -> tuple[list[Any], float]:
+        started = time.monotonic()
+        got = [x async for x in mw.process_spider_output(page, output())]
+        return got, time.monotonic() - started
+
+    # no node (a crawler without crawlfleet's scheduler): passed on as it comes
+    assert asyncio.run(collect(GiveWay.from_crawler(crawler)))[0] == [0, 1, 2, 3]
+    node = Node(0.0, [None, 0.06, 0.0])
+    parts_of(crawler).node = node  # type: ignore[assignment]
+    got, took = asyncio.run(collect(GiveWay.from_crawler(crawler)))
+    assert got == [0, 1, 2, 3] and node.asked == 4  # asked after each object
+    assert took >= 0.055  # the one pause of 60 ms

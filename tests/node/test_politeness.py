@@ -21,7 +21,7 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 
-from crawlfleet.addon import SEND_TIME
+from crawlfleet.addon import GIVE_WAY, SEND_TIME
 from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.limits import DEFAULT_MARGIN, delay_limit
 from crawlfleet.frontier.politeness import AUTOTHROTTLE
@@ -352,3 +352,51 @@ def test_a_slot_that_would_wait_behind_a_slow_request_goes_back(
     print(f"\nslow site, 2 nodes, 1 per 0.5 s: {late} given back, gaps {min(gaps):.3f} s and up")
     assert min(gaps) >= 0.5, [round(g, 3) for g in gaps]
     assert late >= 1  # the situation arose, and was handled
+
+
+@pytest.mark.slow
+def test_a_pages_links_give_way_to_the_slots(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Following a page's links (one by one through the spider middlewares and the
+    scheduler) keeps the event loop busy: 100 links of 1 ms each block it for 100 ms,
+    over two slots of a 20/s budget, and a slot taken more than its late allowance (30
+    ms here) after its time is given back for a new one. The GiveWay middleware pauses
+    the page's output for each slot: none is missed. Without it (the middleware off),
+    the same crawl misses slots."""
+
+    def crawl(give_way: bool) -> tuple[dict[str, int], int]:
+        def answer(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+            return (200, b"<html></html>") if re.fullmatch(r"/p/\d+", path) else (404, b"")
+
+        with LoopbackSite(answer) as site:
+            settings: dict[str, object] = {
+                **node_env,
+                "CRAWLFLEET_RATE_LIMITS": json.dumps({"*": "20/1s"}),
+                "CRAWLFLEET_RATE_LIMIT_MARGIN": 0.1,
+                "CRAWLFLEET_ITEM_STAGES": "",
+                "CRAWLFLEET_STATS_FILE": str(tmp_path / f"stats-{give_way}.json"),
+            }
+            if not give_way:
+                settings["SPIDER_MIDDLEWARES"] = json.dumps({GIVE_WAY: None})
+            proc = start_node(
+                "tests.support.node_spiders:ManyLinksSpider",
+                job=f"links-{give_way}",
+                redis_url=redis_server_url,
+                log=tmp_path / f"node-{give_way}.log",
+                spider_args={"base": site.url.rstrip("/"), "pages": "16", "links": "6"},
+                settings=settings,
+            )
+            codes = wait_all([proc], 120)
+            assert codes == [0], (tmp_path / f"node-{give_way}.log").read_text()[-3000:]
+            hits = dict(site.hits)
+        stats = json.loads((tmp_path / f"stats-{give_way}.json").read_text())
+        return hits, stats.get("crawlfleet/scheduler/late", 0)
+
+    hits, late = crawl(give_way=True)
+    assert hits == {f"/p/{n}": 1 for n in range(16)}, hits
+    assert late == 0
+    hits, late_without = crawl(give_way=False)
+    assert hits == {f"/p/{n}": 1 for n in range(16)}, hits
+    print(f"\nslots given back: {late} with GiveWay, {late_without} without")
+    assert late_without >= 4

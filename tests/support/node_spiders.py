@@ -12,7 +12,7 @@ from scrapy import signals
 
 from crawlfleet.testsite.spider import TestSiteSpider
 
-__all__ = ["BlockingSpider", "ContractSpider", "StartUrlsSpider"]
+__all__ = ["BlockingSpider", "ContractSpider", "ManyLinksSpider", "StartUrlsSpider"]
 
 
 class StartUrlsSpider(TestSiteSpider):
@@ -39,6 +39,34 @@ class BlockingSpider(TestSiteSpider):
     def parse(self, response: Any, **kwargs: Any) -> Any:
         time.sleep(self.block)
         return super().parse(response, **kwargs)
+
+
+class ManyLinksSpider(scrapy.Spider):
+    """Every page of ``base`` + ``/p/<n>`` (``pages`` of them) links to all of them
+    ``links`` times over, each link costing ``per_link`` seconds of work as it is
+    followed: a page's output keeps the event loop busy for links x per_link."""
+
+    name = "manylinks"
+
+    def __init__(
+        self,
+        base: str = "",
+        pages: str = "20",
+        links: str = "5",
+        per_link: str = "0.001",
+        **kw: Any,
+    ) -> None:
+        super().__init__(**kw)
+        self.base, self.pages, self.links = base, int(pages), int(links)
+        self.per_link = float(per_link)
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/p/0")
+
+    def parse(self, response: Any, **kwargs: Any) -> Iterator[scrapy.Request]:
+        for n in range(self.pages * self.links):
+            time.sleep(self.per_link)
+            yield scrapy.Request(f"{self.base}/p/{n % self.pages}")
 
 
 class ContractSpider(scrapy.Spider):

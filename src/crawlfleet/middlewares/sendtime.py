@@ -21,13 +21,21 @@ due (:meth:`crawlfleet.node.scheduler.Scheduler.parse_hold`): parsing a large pa
 blocks the event loop for tens of milliseconds, and a slot that comes due meanwhile is
 missed; held until just after it, the parse waits a few milliseconds and the slot is
 used. Counted in ``crawlfleet/scheduler/parse_held``.
+
+Then a parsed page's output (its links run one by one through the spider middlewares
+and the scheduler: tens of milliseconds for hundreds of links) gives way to the slots:
+the ``GiveWay`` spider middleware (enabled by the add-on, last before the engine) pauses
+it until just after a slot due within ``GIVE_WAY_SECONDS``, and lets the event loop
+take a turn after that long of work while a slot waits (see
+:meth:`crawlfleet.node.scheduler.Scheduler.give_way`). Without slots it only passes the
+output on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from scrapy import Request, Spider
@@ -36,7 +44,7 @@ from scrapy.http import Response
 
 from crawlfleet.parts import node_of
 
-__all__ = ["SendTime"]
+__all__ = ["GiveWay", "SendTime"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,3 +94,26 @@ class SendTime:
             self.stats.inc_value("crawlfleet/scheduler/parse_held")
         await asyncio.sleep(hold)
         return response
+
+
+class GiveWay:
+    """A spider middleware: a page's output pauses for this node's slots (see the
+    module docstring). Asynchronous only, so that it can wait: placed last before the
+    engine, it has only Scrapy's own middlewares (which work either way) before it."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> GiveWay:
+        return cls(crawler)
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
+    ) -> AsyncIterator[Any]:
+        node = node_of(self.crawler)
+        async for obj in result:
+            yield obj
+            pause = None if node is None else node.give_way()
+            if pause is not None:
+                await asyncio.sleep(pause)

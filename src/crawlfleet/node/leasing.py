@@ -73,6 +73,8 @@ class Leaser:
         self._warned_late: set[str] = set()
         #: the last lease that took requests brought slots of rate-limited sites
         self.paced = False
+        #: a lease call is on its way (set by the sync loop around it)
+        self.asking = False
 
     def low(self) -> bool:
         """Whether to lease now: the ready requests the node holds are at most half its

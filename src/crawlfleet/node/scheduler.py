@@ -102,6 +102,11 @@ PARSE_HOLD_MAX = 0.25
 #: How long after a slot a held response waits: the timer fires, the engine takes the
 #: request and the downloader's middlewares pass it.
 SLOT_SETTLE_SECONDS = 0.003
+#: The spider's output gives way to a slot due within this long (s; see
+#: Scheduler.give_way), and takes a turn of the event loop after this long of work
+#: while a slot waits: a page's links run through the middlewares and the scheduler one
+#: by one, tens of milliseconds on a page of hundreds of links.
+GIVE_WAY_SECONDS = 0.002
 
 
 def robots_probe_ms(settings: BaseSettings) -> int:
@@ -172,6 +177,13 @@ class Scheduler(BaseScheduler):
         #: callables whose dicts are merged into the node status of each heartbeat
         self.status_providers: list[StatusProvider] = []
         self.site_rates = SiteRates(site_window_seconds)
+        #: loop time until which a request taken on its slot may still be on its way to
+        #: the downloader (its send-by time; see give_way)
+        self._sending_until = 0.0
+        #: loop time at which the outputs of pages last took a turn of the loop
+        #: (give_way), and whether one is asked for
+        self._turn_at = 0.0
+        self._turn_asked = False
         self.ledger = Ledger(self._slot_due, self.site_rates.done, config.seen_cache_size)
         #: the revisits of a continuous crawl (None: CRAWLFLEET_REVISIT is off)
         self.revisits: RevisitKeeper | None = None
@@ -403,6 +415,9 @@ class Scheduler(BaseScheduler):
                 self.stats.inc("crawlfleet/scheduler/starved")
             return None
         self.stats.inc("crawlfleet/scheduler/dequeued")
+        send_by = self.ledger.send_by.get(leased[0])
+        if send_by is not None:  # taken on its slot: on its way to the downloader
+            self._sending_until = max(self._sending_until, send_by)
         return leased[0]
 
     def __len__(self) -> int:
@@ -488,6 +503,35 @@ class Scheduler(BaseScheduler):
         if wait < 0 or wait >= min(slotted.blocked(), PARSE_HOLD_MAX):
             return 0.0
         return wait + SLOT_SETTLE_SECONDS
+
+    def give_way(self) -> float | None:
+        """How long the spider's output should pause (asked after each object of every
+        page's output) so that this node's slots go out on time: until just after its
+        next slot when that is due within :data:`GIVE_WAY_SECONDS` (or came due just
+        now); 0 (a turn of the event loop) when the outputs of all pages together have
+        worked that long in this turn of the loop while a slot waits, while a request
+        taken on its slot is on its way to the downloader (until its send-by time), or
+        while a lease that may bring slots is on its way (its reply, read late, would
+        come with slots already missed); None (go on) otherwise."""
+        at = self.ledger.slotted.next_at()
+        loop = asyncio.get_event_loop()
+        now = loop.time()
+        if at is not None and -SLOT_SETTLE_SECONDS < at - now <= GIVE_WAY_SECONDS:
+            return max(0.0, at - now) + SLOT_SETTLE_SECONDS
+        if now - self._turn_at < GIVE_WAY_SECONDS:
+            return None
+        leaser = self.sync.leaser
+        if not (at is not None or now < self._sending_until or (leaser.asking and leaser.paced)):
+            return None
+        if not self._turn_asked:
+            # the next turn starts the count again (the pausing outputs resume after it)
+            self._turn_asked = True
+            loop.call_soon(self._next_turn)
+        return 0.0
+
+    def _next_turn(self) -> None:
+        self._turn_asked = False
+        self._turn_at = asyncio.get_event_loop().time()
 
     def unstored(self, request: Request) -> None:
         """A write of *request* (an item, a mark) was given up unstored: it is given

@@ -261,14 +261,21 @@ class SyncLoop:
         """Lease (:meth:`~crawlfleet.node.leasing.Leaser.lease`); what waits to be
         committed goes in the same call (one script, one round trip: see
         :meth:`~crawlfleet.frontier.base.Committer.commit_lease`) when the node knows
-        which sites to offer. The job's control sequence as the lease read it."""
-        ask = self.leaser.ask() if self.core.ledger.unsent else None
-        if ask is None:
-            return await self.leaser.lease()
-        leased = await self.outbox.flush(lease=ask)
-        if leased is None:
-            return None  # the lease failed after the commit was done: next round
-        return self.leaser.took(ask, leased, self.outbox.sent_at)
+        which sites to offer. The job's control sequence as the lease read it. While
+        the call is on its way, :attr:`~crawlfleet.node.leasing.Leaser.asking` is set:
+        a reply with slots is read as soon as it comes (see
+        :meth:`~crawlfleet.node.scheduler.Scheduler.give_way`)."""
+        self.leaser.asking = True
+        try:
+            ask = self.leaser.ask() if self.core.ledger.unsent else None
+            if ask is None:
+                return await self.leaser.lease()
+            leased = await self.outbox.flush(lease=ask)
+            if leased is None:
+                return None  # the lease failed after the commit was done: next round
+            return self.leaser.took(ask, leased, self.outbox.sent_at)
+        finally:
+            self.leaser.asking = False
 
     def _watch_stores(self) -> None:
         """Take no work while too many items wait for the item stores (see
