@@ -74,9 +74,13 @@ class NodeHandle(Protocol):
     def starts_now(self, request: Request) -> bool:
         """Whether the downloader would start *request* at once (not queue it)."""
 
-    def parse_hold(self) -> float:
-        """Seconds to hold a response back before it is parsed, so that a slot about to
-        come due goes out first (0: none)."""
+    def parse_hold(self, size: int = 0) -> float:
+        """Seconds to hold a response of *size* bytes back before it is parsed, so that
+        the slots its parse would overlap go out first (0: none)."""
+
+    def parsed(self, size: int, blocked: float) -> None:
+        """A page of *size* bytes was parsed; its output blocked the event loop for at
+        most *blocked* seconds at once."""
 
     def give_way(self) -> float | None:
         """How long a page's output should pause (asked after each of its objects) so

@@ -26,9 +26,15 @@ class Node:
         self.hold = hold
         self.pauses = pauses or []
         self.asked = 0
+        self.sizes: list[int] = []
+        self.costs: list[tuple[int, float]] = []
 
-    def parse_hold(self) -> float:
+    def parse_hold(self, size: int = 0) -> float:
+        self.sizes.append(size)
         return self.hold
+
+    def parsed(self, size: int, blocked: float) -> None:
+        self.costs.append((size, blocked))
 
     def give_way(self) -> float | None:
         self.asked += 1
@@ -68,6 +74,8 @@ def test_a_response_is_held_as_long_as_the_node_says() -> None:
     got, took = asyncio.run(wait())
     assert got is page and took >= 0.045
     assert stats.get_value("crawlfleet/scheduler/parse_held") == 1
+    node = parts_of(mw.crawler).node
+    assert isinstance(node, Node) and node.sizes == [len(page.body)]  # asked for its size
 
 
 def test_a_pages_output_goes_on_in_order_pausing_as_the_node_says() -> None:
@@ -76,6 +84,8 @@ def test_a_pages_output_goes_on_in_order_pausing_as_the_node_says() -> None:
 
     async def output() -> Any:
         for n in range(4):
+            if n == 2:
+                time.sleep(0.03)  # the object the parse took long for
             yield n
 
     async def collect(mw: GiveWay) -> tuple[list[Any], float]:
@@ -89,4 +99,7 @@ def test_a_pages_output_goes_on_in_order_pausing_as_the_node_says() -> None:
     parts_of(crawler).node = node  # type: ignore[assignment]
     got, took = asyncio.run(collect(GiveWay.from_crawler(crawler)))
     assert got == [0, 1, 2, 3] and node.asked == 4  # asked after each object
-    assert took >= 0.055  # the one pause of 60 ms
+    assert took >= 0.085  # the one pause of 60 ms, and 30 ms of work
+    # the longest the output blocked the loop at once, the pauses left out
+    [(size, blocked)] = node.costs
+    assert size == len(page.body) and 0.028 <= blocked < 0.055, blocked

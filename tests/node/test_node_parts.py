@@ -24,6 +24,7 @@ from crawlfleet.node.heartbeat import RENEW_SHARE
 from crawlfleet.node.leasing import LOW_SHARE_PLENTY
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.outbox import PLENTY_FLUSH_FACTOR
+from crawlfleet.node.slots import PARSE_COST_MIN_BYTES, PARSE_COSTS_KEPT, ParseCost
 from crawlfleet.parts import parts_of
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
@@ -717,6 +718,54 @@ def test_a_node_sends_what_it_finished_with_its_next_lease_in_one_call(
         finally:
             await scheduler.stop("shutdown")
             await client.aclose()
+
+    run(body)
+
+
+def test_the_parse_cost_is_learned_from_large_pages_per_byte() -> None:
+    cost = ParseCost()
+    assert cost.estimate(100_000) is None  # nothing learned yet
+    cost.record(PARSE_COST_MIN_BYTES - 1, 5.0)  # a small page teaches nothing
+    assert cost.estimate(100_000) is None
+    cost.record(100_000, 0.02)
+    cost.record(200_000, 0.1)  # the costliest page of the last ones sets the estimate
+    assert cost.estimate(1_000_000) == pytest.approx(0.5)
+    for _ in range(PARSE_COSTS_KEPT):
+        cost.record(100_000, 0.01)
+    assert cost.estimate(1_000_000) == pytest.approx(0.1)  # the costly one was forgotten
+
+
+@pytest.mark.timing
+def test_a_large_pages_parse_waits_for_a_gap_between_slots_and_leaves_new_ones_to_others() -> None:
+    """A page the node's pages say will block the loop for 150 ms is held until after
+    the slots it would overlap (10/s: 102.5 ms apart), and the node leases nothing until
+    its parse should be over; a small page's parse fits before the next slot."""
+
+    async def body() -> None:
+        engine = Engine()
+        scheduler = node({}, engine, {"CRAWLFLEET_RATE_LIMITS": {"a.test": "10/1s"}})
+        await scheduler.start(Spider("job"))
+        for i in range(4):
+            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        slotted = scheduler.ledger.slotted
+        await until(lambda: scheduler.next_request() is not None)  # the first slot: now
+        await until(lambda: len(slotted) >= 2)
+        scheduler.parsed(100_000, 0.15)  # 1.5 µs a byte
+        loop = asyncio.get_running_loop()
+        times = slotted.times()
+        now = loop.time()
+        assert times[0] - now > 0.03  # the next slot is at least 30 ms away
+        leaser = scheduler.sync.leaser
+        next_lease = leaser.next_at
+        assert scheduler.parse_hold(10_000) == 0.0  # 15 ms: parsed before the slot
+        assert leaser.next_at == next_lease  # leasing goes on as it would
+        hold = scheduler.parse_hold(100_000)
+        now = loop.time()
+        # held until just after the last slot it would overlap (here every one: 102.5
+        # ms apart, closer than its 150 ms), no later
+        assert now + hold >= times[-1] and hold <= times[-1] - now + 0.01, (hold, times)
+        assert leaser.next_at >= now + hold + 0.149  # no lease meanwhile
+        await scheduler.stop("finished")
 
     run(body)
 

@@ -16,11 +16,13 @@ acknowledgement, as a retry is), and counted in ``crawlfleet/scheduler/late``.
 Robots.txt is read ahead when a slotted request is leased
 (:func:`crawlfleet.node.engine.engine_hooks`), so it seldom costs a slot.
 
-On their way back, responses are held while one of the node's slots is about to come
-due (:meth:`crawlfleet.node.scheduler.Scheduler.parse_hold`): parsing a large page
-blocks the event loop for tens of milliseconds, and a slot that comes due meanwhile is
-missed; held until just after it, the parse waits a few milliseconds and the slot is
-used. Counted in ``crawlfleet/scheduler/parse_held``.
+On their way back, responses are held while the node's slots would come due during
+their parse (:meth:`crawlfleet.node.scheduler.Scheduler.parse_hold`): parsing a large
+page blocks the event loop for tens of milliseconds (a page of megabytes, for most of a
+second), and a slot that comes due meanwhile is missed; held until just after the slots
+it would overlap, the parse waits and the slots are used. How long a parse blocks the
+loop, the node learns from its pages (the longest block of each page's output, per byte:
+measured by ``GiveWay``, below). Counted in ``crawlfleet/scheduler/parse_held``.
 
 Then a parsed page's output (its links run one by one through the spider middlewares
 and the scheduler: tens of milliseconds for hundreds of links) gives way to the slots:
@@ -84,7 +86,7 @@ class SendTime:
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Response | Coroutine[Any, Any, Response]:
         node = node_of(self.crawler)
-        hold = node.parse_hold() if node is not None else 0.0
+        hold = node.parse_hold(len(response.body)) if node is not None else 0.0
         if hold <= 0:
             return response
         return self._held(response, hold)
@@ -112,8 +114,18 @@ class GiveWay:
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
     ) -> AsyncIterator[Any]:
         node = node_of(self.crawler)
+        if node is None:
+            async for obj in result:
+                yield obj
+            return
+        loop = asyncio.get_event_loop()
+        longest = 0.0  # the longest the output blocked the loop at once
+        asked = loop.time()
         async for obj in result:
+            longest = max(longest, loop.time() - asked)
             yield obj
-            pause = None if node is None else node.give_way()
+            pause = node.give_way()
             if pause is not None:
                 await asyncio.sleep(pause)
+            asked = loop.time()
+        node.parsed(len(response.body), longest)

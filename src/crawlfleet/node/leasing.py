@@ -61,8 +61,10 @@ class Leaser:
         self.robots_probe_ms = 0
         #: the sites to lease from next (as the last lease proposed)
         self.offer: list[str] = []
-        #: monotonic time before which the node does not lease
-        self.next_at = 0.0
+        #: monotonic time before which the node does not lease (see next_at)
+        self._next_at = 0.0
+        #: no lease before this either, whatever asks for one (see quiet_until)
+        self._quiet_until = 0.0
         #: the current wait after empty leases (0: the last lease found work)
         self.idle_delay = 0.0
         self._await_capacity = False
@@ -107,6 +109,21 @@ class Leaser:
         if self.plenty():
             want = max(want, self.core.config.prefetch)
         return want - self.core.ledger.ready
+
+    @property
+    def next_at(self) -> float:
+        """Monotonic time before which the node does not lease."""
+        return max(self._next_at, self._quiet_until)
+
+    @next_at.setter
+    def next_at(self, when: float) -> None:
+        self._next_at = when
+
+    def quiet_until(self, when: float) -> None:
+        """Lease nothing before monotonic time *when* (work arriving or not): the node
+        is about to block its event loop until then (a large page's parse), and the
+        slots a lease brought meanwhile would be missed; other nodes take them."""
+        self._quiet_until = max(self._quiet_until, when)
 
     def now(self) -> None:
         """Lease at the next chance (work arrived, a pause ended, a site may be free)."""

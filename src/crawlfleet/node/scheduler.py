@@ -62,11 +62,13 @@ from crawlfleet.node.core import NodeCore
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.fingerprints import node_fingerprint
 from crawlfleet.node.joining import say_joined
+from crawlfleet.node.leasing import SLOT_HORIZON_SECONDS
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.redisspider import adopt, seed_source
 from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.siterates import SiteRates
+from crawlfleet.node.slots import ParseCost
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.status import node_status
 from crawlfleet.node.steering import Steering
@@ -97,8 +99,12 @@ REFUSED = "refused"
 ROBOTS_PROBE_MS = 10_000
 #: Scrapy's middleware that reads robots.txt (the probe needs it to end).
 ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
-#: The longest a response is held back for a slot (s; see Scheduler.parse_hold).
-PARSE_HOLD_MAX = 0.25
+#: The longest a response is held back for slots (s; see Scheduler.parse_hold): past
+#: the farthest slot a lease grants (SLOT_HORIZON_SECONDS).
+PARSE_HOLD_MAX = SLOT_HORIZON_SECONDS + 0.1
+#: A parse expected to block the event loop this long (s) or longer keeps the node from
+#: leasing until it should be over (see Scheduler.parse_hold).
+PARSE_QUIET_SECONDS = 0.05
 #: How long after a slot a held response waits: the timer fires, the engine takes the
 #: request and the downloader's middlewares pass it.
 SLOT_SETTLE_SECONDS = 0.003
@@ -180,6 +186,8 @@ class Scheduler(BaseScheduler):
         #: loop time until which a request taken on its slot may still be on its way to
         #: the downloader (its send-by time; see give_way)
         self._sending_until = 0.0
+        #: what parsing a page costs the event loop (see parse_hold)
+        self.parse_cost = ParseCost()
         #: loop time at which the outputs of pages last took a turn of the loop
         #: (give_way), and whether one is asked for
         self._turn_at = 0.0
@@ -489,20 +497,38 @@ class Scheduler(BaseScheduler):
         """Whether the downloader would start *request* at once (not queue it)."""
         return self.engine.starts_now(request)
 
-    def parse_hold(self) -> float:
-        """Seconds to hold a response back before the spider parses it (0: none): while
-        this node's earliest slot is due sooner than the longest its event loop was
-        lately seen blocked (:meth:`~crawlfleet.node.slots.SlotQueue.blocked`), until
-        just after that slot, so that the request goes out on time instead of being
-        given back. At most :data:`PARSE_HOLD_MAX`."""
+    def parse_hold(self, size: int = 0) -> float:
+        """Seconds to hold a response of *size* bytes back before the spider parses it
+        (0: none), so that its parse runs between this node's slots, not over one: until
+        just after the slots it would overlap, at most :data:`PARSE_HOLD_MAX`. The
+        parse is expected to block the event loop as long as this node's pages lately
+        did for their size (:class:`~crawlfleet.node.slots.ParseCost`; before any page
+        taught it, as long as the loop was lately seen blocked when a slot came due,
+        :meth:`~crawlfleet.node.slots.SlotQueue.blocked`). A parse expected to take
+        :data:`PARSE_QUIET_SECONDS` or more also keeps the node from leasing until it
+        should be over (:meth:`~crawlfleet.node.leasing.Leaser.quiet_until`): the
+        slots of that time go to other nodes."""
         slotted = self.ledger.slotted
-        at = slotted.next_at()
-        if at is None:
-            return 0.0
-        wait = at - asyncio.get_event_loop().time()
-        if wait < 0 or wait >= min(slotted.blocked(), PARSE_HOLD_MAX):
-            return 0.0
-        return wait + SLOT_SETTLE_SECONDS
+        blocks = self.parse_cost.estimate(size)
+        if blocks is None:
+            blocks = min(slotted.blocked(), PARSE_HOLD_MAX)
+        now = asyncio.get_event_loop().time()
+        start = now
+        for at in slotted.times():
+            if at < now - SLOT_SETTLE_SECONDS:
+                continue  # missed already: given back at the engine's next take
+            if at - start > blocks:
+                break  # the parse fits before this slot
+            start = at + SLOT_SETTLE_SECONDS
+        hold = min(start - now, PARSE_HOLD_MAX)
+        if blocks >= PARSE_QUIET_SECONDS:
+            self.sync.leaser.quiet_until(now + hold + blocks)
+        return hold
+
+    def parsed(self, size: int, blocked: float) -> None:
+        """A page of *size* bytes was parsed; its output blocked the event loop for at
+        most *blocked* seconds at once."""
+        self.parse_cost.record(size, blocked)
 
     def give_way(self) -> float | None:
         """How long the spider's output should pause (asked after each object of every

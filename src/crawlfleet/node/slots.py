@@ -27,12 +27,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["BLOCKS_KEPT", "SlotQueue"]
+__all__ = ["BLOCKS_KEPT", "PARSE_COSTS_KEPT", "PARSE_COST_MIN_BYTES", "ParseCost", "SlotQueue"]
 
 T = TypeVar("T")
 
 #: Timer firings whose lateness :meth:`SlotQueue.blocked` looks at (the newest).
 BLOCKS_KEPT = 64
+#: Pages smaller than this teach :class:`ParseCost` nothing (their cost is mostly fixed).
+PARSE_COST_MIN_BYTES = 32_768
+#: Pages whose cost :class:`ParseCost` keeps (the newest).
+PARSE_COSTS_KEPT = 16
 
 
 class SlotQueue(Generic[T]):
@@ -86,6 +90,10 @@ class SlotQueue(Generic[T]):
         """The earliest slot (``loop.time()``), or None when empty."""
         return self._heap[0][0] if self._heap else None
 
+    def times(self) -> list[float]:
+        """Every slot held (``loop.time()``), earliest first."""
+        return sorted(at for at, _seq, _late, _item in self._heap)
+
     def blocked(self) -> float:
         """How long the event loop was seen blocked when a slot came due: the longest
         lateness of the timer's last firings (s; 0 before any)."""
@@ -108,3 +116,24 @@ class SlotQueue(Generic[T]):
         if self._timer is not None:
             self._timer.cancel()
         self._timer, self._timer_at = None, float("inf")
+
+
+class ParseCost:
+    """What parsing a page costs this node's event loop, per byte of its body: the
+    longest its output blocked the loop at once (the spider's parse, mostly), divided
+    by its size, the highest of the last :data:`PARSE_COSTS_KEPT` pages of at least
+    :data:`PARSE_COST_MIN_BYTES` (a page the machine slowed down makes the estimate
+    cautious, for a while)."""
+
+    def __init__(self) -> None:
+        self._per_byte: deque[float] = deque(maxlen=PARSE_COSTS_KEPT)
+
+    def record(self, size: int, blocked: float) -> None:
+        """A page of *size* bytes blocked the loop for at most *blocked* seconds."""
+        if size >= PARSE_COST_MIN_BYTES:
+            self._per_byte.append(blocked / size)
+
+    def estimate(self, size: int) -> float | None:
+        """How long a page of *size* bytes will block the loop (s; None: nothing
+        learned yet)."""
+        return size * max(self._per_byte) if self._per_byte else None
