@@ -499,20 +499,25 @@ class Scheduler(BaseScheduler):
 
     def parse_hold(self, size: int = 0) -> float:
         """Seconds to hold a response of *size* bytes back before the spider parses it
-        (0: none), so that its parse runs between this node's slots, not over one: until
-        just after the slots it would overlap, at most :data:`PARSE_HOLD_MAX`. The
-        parse is expected to block the event loop as long as this node's pages lately
-        did for their size (:class:`~crawlfleet.node.slots.ParseCost`; before any page
-        taught it, as long as the loop was lately seen blocked when a slot came due,
-        :meth:`~crawlfleet.node.slots.SlotQueue.blocked`). A parse expected to take
-        :data:`PARSE_QUIET_SECONDS` or more also keeps the node from leasing until it
-        should be over (:meth:`~crawlfleet.node.leasing.Leaser.quiet_until`): the
-        slots of that time go to other nodes."""
+        (0: none), so that its parse runs between this node's slots, not over one. Once
+        this node's pages taught it how long a parse of that size blocks the event loop
+        (:class:`~crawlfleet.node.slots.ParseCost`): until just after the slots the
+        parse would overlap, at most :data:`PARSE_HOLD_MAX`; and a parse expected to
+        take :data:`PARSE_QUIET_SECONDS` or more keeps the node from leasing until it
+        should be over (:meth:`~crawlfleet.node.leasing.Leaser.quiet_until`): the slots
+        of that time go to other nodes. Before that (no page of
+        :data:`~crawlfleet.node.slots.PARSE_COST_MIN_BYTES` yet), while the earliest
+        slot is due sooner than the longest the loop was lately seen blocked when a slot
+        came due (:meth:`~crawlfleet.node.slots.SlotQueue.blocked`), until just after
+        that slot."""
         slotted = self.ledger.slotted
+        now = asyncio.get_event_loop().time()
         blocks = self.parse_cost.estimate(size)
         if blocks is None:
-            blocks = min(slotted.blocked(), PARSE_HOLD_MAX)
-        now = asyncio.get_event_loop().time()
+            at = slotted.next_at()
+            if at is None or not 0 <= at - now < min(slotted.blocked(), PARSE_HOLD_MAX):
+                return 0.0
+            return at - now + SLOT_SETTLE_SECONDS
         start = now
         for at in slotted.times():
             if at < now - SLOT_SETTLE_SECONDS:
