@@ -99,9 +99,11 @@ REFUSED = "refused"
 ROBOTS_PROBE_MS = 10_000
 #: Scrapy's middleware that reads robots.txt (the probe needs it to end).
 ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
-#: The longest a response is held back for slots (s; see Scheduler.parse_hold): past
-#: the farthest slot a lease grants (SLOT_HORIZON_SECONDS).
+#: The longest a response is held back for slots (s; see Scheduler.parse_hold) once the
+#: node knows its parse cost: past the farthest slot a lease grants
+#: (SLOT_HORIZON_SECONDS); before, for its earliest slot.
 PARSE_HOLD_MAX = SLOT_HORIZON_SECONDS + 0.1
+PARSE_HOLD_FIRST_MAX = 0.25
 #: A parse expected to block the event loop this long (s) or longer keeps the node from
 #: leasing until it should be over (see Scheduler.parse_hold).
 PARSE_QUIET_SECONDS = 0.05
@@ -508,14 +510,14 @@ class Scheduler(BaseScheduler):
         of that time go to other nodes. Before that (no page of
         :data:`~crawlfleet.node.slots.PARSE_COST_MIN_BYTES` yet), while the earliest
         slot is due sooner than the longest the loop was lately seen blocked when a slot
-        came due (:meth:`~crawlfleet.node.slots.SlotQueue.blocked`), until just after
-        that slot."""
+        came due (:meth:`~crawlfleet.node.slots.SlotQueue.blocked`; at most
+        :data:`PARSE_HOLD_FIRST_MAX`), until just after that slot."""
         slotted = self.ledger.slotted
         now = asyncio.get_event_loop().time()
         blocks = self.parse_cost.estimate(size)
         if blocks is None:
             at = slotted.next_at()
-            if at is None or not 0 <= at - now < min(slotted.blocked(), PARSE_HOLD_MAX):
+            if at is None or not 0 <= at - now < min(slotted.blocked(), PARSE_HOLD_FIRST_MAX):
                 return 0.0
             return at - now + SLOT_SETTLE_SECONDS
         start = now
