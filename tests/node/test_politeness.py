@@ -359,15 +359,16 @@ def test_a_pages_links_give_way_to_the_slots(
     redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Following a page's links (one by one through the spider middlewares and the
-    scheduler) keeps the event loop busy: 100 links of 1 ms each block it for 100 ms,
-    over two slots of a 20/s budget, and a slot taken more than its late allowance (30
-    ms here) after its time is given back for a new one. The GiveWay middleware pauses
-    the page's output for each slot: none is missed (at most one, whose lease reply was
-    read late: the start of a page's processing, before its first object, is not the
-    middleware's to split). Without it (the middleware off), the same crawl misses
-    slots. (SendTime, which also holds a response back for the
-    slots its parse would overlap, as long as the node learned its pages block the
-    loop, is off in both runs: this is the output's part alone.)"""
+    scheduler) keeps the event loop busy: 96 links of 1 ms each block it for about 100
+    ms, over two slots of a 20/s budget, and a slot taken more than its late allowance
+    (30 ms here) after its time is given back for a new one. The GiveWay middleware
+    pauses the page's output for each slot: none is missed (at most two, whose lease
+    reply was read late: the start of a page's processing, before its first object, is
+    not the middleware's to split; 0 or 1 in 24 runs here). Without it (the middleware
+    off), the same crawl gives back 13 to 17 slots for its 16 pages (those runs).
+    (SendTime, which also holds a response back for the slots its parse would overlap,
+    once the node learned how long its pages block the loop, is off in both runs: this
+    is the output's part alone.)"""
 
     def crawl(give_way: bool) -> tuple[dict[str, int], int]:
         def answer(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -400,8 +401,8 @@ def test_a_pages_links_give_way_to_the_slots(
 
     hits, late = crawl(give_way=True)
     assert hits == {f"/p/{n}": 1 for n in range(16)}, hits
-    assert late <= 1
+    assert late <= 2
     hits, late_without = crawl(give_way=False)
     assert hits == {f"/p/{n}": 1 for n in range(16)}, hits
     print(f"\nslots given back: {late} with GiveWay, {late_without} without")
-    assert late_without >= 4
+    assert late_without >= 8

@@ -100,8 +100,10 @@ class SendTime:
 
 class GiveWay:
     """A spider middleware: a page's output pauses for this node's slots (see the
-    module docstring). Asynchronous only, so that it can wait: placed last before the
-    engine, it has only Scrapy's own middlewares (which work either way) before it."""
+    module docstring). Asynchronous only, so that it can wait; the add-on places it
+    last before the engine (order 5), so that Scrapy hands it every output as an
+    asynchronous one, and nothing after it needs the output back in a synchronous
+    form."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler

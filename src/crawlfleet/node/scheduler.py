@@ -100,9 +100,10 @@ ROBOTS_PROBE_MS = 10_000
 #: Scrapy's middleware that reads robots.txt (the probe needs it to end).
 ROBOTS_MIDDLEWARE = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 #: The longest a response is held back for slots (s; see Scheduler.parse_hold) once the
-#: node knows its parse cost: past the farthest slot a lease grants
-#: (SLOT_HORIZON_SECONDS); before, for its earliest slot.
+#: node knows its parse cost: past the farthest slot a lease grants (SLOT_HORIZON_SECONDS).
 PARSE_HOLD_MAX = SLOT_HORIZON_SECONDS + 0.1
+#: The longest a response is held back for the earliest slot before the node knows its
+#: parse cost (s).
 PARSE_HOLD_FIRST_MAX = 0.25
 #: A parse expected to block the event loop this long (s) or longer keeps the node from
 #: leasing until it should be over (see Scheduler.parse_hold).
@@ -505,9 +506,9 @@ class Scheduler(BaseScheduler):
         this node's pages taught it how long a parse of that size blocks the event loop
         (:class:`~crawlfleet.node.slots.ParseCost`): until just after the slots the
         parse would overlap, at most :data:`PARSE_HOLD_MAX`; and a parse expected to
-        take :data:`PARSE_QUIET_SECONDS` or more keeps the node from leasing until it
-        should be over (:meth:`~crawlfleet.node.leasing.Leaser.quiet_until`): the slots
-        of that time go to other nodes. Before that (no page of
+        take :data:`PARSE_QUIET_SECONDS` or more keeps a node whose work is paced from
+        leasing until it should be over (:meth:`~crawlfleet.node.leasing.Leaser.quiet_until`):
+        the slots of that time go to other nodes. Before that (no page of
         :data:`~crawlfleet.node.slots.PARSE_COST_MIN_BYTES` yet), while the earliest
         slot is due sooner than the longest the loop was lately seen blocked when a slot
         came due (:meth:`~crawlfleet.node.slots.SlotQueue.blocked`; at most
@@ -528,8 +529,9 @@ class Scheduler(BaseScheduler):
                 break  # the parse fits before this slot
             start = at + SLOT_SETTLE_SECONDS
         hold = min(start - now, PARSE_HOLD_MAX)
-        if blocks >= PARSE_QUIET_SECONDS:
-            self.sync.leaser.quiet_until(now + hold + blocks)
+        leaser = self.sync.leaser
+        if blocks >= PARSE_QUIET_SECONDS and (leaser.paced or slotted):
+            leaser.quiet_until(now + hold + blocks)
         return hold
 
     def parsed(self, size: int, blocked: float) -> None:
