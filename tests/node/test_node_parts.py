@@ -722,6 +722,18 @@ def test_a_node_sends_what_it_finished_with_its_next_lease_in_one_call(
     run(body)
 
 
+async def holding_slots(limit: str) -> Any:
+    """A started node of a site limited to *limit*, with 4 requests queued: the first
+    taken on its slot (now), two or more held for theirs."""
+    scheduler = node({}, Engine(), {"CRAWLFLEET_RATE_LIMITS": {"a.test": limit}})
+    await scheduler.start(Spider("job"))
+    for i in range(4):
+        scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+    await until(lambda: scheduler.next_request() is not None)  # the first slot: now
+    await until(lambda: len(scheduler.ledger.slotted) >= 2)
+    return scheduler
+
+
 def test_the_parse_cost_is_learned_from_large_pages_per_byte() -> None:
     cost = ParseCost()
     assert cost.estimate(100_000) is None  # nothing learned yet
@@ -742,14 +754,8 @@ def test_a_large_pages_parse_waits_for_a_gap_between_slots_and_leaves_new_ones_t
     its parse should be over; a small page's parse fits before the next slot."""
 
     async def body() -> None:
-        engine = Engine()
-        scheduler = node({}, engine, {"CRAWLFLEET_RATE_LIMITS": {"a.test": "10/1s"}})
-        await scheduler.start(Spider("job"))
-        for i in range(4):
-            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        scheduler = await holding_slots("10/1s")
         slotted = scheduler.ledger.slotted
-        await until(lambda: scheduler.next_request() is not None)  # the first slot: now
-        await until(lambda: len(slotted) >= 2)
         scheduler.parsed(100_000, 0.15)  # 1.5 µs a byte
         loop = asyncio.get_running_loop()
         times = slotted.times()
@@ -777,14 +783,8 @@ def test_a_response_is_held_while_a_slot_comes_due_within_the_loops_blocks() -> 
     waits) while a slot is due within that time, until just after it."""
 
     async def body() -> None:
-        engine = Engine()
-        scheduler = node({}, engine, {"CRAWLFLEET_RATE_LIMITS": {"a.test": "5/1s"}})
-        await scheduler.start(Spider("job"))
-        for i in range(4):
-            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        scheduler = await holding_slots("5/1s")
         slotted = scheduler.ledger.slotted
-        await until(lambda: scheduler.next_request() is not None)  # the first slot: now
-        await until(lambda: len(slotted) >= 2)
         assert scheduler.parse_hold() == 0.0  # the loop was never seen blocked
         at = slotted.next_at()
         assert at is not None
