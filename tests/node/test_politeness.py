@@ -381,8 +381,8 @@ def test_a_pages_links_give_way_to_the_slots(
                 "CRAWLFLEET_RATE_LIMIT_MARGIN": 0.1,
                 "CRAWLFLEET_ITEM_STAGES": "",
                 "CRAWLFLEET_STATS_FILE": str(tmp_path / f"stats-{give_way}.json"),
+                "DOWNLOADER_MIDDLEWARES": json.dumps({SEND_TIME: None}),
             }
-            settings["DOWNLOADER_MIDDLEWARES"] = json.dumps({SEND_TIME: None})
             if not give_way:
                 settings["SPIDER_MIDDLEWARES"] = json.dumps({GIVE_WAY: None})
             proc = start_node(

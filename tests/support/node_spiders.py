@@ -44,7 +44,7 @@ class BlockingSpider(TestSiteSpider):
 class ManyLinksSpider(scrapy.Spider):
     """Every page of ``base`` + ``/p/<n>`` (``pages`` of them) links to all of them
     ``links`` times over, each link costing ``per_link`` seconds of work as it is
-    followed: a page's output keeps the event loop busy for links x per_link."""
+    followed: a page's output keeps the event loop busy for pages x links x per_link."""
 
     name = "manylinks"
 
