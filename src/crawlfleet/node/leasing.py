@@ -88,9 +88,14 @@ class Leaser:
         if self.backlog.over():
             return False
         ledger = self.core.ledger
-        if self.plenty() and not (self.paced or ledger.slotted):
+        if self.plenty() and not self.pacing():
             return ledger.ready <= self.core.config.prefetch // LOW_SHARE_PLENTY
         return ledger.ready <= self.core.steering.prefetch // 2
+
+    def pacing(self) -> bool:
+        """The node's work is paced: its last lease that took requests brought slots of
+        rate-limited sites, or it holds slotted requests."""
+        return self.paced or bool(self.core.ledger.slotted)
 
     def plenty(self) -> bool:
         """The job has a configured prefetch queued for every live node, as last read:

@@ -530,7 +530,7 @@ class Scheduler(BaseScheduler):
             start = at + SLOT_SETTLE_SECONDS
         hold = min(start - now, PARSE_HOLD_MAX)
         leaser = self.sync.leaser
-        if blocks >= PARSE_QUIET_SECONDS and (leaser.paced or slotted):
+        if blocks >= PARSE_QUIET_SECONDS and leaser.pacing():
             leaser.quiet_until(now + hold + blocks)
         return hold
 
@@ -556,7 +556,7 @@ class Scheduler(BaseScheduler):
         if now - self._turn_at < GIVE_WAY_SECONDS:
             return None
         leaser = self.sync.leaser
-        if not (at is not None or now < self._sending_until or (leaser.asking and leaser.paced)):
+        if not (at is not None or now < self._sending_until or (leaser.asking and leaser.pacing())):
             return None
         if not self._turn_asked:
             # the next turn starts the count again (the pausing outputs resume after it)
