@@ -250,15 +250,16 @@ def test_a_dead_nodes_leases_come_back_at_once(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out(f"u{i}") for i in range(4)])
         hb: dict[str, Any] = {"status": "{}", "busy": True, "lease_ms": 60000}
-        # its registration lapses 0.6 s on: room for two leases and a reclaim first on a
-        # loaded machine (150 ms once was not, for the sharded frontier)
-        await f.heartbeat("dies", ttl_ms=600, **hb)
+        # its registration lapses 2 s on: room for two leases and a reclaim first on a
+        # loaded machine (150 ms once was not, for the sharded frontier; 600 ms once
+        # was not beside the cluster tests on a slow machine)
+        await f.heartbeat("dies", ttl_ms=2000, **hb)
         await f.heartbeat("lives", ttl_ms=60000, **hb)
         kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 2, "offer_size": 10}
         lost = await f.lease("dies", 2, ["a"], **kw)
         kept = await f.lease("lives", 2, ["a"], **kw)
         assert await f.reclaim_expired() == 0  # both alive, leases far from expiry
-        await asyncio.sleep(0.7)
+        await asyncio.sleep(2.1)
         # "dies" missed its heartbeat: its leases return long before their deadline
         assert await f.reclaim_expired() == 2
         assert await f.reclaim_expired() == 0  # reaped once
