@@ -165,7 +165,6 @@ class Outbox:
             seen.epoch,
             revisits,
             untracked,
-            seen.place,
         )
         leased: LeaseResult | None = None
         self.sent_at = asyncio.get_event_loop().time()
@@ -217,8 +216,7 @@ class Outbox:
         """Settle the duplicates the seen cache found (``ledger.known``) with what a
         commit (of the fingerprints *committed*) says of the job's epoch: counted by it,
         they are duplicates; if the job was reset since the cache learned them, the cache
-        starts over and they are sent after all. Then the cache takes what the commit
-        read of the job's feed (of the commit's epoch)."""
+        starts over and they are sent after all."""
         ledger, seen = self.core.ledger, self.core.ledger.seen
         if not result.epoch:
             return  # not read (a sharded commit without shard 0): they wait
@@ -241,14 +239,14 @@ class Outbox:
                     logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
                     continue
                 ledger.add_out(request, self.fingerprint(request), payload)
-        elif seen.epoch:
-            confirmed = ledger.known[: result.known_counted]
-            del ledger.known[: result.known_counted]
-            # the scheduler said "dropped" to the engine already
-            self.count_duplicates(confirmed)
-        else:
+            return
+        if not seen.epoch:
             seen.epoch = result.epoch  # the first commit: the next one counts them
-        seen.fed(result.feed_place, result.feed)
+            return
+        confirmed = ledger.known[: result.known_counted]
+        del ledger.known[: result.known_counted]
+        # the scheduler said "dropped" to the engine already
+        self.count_duplicates(confirmed)
 
     def count_duplicates(self, requests: list[Request]) -> None:
         """*requests* were duplicates (known here, or to the shared seen-filter)."""
