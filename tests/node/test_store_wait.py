@@ -101,7 +101,7 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
 
             await until(step_until_waiting, 10)
             assert sink.pending >= BOUND
-            await until(lambda: sink.unreachable, 5)  # its first write failed
+            await until(lambda: sink.unreachable, 15)  # its first write failed
             # over the bound: nothing handed out, nothing leased, the ready ones given back
             await asyncio.sleep(0.5)
             for _ in range(20):
@@ -141,7 +141,7 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
 
     try:
         with caplog.at_level("INFO", logger="crawlfleet.node.backlog"):
-            run(body)
+            run(body, 60)  # its own waits add up to 50 s on a loaded machine
     finally:
         lock.close()
     assert sink.count() == PAGES

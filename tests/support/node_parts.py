@@ -101,6 +101,6 @@ async def take(scheduler: Scheduler, engine: Engine, n: int) -> list[Request]:
     return got
 
 
-def run(body: Callable[[], Awaitable[None]]) -> None:
-    """Run the coroutine *body* makes, failing after 20 s."""
-    asyncio.run(asyncio.wait_for(body(), 20))
+def run(body: Callable[[], Awaitable[None]], seconds: float = 20) -> None:
+    """Run the coroutine *body* makes, failing after *seconds*."""
+    asyncio.run(asyncio.wait_for(body(), seconds))
