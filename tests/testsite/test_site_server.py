@@ -144,16 +144,19 @@ def test_max_rate_of_a_burst(site: TestSite) -> None:
     if time.monotonic() - started >= 0.9:
         pytest.skip("the machine is too slow for a 25-request burst within 1 s")
     hosts = site.stats()["hosts"]
-    assert hosts["127.0.0.2"] == {"requests": 25, "max_rate_1s": 25}
-    assert hosts["127.0.0.1"] == {"requests": 0, "max_rate_1s": 0}
+    busy, idle = hosts["127.0.0.2"], hosts["127.0.0.1"]
+    assert (busy["requests"], busy["max_rate_1s"], len(busy["peak_window"])) == (25, 25, 25)
+    assert idle == {"requests": 0, "max_rate_1s": 0, "peak_window": [], "robots_at": []}
 
 
 def test_rate_window_is_an_exact_sliding_window() -> None:
     window = RateWindow(1.0)
-    for t in (0.0, 0.5, 0.9, 1.0, 1.2, 1.95, 3.0):
-        window.add(t)
-    # (0.0, 1.0] holds 0.5, 0.9, 1.0; (0.2, 1.2] holds 0.5, 0.9, 1.0, 1.2
+    for t in (0.0, 0.5, 0.9, 1.0, 1.2, 1.95, 3.0, 3.1, 3.2, 3.3):
+        window.add(t, f"/{t}")
+    # (0.0, 1.0] holds 0.5, 0.9, 1.0; (0.2, 1.2] holds 0.5, 0.9, 1.0, 1.2; and so does
+    # (2.3, 3.3], which comes later: the first busiest window is the one kept
     assert window.peak == 4
+    assert window.peak_window == ((0.5, "/0.5"), (0.9, "/0.9"), (1.0, "/1.0"), (1.2, "/1.2"))
     spread = RateWindow(1.0)
     for i in range(100):
         spread.add(i * 0.25)  # four per second
@@ -168,10 +171,16 @@ def test_request_log_counts_hosts_and_rates_apart() -> None:
         log.record(0, "/")
     for i in range(10):
         now[0] = 5.0 + i * 0.2  # five per second
-        log.record(1, "/p/1")
+        log.record(1, "/p/1", "node2")
+    now[0] = 7.0
+    log.record_robots(1)
     snapshot = log.snapshot()
-    assert snapshot["hosts"]["127.0.0.1"] == {"requests": 30, "max_rate_1s": 30}
-    assert snapshot["hosts"]["127.0.0.2"] == {"requests": 10, "max_rate_1s": 5}
+    first, second = snapshot["hosts"]["127.0.0.1"], snapshot["hosts"]["127.0.0.2"]
+    assert (first["requests"], first["max_rate_1s"], len(first["peak_window"])) == (30, 30, 30)
+    assert (second["requests"], second["max_rate_1s"]) == (10, 5)
+    # the busiest window's requests, in seconds after the site's first request
+    assert second["peak_window"] == [[t, "/p/1 node2"] for t in (5.0, 5.2, 5.4, 5.6, 5.8)]
+    assert (first["robots_at"], second["robots_at"]) == ([], [7.0])
     assert snapshot["max_rate_1s"] == 30
     assert snapshot["active_seconds"] == pytest.approx(6.8)
 

@@ -27,7 +27,13 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
 
     {"port": int, "total_requests": int, "max_rate_1s": int, "rate_window": str,
      "active_seconds": float,            # first to last counted request
-     "hosts": {"127.0.0.1": {"requests": int, "max_rate_1s": int}, ...},
+     "hosts": {"127.0.0.1": {"requests": int, "max_rate_1s": int,
+                             # the first busiest 1-s window: [seconds after the first
+                             # counted request, "path client"] per request in it
+                             "peak_window": [[float, str], ...],
+                             "robots_at": [float, ...]},  # its first 4 robots.txt
+                                                          # requests, same clock
+               ...},
      "expected_urls": int, "content_requests": int, "content_fetched": int,
      "fetched_twice": [{"url": str, "count": int}, ...],   # content URLs only
      "never_fetched": [str, ...],                           # expected, not requested

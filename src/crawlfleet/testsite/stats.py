@@ -30,26 +30,29 @@ def is_problem_path(path: str) -> bool:
 
 
 class RateWindow:
-    """The highest number of events seen in any window of ``width`` seconds.
+    """The highest number of events seen in any window of ``width`` seconds, and the
+    first window that reached it (:attr:`peak_window`: each event's time and tag).
 
     Times passed to :meth:`add` must not decrease (a monotonic clock).
     """
 
-    __slots__ = ("_times", "_width", "peak")
+    __slots__ = ("_times", "_width", "peak", "peak_window")
 
     def __init__(self, width: float = RATE_WINDOW_SECONDS) -> None:
         self._width = width
-        self._times: deque[float] = deque()
+        self._times: deque[tuple[float, str]] = deque()
         self.peak = 0
+        self.peak_window: tuple[tuple[float, str], ...] = ()
 
-    def add(self, t: float) -> None:
+    def add(self, t: float, tag: str = "") -> None:
         times = self._times
-        times.append(t)
+        times.append((t, tag))
         cutoff = t - self._width
-        while times[0] <= cutoff:
+        while times[0][0] <= cutoff:
             times.popleft()
         if len(times) > self.peak:
             self.peak = len(times)
+            self.peak_window = tuple(times)
 
 
 #: Distinct client labels tracked; more are counted together as "(other)".
@@ -105,6 +108,7 @@ class RequestLog:
         """Forget every request counted so far."""
         self._counts: dict[Loc, int] = {}
         self._robots = [0] * self._model.hosts
+        self._robots_at: list[list[float]] = [[] for _ in range(self._model.hosts)]
         self._banned = [0] * self._model.hosts
         self._host_requests = [0] * self._model.hosts
         self._host_rates = [RateWindow() for _ in range(self._model.hosts)]
@@ -122,7 +126,7 @@ class RequestLog:
         key = (host, path)
         self._counts[key] = self._counts.get(key, 0) + 1
         self._host_requests[host] += 1
-        self._host_rates[host].add(now)
+        self._host_rates[host].add(now, f"{path} {client or ''}".rstrip())
         self._site_rate.add(now)
         if self._first is None:
             self._first = now
@@ -146,6 +150,7 @@ class RequestLog:
 
     def record_robots(self, host: int) -> None:
         self._robots[host] += 1
+        self._robots_at[host].append(self._clock())
 
     def count(self, loc: Loc) -> int:
         return self._counts.get(loc, 0)
@@ -179,6 +184,7 @@ class RequestLog:
                 unknown[u] = n
         never = sorted(url(loc, port) for loc in self._content if loc not in self._counts)
         active = 0.0 if self._first is None or self._last is None else self._last - self._first
+        start = self._first if self._first is not None else 0.0
         return {
             "port": port,
             "total_requests": sum(self._host_requests),
@@ -189,6 +195,10 @@ class RequestLog:
                 host_address(h): {
                     "requests": self._host_requests[h],
                     "max_rate_1s": self._host_rates[h].peak,
+                    "peak_window": [
+                        [round(t - start, 4), tag] for t, tag in self._host_rates[h].peak_window
+                    ],
+                    "robots_at": [round(t - start, 4) for t in self._robots_at[h][:4]],
                 }
                 for h in range(self._model.hosts)
             },
