@@ -17,7 +17,7 @@ from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.replies import text
-from tests.support.frontier import lease_all, out
+from tests.support.frontier import fp, lease_all, out
 
 T = TypeVar("T")
 
@@ -61,6 +61,63 @@ def test_duplicates_a_node_found_itself_count_in_the_jobs_epoch_only(
         assert (await f.counters()).get("duplicates", 0) == 0
 
     run(body)
+
+
+def test_the_feed_tells_each_node_what_the_others_queued(run: Callable[..., Any]) -> None:
+    """A commit reads the job's feed from the node's place on (the fingerprints the
+    job's commits added, in order, without the ones it found seen or that bypass the
+    filter), then adds its own; a node that has read all of it is placed after its own;
+    a node without a cache neither reads nor feeds it; a place of another epoch (the job
+    was reset) reads the new epoch's feed from its start. A job of several shards keeps
+    no feed."""
+
+    async def body(f: Frontier) -> None:
+        r = await f.commit("n1", [out("u1"), out("u2")], feed=0)
+        if isinstance(f, JobFrontier):
+            assert (r.feed_place, r.feed) == (-1, [])
+            return
+        epoch = r.epoch
+        assert (r.feed_place, r.feed) == (2, [])  # its own are not read back
+        r = await f.commit("n2", [out("u3"), out("u1"), out("x", dont_filter=True)], feed=0)
+        assert (r.feed_place, r.feed) == (3, [fp("u1"), fp("u2")])
+        r = await f.commit("n3", [out("u4")], feed=-1)  # no cache: no feed
+        assert (r.feed_place, r.feed) == (-1, [])
+        r = await f.commit("n1", [out("u5")], epoch=epoch, feed=2)
+        assert (r.feed_place, r.feed) == (4, [fp("u3")])
+        r = await f.commit("n2", epoch=epoch, feed=3)  # behind by one: its own u5 stays
+        assert (r.feed_place, r.feed) == (4, [fp("u5")])
+        r = await f.commit("n2", [out("u6")], epoch=epoch, feed=1)  # read again from 1
+        assert (r.feed_place, r.feed) == (5, [fp("u2"), fp("u3"), fp("u5")])
+        await f.reset()
+        r = await f.commit("n1", [out("u7")], epoch=epoch, feed=4)
+        assert r.epoch != epoch and (r.feed_place, r.feed) == (1, [])
+        r = await f.commit("n2", epoch=epoch, feed=5)
+        assert (r.feed_place, r.feed) == (1, [fp("u7")])
+
+    run(body)
+
+
+def test_the_feed_keeps_its_newest_and_reads_a_bounded_part(
+    run_redis: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The feed keeps about FEED_KEPT fingerprints: a place older than the oldest kept
+    reads from there; a commit reads at most FEED_READ."""
+    import crawlfleet.frontier.client as client_module
+
+    monkeypatch.setattr(client_module, "FEED_KEPT", 8)
+    monkeypatch.setattr(client_module, "FEED_READ", 3)
+
+    async def body(f: Frontier) -> None:
+        r = await f.commit("n1", [out(f"u{i}") for i in range(20)], feed=0)
+        assert r.feed_place == 20
+        assert await f.client.llen(f.keys.feed) == 8  # trimmed to its newest 8
+        r = await f.commit("n2", feed=0)
+        assert (r.feed_place, r.feed) == (15, [fp("u12"), fp("u13"), fp("u14")])
+        r = await f.commit("n2", [out("u20")], epoch=r.epoch, feed=r.feed_place)
+        # behind before this commit: it reads its own u20 later, in turn
+        assert (r.feed_place, r.feed) == (18, [fp("u15"), fp("u16"), fp("u17")])
+
+    run_redis(body)
 
 
 def test_dont_filter_bypasses_the_seen_filter(run: Callable[..., Any]) -> None:

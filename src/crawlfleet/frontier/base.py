@@ -75,6 +75,7 @@ class Committer(Protocol):
         epoch: str = "",
         revisits: Sequence[Revisit] = (),
         untracked: Sequence[Untrack] = (),
+        feed: int = -1,
     ) -> CommitResult:
         """Queue *requests* (dropping what the seen-filter knows), acknowledge the leases
         *acks* of *node* (done: removed for good) and set the entries *bad* aside. A
@@ -96,9 +97,17 @@ class Committer(Protocol):
         reset. *known* duplicates the node found itself (fingerprints it knows the
         seen-filter holds) are counted with the job's duplicates only if *epoch* is the
         job's (``CommitResult.known_counted``); else the job was reset since the node
-        learned them, and they are not duplicates."""
+        learned them, and they are not duplicates.
+
+        *feed* (0 or more): the node's place in the job's feed, the fingerprints its
+        commits added to the seen-filter in this epoch, in order. The result gives up to
+        :data:`~crawlfleet.frontier.records.FEED_READ` of them from that place on (from
+        the oldest kept when the place is older, or of another epoch) and the node's
+        next place (``CommitResult.feed``, ``feed_place``; after this commit's own when
+        it has read them all); this commit's new fingerprints join the feed. A frontier
+        without a feed (a job of several shards) gives none and the place -1."""
         return await self._commit(
-            CommitBatch(node, requests, acks, bad, known, epoch, revisits, untracked)
+            CommitBatch(node, requests, acks, bad, known, epoch, revisits, untracked, feed)
         )
 
     async def commit_batch(self, batch: CommitBatch) -> CommitResult:

@@ -24,6 +24,8 @@ from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     CHANGES_MAXLEN,
+    FEED_KEPT,
+    FEED_READ,
     PRIORITY_LIMIT,
     REVISIT_SHARE,
     WAITING,
@@ -233,6 +235,9 @@ class Frontier(Committer):
                 len(batch.untracked),
                 self.changes_maxlen,
                 len(qindex),
+                batch.feed,
+                FEED_READ,
+                FEED_KEPT,
                 *seen_args,
                 *qindex,
                 *batch.acks,
@@ -246,7 +251,8 @@ class Frontier(Committer):
 
     def _committed(self, reply: Sequence[Any]) -> CommitResult:
         """The CommitResult of commit.lua's *reply*."""
-        queued, dups, acked, dup_idx, layers, job_epoch, counted, revisited, untracked = reply
+        queued, dups, acked, dup_idx, layers, job_epoch, counted, revisited, untracked, *fed = reply
+        place, feed = fed
         self._note_layers(layers)
         return CommitResult(
             int(queued),
@@ -257,6 +263,8 @@ class Frontier(Committer):
             int(counted),
             int(revisited),
             int(untracked),
+            int(place),
+            list(feed),
         )
 
     async def lease(

@@ -25,6 +25,8 @@ from crawlfleet.frontier.control import control_fields, desired, encode_command
 from crawlfleet.frontier.records import (
     BACKOFF_OVER_MS,
     CHANGES_MAXLEN,
+    FEED_KEPT,
+    FEED_READ,
     REVISIT_SHARE,
     BackoffOptions,
     CommitBatch,
@@ -90,6 +92,8 @@ class _Job:
     seeds: dict[str, list[bytes]] = field(default_factory=dict)
     #: the change stream: (entry id "<ms>-<n>", event), oldest first
     changes: list[tuple[str, bytes]] = field(default_factory=list)
+    #: the newest fingerprints commits added to the seen-filter (counter "fed": all)
+    feed: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -200,13 +204,15 @@ class MemoryFrontier(Committer):
                 j.entries.pop(u.rid, None)
                 untracked += 1
                 self._note_change(u.event)
-        queued, waiting, dup_idx = 0, 0, []
+        place, feed = self._read_feed(batch, job_epoch)
+        queued, waiting, dup_idx, added = 0, 0, [], []
         for i, r in enumerate(batch.requests):
             if r.fp and r.fp in j.seen:
                 dup_idx.append(i)
                 continue
             if r.fp:
                 j.seen.add(r.fp)
+                added.append(r.fp)
             j.seq += 1
             rid = str(j.seq)
             entry = _Entry((-r.priority, j.seq), r.site, r.payload)
@@ -229,6 +235,14 @@ class MemoryFrontier(Committer):
         self._count("revisits", revisited - tracked)  # a page's first keeping is no revisit
         if tracked - untracked:
             j.counters["tracked"] = max(0, j.counters.get("tracked", 0) + tracked - untracked)
+        if place >= 0 and added:  # as commit.lua
+            fed = j.counters.get("fed", 0)
+            j.feed += added
+            if len(j.feed) > FEED_KEPT + FEED_KEPT // 8:
+                del j.feed[:-FEED_KEPT]
+            if place == fed:
+                place = fed + len(added)
+            self._count("fed", len(added))
         return CommitResult(
             queued + waiting,
             len(dup_idx),
@@ -238,7 +252,23 @@ class MemoryFrontier(Committer):
             counted,
             revisited,
             untracked,
+            place,
+            feed,
         )
+
+    def _read_feed(self, batch: CommitBatch, job_epoch: str) -> tuple[int, list[bytes]]:
+        """The node's next place in the job's feed and the fingerprints read there, as
+        commit.lua reads them (-1 and none when the node keeps no cache)."""
+        place, j = batch.feed, self._job
+        if place < 0:
+            return -1, []
+        fed = j.counters.get("fed", 0)
+        if batch.epoch != job_epoch or place > fed:
+            place = 0
+        first = fed - len(j.feed)
+        place = max(place, first)
+        n = min(fed - place, FEED_READ)
+        return place + n, j.feed[place - first : place - first + n]
 
     def _note_change(self, event: bytes) -> None:
         """Append *event* (b"": none) to the job's change stream, counted "changes"."""

@@ -15,6 +15,8 @@ from crawlfleet.redis.replies import text
 __all__ = [
     "BACKOFF_OVER_MS",
     "CHANGES_MAXLEN",
+    "FEED_KEPT",
+    "FEED_READ",
     "FINGERPRINT_BYTES",
     "MAX_SHARDS",
     "PRIORITY_LIMIT",
@@ -55,6 +57,10 @@ __all__ = [
 #: request waits in the job's waiting set now (its due time, no lease, no owner: see
 #: commit.lua). No node id starts with "~".
 WAITING = "~retry"
+#: Most fingerprints one commit reads from the job's feed (a node that starts late, or
+#: fell behind, catches up over several commits), and about how many the feed keeps.
+FEED_READ = 2000
+FEED_KEPT = 50_000
 #: Most shards a job may have (each is a hash tag, its own keys and a call per lease).
 MAX_SHARDS = 1024
 #: Bytes of a request fingerprint kept in the seen-filter (of Scrapy's 20).
@@ -165,6 +171,10 @@ class CommitBatch:
     epoch: str
     revisits: Sequence[Revisit] = ()
     untracked: Sequence[Untrack] = ()
+    #: the node's place in the job's feed of fingerprints its commits added (what it has
+    #: read so far; see :meth:`~crawlfleet.frontier.base.Committer.commit`); -1: the
+    #: node keeps no cache of seen fingerprints, the commit neither reads nor feeds it
+    feed: int = -1
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,10 @@ class CommitResult:
     revisited: int = 0
     #: untracks applied (the lease was still the node's: it is gone for good)
     untracked: int = 0
+    #: the node's new place in the feed (-1: not read), and the fingerprints read there,
+    #: of the job's *epoch*
+    feed_place: int = -1
+    feed: list[bytes] = field(default_factory=list)
 
 
 class LeaseOptions(TypedDict, total=False):

@@ -165,6 +165,7 @@ class Outbox:
             seen.epoch,
             revisits,
             untracked,
+            seen.place,
         )
         leased: LeaseResult | None = None
         self.sent_at = asyncio.get_event_loop().time()
@@ -216,7 +217,8 @@ class Outbox:
         """Settle the duplicates the seen cache found (``ledger.known``) with what a
         commit (of the fingerprints *committed*) says of the job's epoch: counted by it,
         they are duplicates; if the job was reset since the cache learned them, the cache
-        starts over and they are sent after all."""
+        starts over and they are sent after all. Then the cache takes what the commit
+        read of the job's feed (of the commit's epoch)."""
         ledger, seen = self.core.ledger, self.core.ledger.seen
         if not result.epoch:
             return  # not read (a sharded commit without shard 0): they wait
@@ -239,14 +241,14 @@ class Outbox:
                     logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
                     continue
                 ledger.add_out(request, self.fingerprint(request), payload)
-            return
-        if not seen.epoch:
+        elif seen.epoch:
+            confirmed = ledger.known[: result.known_counted]
+            del ledger.known[: result.known_counted]
+            # the scheduler said "dropped" to the engine already
+            self.count_duplicates(confirmed)
+        else:
             seen.epoch = result.epoch  # the first commit: the next one counts them
-            return
-        confirmed = ledger.known[: result.known_counted]
-        del ledger.known[: result.known_counted]
-        # the scheduler said "dropped" to the engine already
-        self.count_duplicates(confirmed)
+        seen.fed(result.feed_place, result.feed)
 
     def count_duplicates(self, requests: list[Request]) -> None:
         """*requests* were duplicates (known here, or to the shared seen-filter)."""

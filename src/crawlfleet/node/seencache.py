@@ -14,6 +14,12 @@ old generation moves to the new one, so the links a crawl keeps meeting stay. At
 The cache belongs to one incarnation of the job, named by the *epoch* Redis gives it
 (see ``commit.lua``): a node that sees another epoch (the job was reset under it)
 starts over, see :class:`~crawlfleet.node.outbox.Outbox`.
+
+What the other nodes queued comes with each commit's reply: the job's feed of the
+fingerprints its commits added, read from the cache's *place* on (see
+:meth:`~crawlfleet.frontier.base.Committer.commit`). Without it a node would ask Redis
+once about each link another node queued; with it, a crawl's navigation links are asked
+about about once in the whole fleet.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ class SeenCache:
         self._old: set[bytes] = set()
         #: the job's epoch these fingerprints belong to ("": not known yet)
         self.epoch = ""
+        #: the place in the job's feed of this epoch read so far (-1: no cache, no feed)
+        self.place = 0 if size else -1
         #: lookups made, and how many found their fingerprint
         self.lookups = 0
         self.hits = 0
@@ -68,6 +76,15 @@ class SeenCache:
         self._new.clear()
         self._old.clear()
         self.epoch = epoch
+        self.place = 0 if self.size else -1
+
+    def fed(self, place: int, fingerprints: list[bytes]) -> None:
+        """The job's feed gave *fingerprints* (of this cache's epoch), the next read
+        from *place* (-1: the frontier keeps no feed)."""
+        if self.size and place >= 0:
+            for fp in fingerprints:
+                self._put(fp)
+            self.place = place
 
     def __len__(self) -> int:
         return len(self._new) + len(self._old)

@@ -74,6 +74,10 @@ keeps its own ``nodes`` (for reclaiming a dead node's leases) and counters::
     <prefix>:{<job>}:seen              set    exact mode: binary fingerprints
     <prefix>:{<job>}:bloom             hash   Bloom mode: layer parameters and counts
     <prefix>:{<job>}:bloom:<n>         string Bloom mode: bitmap of layer n (1-based)
+    <prefix>:{<job>}:feed              list   the fingerprints the job's commits added to
+                                              its seen-filter, newest last, the newest
+                                              50,000 or so kept; read by each node into
+                                              its cache of seen fingerprints (commit.lua)
     <prefix>:{<job>}:items             stream item records for item workers (entry format
                                               in crawlfleet.pipelines.stream)
     <prefix>:{<job>}:items:dead        stream entries item workers could not store, each
@@ -381,6 +385,10 @@ class JobKeys:
         return f"{self.base}:bloom:{n}"
 
     @property
+    def feed(self) -> str:
+        return f"{self.base}:feed"
+
+    @property
     def items(self) -> str:
         return f"{self.base}:items"
 
@@ -417,7 +425,7 @@ class JobKeys:
         then the queues of *sites*, the i-th site's at its 1-based index i."""
         # new requests only: a site's queue and FIFO list (revisits are queued by requeue)
         queues = [key for site in sites for key in (self.queue(site), self.fifo(site))]
-        return [*self._frontier(), self.bad, self.changes, *seen, *queues]
+        return [*self._frontier(), self.bad, self.changes, self.feed, *seen, *queues]
 
     def for_lease(self, sites: Iterable[str]) -> list[str]:
         """The KEYS of lease.lua (on one Redis: the fleet's pacing keys too), with the
@@ -495,5 +503,6 @@ class JobKeys:
             self.control,
             self.seen,
             self.bloom,
+            self.feed,
             *((self.shards_key,) if self.shard == 0 else ()),
         ]

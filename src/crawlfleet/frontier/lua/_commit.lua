@@ -18,8 +18,12 @@
 -- KEYS[7] bad       list  malformed entries, kept for inspection
 -- KEYS[8] changes   stream  the job's change stream: events of revisits and untracks
 --                   (one field "e"), trimmed to about ARGV[12] entries
--- KEYS[9 .. 8+S]    seen-filter keys (S = ARGV[2]; layout per seen library)
--- KEYS[9+S ..]      two keys per site: its queue (zset rid -> score, -priority * 2^32
+-- KEYS[9] feed      list  the fingerprints this job's commits added to its seen-filter,
+--                   oldest first, its newest ARGV[16] (about) kept; counters field
+--                   "fed" counts every one ever added in this epoch (a place in the
+--                   feed is that count when it was added)
+-- KEYS[10 .. 9+S]   seen-filter keys (S = ARGV[2]; layout per seen library)
+-- KEYS[10+S ..]     two keys per site: its queue (zset rid -> score, -priority * 2^32
 --                   + seq) and its FIFO list of priority-0 requests ("<rid>\0<payload>"
 --                   items: no req entry while queued, the lean form of most requests)
 --
@@ -33,6 +37,9 @@
 -- ARGV[10] V (revisits)    ARGV[11] U (untracks)
 -- ARGV[12] most entries kept in the change stream (XADD MAXLEN ~; at least 1)
 -- ARGV[13] Q (sites of the requests)
+-- ARGV[14] the node's place in the feed (what it has read so far; -1: it keeps no
+--          cache of seen fingerprints: the commit neither reads nor feeds the feed)
+-- ARGV[15] most fingerprints read from the feed    ARGV[16] most kept in the feed
 -- then P seen parameters, Q site names (in queue index order), A rids to acknowledge,
 -- B rids to set aside,
 -- then V groups of 5 (revisits): rid, delay (ms), new payload, "1" if first kept
@@ -60,11 +67,20 @@
 --
 -- The job's epoch (counters field "epoch") names this incarnation of the job: set by
 -- the first commit, from Redis's clock in µs, and gone with the counters when the job
--- is reset, so that a node can tell its cache of seen fingerprints is stale.
+-- is reset, so that a node can tell its cache of seen fingerprints is stale. A new
+-- epoch starts with an empty feed.
+--
+-- The feed tells each node what the others queued, so that it drops the links they
+-- already queued without asking again (most links of a real site are met on many
+-- pages, by every node): before its requests are checked, the node gets up to
+-- ARGV[15] fingerprints from its place on (from the oldest kept when its place is
+-- older, or belongs to another epoch); the fingerprints this commit adds then join
+-- the feed. A node that has read the whole feed is placed after its own.
 --
 -- Returns {queued (waiting included), duplicates (found here), acked (of the A acks),
 --          {1-based indexes of duplicate requests}, new bloom layers, the job's epoch,
---          K if counted else 0, revisits applied, untracks applied}
+--          K if counted else 0, revisits applied, untracks applied,
+--          the node's new place in the feed (-1 if ARGV[14] was), {fingerprints read}}
 --          (wrapped with the counters' repairs and the entries found gone: see
 --          _counters.lua, _entry.lua)
 -- An ack, revisit or untrack is applied only if the lease is still this node's (a
@@ -82,23 +98,44 @@ local function commit_run(KEYS, ARGV)
   local S, P, A, B, R = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
                         tonumber(ARGV[5]), tonumber(ARGV[6])
   local V, U, maxlen = tonumber(ARGV[10]), tonumber(ARGV[11]), math.max(1, tonumber(ARGV[12]))
+  local feed_key = KEYS[9]
   local seen_keys, seen_args = {}, {}
-  for i = 1, S do seen_keys[i] = KEYS[8 + i] end
-  for i = 1, P do seen_args[i] = ARGV[13 + i] end
+  for i = 1, S do seen_keys[i] = KEYS[9 + i] end
+  for i = 1, P do seen_args[i] = ARGV[16 + i] end
   local Q = tonumber(ARGV[13])
   local site_of = {}
-  for i = 1, Q do site_of[i] = ARGV[13 + P + i] end
+  for i = 1, Q do site_of[i] = ARGV[16 + P + i] end
   seen_init(seen_keys, seen_args)
-  local qbase = 8 + S
-  local pos = 14 + P + Q
+  local qbase = 9 + S
+  local pos = 17 + P + Q
 
-  local epoch = redis.call('HGET', counters_key, 'epoch')
+  local head = redis.call('HMGET', counters_key, 'epoch', 'fed', 'seq')
+  local epoch, fed = head[1], tonumber(head[2] or '0') or 0
   if not epoch then
     epoch = string.format('%.0f', now_us())
     redis.call('HSET', counters_key, 'epoch', epoch)
+    redis.call('DEL', feed_key)  -- an earlier epoch's (a reset that left it)
+    fed = 0
   end
   local known = 0
   if ARGV[9] == epoch then known = tonumber(ARGV[8]) or 0 end
+
+  -- the feed from the node's place on (see above)
+  local place, feed_read, feed_kept = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+  local feeding, feed_out = place >= 0 and feed_kept > 0, {}
+  if feeding then
+    if ARGV[9] ~= epoch or place > fed then place = 0 end
+    if place < fed then
+      local first = fed - redis.call('LLEN', feed_key)  -- the place of the oldest kept
+      if place < first then place = first end
+      local n = math.min(fed - place, feed_read)
+      if n > 0 then
+        feed_out = redis.call('LRANGE', feed_key, place - first, place - first + n - 1)
+        place = place + n
+      end
+    end
+  end
+  local added = {}
 
   -- the lease of *rid* ends if it is still this node's, its request gone for good (its
   -- entry kept in the bad list if *set_aside*); whether it did
@@ -170,12 +207,12 @@ local function commit_run(KEYS, ARGV)
   end
 
   local queued, waiting, dups, dup_idx = 0, 0, 0, {}
-  local seq = tonumber(redis.call('HGET', counters_key, 'seq') or '0')
+  local seq = tonumber(head[3] or '0')
   if not seq then
     -- unreadable (a hand edit, a bug): go on from Redis's clock in µs, far above any
     -- sequence used so far, so that no request id is given twice
     seq = now_us()
-    local was = redis.call('HGET', counters_key, 'seq')
+    local was = head[3]
     redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq))
     note_repair(counters_key, 'seq', was, string.format('%.0f', seq))
   end
@@ -195,6 +232,7 @@ local function commit_run(KEYS, ARGV)
       dups = dups + 1
       dup_idx[#dup_idx + 1] = i
     else
+      if feeding and fp ~= '' then added[#added + 1] = fp end
       seq = seq + 1
       local rid = string.format('%.0f', seq)
       local score = -prio * 4294967296 + (seq % 4294967296)
@@ -231,7 +269,21 @@ local function commit_run(KEYS, ARGV)
     redis.call('ZADD', sites_key, 'NX', '0', site_of[qi])
   end
 
-  if R > 0 then redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq)) end
+  if #added > 0 then
+    local length
+    for first = 1, #added, PUSH_CHUNK do
+      length = redis.call('RPUSH', feed_key,
+                          unpack(added, first, math.min(#added, first + PUSH_CHUNK - 1)))
+    end
+    -- trimmed by an eighth at a time, not by each push
+    if length > feed_kept + feed_kept / 8 then redis.call('LTRIM', feed_key, -feed_kept, -1) end
+    if place == fed then place = fed + #added end  -- all read: not its own again
+    fed = fed + #added
+    redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq),
+               'fed', string.format('%.0f', fed))
+  elseif R > 0 then
+    redis.call('HSET', counters_key, 'seq', string.format('%.0f', seq))
+  end
   if queued > 0 then
     count(counters_key, 'queued', queued)
     count(counters_key, 'enqueued', queued)
@@ -253,6 +305,7 @@ local function commit_run(KEYS, ARGV)
   if revisited > tracked then count(counters_key, 'revisits', revisited - tracked) end
   if tracked - untracked ~= 0 then count(counters_key, 'tracked', tracked - untracked) end
   if changes > 0 then count(counters_key, 'changes', changes) end
+  if not feeding then place = -1 end
   return {queued + waiting, dups, acked, dup_idx, seen_new_layers(), epoch, known, revisited,
-          untracked}
+          untracked, place, feed_out}
 end
