@@ -178,7 +178,7 @@ def test_ack_removes_the_lease_and_only_the_owner_can_ack(run: Callable[..., Any
         rids = [e.rid for e in res.entries]
         r = await f.commit("n2", acks=rids)  # not n2's leases
         assert r.acked == 0
-        r = await f.commit("n1", acks=rids)
+        r = await f.commit("n1", acks=[*rids, rids[0], "no such lease"])  # one acked twice
         assert r.acked == 2
         c = await f.counters()
         assert c["leased"] == 0 and c["queued"] == 0 and c["acked"] == 2

@@ -151,9 +151,26 @@ local function commit_run(KEYS, ARGV)
     return true
   end
 
+  -- the acknowledgements in a few variadic calls, not four a lease: their owners at
+  -- once, then the leases still this node's end together
   local acked, bad = 0, 0
-  for i = pos, pos + A - 1 do
-    if end_lease(ARGV[i], false) then acked = acked + 1 end
+  for first = pos, pos + A - 1, PUSH_CHUNK do
+    local last = math.min(pos + A - 1, first + PUSH_CHUNK - 1)
+    local owners = redis.call('HMGET', owner_key, unpack(ARGV, first, last))
+    local ended, taken = {}, {}
+    for i = first, last do
+      local rid = ARGV[i]
+      if owners[i - first + 1] == node and not taken[rid] then
+        taken[rid] = true
+        ended[#ended + 1] = rid
+      end
+    end
+    if #ended > 0 then
+      redis.call('ZREM', leases_key, unpack(ended))
+      redis.call('HDEL', owner_key, unpack(ended))
+      redis.call('HDEL', req_key, unpack(ended))
+      acked = acked + #ended
+    end
   end
   for i = pos + A, pos + A + B - 1 do
     if end_lease(ARGV[i], true) then bad = bad + 1 end
