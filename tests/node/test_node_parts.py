@@ -420,6 +420,33 @@ def test_repeated_links_are_duplicates_counted_in_the_job_with_or_without_the_ca
     run(body)
 
 
+def test_a_node_knows_the_links_other_nodes_queued_from_the_jobs_feed() -> None:
+    """A link another node queued comes to this node's cache with its next commit (the
+    job's feed): met later, it is a duplicate without asking the frontier, counted in
+    the job's figures all the same."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        other = MemoryFrontier("job", store)
+        nav = Request("http://a.test/nav")
+        await other.commit("other", [Outgoing(fp_of(nav.url), "a.test", 0, encode(nav))], feed=0)
+        scheduler.enqueue_request(Request("http://a.test/1"))  # its commit reads the feed
+        await until(lambda: not scheduler.ledger.unsent)
+        seen = scheduler.ledger.seen
+        assert fp_of(nav.url) in seen and seen.place == 2
+        assert not scheduler.enqueue_request(Request("http://a.test/nav"))  # known here
+        scheduler.enqueue_request(Request("http://a.test/2"))
+        await until(lambda: not scheduler.ledger.unsent)
+        counters = store["job"].counters
+        assert (counters["enqueued"], counters["duplicates"]) == (3, 1)
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
 def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> None:
     """A forced reset empties the seen-filter under a live node: a link its cache knew
     is sent again (and queued in the new epoch of the job), not dropped as seen."""
