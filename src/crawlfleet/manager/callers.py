@@ -2,7 +2,10 @@
 serves the caller's requests for :data:`CALLER_SECONDS`, so a client asking many times
 a second costs the state DB one lookup a second or so, not one per request.
 
-Only callers found are kept (a token made a moment ago works at once). A token revoked
+One lookup of a credential at a time: the requests that ask for it while it runs wait
+for that one (when the caller's time is up, a client with fifty requests in flight
+costs one lookup, not fifty at once on the state DB's threads). Only callers found are
+kept (a token made a moment ago works at once). A token revoked
 or a session ended elsewhere (``crawlfleet manager token revoke``, another manager) is
 refused within :data:`CALLER_SECONDS`; through this manager, at once (every change
 through it forgets them all: :meth:`ManagerContext.changed`). Kept by a hash of the
@@ -11,10 +14,11 @@ credential, never the credential itself.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["CALLER_SECONDS", "RecentCallers"]
 
@@ -33,6 +37,8 @@ class RecentCallers:
         self.seconds = seconds
         self.max_callers = max_callers
         self._found: dict[str, tuple[float, object]] = {}
+        self._finding: dict[str, asyncio.Task[Any]] = {}
+        self._forgotten = 0  # how many times forget() was called
 
     async def lookup(
         self, kind: str, credential: str, find: Callable[[], Awaitable[T | None]]
@@ -44,7 +50,27 @@ class RecentCallers:
         hit = self._found.get(key)
         if hit is not None and now - hit[0] < self.seconds:
             return hit[1]  # type: ignore[return-value]  # what find() gave for this key
-        found = await find()
+        task = self._finding.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._find(key, now, find))
+            # a failure nobody waits for any more is not an "exception never retrieved"
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._finding[key] = task
+        # a request that goes away does not cancel the lookup the others wait for
+        found: T | None = await asyncio.shield(task)
+        return found
+
+    async def _find(
+        self, key: str, now: float, find: Callable[[], Awaitable[T | None]]
+    ) -> T | None:
+        forgotten = self._forgotten
+        try:
+            found = await find()
+        finally:
+            if self._finding.get(key) is asyncio.current_task():
+                del self._finding[key]
+        if forgotten != self._forgotten:
+            return found  # a change came meanwhile: this answer serves only its askers
         if found is None:
             self._found.pop(key, None)
             return None
@@ -54,4 +80,7 @@ class RecentCallers:
         return found
 
     def forget(self) -> None:
+        """Look every caller up again (lookups running now serve only their askers)."""
         self._found.clear()
+        self._finding.clear()
+        self._forgotten += 1
