@@ -32,6 +32,7 @@ import logging
 from functools import cache
 from importlib import resources
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -55,7 +56,9 @@ SCRIPT_PACKAGES = (
 )
 
 
+@cache
 def _read(name: str) -> str:
+    """The text of Lua file *name* (read once: the installed package does not change)."""
     for package in SCRIPT_PACKAGES:
         path = resources.files(package).joinpath("lua", name)
         if path.is_file():
@@ -98,6 +101,18 @@ def script_source(name: str, seen_mode: str | None = None) -> str:
     return body
 
 
+#: The scripts registered on each client, by seen mode (a frontier made for each request
+#: of the manager registers nothing anew)
+_REGISTERED: WeakKeyDictionary[Redis, dict[str, dict[str, AsyncScript]]] = WeakKeyDictionary()
+
+
+@cache
+def _wrapped() -> frozenset[str]:
+    """The scripts of :class:`ScriptSet` whose reply comes wrapped with the counters they
+    repaired."""
+    return frozenset(n for n in ScriptSet.NAMES if "counters" in _uses(_read(f"{n}.lua")))
+
+
 class ScriptSet:
     """The job scripts registered on one client, for one seen-filter mode."""
 
@@ -120,11 +135,15 @@ class ScriptSet:
     )
 
     def __init__(self, client: Redis, seen_mode: str) -> None:
-        self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(script_source(name, seen_mode)) for name in self.NAMES
-        }
+        by_mode = _REGISTERED.setdefault(client, {})
+        scripts = by_mode.get(seen_mode)
+        if scripts is None:
+            scripts = by_mode[seen_mode] = {
+                name: client.register_script(script_source(name, seen_mode)) for name in self.NAMES
+            }
+        self._scripts = scripts
         #: the scripts whose reply comes wrapped with the counters they repaired
-        self._wrapped = {name for name in self.NAMES if "counters" in _uses(_read(f"{name}.lua"))}
+        self._wrapped = _wrapped()
 
     async def __call__(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """The reply of script *name*; the counters it repaired are logged."""
