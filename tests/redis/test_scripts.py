@@ -4,13 +4,16 @@ names) the script binds them at its top and lists them in its header."""
 
 from __future__ import annotations
 
+import gc
 import re
+import weakref
 from importlib import resources
 
 import redis
 
+from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import FleetKeys, JobKeys, ProxyKeys, SeedKeys, seed_keys
-from crawlfleet.redis.scripts import SCRIPT_PACKAGES, script_source
+from crawlfleet.redis.scripts import SCRIPT_PACKAGES, ScriptSet, script_source
 
 _BINDING = re.compile(
     r"^\s*local ((?:\w+_key,\s*)*\w+_key)\s*=\s*((?:KEYS\[\d+\],\s*)*KEYS\[\d+\])", re.M
@@ -125,3 +128,17 @@ def test_each_script_takes_its_keys_from_the_key_schema_by_name() -> None:
         # the sites' queues) are read by position
         code = [line for line in _BINDING.sub("", body).splitlines() if not line.startswith("--")]
         assert not re.search(r"KEYS\[\d+\]", "\n".join(code)), f"{script}: a key by position"
+
+
+def test_a_client_registers_its_scripts_once_and_is_freed_with_them(redis_server_url: str) -> None:
+    """The manager makes a frontier for each job view: on one client the scripts are
+    registered once (by seen mode), and a client dropped is freed with them."""
+    client = make_client(redis_server_url)
+    first, again = ScriptSet(client, "exact"), ScriptSet(client, "exact")
+    bloom = ScriptSet(client, "bloom")
+    assert first._scripts is again._scripts and bloom._scripts is not first._scripts
+    assert first._scripts["commit"].registered_client is client
+    gone = weakref.ref(client)
+    del client, first, again, bloom
+    gc.collect()
+    assert gone() is None

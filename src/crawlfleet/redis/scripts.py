@@ -32,7 +32,6 @@ import logging
 from functools import cache
 from importlib import resources
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -101,9 +100,11 @@ def script_source(name: str, seen_mode: str | None = None) -> str:
     return body
 
 
-#: The scripts registered on each client, by seen mode (a frontier made for each request
-#: of the manager registers nothing anew)
-_REGISTERED: WeakKeyDictionary[Redis, dict[str, dict[str, AsyncScript]]] = WeakKeyDictionary()
+#: The attribute of a client that holds the scripts registered on it, by seen mode (a
+#: frontier made for each request of the manager registers nothing anew). Kept on the
+#: client itself: its scripts refer to it, and a cycle goes with the client, where a
+#: weak-keyed table would keep every client alive.
+_REGISTERED = "_crawlfleet_scripts"
 
 
 @cache
@@ -135,7 +136,7 @@ class ScriptSet:
     )
 
     def __init__(self, client: Redis, seen_mode: str) -> None:
-        by_mode = _REGISTERED.setdefault(client, {})
+        by_mode: dict[str, dict[str, AsyncScript]] = vars(client).setdefault(_REGISTERED, {})
         scripts = by_mode.get(seen_mode)
         if scripts is None:
             scripts = by_mode[seen_mode] = {
