@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from crawlfleet.manager.shared import single_flight
+
 __all__ = ["CALLER_SECONDS", "RecentCallers"]
 
 #: How long one lookup of a caller serves.
@@ -50,13 +52,7 @@ class RecentCallers:
         hit = self._found.get(key)
         if hit is not None and now - hit[0] < self.seconds:
             return hit[1]  # type: ignore[return-value]  # what find() gave for this key
-        task = self._finding.get(key)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._find(key, now, find))
-            # a failure nobody waits for any more is not an "exception never retrieved"
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            self._finding[key] = task
-        # a request that goes away does not cancel the lookup the others wait for
+        task = single_flight(self._finding, key, lambda: self._find(key, now, find))
         found: T | None = await asyncio.shield(task)
         return found
 
@@ -64,11 +60,7 @@ class RecentCallers:
         self, key: str, now: float, find: Callable[[], Awaitable[T | None]]
     ) -> T | None:
         forgotten = self._forgotten
-        try:
-            found = await find()
-        finally:
-            if self._finding.get(key) is asyncio.current_task():
-                del self._finding[key]
+        found = await find()
         if forgotten != self._forgotten:
             return found  # a change came meanwhile: this answer serves only its askers
         if found is None:

@@ -18,11 +18,13 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.responses import Response
 
-__all__ = ["FRESH_SECONDS", "STALE_SECONDS", "Made", "Shared"]
+__all__ = ["FRESH_SECONDS", "STALE_SECONDS", "Made", "Shared", "single_flight"]
+
+T = TypeVar("T")
 
 #: A figure made within this long is served as it is (the live streams send a round a
 #: second: each round's figures are made once).
@@ -49,6 +51,30 @@ class Made:
         return Response(self.body, media_type="application/json")
 
 
+def single_flight(
+    running: dict[str, asyncio.Task[Any]], key: str, make: Callable[[], Awaitable[T]]
+) -> asyncio.Task[T]:
+    """The task that makes *key*'s value: the one in *running*, else a new one running
+    *make* (in *running* until it ends; a caller may drop it from there sooner, e.g. to
+    have the next ask start anew). A task of its own, so a caller that goes away does
+    not cancel it for the others (await it through ``asyncio.shield``); a failure
+    nobody waits for any more is not an "exception never retrieved"."""
+    task: asyncio.Task[T] | None = running.get(key)
+    if task is None:
+
+        async def run() -> T:
+            try:
+                return await make()
+            finally:
+                if running.get(key) is task:
+                    del running[key]
+
+        task = asyncio.get_running_loop().create_task(run())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        running[key] = task
+    return task
+
+
 class Shared:
     """See the module docstring."""
 
@@ -73,28 +99,20 @@ class Shared:
         age = time.monotonic() - made.at if made is not None else None
         if made is not None and age is not None and age < self.fresh_seconds:
             return made
-        task = self._making.get(key)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._make(key, make))
-            # a failure nobody waits for any more is not an "exception never retrieved"
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            self._making[key] = task
+        task = single_flight(self._making, key, lambda: self._make(key, make))
         if made is not None and age is not None and age < self.stale_seconds:
             return made  # the next one is on its way: nobody waits for Redis
         return await asyncio.shield(task)
 
     async def _make(self, key: str, make: Callable[[], Awaitable[Any]]) -> Made:
-        try:
-            value = await make()
-            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-            made = Made(value, time.monotonic(), text, text.encode())
-            self.makings += 1
-            if len(self._made) >= self.max_keys and key not in self._made:
-                self._made.clear()
-            self._made[key] = made
-            return made
-        finally:
-            self._making.pop(key, None)
+        value = await make()
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        made = Made(value, time.monotonic(), text, text.encode())
+        self.makings += 1
+        if len(self._made) >= self.max_keys and key not in self._made:
+            self._made.clear()
+        self._made[key] = made
+        return made
 
     def making(self) -> list[asyncio.Task[Made]]:
         """The figures being made now (the manager cancels them when it stops)."""

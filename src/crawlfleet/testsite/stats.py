@@ -30,21 +30,23 @@ def is_problem_path(path: str) -> bool:
 
 
 class RateWindow:
-    """The highest number of events seen in any window of ``width`` seconds, and the
-    first window that reached it (:attr:`peak_window`: each event's time and tag).
+    """The highest number of events seen in any window of ``width`` seconds, and, if
+    *keep_window*, the first window that reached it (:attr:`peak_window`: each event's
+    time and tag; copied at each new peak, so only where it is read).
 
     Times passed to :meth:`add` must not decrease (a monotonic clock).
     """
 
-    __slots__ = ("_times", "_width", "peak", "peak_window")
+    __slots__ = ("_keep", "_times", "_width", "peak", "peak_window")
 
-    def __init__(self, width: float = RATE_WINDOW_SECONDS) -> None:
+    def __init__(self, width: float = RATE_WINDOW_SECONDS, *, keep_window: bool = False) -> None:
         self._width = width
-        self._times: deque[tuple[float, str]] = deque()
+        self._keep = keep_window
+        self._times: deque[tuple[float, Any]] = deque()
         self.peak = 0
-        self.peak_window: tuple[tuple[float, str], ...] = ()
+        self.peak_window: tuple[tuple[float, Any], ...] = ()
 
-    def add(self, t: float, tag: str = "") -> None:
+    def add(self, t: float, tag: Any = None) -> None:
         times = self._times
         times.append((t, tag))
         cutoff = t - self._width
@@ -52,8 +54,12 @@ class RateWindow:
             times.popleft()
         if len(times) > self.peak:
             self.peak = len(times)
-            self.peak_window = tuple(times)
+            if self._keep:
+                self.peak_window = tuple(times)
 
+
+#: A host's robots.txt arrivals kept (the first ones).
+ROBOTS_KEPT = 4
 
 #: Distinct client labels tracked; more are counted together as "(other)".
 MAX_CLIENTS = 64
@@ -111,7 +117,7 @@ class RequestLog:
         self._robots_at: list[list[float]] = [[] for _ in range(self._model.hosts)]
         self._banned = [0] * self._model.hosts
         self._host_requests = [0] * self._model.hosts
-        self._host_rates = [RateWindow() for _ in range(self._model.hosts)]
+        self._host_rates = [RateWindow(keep_window=True) for _ in range(self._model.hosts)]
         self._site_rate = RateWindow()
         self._first: float | None = None
         self._last: float | None = None
@@ -126,7 +132,7 @@ class RequestLog:
         key = (host, path)
         self._counts[key] = self._counts.get(key, 0) + 1
         self._host_requests[host] += 1
-        self._host_rates[host].add(now, f"{path} {client or ''}".rstrip())
+        self._host_rates[host].add(now, (path, client))
         self._site_rate.add(now)
         if self._first is None:
             self._first = now
@@ -150,7 +156,8 @@ class RequestLog:
 
     def record_robots(self, host: int) -> None:
         self._robots[host] += 1
-        self._robots_at[host].append(self._clock())
+        if len(self._robots_at[host]) < ROBOTS_KEPT:
+            self._robots_at[host].append(self._clock())
 
     def count(self, loc: Loc) -> int:
         return self._counts.get(loc, 0)
@@ -196,9 +203,10 @@ class RequestLog:
                     "requests": self._host_requests[h],
                     "max_rate_1s": self._host_rates[h].peak,
                     "peak_window": [
-                        [round(t - start, 4), tag] for t, tag in self._host_rates[h].peak_window
+                        [round(t - start, 4), f"{path} {client or ''}".rstrip()]
+                        for t, (path, client) in self._host_rates[h].peak_window
                     ],
-                    "robots_at": [round(t - start, 4) for t in self._robots_at[h][:4]],
+                    "robots_at": [round(t - start, 4) for t in self._robots_at[h]],
                 }
                 for h in range(self._model.hosts)
             },
