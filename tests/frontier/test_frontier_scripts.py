@@ -12,10 +12,10 @@ import pytest
 from crawlfleet.fleet.snapshot import snapshot
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.frontier.memory import MemoryFrontier
-from crawlfleet.frontier.records import Outgoing
+from crawlfleet.frontier.records import Outgoing, SeedBatch
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.redis.connection import make_client
-from crawlfleet.redis.keys import JobKeys
+from crawlfleet.redis.keys import JobKeys, seed_keys
 from crawlfleet.redis.replies import text
 from tests.support.frontier import fp, lease_all, out
 
@@ -649,5 +649,31 @@ def test_priority_zero_entries_from_before_fifo_lists_come_first(
         await f.client.zadd(k.queue("a"), {"0": 0})
         await f.client.hincrby(k.counters, "queued", 1)
         assert await lease_all(f) == ["legacy", "new"]
+
+    run_redis(body)
+
+
+def test_a_seed_key_is_read_once_it_exists_and_an_absent_one_locks_nothing(
+    run_redis: Callable[..., Any], key_prefix: str
+) -> None:
+    """An absent seed key reads as "none" (one EXISTS, no script) and takes no reader
+    lock: a node that looked before the key existed does not keep the next one out. A
+    key of another type says its type; a list is read from its head."""
+
+    async def body(f: Frontier) -> None:
+        seed = f"{key_prefix}:seeds-{id(f)}"
+        assert await f.read_seeds(seed, 10, "n1", 60_000) == SeedBatch("none", 0, [])
+        await f.client.rpush(seed, b"http://a.test/1", b"http://a.test/2")
+        try:
+            batch = await f.read_seeds(seed, 1, "n2", 60_000)
+            assert batch == SeedBatch("list", 2, [b"http://a.test/1"])
+            assert (await f.read_seeds(seed, 1, "n1", 60_000)).kind == "busy"
+            await f.done_seeds(seed, "n2", batch)
+            await f.client.delete(seed)
+            await f.client.set(seed, b"not a list")
+            assert (await f.read_seeds(seed, 1, "n1", 60_000)).kind == "string"
+        finally:
+            keys = seed_keys(seed)
+            await f.client.delete(seed, keys.reader, keys.unreadable)
 
     run_redis(body)

@@ -572,8 +572,14 @@ class Frontier(Committer):
     # -- seed lists (scrapy-redis compatible) ---------------------------------------
     async def read_seeds(self, key: str, n: int, node: str, lock_ms: int) -> SeedBatch:
         """Up to *n* entries of the seed key *key*, left in place; *node* reads the key
-        alone until :meth:`done_seeds` or for *lock_ms*."""
+        alone until :meth:`done_seeds` or for *lock_ms*.
+
+        A key that does not exist (the usual case: every node looks for its seed key
+        about once a second, and most jobs never get seeds that way) is answered by one
+        EXISTS, not the script: a script call costs Redis many times a command."""
         self.round_trips += 1
+        if not await self.client.exists(key):
+            return SeedBatch("none", 0, [])
         reply = await self.scripts(
             "seeds_read", seed_keys(key).for_seeds_read(), [node, n, lock_ms]
         )
