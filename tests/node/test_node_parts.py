@@ -21,7 +21,7 @@ from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.heartbeat import RENEW_SHARE
-from crawlfleet.node.leasing import LOW_SHARE_PLENTY
+from crawlfleet.node.leasing import LOW_SHARE_PLENTY, PLENTY_HOLD_SECONDS, PLENTY_LEASE_FACTOR
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.outbox import PLENTY_FLUSH_FACTOR
 from crawlfleet.node.slots import PARSE_COST_MIN_BYTES, PARSE_COSTS_KEPT, ParseCost
@@ -470,19 +470,29 @@ def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> No
 
 
 def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() -> None:
-    """Redis's cost is mostly per call: a node whose feedback cut it to 2 requests at a
-    time still leases its configured prefetch at once, when a quarter of it is left, and
-    keeps its new links for its next lease (PLENTY_FLUSH_FACTOR times the flush
-    interval), while the job has a prefetch queued for every node; not when it runs
-    short, nor while its work is paced."""
+    """Redis's cost is mostly per call: while the job has PLENTY_LEASE_FACTOR prefetches
+    queued for every node, a node leases what it starts in the next seconds (at least
+    its configured prefetch, at most that many prefetches) when a quarter of its
+    configured prefetch is left (one whose feedback cut it to 2 requests at a time still
+    its configured prefetch), and keeps its new links for its next lease
+    (PLENTY_FLUSH_FACTOR times the flush interval); not when the job runs short, nor
+    while its work is paced."""
     scheduler = node({}, Engine(), {"CONCURRENT_REQUESTS": 16})
     leaser, outbox, ledger = scheduler.sync.leaser, scheduler.sync.outbox, scheduler.ledger
+    plenty = PLENTY_LEASE_FACTOR * 16 * 2
+    leaser.job_queued, leaser.live_nodes = plenty, 2
+    assert leaser.wanted() == 16  # its pace not known yet: its configured prefetch
+    leaser.pace = 10.0  # what it starts in PLENTY_HOLD_SECONDS
+    assert leaser.wanted() == round(10 * PLENTY_HOLD_SECONDS)
+    leaser.pace = 1000.0  # at most PLENTY_LEASE_FACTOR prefetches
+    assert leaser.wanted() == PLENTY_LEASE_FACTOR * 16
+    leaser.pace = 0.0
     scheduler.steering.set_feedback(2)
     assert scheduler.steering.prefetch == 2
     ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
-    leaser.job_queued, leaser.live_nodes = 31, 2  # short of 16 for each of 2 nodes
+    leaser.job_queued = plenty - 1  # short of three prefetches for each of 2 nodes
     assert leaser.wanted() == 2 and outbox.due(0.0)
-    leaser.job_queued = 32
+    leaser.job_queued = plenty
     assert leaser.wanted() == 16
     for i in range(16 // LOW_SHARE_PLENTY + 1):
         ledger.add_ready(Request(f"http://a.test/{i}"), str(i))
@@ -497,8 +507,40 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     flush = scheduler.config.flush_seconds
     assert not outbox.due(flush * PLENTY_FLUSH_FACTOR - 0.01)
     assert outbox.due(flush * PLENTY_FLUSH_FACTOR)
-    leaser.job_queued = 31
+    leaser.job_queued = plenty - 1
     assert outbox.due(flush)  # short of work: CRAWLFLEET_FLUSH_SECONDS
+
+
+def test_a_node_measures_its_pace_between_leases_and_leases_seconds_of_it() -> None:
+    """The pace a node leases for (with plenty queued) is what its engine took from the
+    ready requests between two leases, a second: an engine that takes 40 a second has
+    the node lease what it starts in PLENTY_HOLD_SECONDS, within PLENTY_LEASE_FACTOR
+    prefetches."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine, {"CONCURRENT_REQUESTS": 16})
+        frontier = MemoryFrontier("job", store)
+        urls = [f"http://a.test/{i}" for i in range(400)]
+        await frontier.commit(
+            "seeder", [Outgoing(fp_of(u), "a.test", 0, encode(Request(u))) for u in urls]
+        )
+        await scheduler.start(Spider("job"))
+        leaser = scheduler.sync.leaser
+        await until(lambda: scheduler.ledger.ready >= 16)
+        assert leaser.pace == 0.0  # one lease: nothing measured yet
+        for _ in range(40):  # the engine takes one request every 25 ms: 40 a second
+            await take(scheduler, engine, 1)
+            await asyncio.sleep(0.025)
+        engine.inprogress.clear()
+        assert 10 < leaser.pace < 60  # at most 40 a second, less on a loaded machine
+        soon = min(PLENTY_LEASE_FACTOR * 16, round(leaser.pace * PLENTY_HOLD_SECONDS))
+        leaser.job_queued, leaser.live_nodes = 10_000, 1
+        assert leaser.wanted() == max(16, soon) - scheduler.ledger.ready
+        await scheduler.stop("shutdown")
+
+    run(body)
 
 
 def test_leases_are_renewed_a_third_of_their_time_apart_not_at_every_heartbeat() -> None:

@@ -1,7 +1,9 @@
 """When a node leases, and how much: the part of the sync loop that refills the ledger.
 
 A node leases when its ready requests fall to half its prefetch, for what it lacks
-(with plenty queued and no pacing, at a quarter, for its whole configured prefetch);
+(with plenty queued and no pacing, at a quarter of its configured prefetch, for what it
+starts in the next seconds at its recent pace, up to PLENTY_LEASE_FACTOR prefetches:
+fewer, larger rounds);
 rate-limited sites get slots only for what its downloader can start on time. With
 nothing to lease it looks again soon while other nodes hold work (their pages bring
 links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
@@ -28,6 +30,8 @@ __all__ = [
     "BUSY_POLL_MAX_SECONDS",
     "LOW_SHARE_PLENTY",
     "MIN_IDLE_SECONDS",
+    "PLENTY_HOLD_SECONDS",
+    "PLENTY_LEASE_FACTOR",
     "SLOT_HORIZON_SECONDS",
     "Leaser",
 ]
@@ -45,6 +49,13 @@ SLOT_HORIZON_SECONDS = 0.5
 #: paced, it leases once its ready requests fall to this fraction (1/LOW_SHARE_PLENTY) of
 #: its configured prefetch, not half its current one.
 LOW_SHARE_PLENTY = 4
+#: While the job has plenty queued and the node's work is not paced, it keeps ready
+#: what it starts in PLENTY_HOLD_SECONDS at its recent pace, at least its configured
+#: prefetch and at most this many times it: a round of Redis work has a fixed cost of
+#: many pages' worth, so rounds of three times the pages cost Redis about a third less a
+#: page (docs/scaling.md); a node holds no more than it starts within seconds.
+PLENTY_LEASE_FACTOR = 3
+PLENTY_HOLD_SECONDS = 3.0
 
 
 class Leaser:
@@ -77,6 +88,12 @@ class Leaser:
         self.paced = False
         #: a lease call is on its way (set by the sync loop around it)
         self.asking = False
+        #: requests the engine took a second between the last leases (0: not known yet)
+        self.pace = 0.0
+        #: event-loop time of the last lease that took requests, and the ready requests
+        #: it left (to measure the pace by the next)
+        self._leased_at: float | None = None
+        self._ready_after = 0
 
     def low(self) -> bool:
         """Whether to lease now: the ready requests the node holds are at most half its
@@ -98,21 +115,28 @@ class Leaser:
         return self.paced or bool(self.core.ledger.slotted)
 
     def plenty(self) -> bool:
-        """The job has a configured prefetch queued for every live node, as last read:
-        no node waits for new links, and one may lease ahead."""
-        return self.job_queued >= self.core.config.prefetch * max(1, self.live_nodes)
+        """The job has PLENTY_LEASE_FACTOR configured prefetches queued for every live
+        node, as last read: no node waits for new links, and each may lease ahead."""
+        needed = PLENTY_LEASE_FACTOR * self.core.config.prefetch * max(1, self.live_nodes)
+        return self.job_queued >= needed
 
     def wanted(self) -> int:
         """How many requests to lease now: what the prefetch lacks; while the job has
-        plenty, what the configured prefetch lacks, even when feedback or an operator
-        has cut the node's concurrency (a node crawling one request at a time would
-        otherwise lease one at a time); 0 while too many items wait for the item
+        plenty, what the configured prefetch lacks even when feedback or an operator has
+        cut the node's concurrency (a node crawling one request at a time would
+        otherwise lease one at a time), and while its work is not paced, what it starts
+        in PLENTY_HOLD_SECONDS at its recent :attr:`pace` lacks, up to
+        PLENTY_LEASE_FACTOR prefetches; 0 while too many items wait for the item
         stores."""
         if self.backlog.over():
             return 0
         want = self.core.steering.prefetch
         if self.plenty():
-            want = max(want, self.core.config.prefetch)
+            prefetch = self.core.config.prefetch
+            want = max(want, prefetch)
+            if not self.pacing():
+                soon = round(self.pace * PLENTY_HOLD_SECONDS)
+                want = max(want, min(PLENTY_LEASE_FACTOR * prefetch, soon))
         return want - self.core.ledger.ready
 
     @property
@@ -222,8 +246,22 @@ class Leaser:
             return None if result is None else result.control_seq
         self.idle_delay = 0.0
         self.paced = any(entry.slot_us is not None for entry in result.entries)
+        self._measure_pace(received)
         self._take(result, asked, received)
+        self._leased_at, self._ready_after = received, self.core.ledger.ready
         return result.control_seq
+
+    def _measure_pace(self, now: float) -> None:
+        """The requests the engine took from the ready ones since the last lease that
+        took requests, a second (averaged with the pace before): what a lease must
+        hold for the node's next seconds."""
+        if self._leased_at is None or now <= self._leased_at:
+            return
+        taken = self._ready_after - self.core.ledger.ready
+        if taken < 0:
+            return  # more ready than the last lease left: not a measure of the engine
+        rate = taken / (now - self._leased_at)
+        self.pace = rate if self.pace <= 0 else (self.pace + rate) / 2
 
     def _take(self, result: LeaseResult, asked: float, received: float) -> None:
         ledger = self.core.ledger

@@ -47,8 +47,10 @@ __all__ = ["PLENTY_FLUSH_FACTOR", "WAITING_REACH_SECONDS", "Outbox"]
 logger = logging.getLogger(__name__)
 
 #: While the job has plenty queued (Leaser.plenty), new requests and acknowledgements
-#: wait up to this many times CRAWLFLEET_FLUSH_SECONDS for the node's next lease.
-PLENTY_FLUSH_FACTOR = 4
+#: wait up to this many times CRAWLFLEET_FLUSH_SECONDS for the node's next lease (which
+#: then comes every PLENTY_LEASE_FACTOR prefetches' worth of pages: seconds apart on a
+#: node that parses large pages; a commit of its own costs Redis a round's fixed cost).
+PLENTY_FLUSH_FACTOR = 16
 #: A node that queued a retry with a delay reclaims it this long after its time (its
 #: clock and Redis's differ by a round trip).
 WAITING_REACH_SECONDS = 0.01
