@@ -23,7 +23,7 @@ from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.heartbeat import RENEW_SHARE
 from crawlfleet.node.leasing import LOW_SHARE_PLENTY, PLENTY_HOLD_SECONDS, PLENTY_LEASE_FACTOR
 from crawlfleet.node.ledger import Ledger
-from crawlfleet.node.outbox import PLENTY_FLUSH_FACTOR
+from crawlfleet.node.outbox import AHEAD_FLUSH_FACTOR, PLENTY_FLUSH_FACTOR
 from crawlfleet.node.slots import PARSE_COST_MIN_BYTES, PARSE_COSTS_KEPT, ParseCost
 from crawlfleet.parts import parts_of
 from crawlfleet.redis.connection import make_client
@@ -470,29 +470,38 @@ def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> No
 
 
 def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() -> None:
-    """Redis's cost is mostly per call: while the job has PLENTY_LEASE_FACTOR prefetches
-    queued for every node, a node leases what it starts in the next seconds (at least
-    its configured prefetch, at most that many prefetches) when a quarter of its
-    configured prefetch is left (one whose feedback cut it to 2 requests at a time still
-    its configured prefetch), and keeps its new links for its next lease
-    (PLENTY_FLUSH_FACTOR times the flush interval); not when the job runs short, nor
-    while its work is paced."""
+    """Redis's cost is mostly per call: a node whose feedback cut it to 2 requests at a
+    time still leases its configured prefetch at once, when a quarter of it is left, and
+    keeps its new links for its next lease (PLENTY_FLUSH_FACTOR times the flush
+    interval), while the job has a prefetch queued for every node; not when it runs
+    short, nor while its work is paced. With PLENTY_LEASE_FACTOR prefetches queued for
+    every node and no pacing, it leases what it starts in the next seconds (at most that
+    many prefetches), and its links wait AHEAD_FLUSH_FACTOR times the interval."""
     scheduler = node({}, Engine(), {"CONCURRENT_REQUESTS": 16})
     leaser, outbox, ledger = scheduler.sync.leaser, scheduler.sync.outbox, scheduler.ledger
-    plenty = PLENTY_LEASE_FACTOR * 16 * 2
-    leaser.job_queued, leaser.live_nodes = plenty, 2
-    assert leaser.wanted() == 16  # its pace not known yet: its configured prefetch
+    flush = scheduler.config.flush_seconds
+    ahead = PLENTY_LEASE_FACTOR * 16 * 2
+    leaser.job_queued, leaser.live_nodes = ahead, 2
+    assert leaser.ahead() and leaser.wanted() == 16  # its pace not known yet
     leaser.pace = 10.0  # what it starts in PLENTY_HOLD_SECONDS
     assert leaser.wanted() == round(10 * PLENTY_HOLD_SECONDS)
     leaser.pace = 1000.0  # at most PLENTY_LEASE_FACTOR prefetches
     assert leaser.wanted() == PLENTY_LEASE_FACTOR * 16
+    ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
+    for i in range(10):  # work in hand
+        ledger.add_ready(Request(f"http://a.test/{i}"), str(i))
+    outbox.last_flush = 0.0
+    assert not outbox.due(flush * AHEAD_FLUSH_FACTOR - 0.01)
+    assert outbox.due(flush * AHEAD_FLUSH_FACTOR)
+    ledger.drain_ready()
+    leaser.job_queued = ahead - 1  # plenty, not three prefetches for each node
+    assert not leaser.ahead() and leaser.wanted() == 16
     leaser.pace = 0.0
     scheduler.steering.set_feedback(2)
     assert scheduler.steering.prefetch == 2
-    ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
-    leaser.job_queued = plenty - 1  # short of three prefetches for each of 2 nodes
+    leaser.job_queued = 31  # short of 16 for each of 2 nodes
     assert leaser.wanted() == 2 and outbox.due(0.0)
-    leaser.job_queued = plenty
+    leaser.job_queued = 32
     assert leaser.wanted() == 16
     for i in range(16 // LOW_SHARE_PLENTY + 1):
         ledger.add_ready(Request(f"http://a.test/{i}"), str(i))
@@ -503,11 +512,13 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     assert leaser.low()
     leaser.paced = True  # slots of a rate-limited site: half its (cut) prefetch
     assert not leaser.low()
+    leaser.job_queued = ahead  # paced: never ahead
+    assert not leaser.ahead() and leaser.wanted() == 16 - 2
+    leaser.job_queued = 32
     outbox.last_flush = 0.0
-    flush = scheduler.config.flush_seconds
     assert not outbox.due(flush * PLENTY_FLUSH_FACTOR - 0.01)
     assert outbox.due(flush * PLENTY_FLUSH_FACTOR)
-    leaser.job_queued = plenty - 1
+    leaser.job_queued = 31
     assert outbox.due(flush)  # short of work: CRAWLFLEET_FLUSH_SECONDS
 
 

@@ -1,9 +1,9 @@
 """When a node leases, and how much: the part of the sync loop that refills the ledger.
 
 A node leases when its ready requests fall to half its prefetch, for what it lacks
-(with plenty queued and no pacing, at a quarter of its configured prefetch, for what it
-starts in the next seconds at its recent pace, up to PLENTY_LEASE_FACTOR prefetches:
-fewer, larger rounds);
+(with plenty queued and no pacing, at a quarter of its configured prefetch, for all of
+it, and with three times as much queued, for what it starts in the next seconds at its
+recent pace, up to PLENTY_LEASE_FACTOR prefetches: fewer, larger rounds);
 rate-limited sites get slots only for what its downloader can start on time. With
 nothing to lease it looks again soon while other nodes hold work (their pages bring
 links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
@@ -49,11 +49,12 @@ SLOT_HORIZON_SECONDS = 0.5
 #: paced, it leases once its ready requests fall to this fraction (1/LOW_SHARE_PLENTY) of
 #: its configured prefetch, not half its current one.
 LOW_SHARE_PLENTY = 4
-#: While the job has plenty queued and the node's work is not paced, it keeps ready
-#: what it starts in PLENTY_HOLD_SECONDS at its recent pace, at least its configured
-#: prefetch and at most this many times it: a round of Redis work has a fixed cost of
-#: many pages' worth, so rounds of three times the pages cost Redis about a third less a
-#: page (docs/scaling.md); a node holds no more than it starts within seconds.
+#: While the job has this many configured prefetches queued for every node and the
+#: node's work is not paced (Leaser.ahead), it keeps ready what it starts in
+#: PLENTY_HOLD_SECONDS at its recent pace, at least its configured prefetch and at most
+#: this many times it: a round of Redis work has a fixed cost of many pages' worth, so
+#: rounds of three times the pages cost Redis about a third less a page
+#: (docs/scaling.md); a node holds no more than it starts within seconds.
 PLENTY_LEASE_FACTOR = 3
 PLENTY_HOLD_SECONDS = 3.0
 
@@ -115,17 +116,22 @@ class Leaser:
         return self.paced or bool(self.core.ledger.slotted)
 
     def plenty(self) -> bool:
-        """The job has PLENTY_LEASE_FACTOR configured prefetches queued for every live
-        node, as last read: no node waits for new links, and each may lease ahead."""
+        """The job has a configured prefetch queued for every live node, as last read:
+        no node waits for new links, and one may lease ahead."""
+        return self.job_queued >= self.core.config.prefetch * max(1, self.live_nodes)
+
+    def ahead(self) -> bool:
+        """The node's work is not paced and the job has PLENTY_LEASE_FACTOR configured
+        prefetches queued for every live node: it may lease seconds of work at once."""
         needed = PLENTY_LEASE_FACTOR * self.core.config.prefetch * max(1, self.live_nodes)
-        return self.job_queued >= needed
+        return self.job_queued >= needed and not self.pacing()
 
     def wanted(self) -> int:
         """How many requests to lease now: what the prefetch lacks; while the job has
         plenty, what the configured prefetch lacks even when feedback or an operator has
         cut the node's concurrency (a node crawling one request at a time would
-        otherwise lease one at a time), and while its work is not paced, what it starts
-        in PLENTY_HOLD_SECONDS at its recent :attr:`pace` lacks, up to
+        otherwise lease one at a time), and while it may lease :meth:`ahead`, what it
+        starts in PLENTY_HOLD_SECONDS at its recent :attr:`pace` lacks, up to
         PLENTY_LEASE_FACTOR prefetches; 0 while too many items wait for the item
         stores."""
         if self.backlog.over():
@@ -134,7 +140,7 @@ class Leaser:
         if self.plenty():
             prefetch = self.core.config.prefetch
             want = max(want, prefetch)
-            if not self.pacing():
+            if self.ahead():
                 soon = round(self.pace * PLENTY_HOLD_SECONDS)
                 want = max(want, min(PLENTY_LEASE_FACTOR * prefetch, soon))
         return want - self.core.ledger.ready

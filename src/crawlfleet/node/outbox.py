@@ -42,15 +42,17 @@ from crawlfleet.node.leasing import Leaser
 from crawlfleet.node.ledger import Outbound
 from crawlfleet.node.seeds import requests_from_seed
 
-__all__ = ["PLENTY_FLUSH_FACTOR", "WAITING_REACH_SECONDS", "Outbox"]
+__all__ = ["AHEAD_FLUSH_FACTOR", "PLENTY_FLUSH_FACTOR", "WAITING_REACH_SECONDS", "Outbox"]
 
 logger = logging.getLogger(__name__)
 
 #: While the job has plenty queued (Leaser.plenty), new requests and acknowledgements
-#: wait up to this many times CRAWLFLEET_FLUSH_SECONDS for the node's next lease (which
-#: then comes every PLENTY_LEASE_FACTOR prefetches' worth of pages: seconds apart on a
-#: node that parses large pages; a commit of its own costs Redis a round's fixed cost).
-PLENTY_FLUSH_FACTOR = 16
+#: wait up to this many times CRAWLFLEET_FLUSH_SECONDS for the node's next lease.
+PLENTY_FLUSH_FACTOR = 4
+#: While the node leases seconds of work at once (Leaser.ahead), they wait up to this many
+#: times CRAWLFLEET_FLUSH_SECONDS (its leases come seconds apart on a node that parses
+#: large pages, and a commit of its own costs Redis a round's fixed cost).
+AHEAD_FLUSH_FACTOR = 16
 #: A node that queued a retry with a delay reclaims it this long after its time (its
 #: clock and Redis's differ by a round trip).
 WAITING_REACH_SECONDS = 0.01
@@ -117,7 +119,8 @@ class Outbox:
         little queued (this node, or another, may be waiting for exactly that work) or
         when the node has nothing left in hand. (Each commit costs Redis a script call
         however small: with plenty queued, batches wait for their time, PLENTY_FLUSH_FACTOR
-        times as long, and mostly go with the node's next lease in one call.)"""
+        times as long, AHEAD_FLUSH_FACTOR times while the node leases ahead, and mostly
+        go with the node's next lease in one call.)"""
         ledger = self.core.ledger
         if not ledger.unsent:
             return False
@@ -128,8 +131,10 @@ class Outbox:
         if not (ledger.buffer or ledger.slotted or ledger.handed):
             return True  # nothing left in hand: the job may be finishing
         wait = self.core.config.flush_seconds
-        if self.leaser.plenty():
-            wait *= PLENTY_FLUSH_FACTOR  # no node waits for them: they go with a lease
+        if self.leaser.ahead():
+            wait *= AHEAD_FLUSH_FACTOR  # no node waits for them: they go with a lease
+        elif self.leaser.plenty():
+            wait *= PLENTY_FLUSH_FACTOR
         return now - self.last_flush >= wait
 
     def last_batch(self) -> bool:

@@ -112,7 +112,8 @@ CRAWLFLEET_NODE_TIMEOUT_SECONDS = 10.0
 CRAWLFLEET_RECLAIM_SECONDS = 5.0
 #: Longest time new requests and acknowledgements wait in the node before they are
 #: sent to Redis in one batch (new requests go at once when the node runs low on work;
-#: sixteen times as long while the job has plenty queued: they go with the next lease).
+#: four times as long while the job has plenty queued, sixteen while a node leases
+#: seconds of work at once: they go with the next lease).
 CRAWLFLEET_FLUSH_SECONDS = 0.25
 #: Largest number of requests (new or acknowledged) sent in one batch.
 CRAWLFLEET_FLUSH_BATCH = 500
