@@ -277,3 +277,48 @@ def test_reset_keeps_the_item_stream_and_says_so(
     assert "its item stream is kept: 1 entries (crawlfleet items work output)" in r.stdout
     r = cli("items", "status", "output", "--json", *common)  # a reset job, items waiting
     assert r.returncode == 0 and json.loads(r.stdout)["length"] == 1, r.stdout + r.stderr
+
+
+def test_a_spider_is_taken_from_its_file_or_a_module_of_the_current_directory(
+    tmp_path: Path,
+) -> None:
+    """As ``scrapy runspider FILE.py`` takes a file's spider, ``crawlfleet crawl``
+    takes ``FILE.py`` (its one spider) or ``FILE.py:Class``; ``module:Class`` is
+    imported from the current directory too, as with ``python -m`` (the installed
+    ``crawlfleet`` script does not have it on its path). Each then reaches the Redis
+    check (exit 1: unreachable); a file with two spiders, or none, is one line."""
+    (tmp_path / "two.py").write_text(
+        "import scrapy\n\n"
+        "class First(scrapy.Spider):\n    name = 'first'\n\n"
+        "class Second(scrapy.Spider):\n    name = 'second'\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "one.py").write_text(
+        "import scrapy\n\nclass Only(scrapy.Spider):\n    name = 'only'\n", encoding="utf-8"
+    )
+    script = str(Path(sys.executable).parent / "crawlfleet")
+
+    def crawl(spider: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [script, "crawl", spider, "--redis-url", UNREACHABLE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+        )
+
+    for spider in ("one.py", "two.py:Second", "two:First"):
+        line = one_error_line(crawl(spider), 1)
+        assert "unreachable" in line, (spider, line)
+    line = one_error_line(crawl("two.py"), 2)
+    assert line == (
+        "crawlfleet crawl: error: 2 Scrapy spider classes in 'two.py' (First, Second): "
+        "name one as two.py:Class"
+    )
+    line = one_error_line(crawl("two.py:Third"), 2)
+    assert (
+        line == "crawlfleet crawl: error: no class 'Third' in 'two.py' (its spiders: First, Second)"
+    )
+    line = one_error_line(crawl("missing.py"), 2)
+    assert line == "crawlfleet crawl: error: spider file 'missing.py' not found"

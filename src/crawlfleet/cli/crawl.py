@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import gc
+import importlib.util
 import logging
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from scrapy import Spider, signals
@@ -31,13 +35,20 @@ from crawlfleet.redis.config import RedisConfig
 NAME = "crawl"
 #: Scrapy sets up logging for this command (see cli.main)
 SCRAPY_LOGGING = True
-HELP = "run a node: crawl with SPIDER (a spec file, module:Class, or a spider name)"
+HELP = (
+    "run a node: crawl with SPIDER (a spec file, a spider's .py file, module:Class, or a "
+    "spider name)"
+)
 
 logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spider", help="spec file (.yaml/.json), module:Class, or a spider name")
+    parser.add_argument(
+        "spider",
+        help="spec file (.yaml/.json), a .py file (FILE.py or FILE.py:Class), module:Class "
+        "(importable from here), or a spider name",
+    )
     parser.add_argument("--job", help="job name (default: the spider's name)")
     add_pairs_option(parser, "-a", dest="spider_args", help="spider argument")
     parser.add_argument(
@@ -66,16 +77,59 @@ def node_settings(values: dict[str, Any], *, job: str | None = None) -> Settings
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+def _spider_in_file(target: str) -> type[Spider]:
+    """The spider class of ``FILE.py`` (its one spider, as ``scrapy runspider`` takes it)
+    or ``FILE.py:Class``."""
+    path, _, name = target.partition(":") if ".py:" in target else (target, "", "")
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"spider file {path!r} not found")
+    module_name = f"crawlfleet_spider_{file.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"cannot load spider file {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"cannot load spider file {path!r}: {exc}") from None
+    spiders = [
+        cls
+        for cls in vars(module).values()
+        if isinstance(cls, type) and issubclass(cls, Spider) and cls.__module__ == module_name
+    ]
+    if name:
+        chosen = getattr(module, name, None)
+        if chosen is None:
+            found = ", ".join(c.__name__ for c in spiders) or "none"
+            raise ConfigError(f"no class {name!r} in {path!r} (its spiders: {found})")
+        return chosen  # type: ignore[no-any-return]
+    if len(spiders) != 1:
+        found = ", ".join(c.__name__ for c in spiders)
+        raise ConfigError(
+            f"{len(spiders) or 'no'} Scrapy spider classes in {path!r}"
+            + (f" ({found}): name one as {path}:Class" if spiders else "")
+        )
+    return spiders[0]
+
+
 def resolve_spider(target: str, settings: Settings) -> type[Spider]:
-    """The spider class for *target*: a spec file, ``module:Class``, or a spider name
-    in the current Scrapy project."""
+    """The spider class for *target*: a spec file, a spider's ``.py`` file (``FILE.py``
+    with one spider, or ``FILE.py:Class``), ``module:Class`` (importable from the
+    current directory, as with ``python -m``), or a spider name in the current Scrapy
+    project."""
     if target.lower().endswith(SPEC_SUFFIXES):
         from crawlfleet.spiders.config_spider import SpecSpider
         from crawlfleet.spiders.spec import load_spec
 
         return SpecSpider.from_spec(load_spec(target))
-    if ":" in target:
+    if target.endswith(".py") or ".py:" in target:
+        cls: Any = _spider_in_file(target)
+    elif ":" in target:
         module, _, name = target.partition(":")
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
         try:
             cls = load_object(f"{module}.{name}")
         except (ImportError, NameError, AttributeError, ValueError) as exc:
