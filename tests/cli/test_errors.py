@@ -293,8 +293,10 @@ def test_a_spider_is_taken_from_its_file_or_a_module_of_the_current_directory(
         "class Second(scrapy.Spider):\n    name = 'second'\n",
         encoding="utf-8",
     )
-    (tmp_path / "one.py").write_text(
-        "import scrapy\n\nclass Only(scrapy.Spider):\n    name = 'only'\n", encoding="utf-8"
+    (tmp_path / "one.py").write_text(  # a base class without a name is not a spider
+        "import scrapy\n\nclass Base(scrapy.Spider):\n    pass\n\n"
+        "class Only(Base):\n    name = 'only'\n",
+        encoding="utf-8",
     )
     script = str(Path(sys.executable).parent / "crawlfleet")
 

@@ -94,10 +94,13 @@ def _spider_in_file(target: str) -> type[Spider]:
         spec.loader.exec_module(module)
     except Exception as exc:
         raise ConfigError(f"cannot load spider file {path!r}: {exc}") from None
-    spiders = [
+    spiders = [  # defined there, and named (a base class without a name is not one)
         cls
         for cls in vars(module).values()
-        if isinstance(cls, type) and issubclass(cls, Spider) and cls.__module__ == module_name
+        if isinstance(cls, type)
+        and issubclass(cls, Spider)
+        and cls.__module__ == module_name
+        and getattr(cls, "name", None)
     ]
     if name:
         chosen = getattr(module, name, None)
