@@ -21,7 +21,12 @@ from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.heartbeat import RENEW_SHARE
-from crawlfleet.node.leasing import LOW_SHARE_PLENTY, PLENTY_HOLD_SECONDS, PLENTY_LEASE_FACTOR
+from crawlfleet.node.leasing import (
+    AHEAD_QUEUE_SHARE,
+    LOW_SHARE_PLENTY,
+    PLENTY_HOLD_SECONDS,
+    PLENTY_LEASE_FACTOR,
+)
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.outbox import AHEAD_FLUSH_FACTOR, PLENTY_FLUSH_FACTOR
 from crawlfleet.node.slots import PARSE_COST_MIN_BYTES, PARSE_COSTS_KEPT, ParseCost
@@ -474,17 +479,17 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     time still leases its configured prefetch at once, when a quarter of it is left, and
     keeps its new links for its next lease (PLENTY_FLUSH_FACTOR times the flush
     interval), while the job has a prefetch queued for every node; not when it runs
-    short, nor while its work is paced. With PLENTY_LEASE_FACTOR prefetches queued for
-    every node and no pacing, it leases what it starts in the next seconds (at most that
-    many prefetches), and its links wait AHEAD_FLUSH_FACTOR times the interval."""
+    short, nor while its work is paced. With AHEAD_QUEUE_SHARE times its ahead target
+    queued for every node and no pacing, it leases what it starts in the next seconds
+    (at most PLENTY_LEASE_FACTOR prefetches), and its links wait AHEAD_FLUSH_FACTOR
+    times the interval; near the queue's end, its prefetch only (no hoard to wait on)."""
     scheduler = node({}, Engine(), {"CONCURRENT_REQUESTS": 16})
     leaser, outbox, ledger = scheduler.sync.leaser, scheduler.sync.outbox, scheduler.ledger
     flush = scheduler.config.flush_seconds
-    ahead = PLENTY_LEASE_FACTOR * 16 * 2
-    leaser.job_queued, leaser.live_nodes = ahead, 2
-    assert leaser.ahead() and leaser.wanted() == 16  # its pace not known yet
+    leaser.job_queued, leaser.live_nodes = 10_000, 2
+    assert not leaser.ahead() and leaser.wanted() == 16  # its pace not known yet
     leaser.pace = 10.0  # what it starts in PLENTY_HOLD_SECONDS
-    assert leaser.wanted() == round(10 * PLENTY_HOLD_SECONDS)
+    assert leaser.ahead() and leaser.wanted() == round(10 * PLENTY_HOLD_SECONDS)
     leaser.pace = 1000.0  # at most PLENTY_LEASE_FACTOR prefetches
     assert leaser.wanted() == PLENTY_LEASE_FACTOR * 16
     ledger.add_out(Request("http://a.test/"), b"f" * 16, b"payload")
@@ -494,7 +499,8 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     assert not outbox.due(flush * AHEAD_FLUSH_FACTOR - 0.01)
     assert outbox.due(flush * AHEAD_FLUSH_FACTOR)
     ledger.drain_ready()
-    leaser.job_queued = ahead - 1  # plenty, not three prefetches for each node
+    ahead = AHEAD_QUEUE_SHARE * PLENTY_LEASE_FACTOR * 16 * 2
+    leaser.job_queued = ahead - 1  # the queue's end comes near: its prefetch only
     assert not leaser.ahead() and leaser.wanted() == 16
     leaser.pace = 0.0
     scheduler.steering.set_feedback(2)
@@ -512,7 +518,7 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     assert leaser.low()
     leaser.paced = True  # slots of a rate-limited site: half its (cut) prefetch
     assert not leaser.low()
-    leaser.job_queued = ahead  # paced: never ahead
+    leaser.job_queued, leaser.pace = 10_000, 1000.0  # paced: never ahead
     assert not leaser.ahead() and leaser.wanted() == 16 - 2
     leaser.job_queued = 32
     outbox.last_flush = 0.0
@@ -546,9 +552,12 @@ def test_a_node_measures_its_pace_between_leases_and_leases_seconds_of_it() -> N
             await asyncio.sleep(0.025)
         engine.inprogress.clear()
         assert 10 < leaser.pace < 60  # at most 40 a second, less on a loaded machine
-        soon = min(PLENTY_LEASE_FACTOR * 16, round(leaser.pace * PLENTY_HOLD_SECONDS))
         leaser.job_queued, leaser.live_nodes = 10_000, 1
-        assert leaser.wanted() == max(16, soon) - scheduler.ledger.ready
+        target = leaser.ahead_target()
+        assert target == max(
+            16, min(PLENTY_LEASE_FACTOR * 16, round(leaser.pace * PLENTY_HOLD_SECONDS))
+        )
+        assert leaser.wanted() == target - scheduler.ledger.ready
         await scheduler.stop("shutdown")
 
     run(body)

@@ -362,10 +362,10 @@ def test_a_pages_links_give_way_to_the_slots(
     scheduler) keeps the event loop busy: 96 links of 1 ms each block it for about 100
     ms, over two slots of a 20/s budget, and a slot taken more than its late allowance
     (30 ms here) after its time is given back for a new one. The GiveWay middleware
-    pauses the page's output for each slot: none is missed (at most three, whose lease
+    pauses the page's output for each slot: none is missed (at most four, whose lease
     reply was read late: the start of a page's processing, before its first object, is
-    not the middleware's to split; 0 or 1 in 24 runs on one machine, 3 once in a CI run
-    on a machine 2.8 times slower). Without it (the middleware
+    not the middleware's to split; 0 or 1 in 24 runs on one machine, 3 once and 4 once
+    in CI runs on a machine 2.8 times slower). Without it (the middleware
     off), the same crawl gives back 13 to 17 slots for its 16 pages (those runs).
     (SendTime, which also holds a response back for the slots its parse would overlap,
     once the node learned how long its pages block the loop, is off in both runs: this
@@ -402,7 +402,7 @@ def test_a_pages_links_give_way_to_the_slots(
 
     hits, late = crawl(give_way=True)
     assert hits == {f"/p/{n}": 1 for n in range(16)}, hits
-    assert late <= 3
+    assert late <= 4
     hits, late_without = crawl(give_way=False)
     assert hits == {f"/p/{n}": 1 for n in range(16)}, hits
     print(f"\nslots given back: {late} with GiveWay, {late_without} without")

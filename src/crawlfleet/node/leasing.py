@@ -2,8 +2,8 @@
 
 A node leases when its ready requests fall to half its prefetch, for what it lacks
 (with plenty queued and no pacing, at a quarter of its configured prefetch, for all of
-it, and with three times as much queued, for what it starts in the next seconds at its
-recent pace, up to PLENTY_LEASE_FACTOR prefetches: fewer, larger rounds);
+it, and with far more queued, for what it starts in the next seconds at its recent
+pace, up to PLENTY_LEASE_FACTOR prefetches: fewer, larger rounds);
 rate-limited sites get slots only for what its downloader can start on time. With
 nothing to lease it looks again soon while other nodes hold work (their pages bring
 links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
@@ -27,6 +27,7 @@ from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.core import NodeCore
 
 __all__ = [
+    "AHEAD_QUEUE_SHARE",
     "BUSY_POLL_MAX_SECONDS",
     "LOW_SHARE_PLENTY",
     "MIN_IDLE_SECONDS",
@@ -49,14 +50,15 @@ SLOT_HORIZON_SECONDS = 0.5
 #: paced, it leases once its ready requests fall to this fraction (1/LOW_SHARE_PLENTY) of
 #: its configured prefetch, not half its current one.
 LOW_SHARE_PLENTY = 4
-#: While the job has this many configured prefetches queued for every node and the
-#: node's work is not paced (Leaser.ahead), it keeps ready what it starts in
-#: PLENTY_HOLD_SECONDS at its recent pace, at least its configured prefetch and at most
-#: this many times it: a round of Redis work has a fixed cost of many pages' worth, so
-#: rounds of three times the pages cost Redis about a third less a page
-#: (docs/scaling.md); a node holds no more than it starts within seconds.
+#: While the node leases ahead (Leaser.ahead: its work not paced, the job with
+#: AHEAD_QUEUE_SHARE times that much queued for every node), it keeps ready what it
+#: starts in PLENTY_HOLD_SECONDS at its recent pace, at least its configured prefetch
+#: and at most this many times it: a round of Redis work has a fixed cost of many
+#: pages' worth, so rounds of three times the pages cost Redis about a third less a
+#: page (docs/scaling.md); a node holds no more than it starts within seconds.
 PLENTY_LEASE_FACTOR = 3
 PLENTY_HOLD_SECONDS = 3.0
+AHEAD_QUEUE_SHARE = 4
 
 
 class Leaser:
@@ -120,11 +122,25 @@ class Leaser:
         no node waits for new links, and one may lease ahead."""
         return self.job_queued >= self.core.config.prefetch * max(1, self.live_nodes)
 
+    def ahead_target(self) -> int:
+        """What the node holds ready while it leases ahead: what its engine starts in
+        PLENTY_HOLD_SECONDS at its recent :attr:`pace`, at least its configured prefetch
+        and at most PLENTY_LEASE_FACTOR times it."""
+        prefetch = self.core.config.prefetch
+        soon = round(self.pace * PLENTY_HOLD_SECONDS)
+        return max(prefetch, min(PLENTY_LEASE_FACTOR * prefetch, soon))
+
     def ahead(self) -> bool:
-        """The node's work is not paced and the job has PLENTY_LEASE_FACTOR configured
-        prefetches queued for every live node: it may lease seconds of work at once."""
-        needed = PLENTY_LEASE_FACTOR * self.core.config.prefetch * max(1, self.live_nodes)
-        return self.job_queued >= needed and not self.pacing()
+        """Whether the node leases seconds of work at once (:meth:`ahead_target`, more
+        than its configured prefetch): its work is not paced, and the job has
+        AHEAD_QUEUE_SHARE times that queued for every live node, so that what it holds
+        is done long before the queue runs out (the crawl's end waits on no node's
+        hoard: near it, nodes hold their prefetch only)."""
+        if self.pacing():
+            return False
+        target = self.ahead_target()
+        needed = AHEAD_QUEUE_SHARE * target * max(1, self.live_nodes)
+        return target > self.core.config.prefetch and self.job_queued >= needed
 
     def wanted(self) -> int:
         """How many requests to lease now: what the prefetch lacks; while the job has
@@ -138,11 +154,9 @@ class Leaser:
             return 0
         want = self.core.steering.prefetch
         if self.plenty():
-            prefetch = self.core.config.prefetch
-            want = max(want, prefetch)
+            want = max(want, self.core.config.prefetch)
             if self.ahead():
-                soon = round(self.pace * PLENTY_HOLD_SECONDS)
-                want = max(want, min(PLENTY_LEASE_FACTOR * prefetch, soon))
+                want = max(want, self.ahead_target())
         return want - self.core.ledger.ready
 
     @property
