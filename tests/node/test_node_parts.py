@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -474,6 +475,15 @@ def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> No
     run(body)
 
 
+@dataclass
+class StoreDown:
+    """An item store that is down with *pending* items waiting for it."""
+
+    pending: int
+    target: str = "a store"
+    unreachable: bool = True
+
+
 def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() -> None:
     """Redis's cost is mostly per call: a node whose feedback cut it to 2 requests at a
     time still leases its configured prefetch at once, when a quarter of it is left, and
@@ -482,7 +492,8 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     short, nor while its work is paced. With AHEAD_QUEUE_SHARE times its ahead target
     queued for every node and no pacing, it leases what it starts in the next seconds
     (at most PLENTY_LEASE_FACTOR prefetches), and its links wait AHEAD_FLUSH_FACTOR
-    times the interval; near the queue's end, its prefetch only (no hoard to wait on)."""
+    times the interval (not while it waits for its item stores: no lease is coming); near
+    the queue's end, its prefetch only (no hoard to wait on)."""
     scheduler = node({}, Engine(), {"CONCURRENT_REQUESTS": 16})
     leaser, outbox, ledger = scheduler.sync.leaser, scheduler.sync.outbox, scheduler.ledger
     flush = scheduler.config.flush_seconds
@@ -498,6 +509,11 @@ def test_a_slowed_node_leases_and_commits_in_batches_while_the_job_has_plenty() 
     outbox.last_flush = 0.0
     assert not outbox.due(flush * AHEAD_FLUSH_FACTOR - 0.01)
     assert outbox.due(flush * AHEAD_FLUSH_FACTOR)
+    # waiting for its item stores it leases nothing: its acknowledgements go on time
+    store = StoreDown(pending=scheduler.sync.backlog.limit)
+    scheduler.sync.backlog.stores.append(store)
+    assert not leaser.leases_soon() and outbox.due(flush)
+    scheduler.sync.backlog.stores.remove(store)
     ledger.drain_ready()
     ahead = AHEAD_QUEUE_SHARE * PLENTY_LEASE_FACTOR * 16 * 2
     leaser.job_queued = ahead - 1  # the queue's end comes near: its prefetch only

@@ -117,6 +117,13 @@ class Leaser:
         rate-limited sites, or it holds slotted requests."""
         return self.paced or bool(self.core.ledger.slotted)
 
+    def leases_soon(self) -> bool:
+        """The node leases as its work runs low: it runs, and its item stores do not
+        hold it back. Only then may a commit wait for its next lease (see
+        :meth:`~crawlfleet.node.outbox.Outbox.due`): acknowledgements that wait for a
+        lease that is not coming are pages a kill would have fetched again."""
+        return self.core.steering.state == "running" and not self.backlog.over()
+
     def plenty(self) -> bool:
         """The job has a configured prefetch queued for every live node, as last read:
         no node waits for new links, and one may lease ahead."""

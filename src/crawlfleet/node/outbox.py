@@ -120,7 +120,8 @@ class Outbox:
         when the node has nothing left in hand. (Each commit costs Redis a script call
         however small: with plenty queued, batches wait for their time, PLENTY_FLUSH_FACTOR
         times as long, AHEAD_FLUSH_FACTOR times while the node leases ahead, and mostly
-        go with the node's next lease in one call.)"""
+        go with the node's next lease in one call; not while the node leases nothing:
+        see :meth:`~crawlfleet.node.leasing.Leaser.leases_soon`.)"""
         ledger = self.core.ledger
         if not ledger.unsent:
             return False
@@ -131,10 +132,11 @@ class Outbox:
         if not (ledger.buffer or ledger.slotted or ledger.handed):
             return True  # nothing left in hand: the job may be finishing
         wait = self.core.config.flush_seconds
-        if self.leaser.ahead():
-            wait *= AHEAD_FLUSH_FACTOR  # no node waits for them: they go with a lease
-        elif self.leaser.plenty():
-            wait *= PLENTY_FLUSH_FACTOR
+        if self.leaser.leases_soon():  # they may wait for its next lease
+            if self.leaser.ahead():
+                wait *= AHEAD_FLUSH_FACTOR  # no node waits for them: they go with a lease
+            elif self.leaser.plenty():
+                wait *= PLENTY_FLUSH_FACTOR
         return now - self.last_flush >= wait
 
     def last_batch(self) -> bool:
