@@ -10,6 +10,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from crawlfleet.benchmark.crawl import CrawlResult
+from crawlfleet.benchmark.reports import versus_report
 from crawlfleet.benchmark.results import Results
 
 
@@ -40,3 +42,31 @@ def test_each_part_is_written_when_it_ends_and_the_end_marks_it_complete(tmp_pat
         ["command", "time", "complete", "targets", "targets_met", "crawl", "polite", "seconds"]
     )
     assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]  # no temporary file left
+
+
+def crawl(contender: str, nodes: int, pages_per_second: float, cpu_ms: float) -> CrawlResult:
+    return CrawlResult(
+        "cpu-bound", contender, nodes, pages_per_second, 3000, 10.0, 0, 0, cpu_ms_per_page=cpu_ms
+    )
+
+
+def test_one_node_against_scrapy_is_judged_on_the_median_of_the_pairs_ratios() -> None:
+    """Each repeat pairs a Scrapy run with a node run (in turn); the targets read the
+    median of the pairs' ratios, so one noisy pair does not decide, and the other
+    contenders' runs in the list are left out."""
+    shown = io.StringIO()
+    runs = [
+        crawl("scrapy", 1, 100, 2.0), crawl("crawlfleet", 1, 104, 1.9),
+        crawl("crawlfleet", 4, 300, 2.4),
+        crawl("scrapy", 1, 100, 2.0), crawl("crawlfleet", 1, 60, 3.0),  # a noisy pair
+        crawl("scrapy", 1, 50, 4.0), crawl("crawlfleet", 1, 51, 3.9),
+    ]  # fmt: skip
+    targets = versus_report(Console(file=shown, width=200), runs)
+    assert targets == {
+        "cpu-bound: 1 node >= 1.0x vanilla Scrapy's pages/s, median of 3 (1.02)": True,
+        "cpu-bound: 1 node <= 1.0x vanilla Scrapy's CPU/page, median of 3 (0.97)": True,
+    }
+    assert "median" in shown.getvalue()
+    slower = versus_report(Console(file=io.StringIO()), runs[:2] + runs[3:5])
+    assert list(slower.values()) == [False, False]  # medians 0.82x pages/s, 1.225x CPU
+    assert versus_report(Console(file=io.StringIO()), [crawl("scrapy", 1, 100, 2.0)]) == {}

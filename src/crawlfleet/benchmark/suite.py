@@ -38,6 +38,7 @@ from crawlfleet.benchmark.reports import (
     scale_report,
     scaling_report,
     seen_report,
+    versus_report,
 )
 from crawlfleet.benchmark.results import Results
 from crawlfleet.benchmark.scale import run_scale
@@ -244,17 +245,24 @@ def _crawls(out: Results, args: argparse.Namespace, url: str, prefix: str) -> No
             out.report["crawl"] = [x.as_dict() for x in results]
             out.write()
     out.add("crawl", results, crawl_report(out.console, results))
-    # 4 nodes must never be slower than 2: the first pair is in the table above, the
-    # others are run now, in turn
-    scaling = [r for r in results if r.scenario == "cpu-bound" and r.contender == "crawlfleet"]
-    if "cpu" in args.skip or not {2, 4} <= set(nodes):
+    if "cpu" in args.skip:
         return
+    # on the CPU-bound site, run in turn --repeats times (the first run of each is in the
+    # table above): one node against vanilla Scrapy, and 4 nodes against 2 (never slower)
+    cpu_bound = [r for r in results if r.scenario == "cpu-bound"]
+    pairs = [("scrapy", 1), ("crawlfleet", 1)] if 1 in nodes else []
+    if {2, 4} <= set(nodes):
+        pairs += [("crawlfleet", 2), ("crawlfleet", 4)]
     for i in range(1, args.repeats):
-        for n in (2, 4):
-            r = run_crawl(scenarios[0], "crawlfleet", n, redis_url=url, key_prefix=prefix)
-            scaling.append(r)
+        for contender, n in pairs:
+            r = run_crawl(scenarios[0], contender, n, redis_url=url, key_prefix=prefix)
+            cpu_bound.append(r)
             out.note(f"repeat {i + 1} of {args.repeats}: {_crawl_line(r)}")
-    out.add("scaling", scaling, scaling_report(out.console, scaling))
+    if 1 in nodes:
+        out.add("versus", cpu_bound, versus_report(out.console, cpu_bound))
+    if {2, 4} <= set(nodes):
+        scaling = [r for r in cpu_bound if r.contender == "crawlfleet"]
+        out.add("scaling", scaling, scaling_report(out.console, scaling))
 
 
 def _crawl_line(r: CrawlResult) -> str:

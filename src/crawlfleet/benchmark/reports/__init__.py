@@ -8,6 +8,7 @@ from crawlfleet.benchmark.reports.crawling import (
     crawl_report,
     polite_report,
     scaling_report,
+    versus_report,
 )
 from crawlfleet.benchmark.reports.durability import faults_report, outage_report
 from crawlfleet.benchmark.reports.redis import (
@@ -32,4 +33,5 @@ __all__ = [
     "scale_report",
     "scaling_report",
     "seen_report",
+    "versus_report",
 ]
