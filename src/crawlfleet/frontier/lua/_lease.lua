@@ -91,8 +91,7 @@ local function lease_run(KEYS, ARGV)
       pop_site(sites_key, req_key, counters_key, site, KEYS[k], KEYS[k + 1], KEYS[k + 2], take,
                function(rid, entry)
         local slot = pace_slot(first, interval, probing, n)
-        if pop_lease(leases_key, owner_key, node, deadline, out, rid, entry, slot,
-                     slot >= 0 and late or 0) then
+        if pop_lease(node, deadline, out, rid, entry, slot, slot >= 0 and late or 0) then
           n = n + 1
         end
       end)
@@ -100,6 +99,7 @@ local function lease_run(KEYS, ARGV)
       if n > 0 then pace_use(site, budget, first, interval, probing, n) end
     end
   end
+  pop_flush(req_key, leases_key, owner_key)
   if got > 0 then
     count(counters_key, 'leased', got)
     count(counters_key, 'leased_total', got)

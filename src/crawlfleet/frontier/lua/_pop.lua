@@ -19,6 +19,13 @@
 -- the job's credit hash and the revisit share (a number from 0 to 1); set by pop_init
 local POP = {credit = '', share = 0.5}
 
+-- the writes of this call's leases, made by pop_flush in one variadic call a key (a
+-- call a request and key cost Redis more than the requests themselves): req entries
+-- of list items {rid, entry, ...}, leases {deadline, rid, ...}, owners {rid, node, ...}
+local LEASED = {req = {}, leases = {}, owner = {}}
+-- most field/value pairs one call carries (unpack's bound on the Lua stack)
+local PAIRS_CHUNK = 500
+
 local function pop_init(credit_key, share)
   POP.credit = credit_key
   POP.share = share
@@ -47,7 +54,9 @@ local function from_item(req, counters, site, item, mark)
     rid = 'bad' .. count(counters, 'bad_seq', 1)
     entry = item
   end
-  redis.call('HSET', req, rid, entry)
+  local w = LEASED.req
+  w[#w + 1] = rid
+  w[#w + 1] = entry
   return {rid, entry}
 end
 
@@ -143,16 +152,36 @@ local function pop_site(sites, req, counters, site, qkey, fifo, rkey, take, leas
 end
 
 -- lease a taken request to *node* until *deadline* (ms, as digits: formatted once a
--- call, not once a request): its lease, its owner, and
+-- call, not once a request): its lease and its owner (written by pop_flush), and
 -- {rid, entry, slot, late} appended to *out*; false when its entry is gone (a hand
 -- edit: nothing to lease)
-local function pop_lease(leases, owner, node, deadline, out, rid, entry, slot, late)
+local function pop_lease(node, deadline, out, rid, entry, slot, late)
   if not entry then return false end
-  redis.call('ZADD', leases, deadline, rid)
-  redis.call('HSET', owner, rid, node)
+  local leases, owner = LEASED.leases, LEASED.owner
+  leases[#leases + 1] = deadline
+  leases[#leases + 1] = rid
+  owner[#owner + 1] = rid
+  owner[#owner + 1] = node
   out[#out + 1] = rid
   out[#out + 1] = entry
   out[#out + 1] = slot
   out[#out + 1] = late
   return true
+end
+
+-- *cmd* *key* with the pairs of *items*, in calls of PAIRS_CHUNK pairs at most
+local function pairs_call(cmd, key, items)
+  for first = 1, #items, 2 * PAIRS_CHUNK do
+    redis.call(cmd, key, unpack(items, first, math.min(#items, first + 2 * PAIRS_CHUNK - 1)))
+  end
+end
+
+-- write the leases taken so far (see LEASED) into *req*, *leases* and *owner*: before
+-- the script reads any of them again, and before it returns
+local function pop_flush(req, leases, owner)
+  if #LEASED.leases == 0 and #LEASED.req == 0 then return end
+  pairs_call('HSET', req, LEASED.req)
+  pairs_call('ZADD', leases, LEASED.leases)
+  pairs_call('HSET', owner, LEASED.owner)
+  LEASED = {req = {}, leases = {}, owner = {}}
 end

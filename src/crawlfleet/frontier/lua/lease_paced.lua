@@ -34,8 +34,7 @@ for i = 5, #ARGV - 4, 5 do
     pop_site(sites_key, req_key, counters_key, site, KEYS[k], KEYS[k + 1], KEYS[k + 2],
              take, function(rid, entry)
       local slot = first >= 0 and first + n * interval or -1
-      if pop_lease(leases_key, owner_key, node, deadline, out, rid, entry, slot,
-                   first >= 0 and late or 0) then
+      if pop_lease(node, deadline, out, rid, entry, slot, first >= 0 and late or 0) then
         n = n + 1
       end
     end)
@@ -43,6 +42,7 @@ for i = 5, #ARGV - 4, 5 do
   got = got + n
   taken[#taken + 1] = n
 end
+pop_flush(req_key, leases_key, owner_key)
 if got > 0 then
   count(counters_key, 'leased', got)
   count(counters_key, 'leased_total', got)
