@@ -220,6 +220,25 @@ def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[...
     run(body)
 
 
+def test_a_heartbeat_renews_many_leases_and_only_its_own(run: Callable[..., Any]) -> None:
+    """More leases than one renewing call carries (the script reads their owners and
+    sets their deadlines a chunk at a time): every one of the node's is renewed, another
+    node's and an unknown rid are not."""
+
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out(f"u{i}") for i in range(2501)])
+        mine = await f.lease("n1", 2500, ["a"], lease_ms=1500, per_site=2500, offer_size=10)
+        other = await f.lease("n2", 1, ["a"], lease_ms=1500, per_site=1, offer_size=10)
+        assert len(mine.entries) == 2500 and len(other.entries) == 1
+        renew = [e.rid for e in mine.entries] + [other.entries[0].rid, "no such lease"]
+        await f.heartbeat("n1", ttl_ms=60000, status="{}", busy=True, lease_ms=60000, renew=renew)
+        await asyncio.sleep(1.6)
+        assert await f.reclaim_expired(limit=5000) == 1  # n2's only
+        assert await lease_all(f, "n3") == [other.entries[0].payload.decode()]
+
+    run(body)
+
+
 def test_a_delayed_request_waits_then_any_node_takes_it(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
         retry = Outgoing(b"", "a", 0, b"retry", delay_ms=1000)  # room for a loaded machine

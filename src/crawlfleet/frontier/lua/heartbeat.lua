@@ -34,6 +34,9 @@
 --          requests waiting for their time (counted in leased: retries backing off,
 --          tracked requests between visits)}
 
+-- most rids one renewing call carries (unpack's bound on the Lua stack)
+local RENEW_CHUNK = 1000
+
 local nodes_key, nodeinfo_key, busy_key, leases_key, owner_key, waiting_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local counters_key, limits_key, reaped_key, control_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -58,11 +61,23 @@ else
     redis.call('ZREM', busy_key, node)
   end
 end
+-- the leases still this node's get the new deadline: their owners read at once, the
+-- deadlines set in one call (a few calls per RENEW_CHUNK rids, not two a lease)
 local renewed = 0
-for i = 6, #ARGV do
-  if redis.call('HGET', owner_key, ARGV[i]) == node then
-    redis.call('ZADD', leases_key, 'XX', now + lease_ms, ARGV[i])
-    renewed = renewed + 1
+local deadline = string.format('%.0f', now + lease_ms)
+for first = 6, #ARGV, RENEW_CHUNK do
+  local last = math.min(#ARGV, first + RENEW_CHUNK - 1)
+  local owners = redis.call('HMGET', owner_key, unpack(ARGV, first, last))
+  local renew = {}
+  for i = first, last do
+    if owners[i - first + 1] == node then
+      renew[#renew + 1] = deadline
+      renew[#renew + 1] = ARGV[i]
+    end
+  end
+  if #renew > 0 then
+    redis.call('ZADD', leases_key, 'XX', unpack(renew))
+    renewed = renewed + #renew / 2
   end
 end
 -- forget nodes dead for over an hour, so the registry does not grow without bound
