@@ -75,7 +75,7 @@ local function lease_run(KEYS, ARGV)
   local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
   pace_init(fleet_pace_key, fleet_throttle_key, now, tonumber(ARGV[6]), tonumber(ARGV[7]),
             tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
-  pop_init(credit_key, tonumber(ARGV[11]))
+  pop_init(credit_key, tonumber(ARGV[11]), (#ARGV - 11) / 4)
   local deadline = digits(math.floor(now / 1000) + lease_ms)  -- once a call (_pace.lua)
   local out, got = {}, 0
 
@@ -99,7 +99,7 @@ local function lease_run(KEYS, ARGV)
       if n > 0 then pace_use(site, budget, first, interval, probing, n) end
     end
   end
-  pop_flush(req_key, leases_key, owner_key)
+  pop_flush(req_key, leases_key, owner_key, counters_key)
   if got > 0 then
     count(counters_key, 'leased', got)
     count(counters_key, 'leased_total', got)

@@ -31,9 +31,9 @@ local function pace_not_ready(wait)
   if PACE.ready_in < 0 or wait < PACE.ready_in then PACE.ready_in = wait end
 end
 
--- the site's back-off now (ms); one decayed below 10 ms is over and removed
-local function pace_backoff(site)
-  local raw = redis.call('HGET', PACE.throttle, 'b:' .. site)
+-- the site's back-off now (ms), from its field *raw* ("b:<site>"; false: none); one
+-- decayed below 10 ms is over and removed
+local function pace_backoff(site, raw)
   if not raw then return 0 end
   local left = backoff_left(raw, PACE.now_ms, PACE.half_life)
   if left < 10 then
@@ -50,11 +50,12 @@ end
 -- paced in) for a site with a configured interval, budget and lateness
 local function pace_site(site, configured, budget, late, take)
   local now, now_ms = PACE.now, PACE.now_ms
-  local robots = redis.call('HGET', PACE.throttle, 'r:' .. site)
+  local fields = redis.call('HMGET', PACE.throttle, 'r:' .. site, 'b:' .. site)
+  local robots = fields[1]
   local probing = PACE.probe_ms > 0 and not robots
   local delay_ms, known_ms = string.match(robots or '0', '^(%d+):?(%d*)')
   local interval = math.max(configured, tonumber(delay_ms or '0') * 1000,
-                            pace_backoff(site) * 1000)
+                            pace_backoff(site, fields[2]) * 1000)
   if interval > configured then
     budget = string.gsub(budget, '|job=.*$', '')
     late = math.max(late, math.floor(interval * PACE.late_share),

@@ -16,8 +16,11 @@
 -- is marked, see _entry.lua). A served site moves behind every other site (round
 -- robin); a site with both queues empty leaves the sites zset.
 
--- the job's credit hash and the revisit share (a number from 0 to 1); set by pop_init
-local POP = {credit = '', share = 0.5}
+-- the job's credit hash and the revisit share (a number from 0 to 1), set by pop_init;
+-- the serve orders this call reserved (order: the last one given, last: the last
+-- reserved; nil: none yet), how many to reserve at once (the sites offered), and the
+-- requests taken off the queues so far (counted by pop_flush)
+local POP = {credit = '', share = 0.5, order = nil, last = 0, reserve = 1, taken = 0}
 
 -- the writes of this call's leases, made by pop_flush in one variadic call a key (a
 -- call a request and key cost Redis more than the requests themselves): req entries
@@ -26,9 +29,22 @@ local LEASED = {req = {}, leases = {}, owner = {}}
 -- most field/value pairs one call carries (unpack's bound on the Lua stack)
 local PAIRS_CHUNK = 500
 
-local function pop_init(credit_key, share)
+-- a lease of *sites* offered sites begins (see POP)
+local function pop_init(credit_key, share, sites)
   POP.credit = credit_key
   POP.share = share
+  POP.order, POP.last, POP.reserve, POP.taken = nil, 0, math.max(1, sites), 0
+end
+
+-- the next serve order: the job's counter "served" is raised once for all the sites a
+-- lease may serve, not once a site (an order reserved and not used is a gap, harmless)
+local function next_order(counters)
+  if not POP.order or POP.order >= POP.last then
+    POP.last = count(counters, 'served', POP.reserve)
+    POP.order = POP.last - POP.reserve
+  end
+  POP.order = POP.order + 1
+  return POP.order
 end
 
 -- the req entry of queued request *rid* (nil, noted in GONE: it is gone)
@@ -145,9 +161,9 @@ local function pop_site(sites, req, counters, site, qkey, fifo, rkey, take, leas
   if redis.call('EXISTS', qkey, fifo, rkey) == 0 then
     redis.call('ZREM', sites, site)
   else
-    redis.call('ZADD', sites, 'XX', count(counters, 'served', 1), site)
+    redis.call('ZADD', sites, 'XX', next_order(counters), site)
   end
-  if #got > 0 then count(counters, 'queued', -#got) end
+  POP.taken = POP.taken + #got
   return #got
 end
 
@@ -176,9 +192,14 @@ local function pairs_call(cmd, key, items)
   end
 end
 
--- write the leases taken so far (see LEASED) into *req*, *leases* and *owner*: before
--- the script reads any of them again, and before it returns
-local function pop_flush(req, leases, owner)
+-- write the leases taken so far (see LEASED) into *req*, *leases* and *owner*, and
+-- count the requests taken off the queues in *counters*: before the script reads any
+-- of them again, and before it returns
+local function pop_flush(req, leases, owner, counters)
+  if POP.taken > 0 then
+    count(counters, 'queued', -POP.taken)
+    POP.taken = 0
+  end
   if #LEASED.leases == 0 and #LEASED.req == 0 then return end
   pairs_call('HSET', req, LEASED.req)
   pairs_call('ZADD', leases, LEASED.leases)

@@ -23,7 +23,7 @@ local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key =
 local credit_key = KEYS[7]
 local node, hint_n = ARGV[1], tonumber(ARGV[3])
 local deadline = string.format('%.0f', now_ms() + tonumber(ARGV[2]))
-pop_init(credit_key, tonumber(ARGV[4]))
+pop_init(credit_key, tonumber(ARGV[4]), (#ARGV - 4) / 5)
 local out, taken, got = {}, {}, 0
 for i = 5, #ARGV - 4, 5 do
   local site, take, first = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
@@ -42,7 +42,7 @@ for i = 5, #ARGV - 4, 5 do
   got = got + n
   taken[#taken + 1] = n
 end
-pop_flush(req_key, leases_key, owner_key)
+pop_flush(req_key, leases_key, owner_key, counters_key)
 if got > 0 then
   count(counters_key, 'leased', got)
   count(counters_key, 'leased_total', got)
