@@ -4,6 +4,7 @@ frontier (its scripts, on a real Redis) and by the in-memory one."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -241,7 +242,10 @@ def test_a_heartbeat_renews_many_leases_and_only_its_own(run: Callable[..., Any]
 
 def test_a_delayed_request_waits_then_any_node_takes_it(run: Callable[..., Any]) -> None:
     async def body(f: Frontier) -> None:
-        retry = Outgoing(b"", "a", 0, b"retry", delay_ms=1000)  # room for a loaded machine
+        # 3 s: room for a loaded machine before the checks that it is not due yet (at 1 s
+        # they once came too late for the sharded frontier)
+        retry = Outgoing(b"", "a", 0, b"retry", delay_ms=3000)
+        committed_at = time.monotonic()
         r = await f.commit("n1", [out("u1"), retry])
         assert r.queued == 2  # both are in the job, one of them waiting
         c = await f.counters()
@@ -254,7 +258,7 @@ def test_a_delayed_request_waits_then_any_node_takes_it(run: Callable[..., Any])
         await asyncio.sleep(0.1)
         assert await f.reclaim_expired() == 0 and f.came_due == 0
         assert await lease_all(f, "n3") == []
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(max(0.0, committed_at + 3.1 - time.monotonic()))
         # its time has come: reclaiming queues it (not counted as a reclaimed lease), even
         # in the grace after a silence of the fleet (the job's start is one)
         assert await f.reclaim_expired(grace_ms=60_000) == 0 and f.came_due == 1
