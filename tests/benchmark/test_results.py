@@ -70,3 +70,16 @@ def test_one_node_against_scrapy_is_judged_on_the_median_of_the_pairs_ratios() -
     slower = versus_report(Console(file=io.StringIO()), runs[:2] + runs[3:5])
     assert list(slower.values()) == [False, False]  # medians 0.82x pages/s, 1.225x CPU
     assert versus_report(Console(file=io.StringIO()), [crawl("scrapy", 1, 100, 2.0)]) == {}
+    # a node run that failed (no CPU counted, exit code None) is no pair: it cannot pull
+    # the median down, and with no pair left the target is missed, not left out
+    failed = crawl("crawlfleet", 1, 90, 0.0)
+    failed.exit_codes = [None]
+    lost = versus_report(Console(file=io.StringIO()), [crawl("scrapy", 1, 100, 2.0), failed])
+    assert lost == {"cpu-bound: 1 node against vanilla Scrapy: no pair measured": False}
+    kept = versus_report(
+        Console(file=io.StringIO()), [*runs[:2], crawl("scrapy", 1, 100, 2.0), failed]
+    )
+    assert list(kept) == [
+        "cpu-bound: 1 node >= 1.0x vanilla Scrapy's pages/s, median of 1 (1.04)",
+        "cpu-bound: 1 node <= 1.0x vanilla Scrapy's CPU/page, median of 1 (0.95)",
+    ]

@@ -259,7 +259,10 @@ def _crawls(out: Results, args: argparse.Namespace, url: str, prefix: str) -> No
             cpu_bound.append(r)
             out.note(f"repeat {i + 1} of {args.repeats}: {_crawl_line(r)}")
     if 1 in nodes:
-        out.add("versus", cpu_bound, versus_report(out.console, cpu_bound))
+        versus = [
+            r for r in cpu_bound if (r.contender, r.nodes) in (("scrapy", 1), ("crawlfleet", 1))
+        ]
+        out.add("versus", versus, versus_report(out.console, versus))
     if {2, 4} <= set(nodes):
         scaling = [r for r in cpu_bound if r.contender == "crawlfleet"]
         out.add("scaling", scaling, scaling_report(out.console, scaling))

@@ -24,7 +24,9 @@ local POP = {credit = '', share = 0.5, order = nil, last = 0, reserve = 1, taken
 
 -- the writes of this call's leases, made by pop_flush in one variadic call a key (a
 -- call a request and key cost Redis more than the requests themselves): req entries
--- of list items {rid, entry, ...}, leases {deadline, rid, ...}, owners {rid, node, ...}
+-- of list items {rid, entry, ...}, leases {deadline, rid, ...}, owners {rid, node, ...}.
+-- (A script error between a pop and pop_flush would lose the list items popped so far;
+-- nothing there raises on any input: the counters and back-off readers are defensive.)
 local LEASED = {req = {}, leases = {}, owner = {}}
 -- most field/value pairs one call carries (unpack's bound on the Lua stack)
 local PAIRS_CHUNK = 500
