@@ -36,6 +36,9 @@ bootstrap() {
             echo "installing crawlfleet into $VENV (Scrapy, Redis, the manager and their dependencies): a few minutes the first time" >&2
         fi
         "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$target"
+        # byte-compiled once here, not by every node of the first crawl at once (four
+        # nodes compiling together sent their first request 5.6 s after launch, not 2.8)
+        "$VENV/bin/python" -m compileall -q -j 0 src > /dev/null
         touch "$stamp"
     fi
 }
