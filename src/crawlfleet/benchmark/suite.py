@@ -250,22 +250,20 @@ def _crawls(out: Results, args: argparse.Namespace, url: str, prefix: str) -> No
     # on the CPU-bound site, run in turn --repeats times (the first run of each is in the
     # table above): one node against vanilla Scrapy, and 4 nodes against 2 (never slower)
     cpu_bound = [r for r in results if r.scenario == "cpu-bound"]
-    pairs = [("scrapy", 1), ("crawlfleet", 1)] if 1 in nodes else []
-    if {2, 4} <= set(nodes):
-        pairs += [("crawlfleet", 2), ("crawlfleet", 4)]
+    one_node = [("scrapy", 1), ("crawlfleet", 1)] if 1 in nodes else []
+    two_four = [("crawlfleet", 2), ("crawlfleet", 4)] if {2, 4} <= set(nodes) else []
     for i in range(1, args.repeats):
-        for contender, n in pairs:
+        for contender, n in one_node + two_four:
             r = run_crawl(scenarios[0], contender, n, redis_url=url, key_prefix=prefix)
             cpu_bound.append(r)
             out.note(f"repeat {i + 1} of {args.repeats}: {_crawl_line(r)}")
-    if 1 in nodes:
-        versus = [
-            r for r in cpu_bound if (r.contender, r.nodes) in (("scrapy", 1), ("crawlfleet", 1))
-        ]
-        out.add("versus", versus, versus_report(out.console, versus))
-    if {2, 4} <= set(nodes):
-        scaling = [r for r in cpu_bound if r.contender == "crawlfleet"]
-        out.add("scaling", scaling, scaling_report(out.console, scaling))
+    for part, runs, report in (
+        ("versus", one_node, versus_report),
+        ("scaling", two_four, scaling_report),
+    ):
+        if runs:
+            mine = [r for r in cpu_bound if (r.contender, r.nodes) in runs]
+            out.add(part, mine, report(out.console, mine))
 
 
 def _crawl_line(r: CrawlResult) -> str:
