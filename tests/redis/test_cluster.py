@@ -57,9 +57,11 @@ def test_a_lease_paces_apart_from_the_job_and_gives_back_unused_slots(
             paced: dict[str, Any] = {"intervals": [100_000], "horizon_us": 1_000_000}
             r = await a.lease("n1", 10, ["s"], **paced, **kw)
             assert [e.slot_us for e in r.entries] == [0, 100_000]
-            # 10 slots were reserved, 2 used: the schedule goes on from the second
-            r = await b.lease("n2", 10, ["s"], **paced, **kw)
-            assert len(r.entries) == 1 and 150_000 <= r.entries[0].slot_us <= 200_000
+            # 10 slots were reserved, 2 used: the schedule goes on from the second,
+            # 200 ms after the first lease (slots are told relative to each call's now)
+            later = await b.lease("n2", 10, ["s"], **paced, **kw)
+            due = max(0, r.now_us + 200_000 - later.now_us)
+            assert [e.slot_us for e in later.entries] == [due]
             await set_limits(client, key_prefix, None, {"*.shop.com": "5/1s"})
             st = await a.heartbeat("n1", ttl_ms=5000, status="{}", busy=False, lease_ms=1000)
             assert st.fleet_limits == {"*.shop.com": "5/1s"} and st.leased == 2
