@@ -318,7 +318,7 @@ class Frontier(Committer):
 
         def build(seen_keys: list[str], seen_args: list[Any]) -> tuple[list[str], list[Any]]:
             keys, args = commit_build(seen_keys, seen_args)
-            return [*keys, *lease_keys], [len(keys), len(args), *args, *lease_args]
+            return [*keys, *lease_keys], [*args, *lease_args, len(keys), len(args)]
 
         committed, leased = await self._with_seen("commit_lease", build)
         return self._committed(committed), self._leased(leased)

@@ -5,16 +5,16 @@
 -- uses: commit, lease, seen, pace, pop, backoff, entry, counters, clock
 --
 -- KEYS: the commit's keys (as commit.lua takes them), then the lease's (lease.lua)
--- ARGV[1] C, how many of KEYS are the commit's   ARGV[2] D, how many arguments follow
---         for the commit
--- ARGV[3 .. 2+D] the commit's arguments (commit.lua), then the lease's (lease.lua)
+-- ARGV: the commit's arguments (commit.lua), then the lease's (lease.lua), then C, how
+--       many of KEYS are the commit's, and D, how many of ARGV
+-- The commit reads its keys and arguments where they are (they come first, and it
+-- never counts them): only the lease's few are copied, not a round's many links.
 -- Returns {the commit's reply, the lease's reply} (see _commit.lua, _lease.lua)
 
-local c, d = tonumber(ARGV[1]), tonumber(ARGV[2])
-local commit_keys, commit_args, lease_keys, lease_args = {}, {}, {}, {}
-for i = 1, c do commit_keys[i] = KEYS[i] end
+local n = #ARGV
+local c, d = tonumber(ARGV[n - 1]), tonumber(ARGV[n])
+local lease_keys, lease_args = {}, {}
 for i = c + 1, #KEYS do lease_keys[i - c] = KEYS[i] end
-for i = 1, d do commit_args[i] = ARGV[2 + i] end
-for i = d + 3, #ARGV do lease_args[i - d - 2] = ARGV[i] end
-local committed = commit_run(commit_keys, commit_args)
+for i = d + 1, n - 2 do lease_args[i - d] = ARGV[i] end
+local committed = commit_run(KEYS, ARGV)
 return {committed, lease_run(lease_keys, lease_args)}
