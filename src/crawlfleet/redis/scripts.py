@@ -13,8 +13,10 @@ that is not a number), ``-- uses: pace`` and ``-- uses: pop`` the two halves of 
 (``_pace.lua``: a site's slots; ``_pop.lua``: taking its queued requests),
 ``-- uses: commit`` and ``-- uses: lease`` the bodies of a commit and a lease as functions
 (``_commit.lua``, ``_lease.lua``: commit.lua, lease.lua and commit_lease.lua, a node's
-round in one call, run them), and ``-- uses: clock`` prepends ``_clock.lua`` (Redis's
-clock, read once per call: the only script piece that reads TIME). Libraries shared by
+round in one call, run them), ``-- uses: batch`` prepends ``_batch.lua`` (variadic calls
+over lists of any length, and which leases of a list are still a node's), and
+``-- uses: clock`` prepends ``_clock.lua`` (Redis's clock, read once per call: the only
+script piece that reads TIME). Libraries shared by
 scripts of several packages, such as the clock, live in ``crawlfleet/redis/lua/``,
 searched last.
 A script that uses ``counters`` is run wrapped: its body becomes a function, and the
@@ -67,7 +69,7 @@ def _read(name: str) -> str:
 
 #: Libraries a script may name in its ``-- uses:`` header (besides "seen"), each
 #: prepended in turn: one that needs another comes before it here.
-LIBRARIES = ("commit", "lease", "pace", "pop", "backoff", "entry", "counters", "clock")
+LIBRARIES = ("commit", "lease", "pace", "pop", "backoff", "entry", "counters", "batch", "clock")
 
 
 def _uses(body: str) -> list[str]:

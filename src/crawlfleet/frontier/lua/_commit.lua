@@ -1,7 +1,7 @@
 -- Library (prepended to scripts whose header says "-- uses: commit"; needs seen, entry,
--- counters and clock): commit_run(KEYS, ARGV), the body of a commit, for commit.lua and
--- commit_lease.lua (a node's round in one call). Its KEYS and ARGV are the tables it
--- is given, as follows.
+-- counters, batch and clock): commit_run(KEYS, ARGV), the body of a commit, for
+-- commit.lua and commit_lease.lua (a node's round in one call). Its KEYS and ARGV are
+-- the tables it is given, as follows.
 --
 -- commit: one batch from a node: acknowledge finished leases, set malformed entries
 -- aside, keep finished leases for a later visit (revisits) or drop tracked ones for
@@ -88,9 +88,6 @@
 -- A revisit whose entry is gone or malformed ends its lease instead (a malformed one
 -- set aside, as B's are).
 
--- most items one RPUSH carries (unpack's bound on the Lua stack)
-local PUSH_CHUNK = 1000
-
 local function commit_run(KEYS, ARGV)
   local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key, bad_key,
         changes_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -153,25 +150,11 @@ local function commit_run(KEYS, ARGV)
 
   -- the acknowledgements in a few variadic calls, not four a lease: their owners at
   -- once, then the leases still this node's end together
-  local acked, bad = 0, 0
-  for first = pos, pos + A - 1, PUSH_CHUNK do
-    local last = math.min(pos + A - 1, first + PUSH_CHUNK - 1)
-    local owners = redis.call('HMGET', owner_key, unpack(ARGV, first, last))
-    local ended, taken = {}, {}
-    for i = first, last do
-      local rid = ARGV[i]
-      if owners[i - first + 1] == node and not taken[rid] then
-        taken[rid] = true
-        ended[#ended + 1] = rid
-      end
-    end
-    if #ended > 0 then
-      redis.call('ZREM', leases_key, unpack(ended))
-      redis.call('HDEL', owner_key, unpack(ended))
-      redis.call('HDEL', req_key, unpack(ended))
-      acked = acked + #ended
-    end
-  end
+  local ended = owned_by(owner_key, node, ARGV, pos, pos + A - 1)
+  call_batched(ended, 'ZREM', leases_key)
+  call_batched(ended, 'HDEL', owner_key)
+  call_batched(ended, 'HDEL', req_key)
+  local acked, bad = #ended, 0
   for i = pos + A, pos + A + B - 1 do
     if end_lease(ARGV[i], true) then bad = bad + 1 end
   end
@@ -279,19 +262,12 @@ local function commit_run(KEYS, ARGV)
   end
   seen_finish()
   for _, qi in ipairs(lean_order) do
-    local items, list = lean[qi], KEYS[qbase + 2 * qi]
-    for first = 1, #items, PUSH_CHUNK do
-      redis.call('RPUSH', list, unpack(items, first, math.min(#items, first + PUSH_CHUNK - 1)))
-    end
+    call_batched(lean[qi], 'RPUSH', KEYS[qbase + 2 * qi])
     redis.call('ZADD', sites_key, 'NX', '0', site_of[qi])
   end
 
   if #added > 0 then
-    local length
-    for first = 1, #added, PUSH_CHUNK do
-      length = redis.call('RPUSH', feed_key,
-                          unpack(added, first, math.min(#added, first + PUSH_CHUNK - 1)))
-    end
+    local length = call_batched(added, 'RPUSH', feed_key)
     -- trimmed by an eighth at a time, not by each push
     if length > feed_kept + feed_kept / 8 then redis.call('LTRIM', feed_key, -feed_kept, -1) end
     if place == fed then place = fed + #added end  -- all read: not its own again

@@ -1,7 +1,7 @@
--- Library (prepended to scripts whose header says "-- uses: pop"; needs entry and
--- counters): taking a site's queued requests for a lease. A site has two queues: its
--- new URLs and its revisits (tracked pages whose next visit came, first due first: see
--- requeue.lua).
+-- Library (prepended to scripts whose header says "-- uses: pop"; needs entry,
+-- counters and batch): taking a site's queued requests for a lease. A site has two
+-- queues: its new URLs and its revisits (tracked pages whose next visit came, first due
+-- first: see requeue.lua).
 -- New URLs come in priority order, then first in first out: priorities above 0 from
 -- its queue (and priority-0 entries queued before FIFO lists existed: older than any
 -- list item), then its FIFO list, then priorities below 0.
@@ -23,13 +23,12 @@
 local POP = {credit = '', share = 0.5, order = nil, last = 0, reserve = 1, taken = 0}
 
 -- the writes of this call's leases, made by pop_flush in one variadic call a key (a
--- call a request and key cost Redis more than the requests themselves): req entries
--- of list items {rid, entry, ...}, leases {deadline, rid, ...}, owners {rid, node, ...}.
--- (A script error between a pop and pop_flush would lose the list items popped so far;
--- nothing there raises on any input: the counters and back-off readers are defensive.)
+-- call a request and key cost Redis more than the requests themselves; _batch.lua):
+-- req entries of list items {rid, entry, ...}, leases {deadline, rid, ...}, owners
+-- {rid, node, ...}. (A script error between a pop and pop_flush would lose the list
+-- items popped so far; nothing there raises on any input: the counters and back-off
+-- readers are defensive.)
 local LEASED = {req = {}, leases = {}, owner = {}}
--- most field/value pairs one call carries (unpack's bound on the Lua stack)
-local PAIRS_CHUNK = 500
 
 -- a lease of *sites* offered sites begins (see POP)
 local function pop_init(credit_key, share, sites)
@@ -187,13 +186,6 @@ local function pop_lease(node, deadline, out, rid, entry, slot, late)
   return true
 end
 
--- *cmd* *key* with the pairs of *items*, in calls of PAIRS_CHUNK pairs at most
-local function pairs_call(cmd, key, items)
-  for first = 1, #items, 2 * PAIRS_CHUNK do
-    redis.call(cmd, key, unpack(items, first, math.min(#items, first + 2 * PAIRS_CHUNK - 1)))
-  end
-end
-
 -- write the leases taken so far (see LEASED) into *req*, *leases* and *owner*, and
 -- count the requests taken off the queues in *counters*: before the script reads any
 -- of them again, and before it returns
@@ -203,8 +195,8 @@ local function pop_flush(req, leases, owner, counters)
     POP.taken = 0
   end
   if #LEASED.leases == 0 and #LEASED.req == 0 then return end
-  pairs_call('HSET', req, LEASED.req)
-  pairs_call('ZADD', leases, LEASED.leases)
-  pairs_call('HSET', owner, LEASED.owner)
+  call_batched(LEASED.req, 'HSET', req)
+  call_batched(LEASED.leases, 'ZADD', leases)
+  call_batched(LEASED.owner, 'HSET', owner)
   LEASED = {req = {}, leases = {}, owner = {}}
 end

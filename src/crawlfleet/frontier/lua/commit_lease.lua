@@ -2,7 +2,7 @@
 -- (lease.lua), atomically, on one Redis. It does exactly what the two calls in turn
 -- do (the lease sees what the commit queued and acknowledged), for one script call
 -- and one round trip instead of two.
--- uses: commit, lease, seen, pace, pop, backoff, entry, counters, clock
+-- uses: commit, lease, seen, pace, pop, backoff, entry, counters, batch, clock
 --
 -- KEYS: the commit's keys (as commit.lua takes them), then the lease's (lease.lua)
 -- ARGV: the commit's arguments (commit.lua), then the lease's (lease.lua), then C, how

@@ -1,6 +1,6 @@
 -- heartbeat: a node says it is alive (and whether it is busy), renews the leases it
 -- holds, and reads the job's state, all on the Redis clock.
--- uses: counters, clock
+-- uses: counters, batch, clock
 --
 -- KEYS[1] nodes     zset  node id -> time (ms) after which it counts as dead
 -- KEYS[2] nodeinfo  hash  node id -> JSON status written by the node
@@ -34,9 +34,6 @@
 --          requests waiting for their time (counted in leased: retries backing off,
 --          tracked requests between visits)}
 
--- most rids one renewing call carries (unpack's bound on the Lua stack)
-local RENEW_CHUNK = 1000
-
 local nodes_key, nodeinfo_key, busy_key, leases_key, owner_key, waiting_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local counters_key, limits_key, reaped_key, control_key = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
@@ -62,24 +59,15 @@ else
   end
 end
 -- the leases still this node's get the new deadline: their owners read at once, the
--- deadlines set in one call (a few calls per RENEW_CHUNK rids, not two a lease)
-local renewed = 0
+-- deadlines set in one call (a few calls per thousand rids, not two a lease)
 local deadline = string.format('%.0f', now + lease_ms)
-for first = 6, #ARGV, RENEW_CHUNK do
-  local last = math.min(#ARGV, first + RENEW_CHUNK - 1)
-  local owners = redis.call('HMGET', owner_key, unpack(ARGV, first, last))
-  local renew = {}
-  for i = first, last do
-    if owners[i - first + 1] == node then
-      renew[#renew + 1] = deadline
-      renew[#renew + 1] = ARGV[i]
-    end
-  end
-  if #renew > 0 then
-    redis.call('ZADD', leases_key, 'XX', unpack(renew))
-    renewed = renewed + #renew / 2
-  end
+local mine, renew = owned_by(owner_key, node, ARGV, 6, #ARGV), {}
+for _, rid in ipairs(mine) do
+  renew[#renew + 1] = deadline
+  renew[#renew + 1] = rid
 end
+call_batched(renew, 'ZADD', leases_key, 'XX')
+local renewed = #mine
 -- forget nodes dead for over an hour, so the registry does not grow without bound
 local gone = redis.call('ZRANGEBYSCORE', nodes_key, '-inf', now - 3600000)
 for _, old in ipairs(gone) do

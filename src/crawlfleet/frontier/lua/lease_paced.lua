@@ -1,7 +1,7 @@
 -- lease_paced: the second half of a lease on a Redis Cluster (pace.lua is the first):
 -- take the offered sites' requests, as many as their reserved slots, each leased until
 -- a deadline on this slot's Redis clock, in the order and round robin of _pop.lua.
--- uses: pop, counters, entry, clock
+-- uses: pop, counters, entry, batch, clock
 --
 -- KEYS[1] sites  KEYS[2] req  KEYS[3] leases  KEYS[4] owner  KEYS[5] counters
 -- KEYS[6] waiting  KEYS[7] credit (as lease.lua's)
