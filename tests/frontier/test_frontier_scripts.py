@@ -224,7 +224,7 @@ def test_expired_leases_are_reclaimed_and_renewed_ones_are_not(run: Callable[...
 def test_a_heartbeat_renews_many_leases_and_only_its_own(run: Callable[..., Any]) -> None:
     """More leases than one renewing call carries (the script reads their owners and
     sets their deadlines a chunk at a time): every one of the node's is renewed, another
-    node's and an unknown rid are not."""
+    node's and an unknown rid are not; acknowledged in one commit, each ends once."""
 
     async def body(f: Frontier) -> None:
         await f.commit("n1", [out(f"u{i}") for i in range(2501)])
@@ -236,6 +236,11 @@ def test_a_heartbeat_renews_many_leases_and_only_its_own(run: Callable[..., Any]
         await asyncio.sleep(1.6)
         assert await f.reclaim_expired(limit=5000) == 1  # n2's only
         assert await lease_all(f, "n3") == [other.entries[0].payload.decode()]
+        # the same rids, and n3's, acknowledged by n1 in one commit (twice one of them)
+        acks = [*renew, renew[0]]
+        assert (await f.commit("n1", acks=acks)).acked == 2500
+        c = await f.counters()
+        assert (c["acked"], c["leased"]) == (2500, 1)
 
     run(body)
 
