@@ -36,7 +36,7 @@ from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
 from crawlfleet.testsite.server import CLIENT_HEADER
 
-__all__ = ["CrawlResult", "Scenario", "kill_left", "run_crawl", "wait_measured"]
+__all__ = ["CrawlResult", "Scenario", "kill_left", "run_crawl", "start_vanilla", "wait_measured"]
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 #: Niceness of the crawling processes (every contender's): the site and Redis, which
@@ -139,7 +139,7 @@ def run_crawl(
         if cap_seconds:
             settings["CLOSESPIDER_TIMEOUT"] = cap_seconds
         if contender == "scrapy":
-            procs = [_start_vanilla(seeds, settings, workdir)]
+            procs = [start_vanilla(seeds, settings, workdir)]
         elif contender == "scrapy-redis":
             tag = f"{key_prefix}-scrapy-redis-{int(time.time() * 1000)}"
             settings.update(
@@ -152,7 +152,7 @@ def run_crawl(
                     "SCHEDULER_DUPEFILTER_KEY": f"{tag}:dupefilter",
                 }
             )
-            procs = [_start_vanilla(seeds, settings, workdir, i) for i in range(nodes)]
+            procs = [start_vanilla(seeds, settings, workdir, i) for i in range(nodes)]
         else:
             base = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
             jobs = [base] if scenario.jobs == 1 else [f"{base}-j{k}" for k in range(scenario.jobs)]
@@ -336,17 +336,27 @@ def _seed(job: str, urls: list[str], redis_url: str, key_prefix: str, workdir: P
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
 
-def _start_vanilla(
-    seeds: str, settings: dict[str, Any], workdir: Path, index: int = 0
+def start_vanilla(
+    seeds: str,
+    settings: dict[str, Any],
+    workdir: Path,
+    index: int = 0,
+    *,
+    spider: str = SPIDER,
+    spider_args: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
+    """One vanilla Scrapy process crawling from *seeds* with *spider* (the test site's
+    by default), its output in ``vanilla<index>.log`` of *workdir*."""
     cmd = [
         sys.executable,
         "-m",
         "crawlfleet.benchmark.vanilla",
-        SPIDER,
+        spider,
         "-a",
         f"start_urls={seeds}",
     ]
+    for name, value in (spider_args or {}).items():
+        cmd += ["-a", f"{name}={value}"]
     for name, value in settings.items():
         cmd += ["-s", f"{name}={value}"]
     log = open(workdir / f"vanilla{index}.log", "wb")  # noqa: SIM115 - closed below

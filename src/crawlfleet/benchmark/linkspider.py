@@ -1,6 +1,7 @@
 """A plain spider for crawling any site completely: every ``<a href>`` of every HTML page
 that stays on the start URL's origin (or, with the ``prefixes`` argument, under one of
-those URL prefixes: a part of a site), one ``{"url": ...}`` item per response.
+those URL prefixes: a part of a site), one ``{"url": ..., "at": ...}`` item per response
+(``at``: the wall-clock time its headers arrived, about when the server answered).
 
 It imports nothing from crawlfleet (it runs under vanilla Scrapy too). The ``redis-cpu``
 part of ``crawlfleet bench`` crawls a real site with it (``--redis-cpu-url``) and checks
@@ -9,11 +10,14 @@ the URLs of its items: every page fetched once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import scrapy
+from scrapy import Request, signals
+from scrapy.crawler import Crawler
 from scrapy.http import HtmlResponse, Response
 
 __all__ = ["LinkSpider"]
@@ -35,6 +39,16 @@ class LinkSpider(scrapy.Spider):
         self.origins = {urlsplit(url)[:2] for url in self.start_urls}
         self.prefixes = tuple(_split(prefixes))
 
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> LinkSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.answered, signal=signals.headers_received)
+        return spider
+
+    def answered(self, headers: Any, body_length: Any, request: Request, spider: Any) -> None:
+        """``headers_received``: note when *request* was answered (its item's ``at``)."""
+        request.meta["answered_at"] = time.time()
+
     def follows(self, url: str) -> bool:
         """Whether *url* is part of the crawl."""
         if self.prefixes:
@@ -42,7 +56,7 @@ class LinkSpider(scrapy.Spider):
         return urlsplit(url)[:2] in self.origins
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
-        yield {"url": response.url}
+        yield {"url": response.url, "at": response.meta.get("answered_at")}
         if not isinstance(response, HtmlResponse):
             return
         for href in response.css("a::attr(href)").getall():

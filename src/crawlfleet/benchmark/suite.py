@@ -23,6 +23,7 @@ from crawlfleet.benchmark.items import find_postgres, run_items
 from crawlfleet.benchmark.manager import run_manager_bench
 from crawlfleet.benchmark.outage import OutageResult, run_outage_trial
 from crawlfleet.benchmark.polite import PoliteResult, run_polite
+from crawlfleet.benchmark.realsite import RealSiteResult, run_real_site
 from crawlfleet.benchmark.rediscpu import RedisCpuResult, run_redis_cpu
 from crawlfleet.benchmark.reports import (
     balance_report,
@@ -34,6 +35,7 @@ from crawlfleet.benchmark.reports import (
     manager_report,
     outage_report,
     polite_report,
+    real_report,
     redis_cpu_report,
     scale_report,
     scaling_report,
@@ -44,6 +46,7 @@ from crawlfleet.benchmark.results import Results
 from crawlfleet.benchmark.scale import run_scale
 from crawlfleet.benchmark.seenfilter import measure_seen
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.settings.config import redact_url
 
 __all__ = ["run_parts", "whole_numbers"]
 
@@ -180,6 +183,23 @@ def run_parts(out: Results, args: argparse.Namespace, url: str, prefix: str) -> 
             server=args.scale_redis_server,
         )
         out.add("cluster", cluster, cluster_report(out.console, cluster))
+    if "real" not in args.skip:
+        real: list[RealSiteResult] = []
+        limit = f", {args.real_rate} requests/s" if args.real_rate else ""
+        for contender, nodes in (("scrapy", 1), ("crawlfleet", args.real_nodes)):
+            who = "vanilla Scrapy" if contender == "scrapy" else f"crawlfleet x{nodes}"
+            out.note(f"real: {who} crawls {redact_url(args.real_url)}{limit} ...")
+            real.append(
+                run_real_site(
+                    args.real_url,
+                    contender,
+                    nodes=nodes,
+                    rate=args.real_rate,
+                    prefixes=args.real_prefixes,
+                    server=args.scale_redis_server,
+                )
+            )
+        out.add("real", real, real_report(out.console, real))
 
 
 def _redis_cpu(out: Results, args: argparse.Namespace) -> list[RedisCpuResult]:

@@ -11,7 +11,9 @@ the store-outage trial (PostgreSQL down 30 s, a node killed 15 s in: nothing los
 most the killed node's CRAWLFLEET_ITEMS_PENDING_MAX plus its in-flight pages fetched
 again). The redis-cpu part measures Redis's main-thread CPU per crawled page, with the
 nodes' seen cache on and off, on a Redis of its own, crawling a test site whose pages
-repeat navigation links (or a real site: --redis-cpu-url).
+repeat navigation links (or a real site: --redis-cpu-url). The real part (named with
+--only and --real-url) crawls a real site with vanilla Scrapy, then with N nodes: CPU a
+page, and with --real-rate the wall time against the bound pages/limit.
 Each run's figures are printed as it ends, each part's table and targets when the part
 ends, and the JSON file is rewritten after each part (``"complete": false`` until the
 end), so a long run can be watched. ``--quick`` is a first look in about two minutes.
@@ -41,18 +43,19 @@ from crawlfleet.cli.options import (
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.records import MAX_SHARDS
 from crawlfleet.redis.config import RedisConfig
+from crawlfleet.settings.config import redact_url
 
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.
 PARTS = [
     "cpu", "near", "latency", "polite", "balance", "seen", "redis-cpu", "items", "faults",
-    "manager", "freshness", "scale", "cluster",
+    "manager", "freshness", "scale", "cluster", "real",
 ]  # fmt: skip
 #: Parts that run only when named with --only (long; scale and cluster on Redis servers
-#: of their own).
-OPT_IN = ("freshness", "scale", "cluster")
+#: of their own; real needs a site: --real-url).
+OPT_IN = ("freshness", "scale", "cluster", "real")
 #: Parts that run on Redis servers of their own (the fleet's is not needed for them).
-OWN_REDIS = ("scale", "cluster", "redis-cpu")
+OWN_REDIS = ("scale", "cluster", "redis-cpu", "real")
 HELP = (
     "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
 )
@@ -251,6 +254,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "redis-cpu part: CRAWLFLEET_SEEN_CACHE_SIZE of the run with the cache; a "
             "second run has none (default 200000)",
         ),
+        Option(
+            "--real-url",
+            str,
+            None,
+            "real part: the start URL of a real site, crawled whole (its origin, or under "
+            "--real-prefixes) by vanilla Scrapy, then by crawlfleet's nodes",
+            metavar="URL",
+        ),
+        Option(
+            "--real-prefixes",
+            str,
+            "",
+            "real part: crawl only URLs under these prefixes (comma-separated; default: "
+            "the start URL's origin)",
+        ),
+        Option("--real-nodes", int, 4, "real part: crawlfleet nodes (default 4)"),
+        Option(
+            "--real-rate",
+            int,
+            0,
+            "real part: requests a second to the site, for both (vanilla: DOWNLOAD_DELAY; "
+            "the nodes: one fleet budget); 0: no limit (default)",
+        ),
     )
     parser.add_argument(
         "--redis-cpu-profile",
@@ -271,9 +297,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         choices=PARTS,
         help="run only this part (repeat for several); 'scale' (about 25 minutes and 3 GB "
-        "of memory at its defaults, on a Redis of its own) and 'cluster' (a few minutes, "
-        "on a 3-master Redis Cluster of its own) run only when named here; 'redis-cpu' "
-        "runs on Redis servers of its own too",
+        "of memory at its defaults, on a Redis of its own), 'cluster' (a few minutes, "
+        "on a 3-master Redis Cluster of its own) and 'real' (with --real-url) run only "
+        "when named here; 'redis-cpu' runs on Redis servers of its own too",
     )
     parser.add_argument(
         "--quick",
@@ -323,7 +349,8 @@ RECORDED = (
     "cluster_shards", "cluster_queued", "cluster_leases", "manager_clients", "manager_streams",
     "manager_seconds", "freshness_seconds", "freshness_warmup", "freshness_nodes",
     "freshness_pages", "freshness_time_scale", "redis_cpu_pages", "redis_cpu_menu",
-    "redis_cpu_nodes", "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "only", "quick",
+    "redis_cpu_nodes", "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "real_url",
+    "real_prefixes", "real_nodes", "real_rate", "only", "quick",
 )  # fmt: skip
 
 
@@ -383,6 +410,14 @@ def run(args: argparse.Namespace) -> int:
     config = RedisConfig.from_settings(command_settings(args))
     if "redis-cpu" not in args.skip and min(args.redis_cpu_pages, args.redis_cpu_nodes) < 1:
         raise ConfigError("--redis-cpu-pages and --redis-cpu-nodes must be at least 1")
+    if "real" not in args.skip:
+        if not args.real_url or not args.real_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                "the real part needs --real-url, an http(s) URL to start the crawl from "
+                f"(given: {redact_url(args.real_url) if args.real_url else 'none'})"
+            )
+        if args.real_nodes < 1 or args.real_rate < 0:
+            raise ConfigError("--real-nodes must be at least 1 and --real-rate at least 0")
     # some parts run on Redis servers of their own: the fleet's is needed for the others
     url = ""
     if set(PARTS) - set(args.skip) - set(OWN_REDIS):

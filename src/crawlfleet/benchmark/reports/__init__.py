@@ -7,6 +7,7 @@ from crawlfleet.benchmark.reports.crawling import (
     balance_report,
     crawl_report,
     polite_report,
+    real_report,
     scaling_report,
     versus_report,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "manager_report",
     "outage_report",
     "polite_report",
+    "real_report",
     "redis_cpu_report",
     "scale_report",
     "scaling_report",

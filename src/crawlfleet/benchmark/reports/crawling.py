@@ -5,6 +5,7 @@ report."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from rich.console import Console
@@ -12,12 +13,19 @@ from rich.console import Console
 from crawlfleet.benchmark.balance import BalanceResult, balance_targets
 from crawlfleet.benchmark.crawl import CrawlResult
 from crawlfleet.benchmark.polite import PoliteResult
+from crawlfleet.benchmark.realsite import RealSiteResult
 from crawlfleet.benchmark.reports.tables import figures
+
+#: A real site crawled by N nodes: CPU a page at most this many times vanilla Scrapy's.
+REAL_CPU_RATIO_MAX = 1.2
+#: ... and, at a rate limit, the wall time at most this many times the bound pages/limit.
+REAL_WALL_RATIO_MAX = 1.10
 
 __all__ = [
     "balance_report",
     "crawl_report",
     "polite_report",
+    "real_report",
     "scaling_report",
     "versus_report",
 ]
@@ -259,3 +267,73 @@ def balance_report(console: Console, results: list[BalanceResult]) -> dict[str, 
             + (f", slow tail {r.slow_tail_seconds:+.2f}s" if r.slow_tail_seconds else "")
         )
     return balance_targets(results)
+
+
+def real_report(console: Console, results: list[RealSiteResult]) -> dict[str, bool]:
+    """The real part: vanilla Scrapy, then crawlfleet's nodes, on one real site: the same
+    pages, none twice, CPU a page against vanilla's, and at a rate limit the wall time
+    against the bound (pages / limit) and the most responses in any 1-s window."""
+    table = figures(
+        "real: one real site crawled by vanilla Scrapy, then by crawlfleet's nodes",
+        (
+            "contender",
+            "nodes",
+            "limit/s",
+            "pages",
+            "twice",
+            "seconds",
+            "x bound",
+            "first / last response s",
+            "most in 1 s",
+            "CPU s",
+            "CPU ms/page",
+        ),
+        left=("contender",),
+    )
+    for r in results:
+        table.add_row(
+            "vanilla Scrapy" if r.contender == "scrapy" else "crawlfleet",
+            str(r.nodes),
+            str(r.rate) if r.rate else "none",
+            f"{r.pages:,}",
+            str(r.fetched_twice),
+            f"{r.seconds:.2f}",
+            f"{r.seconds / r.bound_seconds:.3f}" if r.bound_seconds else "",
+            f"{r.first_seconds:.2f} / {r.last_seconds:.2f}",
+            str(r.most_in_second),
+            f"{r.cpu_seconds:.2f}",
+            f"{r.cpu_ms_per_page:.2f}",
+        )
+    console.print(table)
+    vanilla = next((r for r in results if r.contender == "scrapy"), None)
+    targets: dict[str, bool] = {}
+    for r in results:
+        if r.contender != "crawlfleet":
+            continue
+        label = f"real x{r.nodes}" + (f" at {r.rate}/s" if r.rate else "")
+        same = vanilla is not None and set(r.urls) == set(vanilla.urls)
+        targets[f"{label}: the pages vanilla Scrapy fetched, none twice"] = (
+            r.measured and same and r.fetched_twice == 0
+        )
+        if vanilla is not None and vanilla.measured and r.measured:
+            ratio = r.cpu_ms_per_page / vanilla.cpu_ms_per_page
+            name = f"{label}: <= {REAL_CPU_RATIO_MAX}x vanilla Scrapy's CPU/page ({ratio:.2f}x)"
+        else:  # a failed run gives no ratio: the target is missed, not left out
+            ratio, name = math.inf, f"{label}: <= {REAL_CPU_RATIO_MAX}x vanilla's CPU/page (no run)"
+        targets[name] = ratio <= REAL_CPU_RATIO_MAX
+        if r.rate and r.bound_seconds:
+            wall = r.seconds / r.bound_seconds
+            of_vanilla = (
+                f"; vanilla {vanilla.seconds / vanilla.bound_seconds:.3f}x"
+                if vanilla is not None and vanilla.bound_seconds
+                else ""
+            )
+            targets[
+                f"{label}: wall <= {REAL_WALL_RATIO_MAX}x the bound pages/limit "
+                f"({wall:.3f}x{of_vanilla})"
+            ] = r.measured and wall <= REAL_WALL_RATIO_MAX
+            targets[
+                f"{label}: never over the limit in any 1 s window (responses: most "
+                f"{r.most_in_second})"
+            ] = r.most_in_second <= r.rate
+    return targets
