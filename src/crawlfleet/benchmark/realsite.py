@@ -56,6 +56,8 @@ class RealSiteResult:
     last_seconds: float = 0.0
     #: the most responses answered in any 1-s window
     most_in_second: int = 0
+    #: requests of the nodes given back for a send time they missed (their slots lost)
+    late: int = 0
     exit_codes: list[int | None] = field(default_factory=list)
     #: the URLs fetched (not in the JSON report: thousands)
     urls: list[str] = field(default_factory=list, repr=False)
@@ -103,12 +105,14 @@ def run_real_site(
     concurrency: int = 16,
     server: str | None = None,
     timeout: float = 1800,
+    node_settings: dict[str, Any] | None = None,
 ) -> RealSiteResult:
     """One crawl of the site from *url* (only under *prefixes*, comma-separated URL
     prefixes, when given) by *contender*: "scrapy" (one vanilla process) or
     "crawlfleet" (*nodes* nodes of one job on a Redis of their own, *server* the
     redis-server binary), *concurrency* requests at a time per process, at *rate*
-    requests a second when not 0."""
+    requests a second when not 0; *node_settings* go to the nodes besides (a setting
+    compared by hand)."""
     if contender not in ("scrapy", "crawlfleet"):
         raise ValueError(f"contender must be scrapy or crawlfleet, not {contender!r}")
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-real-"))
@@ -160,12 +164,19 @@ def run_real_site(
                             "CRAWLFLEET_ITEM_STAGES": "",
                             "CRAWLFLEET_KEY_PREFIX": KEY_PREFIX,
                             "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5,
+                            "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
+                            **(node_settings or {}),
                         },
                     )
                     for i in range(nodes)
                 ]
                 codes, cpu = wait_measured(procs, timeout)
                 kill_left(procs)
+            for i in range(nodes):
+                stats = workdir / f"stats{i}.json"
+                if stats.exists():
+                    figures = json.loads(stats.read_text(encoding="utf-8"))
+                    result.late += int(figures.get("crawlfleet/scheduler/late", 0))
         result.seconds = round(time.time() - launched, 2)
         result.cpu_seconds = round(cpu, 2)
         result.exit_codes = codes

@@ -285,6 +285,7 @@ def real_report(console: Console, results: list[RealSiteResult]) -> dict[str, bo
             "x bound",
             "first / last response s",
             "most in 1 s",
+            "slots missed",
             "CPU s",
             "CPU ms/page",
         ),
@@ -301,6 +302,7 @@ def real_report(console: Console, results: list[RealSiteResult]) -> dict[str, bo
             f"{r.seconds / r.bound_seconds:.3f}" if r.bound_seconds else "",
             f"{r.first_seconds:.2f} / {r.last_seconds:.2f}",
             str(r.most_in_second),
+            str(r.late) if r.contender == "crawlfleet" else "",
             f"{r.cpu_seconds:.2f}",
             f"{r.cpu_ms_per_page:.2f}",
         )
