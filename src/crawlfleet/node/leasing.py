@@ -7,7 +7,8 @@ pace, up to PLENTY_LEASE_FACTOR prefetches: fewer, larger rounds);
 rate-limited sites get slots only for what its downloader can start on time. With
 nothing to lease it looks again soon while other nodes hold work (their pages bring
 links), and backs off up to CRAWLFLEET_IDLE_MAX_SECONDS when the job has none; when
-only rate-limited sites wait, it comes back exactly when the first one is ready.
+only rate-limited sites wait, it comes back a few of their intervals after the first one
+is ready (PACED_GATHER_SLOTS), for several slots at once.
 While too many items wait for the item stores (:mod:`crawlfleet.node.backlog`) it
 leases nothing.
 """
@@ -31,6 +32,8 @@ __all__ = [
     "BUSY_POLL_MAX_SECONDS",
     "LOW_SHARE_PLENTY",
     "MIN_IDLE_SECONDS",
+    "PACED_GATHER_SECONDS",
+    "PACED_GATHER_SLOTS",
     "PLENTY_HOLD_SECONDS",
     "PLENTY_LEASE_FACTOR",
     "SLOT_HORIZON_SECONDS",
@@ -46,6 +49,17 @@ MIN_IDLE_SECONDS = 0.05
 #: Slots of rate-limited sites are leased at most this far ahead (a node that dies
 #: holding them wastes at most this much of a budget).
 SLOT_HORIZON_SECONDS = 0.5
+#: A node whose sites are all rate-limited and not ready comes back PACED_GATHER_SLOTS
+#: of the fastest one's intervals after the first is ready, at most PACED_GATHER_SECONDS,
+#: not at that moment: nodes on one budget came back the moment its next slot was ready
+#: and raced for it, a lease call that found nothing for each that got it (two a
+#: request in all: their CPU, and Redis's). Less than the horizon, so the budget's next
+#: slots are still leased well before their time; a few intervals, so that a fast
+#: budget is not left unleased. (Leasing slots some at a time after every lease was
+#: tried too: a node then holds runs of consecutive slots and misses more of them while
+#: it parses the pages of the first.)
+PACED_GATHER_SLOTS = 6
+PACED_GATHER_SECONDS = SLOT_HORIZON_SECONDS / 4
 #: While the job has plenty queued (see Leaser.plenty) and the node's work is not
 #: paced, it leases once its ready requests fall to this fraction (1/LOW_SHARE_PLENTY) of
 #: its configured prefetch, not half its current one.
@@ -254,8 +268,12 @@ class Leaser:
                 logger.info("Back-off of %s is over (it decayed)", site)
         free = ask.options.get("max_slots") if ask is not None else None
         if result is not None and not result.entries and result.ready_in_us >= 0:
-            # rate-limited sites only: come back exactly when the first one is ready
-            self.next_at = time.monotonic() + result.ready_in_us / 1_000_000
+            # rate-limited sites only: come back once the first one is ready, and a few
+            # slots later, for several in one call
+            intervals = [i for i in (ask.options.get("intervals") or ()) if i > 0] if ask else []
+            gather = min(PACED_GATHER_SECONDS, PACED_GATHER_SLOTS * min(intervals) / 1_000_000)
+            wait = result.ready_in_us / 1_000_000 + (gather if intervals else 0.0)
+            self.next_at = time.monotonic() + wait
             return result.control_seq
         if result is not None and not result.entries and free is not None and free <= 0:
             # no capacity for slots: lease again once a download ends (may_lease)
