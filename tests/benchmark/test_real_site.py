@@ -53,10 +53,16 @@ def test_the_report_reads_cpu_and_wall_against_vanilla_and_the_bound() -> None:
         "wall <= 1.1x the bound pages/limit": True,  # 21.5 s for a bound of 20
         "never over the limit in any 1 s window": True,
     }
-    # a node that failed gives no ratio: missed, not left out; fewer pages: missed
+    # pairs in turn: the ratios' medians are read, a noisy pair is outvoted
+    noisy = _run("crawlfleet", pages=1000, cpu=40.0, seconds=30.0, codes=[0, 0, 0, 0])
+    targets = real_report(quiet, [vanilla, fleet, vanilla, noisy, vanilla, fleet])
+    assert all(targets.values()) and any("median of 3" in name for name in targets)
+    # a node that failed gives no ratio (with none left: missed, not left out); fewer
+    # pages: missed
     broken = _run("crawlfleet", pages=999, cpu=10.0, seconds=20.0, codes=[0, 1, 0, 0])
     targets = real_report(quiet, [vanilla, broken])
     assert not any(ok for name, ok in targets.items() if "CPU" in name or "none twice" in name)
+    assert not any(ok for name, ok in targets.items() if "wall" in name)
 
 
 def test_the_most_in_a_window_counts_any_span_shorter_than_it() -> None:

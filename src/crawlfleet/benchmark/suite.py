@@ -186,9 +186,11 @@ def run_parts(out: Results, args: argparse.Namespace, url: str, prefix: str) -> 
     if "real" not in args.skip:
         real: list[RealSiteResult] = []
         limit = f", {args.real_rate} requests/s" if args.real_rate else ""
-        for contender, nodes in (("scrapy", 1), ("crawlfleet", args.real_nodes)):
+        runs = [("scrapy", 1), ("crawlfleet", args.real_nodes)] * max(1, args.repeats)
+        for k, (contender, nodes) in enumerate(runs):
             who = "vanilla Scrapy" if contender == "scrapy" else f"crawlfleet x{nodes}"
-            out.note(f"real: {who} crawls {redact_url(args.real_url)}{limit} ...")
+            turn = f" (pair {k // 2 + 1} of {len(runs) // 2})" if len(runs) > 2 else ""
+            out.note(f"real: {who} crawls {redact_url(args.real_url)}{limit}{turn} ...")
             real.append(
                 run_real_site(
                     args.real_url,

@@ -75,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             int,
             5,
             "runs of the CPU-bound crawl, in turn, by vanilla Scrapy and one node (the "
-            "median ratios are the targets) and by 2 and 4 nodes (4 never slower than 2) "
-            "(default 5)",
+            "median ratios are the targets) and by 2 and 4 nodes (4 never slower than 2); "
+            "of the real part's pairs (default 5)",
         ),
         Option(
             "--near-latency",
