@@ -36,7 +36,15 @@ from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_site_process
 from crawlfleet.testsite.server import CLIENT_HEADER
 
-__all__ = ["CrawlResult", "Scenario", "kill_left", "run_crawl", "start_vanilla", "wait_measured"]
+__all__ = [
+    "CrawlResult",
+    "Scenario",
+    "crawl_settings",
+    "kill_left",
+    "run_crawl",
+    "start_vanilla",
+    "wait_measured",
+]
 
 SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
 #: Niceness of the crawling processes (every contender's): the site and Redis, which
@@ -101,10 +109,12 @@ class CrawlResult:
         return asdict(self)
 
 
-def _common_settings(scenario: Scenario) -> dict[str, Any]:
+def crawl_settings(concurrency: int) -> dict[str, Any]:
+    """The settings every benchmark crawler runs with (vanilla Scrapy's and the nodes'):
+    *concurrency* requests at a time, to one site as to all, quiet logs, no cookies."""
     return {
-        "CONCURRENT_REQUESTS": scenario.concurrency,
-        "CONCURRENT_REQUESTS_PER_DOMAIN": scenario.concurrency,
+        "CONCURRENT_REQUESTS": concurrency,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
         "LOG_LEVEL": "WARNING",
         "TELNETCONSOLE_ENABLED": False,
         "LOGSTATS_INTERVAL": 3600,
@@ -135,7 +145,7 @@ def run_crawl(
     try:
         seeds = ",".join(model.seed_urls(port))
         jobs: list[str] = []
-        settings = _common_settings(scenario)
+        settings = crawl_settings(scenario.concurrency)
         if cap_seconds:
             settings["CLOSESPIDER_TIMEOUT"] = cap_seconds
         if contender == "scrapy":

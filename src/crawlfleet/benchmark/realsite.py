@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.benchmark.crawl import kill_left, start_vanilla, wait_measured
+from crawlfleet.benchmark.crawl import crawl_settings, kill_left, start_vanilla, wait_measured
 from crawlfleet.benchmark.rediscpu import LINK_SPIDER
 from crawlfleet.benchmark.scale import private_redis
 from crawlfleet.node.launcher import start_node
@@ -117,14 +117,7 @@ def run_real_site(
         raise ValueError(f"contender must be scrapy or crawlfleet, not {contender!r}")
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-real-"))
     result = RealSiteResult(url, contender, nodes if contender == "crawlfleet" else 1, rate)
-    settings: dict[str, Any] = {
-        "CONCURRENT_REQUESTS": concurrency,
-        "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
-        "LOG_LEVEL": "WARNING",
-        "TELNETCONSOLE_ENABLED": False,
-        "LOGSTATS_INTERVAL": 3600,
-        "COOKIES_ENABLED": False,
-    }
+    settings = crawl_settings(concurrency)
     spider_args = {"prefixes": prefixes} if prefixes else {}
     try:
         if contender == "scrapy":

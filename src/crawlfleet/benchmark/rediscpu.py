@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.benchmark.crawl import JOIN_SECONDS, kill_left, wait_measured
+from crawlfleet.benchmark.crawl import JOIN_SECONDS, crawl_settings, kill_left, wait_measured
 from crawlfleet.benchmark.scale import cpu_us, private_redis
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node
@@ -154,12 +154,7 @@ def run_redis_cpu(
                     spider_args={"start_urls": seeds},
                     output=workdir / f"items{i}.jsonl" if site_url else None,
                     settings={
-                        "CONCURRENT_REQUESTS": concurrency,
-                        "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
-                        "LOG_LEVEL": "WARNING",
-                        "TELNETCONSOLE_ENABLED": False,
-                        "LOGSTATS_INTERVAL": 3600,
-                        "COOKIES_ENABLED": False,
+                        **crawl_settings(concurrency),
                         "CRAWLFLEET_ITEM_STAGES": "",
                         "CRAWLFLEET_KEY_PREFIX": KEY_PREFIX,
                         "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
