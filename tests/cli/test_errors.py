@@ -154,6 +154,23 @@ def test_a_bad_option_or_argument_is_one_line() -> None:
     assert line.startswith("crawlfleet crawl: error: cannot load spider 'no_such_module:Spider'")
 
 
+def test_the_benchmarks_real_part_says_what_is_wrong_with_its_site() -> None:
+    line = one_error_line(cli("bench", "--only", "real"), 2)
+    assert line == (
+        "crawlfleet bench: error: the real part needs --real-url, an http(s) URL to start "
+        "the crawl from (given: none)"
+    )
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://someone:s3cr3t-pw@127.0.0.1:{port}/"
+    line = one_error_line(cli("bench", "--only", "real", "--real-url", url), 2)
+    assert line == (
+        f"crawlfleet bench: error: --real-url http://someone:***@127.0.0.1:{port}/ does not "
+        "answer: [Errno 111] Connection refused"
+    )
+
+
 def test_an_unknown_job_is_an_error(redis_server_url: str, key_prefix: str) -> None:
     common = ["--redis-url", redis_server_url, "-s", f"CRAWLFLEET_KEY_PREFIX={key_prefix}"]
     assert cli("seed", "known", "http://127.0.0.1:9/", *common).returncode == 0

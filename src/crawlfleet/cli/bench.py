@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,8 @@ PARTS = [
 OPT_IN = ("freshness", "scale", "cluster", "real")
 #: Parts that run on Redis servers of their own (the fleet's is not needed for them).
 OWN_REDIS = ("scale", "cluster", "redis-cpu", "real")
+#: How long the real part's site may take to answer a first request before the run.
+REAL_CHECK_SECONDS = 10.0
 HELP = (
     "benchmark: throughput vs vanilla Scrapy, Redis round trips, seen-filter memory, item pipeline"
 )
@@ -366,6 +371,22 @@ def _apply_quick(args: argparse.Namespace) -> None:
         args.skip = [*args.skip, *QUICK_SKIPS]
 
 
+def _check_answers(url: str) -> None:
+    """Fail at once, in one line, when the site at *url* does not answer HTTP (any
+    status counts as an answer), not after two crawls of nothing. Credentials in the URL
+    are left out of the check (urllib takes them for part of the host)."""
+    parts = urllib.parse.urlsplit(url)
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    try:
+        with urllib.request.urlopen(bare, timeout=REAL_CHECK_SECONDS):
+            pass
+    except urllib.error.HTTPError:
+        pass  # it answered
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(f"--real-url {redact_url(url)} does not answer: {reason}") from None
+
+
 def _command(args: argparse.Namespace) -> str:
     return "crawlfleet bench " + " ".join(
         f"--{k.replace('_', '-')}={v}"
@@ -418,6 +439,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.real_nodes < 1 or args.real_rate < 0:
             raise ConfigError("--real-nodes must be at least 1 and --real-rate at least 0")
+        _check_answers(args.real_url)
     # some parts run on Redis servers of their own: the fleet's is needed for the others
     url = ""
     if set(PARTS) - set(args.skip) - set(OWN_REDIS):

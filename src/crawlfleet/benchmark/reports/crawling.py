@@ -338,14 +338,16 @@ def real_report(console: Console, results: list[RealSiteResult]) -> dict[str, bo
     of = f"median of {len(cpu)}" if len(cpu) > 1 else "one pair"
     # a failed run gives no ratio: with none left the target is missed, not left out
     ratio = statistics.median(cpu) if cpu else math.inf
-    targets[f"{label}: <= {REAL_CPU_RATIO_MAX}x vanilla Scrapy's CPU/page ({ratio:.2f}x, {of})"] = (
+    measured = f"{ratio:.2f}x, {of}" if cpu else "no pair measured"
+    targets[f"{label}: <= {REAL_CPU_RATIO_MAX}x vanilla Scrapy's CPU/page ({measured})"] = (
         ratio <= REAL_CPU_RATIO_MAX
     )
     if pairs[0][1].rate:
         bound = statistics.median(wall) if wall else math.inf
         vanilla_walls = [v.seconds / v.bound_seconds for v, _ in pairs if v.bound_seconds]
         theirs = f"; vanilla {statistics.median(vanilla_walls):.3f}x" if vanilla_walls else ""
-        targets[
-            f"{label}: wall <= {REAL_WALL_RATIO_MAX}x the bound pages/limit ({bound:.3f}x{theirs})"
-        ] = bound <= REAL_WALL_RATIO_MAX
+        measured = f"{bound:.3f}x{theirs}" if wall else "no pair measured"
+        targets[f"{label}: wall <= {REAL_WALL_RATIO_MAX}x the bound pages/limit ({measured})"] = (
+            bound <= REAL_WALL_RATIO_MAX
+        )
     return targets
