@@ -965,3 +965,28 @@ def test_nodes_on_one_budget_come_back_for_slots_once_several_are_ready() -> Non
         assert CountingFrontier.not_ready <= len(sent), (CountingFrontier.not_ready, len(sent))
 
     run(body)
+
+
+def test_a_node_holds_at_most_its_item_bound_and_a_downloaders_worth_of_pages() -> None:
+    """Pages the engine holds (downloaded, being parsed, their items on the way to a
+    store) are what a crash fetches again: at CRAWLFLEET_ITEMS_PENDING_MAX plus
+    CONCURRENT_REQUESTS of them, the node hands its engine nothing more until one is
+    done, however many requests it holds ready."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine, {"CRAWLFLEET_ITEMS_PENDING_MAX": 3})
+        urls = [f"http://a.test/{i}" for i in range(100)]
+        await MemoryFrontier("job", store).commit(
+            "seeder", [Outgoing(fp_of(u), "a.test", 0, encode(Request(u))) for u in urls]
+        )
+        await scheduler.start(Spider("job"))
+        held = await take(scheduler, engine, 3 + scheduler.steering.concurrency)
+        await until(lambda: scheduler.ledger.ready > 0)
+        assert scheduler.next_request() is None  # the bound and a downloader's worth
+        engine.inprogress.discard(held[0])  # one is done
+        assert scheduler.next_request() is not None
+        await scheduler.stop("shutdown")
+
+    run(body)
