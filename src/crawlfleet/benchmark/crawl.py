@@ -41,6 +41,7 @@ __all__ = [
     "Scenario",
     "crawl_settings",
     "kill_left",
+    "read_node_stats",
     "run_crawl",
     "start_vanilla",
     "wait_measured",
@@ -107,6 +108,13 @@ class CrawlResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def read_node_stats(workdir: Path, nodes: int) -> list[dict[str, Any]]:
+    """The final Scrapy stats of nodes 0 .. *nodes* - 1 (``CRAWLFLEET_STATS_FILE`` set to
+    ``stats<i>.json`` in *workdir*); {} for a node that wrote none (killed)."""
+    files = [workdir / f"stats{i}.json" for i in range(nodes)]
+    return [json.loads(f.read_text(encoding="utf-8")) if f.exists() else {} for f in files]
 
 
 def crawl_settings(concurrency: int) -> dict[str, Any]:
@@ -228,8 +236,7 @@ def run_crawl(
         crawl_cpu_ms_per_page=round(1000 * max(cpu - startup, 0.0) / max(requests, 1), 3),
     )
     if contender.startswith("crawlfleet"):
-        files = [workdir / f"stats{i}.json" for i in range(nodes)]
-        node_stats = [json.loads(f.read_text()) if f.exists() else {} for f in files]
+        node_stats = read_node_stats(workdir, nodes)
         trips = sum(s.get("crawlfleet/redis/round_trips", 0) for s in node_stats)
         pages = [s.get("response_received_count", 0) for s in node_stats]
         result.round_trips_per_page = trips / max(sum(pages), 1)

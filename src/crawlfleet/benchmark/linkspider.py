@@ -10,8 +10,10 @@ the URLs of its items: every page fetched once.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +22,10 @@ from scrapy import Request, signals
 from scrapy.crawler import Crawler
 from scrapy.http import HtmlResponse, Response
 
-__all__ = ["LinkSpider"]
+__all__ = ["LINK_SPIDER", "LinkSpider", "read_link_items"]
+
+#: The spider as a node or a vanilla process loads it.
+LINK_SPIDER = "crawlfleet.benchmark.linkspider:LinkSpider"
 
 
 class LinkSpider(scrapy.Spider):
@@ -70,3 +75,21 @@ class LinkSpider(scrapy.Spider):
 
 def _split(urls: str) -> list[str]:
     return [url.strip() for url in urls.split(",") if url.strip()]
+
+
+def read_link_items(paths: list[Path]) -> tuple[list[str], list[float]]:
+    """The URLs of the items in the JSON-lines files *paths* (one per response: a URL
+    fetched twice is there twice; a missing file is a process that wrote none), and the
+    times their responses were answered (``at``, where the item has one)."""
+    urls: list[str] = []
+    times: list[float] = []
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                item = json.loads(line)
+                urls.append(item["url"])
+                if isinstance(item.get("at"), (int, float)):
+                    times.append(item["at"])
+    return urls, times

@@ -26,8 +26,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.benchmark.crawl import crawl_settings, kill_left, start_vanilla, wait_measured
-from crawlfleet.benchmark.rediscpu import LINK_SPIDER
+from crawlfleet.benchmark.crawl import (
+    crawl_settings,
+    kill_left,
+    read_node_stats,
+    start_vanilla,
+    wait_measured,
+)
+from crawlfleet.benchmark.linkspider import LINK_SPIDER, read_link_items
 from crawlfleet.benchmark.scale import private_redis
 from crawlfleet.node.launcher import start_node
 
@@ -165,11 +171,8 @@ def run_real_site(
                 ]
                 codes, cpu = wait_measured(procs, timeout)
                 kill_left(procs)
-            for i in range(nodes):
-                stats = workdir / f"stats{i}.json"
-                if stats.exists():
-                    figures = json.loads(stats.read_text(encoding="utf-8"))
-                    result.late += int(figures.get("crawlfleet/scheduler/late", 0))
+            stats = read_node_stats(workdir, nodes)
+            result.late = sum(int(s.get("crawlfleet/scheduler/late", 0)) for s in stats)
         result.seconds = round(time.time() - launched, 2)
         result.cpu_seconds = round(cpu, 2)
         result.exit_codes = codes
@@ -181,18 +184,8 @@ def run_real_site(
 
 def _read_items(result: RealSiteResult, outputs: list[Path], launched: float) -> None:
     """The pages, the pages fetched twice and the response times of *result*'s items."""
-    urls: list[str] = []
-    times: list[float] = []
-    for path in outputs:
-        if not path.exists():
-            continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            item = json.loads(line)
-            urls.append(item["url"])
-            if isinstance(item.get("at"), (int, float)):
-                times.append(item["at"] - launched)
+    urls, answered = read_link_items(outputs)
+    times = [at - launched for at in answered]
     result.urls = sorted(set(urls))
     result.pages = len(result.urls)
     result.fetched_twice = sum(1 for n in Counter(urls).values() if n > 1)

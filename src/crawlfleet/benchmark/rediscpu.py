@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import shutil
 import subprocess
 import tempfile
@@ -36,7 +35,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.benchmark.crawl import JOIN_SECONDS, crawl_settings, kill_left, wait_measured
+from crawlfleet.benchmark.crawl import (
+    JOIN_SECONDS,
+    crawl_settings,
+    kill_left,
+    read_node_stats,
+    wait_measured,
+)
+from crawlfleet.benchmark.linkspider import LINK_SPIDER, read_link_items
 from crawlfleet.benchmark.scale import cpu_us, private_redis
 from crawlfleet.frontier.client import Frontier
 from crawlfleet.node.launcher import start_node
@@ -50,7 +56,6 @@ from crawlfleet.testsite.process import fetch_stats, start_site_process, stop_si
 __all__ = ["RedisCpuResult", "run_redis_cpu"]
 
 TESTSITE_SPIDER = "crawlfleet.testsite.spider:TestSiteSpider"
-LINK_SPIDER = "crawlfleet.benchmark.linkspider:LinkSpider"
 KEY_PREFIX = "cfbench"
 #: Script commands counted as script calls in ``INFO commandstats``.
 SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -173,7 +178,7 @@ def run_redis_cpu(
             seconds = time.monotonic() - started
             kill_left(procs)
             after, stats, counters, slow = asyncio.run(_read_redis(redis_url, job, profile))
-        node_stats = [_json(workdir / f"stats{i}.json") for i in range(nodes)]
+        node_stats = read_node_stats(workdir, nodes)
         crawled = sum(int(s.get("response_received_count", 0)) for s in node_stats)
         scripts = sum(stats.get(c, {}).get("calls", 0) for c in SCRIPT_COMMANDS)
         per_page = max(crawled, 1)
@@ -206,13 +211,7 @@ def run_redis_cpu(
             exit_codes=codes,
         )
         if site_url:
-            urls = [
-                json.loads(line)["url"]
-                for i in range(nodes)
-                if (workdir / f"items{i}.jsonl").exists()
-                for line in (workdir / f"items{i}.jsonl").read_text().splitlines()
-                if line.strip()
-            ]
+            urls, _ = read_link_items([workdir / f"items{i}.jsonl" for i in range(nodes)])
             result.urls = sorted(set(urls))
             result.fetched_twice = sum(1 for n in Counter(urls).values() if n > 1)
         else:
@@ -224,10 +223,6 @@ def run_redis_cpu(
         if site is not None:
             stop_site_process(site)
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {}
 
 
 async def _idle_cpu(redis_url: str) -> float:
