@@ -212,6 +212,9 @@ def test_paced_shards_are_tried_once_then_the_lease_waits(
         offer = await f.offer(32)
         r = await f.lease("n1", 8, offer, per_site=8, intervals=[1_000_000] * 4, **paced, **KW)
         assert len(r.entries) == 4  # one slot of each site, the next ones a second away
+        # each slot on its own shard's clock (each its own Redis, in production)
+        assert {e.clock for e in r.entries} == set(r.clocks) == {"0", "1", "2", "3"}
+        assert all(abs(now - r.now_us) < 1_000_000 for now in r.clocks.values())
         tries = 0
         while True:  # a node leases again while the reply says so
             tries += 1

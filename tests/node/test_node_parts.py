@@ -397,6 +397,41 @@ def test_a_lease_slower_than_its_slots_late_allowance_is_said_once(
     assert "CRAWLFLEET_RATE_LIMIT_MARGIN" in said[0].getMessage()
 
 
+class SlowReplies(MemoryFrontier):
+    """The in-memory frontier whose lease replies, after the first, come 30 ms after the
+    lease was made: a node that had no core for a moment when its reply arrived."""
+
+    leases = 0
+
+    async def lease(self, *args: Any, **kwargs: Any) -> Any:
+        result = await super().lease(*args, **kwargs)
+        self.leases += 1
+        if self.leases > 1:
+            await asyncio.sleep(0.03)
+        return result
+
+
+def test_slots_of_a_slow_lease_reply_are_used_not_given_back() -> None:
+    """A slot may be sent 7.5 ms late at 20/1s. Counted from its reply alone, a lease
+    whose reply took 30 ms had every slot missed and given back, however far ahead;
+    the clock learned from a quick lease before places them within 1 ms."""
+
+    async def body() -> None:
+        frontier = SlowReplies("job", {})
+        engine = Engine()
+        scheduler = node_on(frontier, engine, {"CRAWLFLEET_RATE_LIMITS": {"a.test": "20/1s"}})
+        await scheduler.start(Spider("job"))
+        for i in range(12):
+            scheduler.enqueue_request(Request(f"http://a.test/{i}"))
+        got = await take(scheduler, engine, 12)
+        assert frontier.leases > 2  # slots came in slow replies too
+        assert len({r.url for r in got}) == 12
+        assert scheduler.stats.get("crawlfleet/scheduler/late") == 0
+        await scheduler.stop("finished")
+
+    run(body)
+
+
 @pytest.mark.parametrize("cache", [200_000, 0])
 def test_repeated_links_are_duplicates_counted_in_the_job_with_or_without_the_cache(
     cache: int,

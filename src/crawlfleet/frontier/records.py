@@ -131,7 +131,8 @@ class Leased:
     rid: str
     site: str
     payload: bytes
-    #: when to send it: µs after the lease's ``now_us`` (None: at any time)
+    #: when to send it: µs after Redis's clock at the lease (``now_us``, or its
+    #: *clock*'s; None: at any time)
     slot_us: int | None = None
     #: how late after its slot it may still be sent (µs)
     late_us: int = 0
@@ -140,6 +141,9 @@ class Leased:
     fault: str = ""
     #: the key that holds its entry while leased ("": not in Redis), for logs
     where: str = ""
+    #: the clock its slot is on: "" the lease's ``now_us``, else a key of the lease's
+    #: ``clocks`` (a shard's Redis)
+    clock: str = ""
 
 
 #: Kinds of seed key read (:class:`SeedBatch`); "busy" and "none" mean nothing was read.
@@ -343,6 +347,9 @@ class LeaseResult:
     control_seq: int = 0
     #: sites whose back-off ended (decayed) in this call
     backoff_ended: list[str] = field(default_factory=list)
+    #: Redis's clock at the lease (µs) on each clock an entry names other than ""
+    #: (the shards of a sharded frontier, each its own Redis)
+    clocks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -567,13 +567,18 @@ class JobFrontier(Committer):
         self._cursor = (self._cursor + 1) % count
         return LeaseResult(
             max(r.now_us for _, r in heard),
-            [dataclasses.replace(e, rid=f"{s}:{e.rid}") for s, r in heard for e in r.entries],
+            [
+                dataclasses.replace(e, rid=f"{s}:{e.rid}", clock=str(s))
+                for s, r in heard
+                for e in r.entries
+            ],
             view.offer(self._rotation(count), offer_size, now),
             sum(view.queued),
             sum(view.leased),
             view.ready_in_us(now),
             view.control_seq,
             [site for _, r in heard for site in r.backoff_ended],
+            {str(s): r.now_us for s, r in heard},
         )
 
     def _rotation(self, count: int) -> list[int]:

@@ -26,6 +26,7 @@ from crawlfleet.frontier.records import LeaseAsk, Leased, LeaseOptions, LeaseRes
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.node.backlog import Backlog
 from crawlfleet.node.core import NodeCore
+from crawlfleet.node.slots import RedisClock
 
 __all__ = [
     "AHEAD_QUEUE_SHARE",
@@ -101,6 +102,8 @@ class Leaser:
         self.live_nodes = 1
         #: sites whose slots were found too late on arrival (said once each)
         self._warned_late: set[str] = set()
+        #: Redis's clock against the event loop's, learned from the leases
+        self.clock = RedisClock()
         #: the last lease that took requests brought slots of rate-limited sites
         self.paced = False
         #: a lease call is on its way (set by the sync loop around it)
@@ -322,27 +325,30 @@ class Leaser:
             if entry.slot_us is None:
                 ledger.add_ready(request, entry.rid)
             else:
-                # Redis's "now" lies between asking and the reply: counted from the reply,
-                # a slot is never early; the time the reply took comes off how late it
-                # may be sent
-                at = received + entry.slot_us / 1_000_000
-                late = entry.late_us / 1_000_000 - (received - asked)
+                # Redis's "now" lies between asking and the reply: where its clock stands
+                # against ours is known as closely as the quickest lease lately told it
+                # (RedisClock); a slot is never early, and what is not known of the
+                # offset comes off how late it may be sent
+                redis_us = result.clocks.get(entry.clock, result.now_us)
+                offset, unsure = self.clock.offset(entry.clock, redis_us, asked, received)
+                at = (redis_us + entry.slot_us) / 1_000_000 - offset
+                late = entry.late_us / 1_000_000 - unsure
                 if late < 0 and entry.site not in self._warned_late:
                     self._warned_late.add(entry.site)
                     logger.warning(
-                        "A lease of %s took %.1f ms, more than its slots may be late "
-                        "(%.1f ms): its requests miss their slots and go back. For a "
+                        "Leases of %s take %.1f ms at best, more than its slots may be "
+                        "late (%.1f ms): its requests miss their slots and go back. For a "
                         "configured limit, raise CRAWLFLEET_RATE_LIMIT_MARGIN (slots may "
                         "be late by 30%% of the margin's share of the window); else bring "
                         "Redis closer",
                         entry.site,
-                        (received - asked) * 1000,
+                        unsure * 1000,
                         entry.late_us / 1000,
                     )
                 # the margin a slot has (late is LATE_SHARE of it), SENT_SHARE of it to
                 # pass the downloader middlewares
                 sent_by = at + entry.late_us / 1_000_000 / LATE_SHARE * SENT_SHARE
-                ledger.add_slotted(at, late, request, entry.rid, sent_by - (received - asked))
+                ledger.add_slotted(at, late, request, entry.rid, sent_by - unsure)
                 if self.robots_probe_ms:
                     # robots.txt read before the slot, not between the slot and the wire
                     self.core.engine.warm_robots(request)

@@ -2,9 +2,9 @@
 
 The lease script grants every request of a rate-limited site a slot on its budget's
 schedule (Redis's clock; see :mod:`crawlfleet.frontier.limits`). The scheduler turns
-each slot into a time on this process's monotonic clock, counted from when the lease
-reply arrived (so never early), and keeps the requests here until then. One timer on
-the event loop wakes the engine at the earliest slot: nothing polls.
+each slot into a time on this process's event-loop clock (:class:`RedisClock`: never
+early), and keeps the requests here until then. One timer on the event loop wakes the
+engine at the earliest slot: nothing polls.
 
 A request the engine takes too late (more than its ``late`` seconds after its slot:
 the node was busy) must not be sent on that slot, or it could land in the same window
@@ -27,7 +27,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["BLOCKS_KEPT", "PARSE_COSTS_KEPT", "PARSE_COST_MIN_BYTES", "ParseCost", "SlotQueue"]
+__all__ = [
+    "BLOCKS_KEPT",
+    "CLOCK_DRIFT",
+    "PARSE_COSTS_KEPT",
+    "PARSE_COST_MIN_BYTES",
+    "ParseCost",
+    "RedisClock",
+    "SlotQueue",
+]
 
 T = TypeVar("T")
 
@@ -37,6 +45,10 @@ BLOCKS_KEPT = 64
 PARSE_COST_MIN_BYTES = 32_768
 #: Pages whose cost :class:`ParseCost` keeps (the newest).
 PARSE_COSTS_KEPT = 16
+#: How fast Redis's clock and this process's may drift apart, at most (NTP slews a clock
+#: by up to 500 ppm): what :class:`RedisClock` learned from a lease loses in precision,
+#: a second.
+CLOCK_DRIFT = 0.0005
 
 
 class SlotQueue(Generic[T]):
@@ -137,3 +149,43 @@ class ParseCost:
         """How long a page of *size* bytes will block the loop (s; None: nothing
         learned yet)."""
         return size * max(self._per_byte) if self._per_byte else None
+
+
+class RedisClock:
+    """Where Redis's clock stands against this process's event-loop clock, learned from
+    the leases, so that a slot (Redis's time) becomes a time here.
+
+    A lease's reply carries Redis's time when its script ran: somewhere between sending
+    the call (*asked*) and reading the reply (*received*), so the offset between the
+    clocks lies in an interval that wide. Counted from the reply alone, a slot is never
+    early, but up to the whole round trip late, and that much comes off how late it may
+    still be sent: a lease whose reply was slow (Redis busy, or this process without a
+    core for a moment: 15 ms and more on a loaded machine) brought slots that were all
+    missed, however far ahead. Here the intervals are intersected, each widened by
+    :data:`CLOCK_DRIFT` for its age, so the offset is known as closely as the quickest
+    lease lately told it: slots are never early, and late by that much at most. Intervals
+    that do not meet mean a clock stepped: the newest alone counts from there. Each clock
+    (a shard's Redis) has its own."""
+
+    def __init__(self) -> None:
+        #: clock -> (lowest offset, highest offset, event-loop time they were known at)
+        self._known: dict[str, tuple[float, float, float]] = {}
+
+    def offset(
+        self, clock: str, redis_us: int, asked: float, received: float
+    ) -> tuple[float, float]:
+        """Learn from a lease that read *redis_us* on *clock* between event-loop times
+        *asked* and *received*. The smallest offset the clocks may have (Redis's time
+        minus the event loop's, s): a slot at Redis time T is due at T minus it here,
+        never early; and how much larger the offset may be (s): how late that may be."""
+        redis_now = redis_us / 1_000_000
+        low, high = redis_now - received, redis_now - asked
+        known = self._known.get(clock)
+        if known is not None:
+            known_low, known_high, at = known
+            widen = max(0.0, received - at) * CLOCK_DRIFT
+            known_low, known_high = known_low - widen, known_high + widen
+            if known_low <= high and low <= known_high:
+                low, high = max(low, known_low), min(high, known_high)
+        self._known[clock] = (low, high, received)
+        return low, high - low
