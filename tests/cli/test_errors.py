@@ -154,6 +154,35 @@ def test_a_bad_option_or_argument_is_one_line() -> None:
     assert line.startswith("crawlfleet crawl: error: cannot load spider 'no_such_module:Spider'")
 
 
+def test_a_spider_that_refuses_its_arguments_is_one_line_at_the_end(
+    redis_server_url: str, key_prefix: str
+) -> None:
+    """Scrapy's own log around it, but no traceback (that comes with a debug log) and
+    no second error about stats that were never set."""
+    r = cli(
+        "crawl",
+        "crawlfleet.benchmark.linkspider:LinkSpider",
+        "--job",
+        "refused",
+        "--redis-url",
+        redis_server_url,
+        "-s",
+        f"CRAWLFLEET_KEY_PREFIX={key_prefix}",
+        "-s",
+        "LOG_LEVEL=INFO",
+    )
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr + r.stdout
+    assert (
+        r.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "ERROR: crawlfleet: LinkSpider could not start: ValueError: LinkSpider needs the "
+            "start_urls argument"
+        )
+    )
+
+
 def test_the_benchmarks_real_part_says_what_is_wrong_with_its_site() -> None:
     line = one_error_line(cli("bench", "--only", "real"), 2)
     assert line == (

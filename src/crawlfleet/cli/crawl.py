@@ -30,7 +30,9 @@ from crawlfleet.cli.options import (
 )
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.config import FrontierConfig
+from crawlfleet.frontier.records import printable
 from crawlfleet.redis.config import RedisConfig
+from crawlfleet.redis.connection import redact
 
 NAME = "crawl"
 #: Scrapy sets up logging for this command (see cli.main)
@@ -170,16 +172,29 @@ def run(args: argparse.Namespace) -> int:
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(spidercls)
     refused: list[ConfigError] = []
+    failed: list[Failure] = []
 
-    def config_error(failure: Failure) -> Failure | None:
-        # a component's own setting, found when Scrapy builds it: one line, exit 2
-        if not isinstance(failure.value, ConfigError):
-            return failure
-        logger.error("crawlfleet: %s", failure.value)
-        refused.append(failure.value)
-        return None
+    def crawl_failed(failure: Failure) -> None:
+        # a component's own setting, found when Scrapy builds it: one line, exit 2;
+        # anything else that stops the crawl (a spider that refuses its arguments): one
+        # line, exit 1, the traceback with -v
+        if isinstance(failure.value, ConfigError):
+            logger.error("crawlfleet: %s", failure.value)
+            refused.append(failure.value)
+            return
+        error = failure.value
+        logger.debug("The crawl's error", exc_info=error)
+        what = "could not start" if getattr(crawler, "spider", None) is None else "failed"
+        logger.error(  # last: the line to read, after the traceback (a debug log's)
+            "crawlfleet: %s %s: %s: %s",
+            spidercls.__name__,
+            what,
+            type(error).__name__,
+            redact(printable(str(error))),
+        )
+        failed.append(failure)
 
-    process.crawl(crawler, **spider_args).addErrback(config_error)
+    process.crawl(crawler, **spider_args).addErrback(crawl_failed)
     crawler.signals.connect(_freeze_startup_objects, signal=signals.engine_started)
     try:
         process.start()
@@ -187,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
         gc.enable()  # a node that stopped before its engine started
     if refused:
         return 2
+    if failed:
+        return 1
     stats = crawler.stats
     reason = stats.get_value("finish_reason") if stats else None
     if stats and stats.get_value("crawlfleet/frontier/unstored"):
