@@ -313,6 +313,8 @@ class Leaser:
 
     def _take(self, result: LeaseResult, asked: float, received: float) -> None:
         ledger = self.core.ledger
+        # where each clock the slots are on stands against ours: learned once a lease
+        placed: dict[str, tuple[int, float, float]] = {}
         for entry in result.entries:
             ledger.hold(entry.rid, entry.site)
             try:
@@ -329,8 +331,13 @@ class Leaser:
                 # against ours is known as closely as the quickest lease lately told it
                 # (RedisClock); a slot is never early, and what is not known of the
                 # offset comes off how late it may be sent
-                redis_us = result.clocks.get(entry.clock, result.now_us)
-                offset, unsure = self.clock.offset(entry.clock, redis_us, asked, received)
+                if entry.clock not in placed:
+                    redis_us = result.clocks.get(entry.clock, result.now_us)
+                    placed[entry.clock] = (
+                        redis_us,
+                        *self.clock.offset(entry.clock, redis_us, asked, received),
+                    )
+                redis_us, offset, unsure = placed[entry.clock]
                 at = (redis_us + entry.slot_us) / 1_000_000 - offset
                 late = entry.late_us / 1_000_000 - unsure
                 if late < 0 and entry.site not in self._warned_late:
