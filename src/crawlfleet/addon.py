@@ -60,6 +60,7 @@ UNIT_META_MW = "crawlfleet.node.campaign.UnitMeta"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 SEND_TIME = "crawlfleet.middlewares.sendtime.SendTime"
 GIVE_WAY = "crawlfleet.middlewares.sendtime.GiveWay"
+KNOWN_DUPLICATES = "crawlfleet.middlewares.duplicates.KnownDuplicates"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
 BROWSER_HEADERS = "crawlfleet.middlewares.useragent.BrowserHeaders"
 BAN_DETECTOR = "crawlfleet.middlewares.bans.BanDetector"
@@ -198,6 +199,9 @@ class Addon:
         # last before the engine (Scrapy's own start at 25): a page's output pauses for
         # the node's slots
         self._component(settings, "SPIDER_MIDDLEWARES", GIVE_WAY, 5)
+        # next to the spider (Scrapy's MetaCopyDetectionMiddleware, 1000, aside): a
+        # request the node knows for a duplicate goes no further
+        self._component(settings, "SPIDER_MIDDLEWARES", KNOWN_DUPLICATES, 990)
         # before the identities (390): a session keeps one (off unless CRAWLFLEET_SESSIONS)
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SESSIONS, 380)
         if settings.getbool("CRAWLFLEET_SESSIONS"):

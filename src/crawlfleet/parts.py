@@ -67,6 +67,18 @@ class NodeHandle(Protocol):
     def encode(self, request: Request) -> bytes:
         """*request* as the frontier stores it; SerializationError if it cannot go."""
 
+    @property
+    def stock_fingerprint(self) -> bool:
+        """Whether requests are fingerprinted by Scrapy's stock fingerprint (a function
+        of their method, URL, body and ``verbatim_url`` meta alone)."""
+
+    def drop_known(self, request: Request) -> bool:
+        """Whether to drop *request* where the spider yields it: a duplicate the node
+        knows of (its seen cache holds the fingerprint), counted as the scheduler counts
+        one. Never a request that skips the filter, nor a start request; not while one
+        of the node's slots is due (:meth:`give_way`: the request goes on to the
+        ``GiveWay`` middleware, which pauses the page's output for the slot)."""
+
     def send_by(self, request: Request) -> float | None:
         """The event-loop time by which a request leased with a send time (a slot of a
         rate-limited site) must be on its way; None for a request without one."""

@@ -12,7 +12,14 @@ from scrapy import signals
 
 from crawlfleet.testsite.spider import TestSiteSpider
 
-__all__ = ["BlockingSpider", "ContractSpider", "ManyLinksSpider", "StartUrlsSpider"]
+__all__ = [
+    "BlockingSpider",
+    "ContractSpider",
+    "LanguageQuery",
+    "LanguagesSpider",
+    "ManyLinksSpider",
+    "StartUrlsSpider",
+]
 
 
 class StartUrlsSpider(TestSiteSpider):
@@ -118,3 +125,38 @@ class ContractSpider(scrapy.Spider):
                 },
                 f,
             )
+
+
+class LanguagesSpider(scrapy.Spider):
+    """Every page of ``base`` + ``/p/<n>`` (``pages`` of them) links to all of them, and
+    to each again in German (``meta["lang"]``), which the project's own
+    :class:`LanguageQuery` spider middleware turns into ``?lang=de``: a middleware that
+    rewrites URLs on their way to the scheduler."""
+
+    name = "languages"
+    custom_settings: ClassVar[dict[str, Any]] = {
+        "SPIDER_MIDDLEWARES": {"tests.support.node_spiders.LanguageQuery": 543}
+    }
+
+    def __init__(self, base: str = "", pages: str = "8", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.base, self.pages = base, int(pages)
+
+    async def start(self) -> Any:
+        yield scrapy.Request(f"{self.base}/p/0")
+
+    def parse(self, response: Any, **kwargs: Any) -> Iterator[scrapy.Request]:
+        for n in range(self.pages):
+            yield scrapy.Request(f"{self.base}/p/{n}")
+            yield scrapy.Request(f"{self.base}/p/{n}", meta={"lang": "de"})
+
+
+class LanguageQuery:
+    """A project's spider middleware: a request for a language asks for it in its URL."""
+
+    async def process_spider_output(self, response: Any, result: Any, spider: Any = None) -> Any:
+        async for obj in result:
+            lang = obj.meta.get("lang") if isinstance(obj, scrapy.Request) else None
+            if lang and "?" not in obj.url:
+                obj = obj.replace(url=f"{obj.url}?lang={lang}")
+            yield obj

@@ -60,7 +60,7 @@ from crawlfleet.frontier.sites import SiteKeyer
 from crawlfleet.meta import DELAY_META
 from crawlfleet.node.core import NodeCore
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
-from crawlfleet.node.fingerprints import node_fingerprint
+from crawlfleet.node.fingerprints import FingerprintMemo, node_fingerprint
 from crawlfleet.node.joining import say_joined
 from crawlfleet.node.leasing import SLOT_HORIZON_SECONDS
 from crawlfleet.node.ledger import Ledger
@@ -504,6 +504,17 @@ class Scheduler(BaseScheduler):
         rid = self.ledger.handed.get(request)
         site = self.ledger.held.get(rid) if rid is not None else None
         return site if site is not None else self.sites.site(request)
+
+    @property
+    def stock_fingerprint(self) -> bool:
+        return isinstance(self.fingerprint, FingerprintMemo)
+
+    def drop_known(self, request: Request) -> bool:
+        if request.dont_filter or request.meta.get("is_start_request"):
+            return False
+        if self.give_way() is not None:
+            return False  # on to GiveWay, which pauses the output there for the slot
+        return self.ledger.known_duplicate(request, self._fingerprint(request))
 
     def send_by(self, request: Request) -> float | None:
         """The event-loop time by which slotted *request* must be on its way (None: it
