@@ -7,7 +7,8 @@ both crawl at that many requests a second: vanilla with ``DOWNLOAD_DELAY`` = 1/r
 ``{"*": "<rate>/1s"}``, one budget across the fleet.
 
 Measured for each: the wall time from launch to the last process's exit (start-up and
-close included: what a user waits for), the CPU of its processes (user + system, as
+close included: what a user waits for; the nodes close as they do by default, the job
+finished for ``CRAWLFLEET_FINISH_GRACE_SECONDS``), the CPU of its processes (user + system, as
 the kernel counted them at exit; the nodes' Redis is not counted: it runs apart, on a
 Redis of the run's own, and ``redis-cpu`` measures it), the pages (distinct URLs of its
 items) and those fetched more than once, when the first and the last response came
@@ -162,7 +163,6 @@ def run_real_site(
                             **settings,
                             "CRAWLFLEET_ITEM_STAGES": "",
                             "CRAWLFLEET_KEY_PREFIX": KEY_PREFIX,
-                            "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5,
                             "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
                             **(node_settings or {}),
                         },
