@@ -52,6 +52,9 @@ class NodeHandle(Protocol):
     #: the worst event-loop lag of the last feedback interval (ms; set by the feedback
     #: controller): a lagging node's latencies say more about it than about sites
     loop_lag_ms: float
+    #: the event-loop time of the last :meth:`give_way` (asked after each object of a
+    #: page's output, and for each request ``KnownDuplicates`` looks at)
+    checked_at: float
 
     @property
     def job(self) -> str:

@@ -7,10 +7,13 @@ import asyncio
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from scrapy import Request, Spider, signals
+from scrapy.core.spidermw import SpiderMiddlewareManager
+from scrapy.downloadermiddlewares.offsite import OffsiteMiddleware
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
@@ -55,8 +58,16 @@ def received(**kwargs: Any) -> None:
     """A project's receiver of a signal."""
 
 
-def crawler_with(middlewares: dict[str, int | None], node: Node | None) -> Any:
-    crawler = get_crawler(Spider, {"SPIDER_MIDDLEWARES": {KNOWN_DUPLICATES: 990, **middlewares}})
+def crawler_with(middlewares: dict[Any, int | None], node: Node | None, **settings: Any) -> Any:
+    """A crawler with *middlewares* and KnownDuplicates as the add-on places it (after
+    the project's own in the dict, as the add-on adds it), its spider middlewares built
+    as Scrapy's engine builds them; *node* as its node."""
+    project = dict(middlewares)
+    project.setdefault(KNOWN_DUPLICATES, 990)
+    crawler = get_crawler(Spider, {"SPIDER_MIDDLEWARES": project, **settings})
+    crawler.engine = SimpleNamespace(
+        scraper=SimpleNamespace(spidermw=SpiderMiddlewareManager.from_crawler(crawler))
+    )
     if node is not None:
         parts_of(crawler).node = node  # type: ignore[assignment]
     return crawler
@@ -112,35 +123,60 @@ def test_without_a_node_or_where_it_may_not_everything_goes_on() -> None:
     assert node.asked == [] and crawler.stats.get_value(DROPPED_STAT) is None
 
 
+def why(crawler: Any, node: Node) -> str:
+    """why_not_early over the spider middlewares Scrapy built for *crawler*."""
+    built = crawler.engine.scraper.spidermw.middlewares
+    return why_not_early(crawler, node, built)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
-    ("middlewares", "stock", "why"),
+    ("middlewares", "stock", "reason"),
     [
         ({}, True, ""),
         ({}, False, "not Scrapy's stock one"),
         ({f"{__name__}.Rewriting": 543}, True, f"spider middleware {__name__}.Rewriting"),
-        ({f"{__name__}.Rewriting": 543}, True, f"spider middleware {__name__}.Rewriting"),
+        ({Rewriting: 543}, True, f"spider middleware {__name__}.Rewriting"),  # by class
+        # the same order: the project's own comes first, nearer the engine
+        ({f"{__name__}.Rewriting": 990}, True, f"spider middleware {__name__}.Rewriting"),
         ({f"{__name__}.Rewriting": None}, True, ""),  # switched off
         ({f"{__name__}.InputOnly": 543}, True, ""),  # not the output's
         ({f"{__name__}.Rewriting": 995}, True, ""),  # before it, nearer the spider
-        ({CHANGES: 880}, True, f"spider middleware {CHANGES}"),  # needs every link
         ({"crawlfleet.middlewares.sendtime.GiveWay": 5}, True, ""),
-        ({KNOWN_DUPLICATES: None}, True, "not among SPIDER_MIDDLEWARES"),
+        ({KNOWN_DUPLICATES: None}, True, "not among the spider middlewares"),
     ],
 )
 def test_where_known_duplicates_may_be_dropped_early(
-    middlewares: dict[str, int | None], stock: bool, why: str
+    middlewares: dict[Any, int | None], stock: bool, reason: str
 ) -> None:
-    crawler = crawler_with(middlewares, None)
-    got = why_not_early(crawler, Node(set(), stock=stock))  # type: ignore[arg-type]
-    assert (got == "") if not why else (why in got), got
+    got = why(crawler_with(middlewares, None), Node(set(), stock=stock))
+    assert (got == "") if not reason else (reason in got), got
+
+
+def test_not_while_continuous_crawling_judges_pages_by_their_links() -> None:
+    # crawlfleet's Changes (on with CRAWLFLEET_REVISIT) fingerprints every link a page yields
+    assert why(crawler_with({CHANGES: 880}, None), Node(set())) == ""  # off: not built
+    crawler = crawler_with({CHANGES: 880}, None, CRAWLFLEET_REVISIT="fixed")
+    assert f"spider middleware {CHANGES} takes the output" in why(crawler, Node(set()))
+
+
+class ProjectOffsite(OffsiteMiddleware):
+    """A project's own offsite rules: Scrapy's receiver, overridden."""
+
+    def should_follow(self, request: Request, spider: Spider) -> bool:
+        return True
 
 
 def test_not_while_a_project_receives_a_signal_it_would_skip() -> None:
     for signal in (signals.request_scheduled, signals.request_dropped):
         crawler = crawler_with({}, None)
-        assert why_not_early(crawler, Node(set())) == ""  # type: ignore[arg-type]
+        assert why(crawler, Node(set())) == ""
         crawler.signals.connect(received, signal=signal)
-        assert "receives a signal" in why_not_early(crawler, Node(set()))  # type: ignore[arg-type]
+        assert f"{__name__}.received receives a signal" in why(crawler, Node(set()))
+    # Scrapy's own receiver, bound to a project's subclass: the project's
+    crawler = crawler_with({}, None)
+    project = ProjectOffsite(crawler)
+    crawler.signals.connect(project.request_scheduled, signal=signals.request_scheduled)
+    assert f"{__name__}.ProjectOffsite receives a signal" in why(crawler, Node(set()))
 
 
 def _pages(pattern: str) -> Any:

@@ -28,6 +28,7 @@ class Node:
         self.asked = 0
         self.sizes: list[int] = []
         self.costs: list[tuple[int, float]] = []
+        self.checked_at = 0.0
 
     def parse_hold(self, size: int = 0) -> float:
         self.sizes.append(size)

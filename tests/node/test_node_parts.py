@@ -510,6 +510,52 @@ def test_a_node_that_lives_through_a_reset_forgets_what_it_knew_was_seen() -> No
     run(body)
 
 
+def test_a_known_duplicate_is_dropped_where_the_spider_yields_it_as_the_scheduler_would() -> None:
+    """Scheduler.drop_known (asked by the KnownDuplicates spider middleware): a request
+    whose fingerprint the seen cache holds, counted with the next commit as the
+    scheduler counts one; never one that skips the filter, nor a start request, nor any
+    while a slot is due (GiveWay pauses the output for it, further on); a new one is
+    looked up once in all. After a reset, what it dropped is not sent again (it did not
+    pass the spider middlewares: its depth was never set), what the scheduler dropped is."""
+
+    async def body() -> None:
+        store: dict[str, Any] = {}
+        engine = Engine()
+        scheduler = node(store, engine)
+        await scheduler.start(Spider("job"))
+        seen = scheduler.ledger.seen
+        assert not scheduler.drop_known(Request("http://a.test/nav"))  # not known yet
+        assert scheduler.enqueue_request(Request("http://a.test/nav"))
+        assert (seen.lookups, seen.hits) == (1, 0)  # the miss counted once, not twice
+        assert scheduler.drop_known(Request("http://a.test/nav"))
+        assert not scheduler.drop_known(Request("http://a.test/nav", dont_filter=True))
+        start = Request("http://a.test/nav", meta={"is_start_request": True})
+        assert not scheduler.drop_known(start)
+        slot = asyncio.get_running_loop().time() + 0.01  # due within GIVE_WAY_SECONDS
+        scheduler.ledger.add_slotted(slot, 0.05, Request("http://b.test/"), "rid-b")
+        assert scheduler.give_way() is not None
+        assert not scheduler.drop_known(Request("http://a.test/nav"))
+        scheduler.ledger.slotted.drain()
+        assert scheduler.give_way() is None
+        assert scheduler.drop_known(Request("http://a.test/nav"))
+        assert (seen.lookups, seen.hits) == (3, 2)
+        await until(lambda: store["job"].counters.get("duplicates", 0) == 2)
+        assert scheduler.ledger.known == [] and not scheduler.ledger.known_early
+        await MemoryFrontier("job", store).reset(keep_nodes=True)
+        assert scheduler.drop_known(Request("http://a.test/nav", meta={"via": "early"}))
+        assert not scheduler.enqueue_request(Request("http://a.test/nav", meta={"via": "late"}))
+        # the first, leased before the reset, and the one the scheduler dropped; not the
+        # one dropped early
+        got = await take(scheduler, engine, 2)
+        assert sorted(str(r.meta.get("via")) for r in got) == ["None", "late"]
+        await asyncio.sleep(0.3)
+        assert scheduler.next_request() is None
+        assert store["job"].counters.get("enqueued", 0) == 1  # the late one, in the new epoch
+        await scheduler.stop("shutdown")
+
+    run(body)
+
+
 @dataclass
 class StoreDown:
     """An item store that is down with *pending* items waiting for it."""

@@ -9,7 +9,8 @@ holds (:class:`~crawlfleet.node.seencache.SeenCache`: the job's seen-filter has 
 a duplicate however far it goes, so this middleware drops it as the spider yields it,
 counted as the scheduler counts it (with the next commit).
 
-Only where that drops exactly what the scheduler would:
+Only where that drops what the scheduler would (decided at the first page, from the
+spider middlewares as Scrapy built them and the signals' receivers then):
 
 - the fingerprint is Scrapy's stock one (method, URL, body, ``verbatim_url``), which no
   middleware of Scrapy's own or crawlfleet's changes on the way;
@@ -17,26 +18,32 @@ Only where that drops exactly what the scheduler would:
   Scrapy's own or crawlfleet's, and none of them needs the whole output (crawlfleet's
   ``Changes``, on while ``CRAWLFLEET_REVISIT`` is, judges a page by every link it
   yields): a project's own may rewrite URLs;
-- nothing but Scrapy's own receives ``request_scheduled`` or ``request_dropped``
-  (an extension counting requests sees what it saw before).
+- nothing but Scrapy's own receives ``request_scheduled`` or ``request_dropped`` (an
+  extension counting requests sees what it saw before; a receiver bound to an object
+  is judged by the object's class: a project's subclass of Scrapy's offsite middleware
+  is the project's).
 
 Otherwise it passes everything on, and says why at DEBUG once. Requests that skip the
-filter (``dont_filter``) and start requests always go on to the scheduler. One thing
-differs from a vanilla crawl: Scrapy's ``request_depth_max`` counts the depth of the
-requests that reach ``DepthMiddleware``, which known duplicates no longer do.
+filter (``dont_filter``) and start requests always go on to the scheduler, and so does
+every request while one of the node's slots is due (``GiveWay`` pauses the output for
+it, further on). What differs from a vanilla crawl is in the figures only: Scrapy's
+``request_depth_max`` no longer counts known duplicates, and one that Scrapy's depth
+limit or offsite check would have dropped first counts as a duplicate instead. After a
+reset of the job under the node, the known duplicates it held are sent to the new job,
+but not those dropped here: they never passed the spider middlewares (their depth, a
+campaign unit's meta, were never set).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 from pydispatch import dispatcher
 from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.http import Response
-from scrapy.utils.misc import load_object
 
 from crawlfleet.parts import NodeHandle, node_of
 
@@ -80,7 +87,7 @@ class KnownDuplicates:
             if node is None:
                 return None
             self._decided = True
-            why = why_not_early(self.crawler, node)
+            why = why_not_early(self.crawler, node, _spider_middlewares(self.crawler))
             if why:
                 logger.debug("Known duplicates go on to the scheduler: %s", why)
             else:
@@ -127,33 +134,40 @@ class KnownDuplicates:
             self.crawler.stats.inc_value(DROPPED_STAT, dropped)
 
 
-def why_not_early(crawler: Crawler, node: NodeHandle) -> str:
+def why_not_early(crawler: Crawler, node: NodeHandle, middlewares: Sequence[Any]) -> str:
     """Why known duplicates may not be dropped where the spider yields them ("": they
-    may); see the module docstring."""
+    may), *middlewares* being the crawler's spider middlewares as Scrapy built them (the
+    engine's side first); see the module docstring."""
     if not node.stock_fingerprint:
         return "the request fingerprinter is not Scrapy's stock one"
-    middlewares = dict(crawler.settings.getwithbase("SPIDER_MIDDLEWARES"))
-    names = {_name(path): order for path, order in middlewares.items() if order is not None}
-    order = names.get(f"{__name__}.{KnownDuplicates.__name__}")
-    if order is None:
-        return "not among SPIDER_MIDDLEWARES"
-    for path, other in middlewares.items():
-        name = _name(path)
-        if other is None or other >= order or name in HARMLESS or name.startswith("scrapy."):
+    here = next((i for i, mw in enumerate(middlewares) if isinstance(mw, KnownDuplicates)), None)
+    if here is None:
+        return "not among the spider middlewares"
+    for mw in middlewares[:here]:  # those that take the output after it
+        name = _name(type(mw))
+        if name in HARMLESS or name.startswith("scrapy."):
             continue
-        cls = load_object(path)
-        if hasattr(cls, "process_spider_output") or hasattr(cls, "process_spider_output_async"):
+        if hasattr(mw, "process_spider_output") or hasattr(mw, "process_spider_output_async"):
             return f"spider middleware {name} takes the output after it"
     for signal in SKIPPED_SIGNALS:
         for receiver in dispatcher.liveReceivers(
             dispatcher.getAllReceivers(crawler.signals.sender, signal)
         ):
-            module = getattr(receiver, "__module__", "") or ""
-            if not module.startswith("scrapy."):
-                return f"{getattr(receiver, '__qualname__', receiver)!r} receives a signal it skips"
+            owner = getattr(receiver, "__self__", None)  # a bound method: its object's class
+            name = _name(type(owner)) if owner is not None else _name(receiver)
+            if not name.startswith("scrapy."):
+                return f"{name} receives a signal it skips"
     return ""
 
 
-def _name(path: Any) -> str:
-    """The dotted path of a component given by path or by class."""
-    return path if isinstance(path, str) else f"{path.__module__}.{path.__qualname__}"
+def _spider_middlewares(crawler: Crawler) -> Sequence[Any]:
+    """The crawler's spider middlewares in Scrapy's order (empty before its engine)."""
+    engine = getattr(crawler, "engine", None)
+    manager = getattr(getattr(engine, "scraper", None), "spidermw", None)
+    return tuple(getattr(manager, "middlewares", ()))
+
+
+def _name(obj: Any) -> str:
+    """The dotted path of a class or function (its module, its qualified name)."""
+    module = getattr(obj, "__module__", None) or "?"
+    return f"{module}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"

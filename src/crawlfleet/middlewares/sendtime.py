@@ -124,7 +124,9 @@ class GiveWay:
         longest = 0.0  # the longest the output blocked the loop at once
         asked = loop.time()
         async for obj in result:
-            longest = max(longest, loop.time() - asked)
+            # since the last look at the slots (here, or by KnownDuplicates for each
+            # request it dropped on the way)
+            longest = max(longest, loop.time() - max(asked, node.checked_at))
             yield obj
             pause = node.give_way()
             if pause is not None:

@@ -72,6 +72,9 @@ class Ledger:
         #: fingerprints the job's seen-filter holds (or will, with the batch on its way)
         self.seen = SeenCache(seen_cache_size)
         self.known: list[Request] = []
+        #: ids of the requests in ``known`` that were dropped where the spider yielded
+        #: them (see known_duplicate)
+        self.known_early: set[int] = set()
         self.buffer: deque[tuple[Request, str]] = deque()
         self.slotted: SlotQueue[tuple[Request, str]] = SlotQueue(slot_due)
         self.handed: dict[Request, str] = {}
@@ -96,14 +99,37 @@ class Ledger:
         self.held: dict[str, str] = {}
 
     # -- new requests ---------------------------------------------------------------
-    def known_duplicate(self, request: Request, fp: bytes) -> bool:
+    def known_duplicate(self, request: Request, fp: bytes, *, early: bool = False) -> bool:
         """Whether the seen cache knows *fp* (the shared filter has it, or will with the
         batch on its way); if so *request* waits in ``known`` for the next commit, which
-        counts it (or, after a reset of the job, sends it)."""
-        if fp in self.seen:
-            self.known.append(request)
-            return True
-        return False
+        counts it (or, after a reset of the job, sends it). *early*: asked where the
+        spider yielded it (:mod:`crawlfleet.middlewares.duplicates`): a miss is not
+        counted as a lookup (the scheduler looks again), and after a reset the request
+        is not sent (it skipped the spider middlewares: depth, referer, a unit's meta)."""
+        if early:
+            if not self.seen.knows(fp):
+                return False
+            self.known_early.add(id(request))
+        elif fp not in self.seen:
+            return False
+        self.known.append(request)
+        return True
+
+    def settle_known(self, count: int) -> list[Request]:
+        """The first *count* of ``known``, counted by a commit: taken out."""
+        confirmed = self.known[:count]
+        del self.known[:count]
+        if self.known_early:
+            self.known_early.difference_update(id(r) for r in confirmed)
+        return confirmed
+
+    def forget_known(self) -> tuple[list[Request], int]:
+        """``known`` after a reset of the job: the requests to send after all, and how
+        many dropped early are not."""
+        stale, self.known = self.known, []
+        early, self.known_early = self.known_early, set()
+        resend = [r for r in stale if id(r) not in early]
+        return resend, len(stale) - len(resend)
 
     def add_out(self, request: Request, fp: bytes, payload: bytes, delay_ms: int = 0) -> None:
         self.out.append((request, fp, payload, delay_ms))

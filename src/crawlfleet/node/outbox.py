@@ -232,15 +232,16 @@ class Outbox:
         if not result.epoch:
             return  # not read (a sharded commit without shard 0): they wait
         if seen.epoch and result.epoch != seen.epoch:
-            stale, ledger.known = ledger.known, []
+            stale, unsent = ledger.forget_known()
             seen.clear(result.epoch)
             for fp in committed:  # in the filter of this epoch now
                 seen.add(fp)
             logger.warning(
                 "Job %s was reset while this node ran: its cache of seen fingerprints "
-                "starts over, %d requests it held for duplicates are sent",
+                "starts over, %d requests it held for duplicates are sent%s",
                 self.core.config.job,
                 len(stale),
+                f" ({unsent} dropped where the spider yielded them are not)" if unsent else "",
             )
             for request in stale:
                 request.meta.pop(DELAY_META, None)  # a back-off is not kept across a reset
@@ -251,8 +252,7 @@ class Outbox:
                     continue
                 ledger.add_out(request, self.fingerprint(request), payload)
         elif seen.epoch:
-            confirmed = ledger.known[: result.known_counted]
-            del ledger.known[: result.known_counted]
+            confirmed = ledger.settle_known(result.known_counted)
             # the scheduler said "dropped" to the engine already
             self.count_duplicates(confirmed)
         else:

@@ -195,6 +195,8 @@ class Scheduler(BaseScheduler):
         #: (give_way), and whether one is asked for
         self._turn_at = 0.0
         self._turn_asked = False
+        #: loop time of the last give_way() (asked between the objects of pages' outputs)
+        self.checked_at = 0.0
         self.ledger = Ledger(self._slot_due, self.site_rates.done, config.seen_cache_size)
         #: the revisits of a continuous crawl (None: CRAWLFLEET_REVISIT is off)
         self.revisits: RevisitKeeper | None = None
@@ -514,7 +516,7 @@ class Scheduler(BaseScheduler):
             return False
         if self.give_way() is not None:
             return False  # on to GiveWay, which pauses the output there for the slot
-        return self.ledger.known_duplicate(request, self._fingerprint(request))
+        return self.ledger.known_duplicate(request, self._fingerprint(request), early=True)
 
     def send_by(self, request: Request) -> float | None:
         """The event-loop time by which slotted *request* must be on its way (None: it
@@ -575,7 +577,7 @@ class Scheduler(BaseScheduler):
         come with slots already missed); None (go on) otherwise."""
         at = self.ledger.slotted.next_at()
         loop = asyncio.get_event_loop()
-        now = loop.time()
+        now = self.checked_at = loop.time()
         if at is not None and -SLOT_SETTLE_SECONDS < at - now <= GIVE_WAY_SECONDS:
             return max(0.0, at - now) + SLOT_SETTLE_SECONDS
         if now - self._turn_at < GIVE_WAY_SECONDS:

@@ -61,6 +61,15 @@ class SeenCache:
             return True
         return False
 
+    def knows(self, fp: bytes) -> bool:
+        """As ``fp in cache``, with only a hit counted (a lookup and a hit): a miss is
+        looked up again where it is counted."""
+        if fp in self:
+            return True
+        if self.size:
+            self.lookups -= 1
+        return False
+
     def add(self, fp: bytes) -> None:
         """*fp* is in the seen-filter now (empty: a request that bypasses it, not kept)."""
         if self.size and fp:
