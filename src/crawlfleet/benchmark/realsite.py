@@ -143,6 +143,7 @@ def run_real_site(
                 )
             ]
             codes, cpu = wait_measured(procs, timeout)
+            ended = time.time()
             kill_left(procs)
         else:
             outputs = [workdir / f"items{i}.jsonl" for i in range(nodes)]
@@ -170,10 +171,11 @@ def run_real_site(
                     for i in range(nodes)
                 ]
                 codes, cpu = wait_measured(procs, timeout)
+                ended = time.time()  # the last exit: not the run's Redis stopping after
                 kill_left(procs)
             stats = read_node_stats(workdir, nodes)
             result.late = sum(int(s.get("crawlfleet/scheduler/late", 0)) for s in stats)
-        result.seconds = round(time.time() - launched, 2)
+        result.seconds = round(ended - launched, 2)
         result.cpu_seconds = round(cpu, 2)
         result.exit_codes = codes
         _read_items(result, outputs, launched)
