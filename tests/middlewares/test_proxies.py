@@ -320,6 +320,7 @@ def test_sessions_keep_jar_identity_and_proxy_together(
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # the site counts requests a second: not beside 4 other workers
 def test_proxies_do_not_multiply_a_sites_budget(
     redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
