@@ -212,7 +212,7 @@ class Addon:
         self._component(settings, "DOWNLOADER_MIDDLEWARES", BROWSER_HEADERS, 390)
         # in the place of Scrapy's RetryMiddleware (unless the project placed either):
         # a retry waits in the frontier, not in the node
-        if SCRAPY_RETRY not in settings["DOWNLOADER_MIDDLEWARES"]:
+        if not _placed(settings, "DOWNLOADER_MIDDLEWARES", SCRAPY_RETRY):
             settings["DOWNLOADER_MIDDLEWARES"][SCRAPY_RETRY] = None
         self._component(settings, "DOWNLOADER_MIDDLEWARES", RETRY, 550)
         # before Scrapy's HttpProxyMiddleware (750), which turns the proxy's credentials
@@ -243,8 +243,19 @@ class Addon:
 
     @staticmethod
     def _component(settings: BaseSettings, setting: str, path: str, order: int) -> None:
-        if path not in settings[setting]:
+        if not _placed(settings, setting, path):
             settings[setting][path] = order
+
+
+def _placed(settings: BaseSettings, setting: str, path: str) -> bool:
+    """Whether the project placed the component *path* in *setting* itself (an order, or
+    None to leave it out), by its path or by its class."""
+    if path in settings[setting]:
+        return True
+    return any(
+        isinstance(key, type) and f"{key.__module__}.{key.__qualname__}" == path
+        for key in settings[setting]
+    )
 
 
 def _unload_what_is_off(settings: BaseSettings) -> None:
@@ -253,7 +264,7 @@ def _unload_what_is_off(settings: BaseSettings) -> None:
     one set to None, but not those of the base."""
     for flag, (setting, path) in UNLOADED_WHEN_OFF.items():
         base = settings[f"{setting}_BASE"]
-        if settings.getbool(flag) or path in settings[setting] or path not in base:
+        if settings.getbool(flag) or _placed(settings, setting, path) or path not in base:
             continue
         base.delete(path, priority="addon")  # a project's own *_BASE (priority) stays
 

@@ -123,6 +123,25 @@ def test_the_addon_turns_cookies_off_unless_the_project_keeps_them() -> None:
     assert settings["DOWNLOADER_MIDDLEWARES"]["crawlfleet.middlewares.bans.BanDetector"] == 555
 
 
+def test_a_component_the_project_placed_by_class_stays_where_it_put_it() -> None:
+    """SPIDER_MIDDLEWARES = {KnownDuplicates: None} turns the add-on's middleware off as
+    its dotted path does (the add-on used to add the path beside the class, and Scrapy
+    kept the path's order); Scrapy's RetryMiddleware placed by class stays placed."""
+    from scrapy.downloadermiddlewares.retry import RetryMiddleware
+
+    from crawlfleet.middlewares.duplicates import KnownDuplicates
+    from crawlfleet.middlewares.sendtime import GiveWay
+
+    settings = Settings()
+    settings.set("SPIDER_MIDDLEWARES", {KnownDuplicates: None, GiveWay: 7}, priority="project")
+    settings.set("DOWNLOADER_MIDDLEWARES", {RetryMiddleware: 600}, priority="project")
+    Addon().update_settings(settings)
+    spider = settings.get_component_priority_dict_with_base("SPIDER_MIDDLEWARES")
+    assert spider[KnownDuplicates] is None and spider[GiveWay] == 7
+    downloader = settings.get_component_priority_dict_with_base("DOWNLOADER_MIDDLEWARES")
+    assert downloader[RetryMiddleware] == 600
+
+
 def test_components_that_are_off_are_not_loaded_unless_their_setting_is_on() -> None:
     cookies = "scrapy.downloadermiddlewares.cookies.CookiesMiddleware"
     remote = "scrapy.extensions.remote_control.RemoteControl"
