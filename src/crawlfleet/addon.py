@@ -45,6 +45,7 @@ from types import FrameType
 from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.settings.access import component_path
 
 __all__ = ["ITEM_STAGES", "STORES", "Addon", "check", "check_given", "fail_command"]
 
@@ -250,11 +251,8 @@ class Addon:
 def _placed(settings: BaseSettings, setting: str, path: str) -> bool:
     """Whether the project placed the component *path* in *setting* itself (an order, or
     None to leave it out), by its path or by its class."""
-    if path in settings[setting]:
-        return True
-    return any(
-        isinstance(key, type) and f"{key.__module__}.{key.__qualname__}" == path
-        for key in settings[setting]
+    return path in settings[setting] or any(
+        component_path(key) == path for key in settings[setting]
     )
 
 

@@ -46,6 +46,7 @@ from scrapy.crawler import Crawler
 from scrapy.http import Response
 
 from crawlfleet.parts import NodeHandle, node_of
+from crawlfleet.settings.access import component_path
 
 __all__ = ["DROPPED_STAT", "KnownDuplicates", "why_not_early"]
 
@@ -144,7 +145,7 @@ def why_not_early(crawler: Crawler, node: NodeHandle, middlewares: Sequence[Any]
     if here is None:
         return "not among the spider middlewares"
     for mw in middlewares[:here]:  # those that take the output after it
-        name = _name(type(mw))
+        name = component_path(type(mw))
         if name in HARMLESS or name.startswith("scrapy."):
             continue
         if hasattr(mw, "process_spider_output") or hasattr(mw, "process_spider_output_async"):
@@ -154,7 +155,7 @@ def why_not_early(crawler: Crawler, node: NodeHandle, middlewares: Sequence[Any]
             dispatcher.getAllReceivers(crawler.signals.sender, signal)
         ):
             owner = getattr(receiver, "__self__", None)  # a bound method: its object's class
-            name = _name(type(owner)) if owner is not None else _name(receiver)
+            name = component_path(type(owner)) if owner is not None else _name(receiver)
             if not name.startswith("scrapy."):
                 return f"{name} receives a signal it skips"
     return ""
@@ -167,7 +168,7 @@ def _spider_middlewares(crawler: Crawler) -> Sequence[Any]:
     return tuple(getattr(manager, "middlewares", ()))
 
 
-def _name(obj: Any) -> str:
-    """The dotted path of a class or function (its module, its qualified name)."""
-    module = getattr(obj, "__module__", None) or "?"
-    return f"{module}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+def _name(receiver: Any) -> str:
+    """The dotted path of a function (a partial or other callable has none: "?")."""
+    module = getattr(receiver, "__module__", None) or "?"
+    return f"{module}.{getattr(receiver, '__qualname__', '?')}"

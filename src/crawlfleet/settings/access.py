@@ -19,6 +19,7 @@ from crawlfleet.exceptions import ConfigError
 from crawlfleet.settings import default_settings
 
 __all__ = [
+    "component_path",
     "defaults",
     "get_bool",
     "get_choice",
@@ -34,6 +35,14 @@ __all__ = [
 
 #: The kinds of number a setting is read as.
 N = TypeVar("N", int, float)
+
+
+def component_path(value: Any) -> str:
+    """A component setting's key or value as a dotted path (a class given as an object
+    too)."""
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return str(value or "")
 
 
 def defaults() -> dict[str, Any]:

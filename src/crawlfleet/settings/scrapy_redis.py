@@ -11,6 +11,8 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
+from crawlfleet.settings.access import component_path
+
 __all__ = ["NOOP_DUPEFILTER", "SETTINGS", "is_scrapy_redis", "take_over"]
 
 #: The duplicate filter in the place of scrapy-redis's: the frontier's seen-filter does
@@ -57,16 +59,9 @@ SETTINGS: dict[str, str] = {
 _REDIS_LOCATION = ("REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_DB", "REDIS_PARAMS")
 
 
-def _path(value: Any) -> str:
-    """A component setting's value as a dotted path (a class given as an object too)."""
-    if isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
-    return str(value or "")
-
-
 def is_scrapy_redis(value: Any) -> bool:
     """*value* names a class of the scrapy-redis package."""
-    return _path(value).startswith("scrapy_redis.")
+    return component_path(value).startswith("scrapy_redis.")
 
 
 def _found(settings: BaseSettings, name: str) -> bool:
@@ -89,7 +84,7 @@ def take_over(settings: BaseSettings, redis_source: str, scheduler: str) -> list
             priority = settings.getpriority(name) or 0
             ours = scheduler if name == "SCHEDULER" else NOOP_DUPEFILTER
             settings.set(name, ours, priority=priority)
-            lines.append(f"{name} {_path(value)}: {what}")
+            lines.append(f"{name} {component_path(value)}: {what}")
             continue
         if not _found(settings, name):
             continue
