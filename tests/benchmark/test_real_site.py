@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from rich.console import Console
 
 from crawlfleet.benchmark.realsite import RealSiteResult, most_in_window, run_real_site
@@ -13,16 +14,18 @@ from crawlfleet.testsite.model import SiteModel
 from crawlfleet.testsite.process import start_site_process, stop_site_process
 
 
-def test_vanilla_and_the_nodes_crawl_the_same_pages_once_each() -> None:
+@pytest.mark.parametrize("forked", [True, False])
+def test_vanilla_and_the_nodes_crawl_the_same_pages_once_each(forked: bool) -> None:
     model = SiteModel(pages=40, hosts=1, problems=False)
     site, port = start_site_process(model, stderr=subprocess.DEVNULL)
     try:
         url = model.seed_urls(port)[0]
         vanilla = run_real_site(url, "scrapy", rate=0, timeout=120)
-        fleet = run_real_site(url, "crawlfleet", nodes=2, rate=0, timeout=120)
+        fleet = run_real_site(url, "crawlfleet", nodes=2, rate=0, timeout=120, forked=forked)
     finally:
         stop_site_process(site)
-    assert vanilla.exit_codes == [0] and fleet.exit_codes == [0, 0]
+    # one command for both nodes, or one each
+    assert vanilla.exit_codes == [0] and fleet.exit_codes == ([0] if forked else [0, 0])
     assert vanilla.pages > 40 and fleet.urls == vanilla.urls and fleet.fetched_twice == 0
     for r in (vanilla, fleet):
         assert r.cpu_seconds > 0 and 0 < r.first_seconds <= r.last_seconds < r.seconds

@@ -30,13 +30,12 @@ from typing import Any
 from crawlfleet.benchmark.crawl import (
     crawl_settings,
     kill_left,
-    read_node_stats,
     start_vanilla,
     wait_measured,
 )
 from crawlfleet.benchmark.linkspider import LINK_SPIDER, read_link_items
 from crawlfleet.benchmark.scale import private_redis
-from crawlfleet.node.launcher import start_node
+from crawlfleet.node.launcher import numbered, start_node
 
 __all__ = ["RealSiteResult", "most_in_window", "run_real_site"]
 
@@ -113,13 +112,15 @@ def run_real_site(
     server: str | None = None,
     timeout: float = 1800,
     node_settings: dict[str, Any] | None = None,
+    forked: bool = True,
 ) -> RealSiteResult:
     """One crawl of the site from *url* (only under *prefixes*, comma-separated URL
     prefixes, when given) by *contender*: "scrapy" (one vanilla process) or
     "crawlfleet" (*nodes* nodes of one job on a Redis of their own, *server* the
     redis-server binary), *concurrency* requests at a time per process, at *rate*
     requests a second when not 0; *node_settings* go to the nodes besides (a setting
-    compared by hand)."""
+    compared by hand). *forked*: the nodes are one ``crawlfleet crawl --processes``
+    command (forked once imported), else one command each."""
     if contender not in ("scrapy", "crawlfleet"):
         raise ValueError(f"contender must be scrapy or crawlfleet, not {contender!r}")
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-real-"))
@@ -146,9 +147,9 @@ def run_real_site(
             ended = time.time()
             kill_left(procs)
         else:
-            outputs = [workdir / f"items{i}.jsonl" for i in range(nodes)]
             if rate:
                 settings["CRAWLFLEET_RATE_LIMITS"] = json.dumps({"*": f"{rate}/1s"})
+            commands = 1 if forked else nodes
             with private_redis(server) as redis_url:
                 job = f"real-{int(time.time() * 1000)}"
                 launched = time.time()
@@ -159,21 +160,28 @@ def run_real_site(
                         redis_url=redis_url,
                         log=workdir / f"node{i}.log",
                         spider_args={"start_urls": url, **spider_args},
-                        output=outputs[i],
+                        output=_node_files(workdir, "items.jsonl", commands, commands)[i],
                         settings={
                             **settings,
                             "CRAWLFLEET_ITEM_STAGES": "",
                             "CRAWLFLEET_KEY_PREFIX": KEY_PREFIX,
-                            "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
+                            "CRAWLFLEET_STATS_FILE": str(
+                                _node_files(workdir, "stats.json", commands, commands)[i]
+                            ),
                             **(node_settings or {}),
                         },
+                        processes=nodes // commands,
                     )
-                    for i in range(nodes)
+                    for i in range(commands)
                 ]
                 codes, cpu = wait_measured(procs, timeout)
                 ended = time.time()  # the last exit: not the run's Redis stopping after
                 kill_left(procs)
-            stats = read_node_stats(workdir, nodes)
+            outputs = _node_files(workdir, "items.jsonl", nodes, commands)
+            stats = [
+                json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+                for f in _node_files(workdir, "stats.json", nodes, commands)
+            ]
             result.late = sum(int(s.get("crawlfleet/scheduler/late", 0)) for s in stats)
         result.seconds = round(ended - launched, 2)
         result.cpu_seconds = round(cpu, 2)
@@ -182,6 +190,18 @@ def run_real_site(
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _node_files(workdir: Path, name: str, nodes: int, commands: int) -> list[Path]:
+    """The files called *name* of *nodes* nodes started as *commands* commands: one
+    each (``items0.jsonl``...), or all from one (numbered from 1, as ``crawlfleet crawl
+    --processes`` numbers them; one node alone: *name* itself)."""
+    if commands > 1:
+        stem, _, suffix = name.partition(".")
+        return [workdir / f"{stem}{i}.{suffix}" for i in range(nodes)]
+    if nodes == 1:
+        return [workdir / name]
+    return [workdir / numbered(name, i) for i in range(1, nodes + 1)]
 
 
 def _read_items(result: RealSiteResult, outputs: list[Path], launched: float) -> None:

@@ -199,6 +199,7 @@ def run_parts(out: Results, args: argparse.Namespace, url: str, prefix: str) -> 
                     rate=args.real_rate,
                     prefixes=args.real_prefixes,
                     server=args.scale_redis_server,
+                    forked=args.real_launch == "forked",
                 )
             )
         out.add("real", real, real_report(out.console, real))

@@ -286,6 +286,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "--real-launch",
+        choices=("forked", "separate"),
+        default="forked",
+        help="real part: start the nodes as one command (crawlfleet crawl --processes "
+        "N: forked once imported, as on one machine) or as N commands, each importing "
+        "alone (default forked)",
+    )
+    parser.add_argument(
         "--redis-cpu-profile",
         action="store_true",
         help="redis-cpu part: also sum Redis's time by script (its slow log takes every "
@@ -358,7 +366,7 @@ RECORDED = (
     "manager_seconds", "freshness_seconds", "freshness_warmup", "freshness_nodes",
     "freshness_pages", "freshness_time_scale", "redis_cpu_pages", "redis_cpu_menu",
     "redis_cpu_nodes", "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "real_url",
-    "real_prefixes", "real_nodes", "real_rate", "only", "quick",
+    "real_prefixes", "real_nodes", "real_rate", "real_launch", "only", "quick",
 )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from crawlfleet.cli.options import (
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import printable
+from crawlfleet.node.launcher import MAX_PROCESSES, numbered, preload, run_processes
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import redact
 
@@ -59,7 +60,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="append items to FILE (feed export: .jsonl, .csv, ...)",
     )
+    parser.add_argument(
+        "--processes",
+        type=_process_count,
+        default=1,
+        metavar="N",
+        help="run N nodes of the job from this command, each a process of its own "
+        "(forked once Scrapy and the spider's parts are imported: they start faster and "
+        "share that memory); with N > 1 each writes its own -o file (items.jsonl -> "
+        "items.1.jsonl, ...) (default 1)",
+    )
     add_fleet_options(parser)
+
+
+def _process_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= count <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"{count} is not between 1 and {MAX_PROCESSES}")
+    return count
 
 
 def node_settings(values: dict[str, Any], *, job: str | None = None) -> Settings:
@@ -165,10 +186,46 @@ def run(args: argparse.Namespace) -> int:
     settings = node_settings(values, job=args.job)
     spidercls = resolve_spider(args.spider, settings)
     spider_args = pairs(args.spider_args, "-a")
-    redis_config = check_settings(settings, spidercls)
+    probe = check_settings(settings, spidercls)
     # a wrong URL or a Redis that is down is one line now, not a node retrying in silence;
     # once running, the node rides out Redis outages on its own
-    check_reachable(resolved_url(args, redis_config, quiet=True))
+    check_reachable(resolved_url(args, RedisConfig.from_settings(probe), quiet=True))
+    if args.processes == 1:
+        return crawl(settings, spidercls, spider_args)
+    preload(probe)
+    gc.freeze()  # what every node shares, out of their collectors' way (copy-on-write)
+    return run_processes(
+        args.processes,
+        lambda index: crawl(own_files(settings, probe, index), spidercls, spider_args),
+    )
+
+
+def own_files(settings: Settings, probe: Settings, index: int) -> Settings:
+    """*settings* for node *index* of several started by one command: each writes its
+    own feeds (the local files of FEEDS, ``-o`` among them) and stats file, numbered
+    (``items.jsonl`` -> ``items.2.jsonl``); *probe*: the settings as the node will see
+    them (the spider's own applied), where those files are named."""
+    own = settings.copy()
+    feeds = {
+        (numbered(str(uri), index) if _local(uri) else uri): options
+        for uri, options in probe.getdict("FEEDS").items()
+    }
+    if feeds:
+        own.set("FEEDS", feeds, priority="cmdline")
+    stats_file = probe.get("CRAWLFLEET_STATS_FILE")
+    if stats_file:
+        own.set("CRAWLFLEET_STATS_FILE", numbered(str(stats_file), index), priority="cmdline")
+    return own
+
+
+def _local(uri: Any) -> bool:
+    """A feed URI that names a file on this machine (a path, or file://)."""
+    text = str(uri)
+    return "://" not in text or text.startswith("file://")
+
+
+def crawl(settings: Settings, spidercls: type[Spider], spider_args: dict[str, str]) -> int:
+    """Run one node in this process until it closes; its exit status."""
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(spidercls)
     refused: list[ConfigError] = []
@@ -244,17 +301,18 @@ SUCCESSFUL = frozenset(
 )
 
 
-def check_settings(settings: Settings, spidercls: type[Spider]) -> RedisConfig:
+def check_settings(settings: Settings, spidercls: type[Spider]) -> Settings:
     """Validate the node's crawlfleet settings (with the spider's custom_settings) before
-    Scrapy starts, so that a mistake is one clear line, not a traceback; returns where
-    the node's Redis is."""
+    Scrapy starts, so that a mistake is one clear line, not a traceback; returns the
+    settings as the node will see them (the add-on's and the spider's applied)."""
     probe = settings.copy()
     addon = Addon()
     addon.quiet = True  # the node says what it takes over once its logging is set up
     addon.update_settings(probe)  # Scrapy applies add-ons only when it builds the crawler
     spidercls.update_settings(probe)
     FrontierConfig.from_settings(probe, getattr(spidercls, "name", "") or "")
-    return RedisConfig.from_settings(probe)
+    RedisConfig.from_settings(probe)
+    return probe
 
 
 def _feed_format(path: str) -> str:

@@ -6,14 +6,24 @@ line and environment. Supervision in production belongs to Scrapyd, systemd, etc
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["node_command", "start_node", "wait_all"]
+__all__ = [
+    "MAX_PROCESSES",
+    "node_command",
+    "numbered",
+    "preload",
+    "run_processes",
+    "start_node",
+    "wait_all",
+]
 
 
 def node_command(
@@ -24,7 +34,10 @@ def node_command(
     spider_args: Mapping[str, str] | None = None,
     settings: Mapping[str, Any] | None = None,
     output: str | os.PathLike[str] | None = None,
+    processes: int = 1,
 ) -> list[str]:
+    """The command line of ``crawlfleet crawl`` for these arguments (*processes* > 1:
+    that many nodes from the one command, see :func:`run_processes`)."""
     cmd = [
         sys.executable,
         "-m",
@@ -42,6 +55,8 @@ def node_command(
         cmd += ["-s", f"{name}={value}"]
     if output is not None:
         cmd += ["-o", str(output)]
+    if processes != 1:
+        cmd += ["--processes", str(processes)]
     return cmd
 
 
@@ -56,8 +71,11 @@ def start_node(
     output: str | os.PathLike[str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    processes: int = 1,
 ) -> subprocess.Popen[bytes]:
-    """Start one node process; its stdout/stderr go to *log* (or are discarded)."""
+    """Start one node process (*processes* > 1: one command running that many nodes,
+    each writing its own numbered *output*); its stdout/stderr go to *log* (or are
+    discarded)."""
     env = dict(os.environ)
     env.pop("CRAWLFLEET_REDIS_URL", None)  # the explicit --redis-url decides
     env.update(extra_env or {})
@@ -73,6 +91,7 @@ def start_node(
                 spider_args=spider_args,
                 settings=settings,
                 output=output,
+                processes=processes,
             ),
             stdin=subprocess.DEVNULL,
             stdout=sink,
@@ -97,3 +116,137 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[i
         except subprocess.TimeoutExpired:
             codes.append(None)
     return codes
+
+
+#: ``crawlfleet crawl --processes``: at most this many nodes from one command
+MAX_PROCESSES = 64
+
+#: Settings that name the classes a node builds (dicts by class path, and one path each;
+#: in DOWNLOAD_HANDLERS, FEED_STORAGES and FEED_EXPORTERS the path is the value)
+_CLASS_DICTS = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS", "ITEM_PIPELINES")
+_VALUE_DICTS = ("DOWNLOAD_HANDLERS", "FEED_STORAGES", "FEED_EXPORTERS")
+_CLASS_PATHS = (
+    "SCHEDULER",
+    "DUPEFILTER_CLASS",
+    "STATS_CLASS",
+    "REQUEST_FINGERPRINTER_CLASS",
+    "DOWNLOADER",
+    "LOG_FORMATTER",
+    "TWISTED_REACTOR",
+)
+#: Scrapy's own parts that every crawl imports once it starts
+_SCRAPY_MODULES = ("scrapy.core.engine", "scrapy.core.scraper", "scrapy.core.downloader")
+
+
+def preload(settings: Any) -> int:
+    """Import what a node built from *settings* (a Scrapy ``Settings`` with the add-on
+    applied) will import as it starts: its components, handlers and Scrapy's engine.
+    Done once before :func:`run_processes` forks, the nodes share that work (and the
+    memory it fills) instead of each doing it again. A path that does not import is
+    left to the node, which reports it as it would alone. Returns the objects loaded."""
+    import importlib
+
+    from scrapy.utils.misc import load_object
+
+    paths: list[Any] = []
+    for name in _CLASS_DICTS:
+        for suffix in ("", "_BASE"):
+            paths += list(settings.getdict(name + suffix))
+    for name in _VALUE_DICTS:
+        for suffix in ("", "_BASE"):
+            paths += list(settings.getdict(name + suffix).values())
+    paths += [settings.get(name) for name in _CLASS_PATHS]
+    loaded = 0
+    for path in paths:
+        if not isinstance(path, str) or "." not in path:
+            continue  # a class given as an object is imported already; None: turned off
+        try:
+            if path.startswith("twisted.internet.") and path.endswith("Reactor"):
+                importlib.import_module(path.rpartition(".")[0])  # installed by the node
+            else:
+                load_object(path)
+            loaded += 1
+        except Exception:  # the node says what is wrong, as it would alone
+            continue
+    for module in _SCRAPY_MODULES:
+        importlib.import_module(module)
+    return loaded
+
+
+def numbered(path: str, index: int) -> str:
+    """*path* for process *index* of several: the number before the suffix
+    (``items.jsonl`` -> ``items.2.jsonl``; ``out`` -> ``out.2``)."""
+    head, sep, name = path.rpartition("/")
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or not stem:
+        return f"{path}.{index}"
+    return f"{head}{sep}{stem}.{index}.{suffix}"
+
+
+#: the signals the first process hands on to the nodes (each once, as it gets them)
+_PASSED_ON = (signal.SIGINT, signal.SIGTERM)
+
+
+def run_processes(count: int, body: Callable[[int], int]) -> int:
+    """Run ``body(index)`` for index 1..*count*, each in a process forked from this one,
+    and wait for them all. Returns 2 if any returned 2 (a setting refused), else 1 if
+    any failed (or died of a signal), else 0.
+
+    Each process is a group of its own, so a Ctrl-C at the terminal reaches this one
+    only: SIGINT and SIGTERM are handed on to every process still running, once each as
+    they come (the first stops the nodes gracefully, a second forces them, as for one
+    node). If this process dies without handing on (SIGKILL), the nodes get SIGTERM
+    (Linux). A node's process can still be stopped alone, by its own pid."""
+    children: dict[int, int] = {}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for index in range(1, count + 1):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's exit status is what tests see
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                _term_on_parent_death()
+                code = body(index)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:  # a child never returns into the parent's code
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children[pid] = index
+
+    def pass_on(signum: int, _frame: object) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    previous = {sig: signal.signal(sig, pass_on) for sig in _PASSED_ON}
+    codes: list[int] = []
+    try:
+        while children:
+            pid, status = os.wait()
+            if children.pop(pid, None) is not None:
+                codes.append(os.waitstatus_to_exitcode(status))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if 2 in codes:
+        return 2
+    return 1 if any(codes) else 0
+
+
+def _term_on_parent_death() -> None:
+    """Ask Linux to send this process SIGTERM when its parent dies (prctl's
+    PR_SET_PDEATHSIG); elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG

@@ -1,0 +1,258 @@
+"""``crawlfleet crawl --processes N``: N nodes of one job forked from one command, once
+Scrapy and the spider's parts are imported. Each is a node as if started alone (its own
+node id, leases, feed and stats files); the command waits for them all, hands a stop on
+to each once, and its exit status is the worst of theirs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from scrapy import Spider
+from scrapy.settings import Settings
+
+from crawlfleet.cli.crawl import own_files
+from crawlfleet.frontier.sharded import JobFrontier
+from crawlfleet.node.launcher import numbered, start_node, wait_all
+from crawlfleet.redis.connection import make_client
+from crawlfleet.redis.keys import JobKeys
+from tests.support.loopback import LoopbackSite
+from tests.support.paths import ROOT
+
+SPIDER = "crawlfleet.benchmark.linkspider:LinkSpider"
+PAGES = 40
+
+
+def test_numbered_puts_the_process_before_the_suffix() -> None:
+    assert numbered("items.jsonl", 2) == "items.2.jsonl"
+    assert numbered("out/items.csv", 1) == "out/items.1.csv"
+    assert numbered("file:///tmp/a.b/items.jl", 3) == "file:///tmp/a.b/items.3.jl"
+    assert numbered("a.b/items", 4) == "a.b/items.4"  # no suffix: the number last
+    assert numbered(".hidden", 2) == ".hidden.2"
+
+
+class FeedSpider(Spider):
+    name = "feeds"
+    custom_settings = {"FEEDS": {"spider.csv": {"format": "csv"}}}  # noqa: RUF012
+
+
+def test_each_process_writes_its_own_files() -> None:
+    settings = Settings({"CRAWLFLEET_STATS_FILE": "stats.json"})
+    settings.set("FEEDS", {"items.jsonl": {"format": "jsonlines"}}, priority="cmdline")
+    probe = settings.copy()
+    probe.set(
+        "FEEDS",
+        {
+            "items.jsonl": {"format": "jsonlines"},
+            "s3://bucket/items.jl": {"format": "jsonlines"},
+            "file:///tmp/all.xml": {"format": "xml"},
+        },
+        priority="cmdline",
+    )
+    own = own_files(settings, probe, 2)
+    assert own.getdict("FEEDS") == {
+        "items.2.jsonl": {"format": "jsonlines"},
+        "s3://bucket/items.jl": {"format": "jsonlines"},  # not a file here: as it is
+        "file:///tmp/all.2.xml": {"format": "xml"},
+    }
+    assert own.get("CRAWLFLEET_STATS_FILE") == "stats.2.json"
+    assert settings.get("CRAWLFLEET_STATS_FILE") == "stats.json"  # the command's own: kept
+
+    # a spider's own FEEDS (in the probe, as check_settings builds it) are numbered too,
+    # and win over the spider's custom_settings
+    plain = Settings({"FEEDS": {"project.jsonl": {"format": "jsonlines"}}})
+    probe = plain.copy()
+    FeedSpider.update_settings(probe)
+    own = own_files(plain, probe, 1)
+    FeedSpider.update_settings(own)
+    assert own.getdict("FEEDS") == {"spider.1.csv": {"format": "csv"}}
+
+
+def chain(path: str, _headers: dict[str, str]) -> tuple[int, bytes]:
+    """/p/N links to /p/N+1 and /p/N+2, up to PAGES."""
+    n = int(path.rpartition("/")[2] or 0)
+    links = "".join(f'<a href="/p/{m}">{m}</a>' for m in (n + 1, n + 2) if m <= PAGES)
+    return 200, f"<html><body>{links}</body></html>".encode()
+
+
+def slow_endless(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    """Every page takes 0.2 s and links to three new ones."""
+    time.sleep(0.2)
+    n = int(path.rpartition("/")[2] or 0)
+    links = "".join(f'<a href="/p/{3 * n + k}">{k}</a>' for k in (1, 2, 3))
+    return 200, f"<html><body>{links}</body></html>".encode()
+
+
+def command(
+    site: LoopbackSite,
+    job: str,
+    redis_url: str,
+    node_env: dict[str, str],
+    tmp_path: Path,
+    processes: int,
+) -> subprocess.Popen[bytes]:
+    return start_node(
+        SPIDER,
+        job=job,
+        redis_url=redis_url,
+        log=tmp_path / "nodes.log",
+        spider_args={"start_urls": site.url},
+        settings={
+            **node_env,
+            "CONCURRENT_REQUESTS": 2,
+            "LOG_LEVEL": "INFO",
+            "CRAWLFLEET_ITEM_STAGES": "",
+            "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
+            "CRAWLFLEET_STATS_FILE": str(tmp_path / "stats.json"),
+        },
+        output=tmp_path / "items.jsonl",
+        processes=processes,
+        cwd=ROOT,
+    )
+
+
+def urls(paths: list[Path]) -> list[str]:
+    return [
+        json.loads(line)["url"]
+        for path in paths
+        if path.exists()
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def test_the_nodes_of_one_command_crawl_the_site_once(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    with LoopbackSite(chain) as site:
+        proc = command(site, "forked", redis_server_url, node_env, tmp_path, 2)
+        codes = wait_all([proc], 120)
+        hits = dict(site.hits)
+    log = (tmp_path / "nodes.log").read_text()
+    assert codes == [0], log[-3000:]
+    pages = {"/", *(f"/p/{n}" for n in range(1, PAGES + 1))}
+    assert hits == dict.fromkeys(pages, 1)  # every page, none twice
+    files = [tmp_path / "items.1.jsonl", tmp_path / "items.2.jsonl"]
+    found = urls(files)
+    assert sorted(found) == sorted(site.url.rstrip("/") + p for p in pages)
+    assert not (tmp_path / "items.jsonl").exists()
+    stats = [json.loads((tmp_path / f"stats.{i}.json").read_text()) for i in (1, 2)]
+    assert [s["finish_reason"] for s in stats] == ["finished", "finished"]
+    closed = [line.split(" node ")[1] for line in log.splitlines() if "crawlfleet node" in line]
+    nodes = {line.split()[0] for line in closed if "closed (finished)" in line}
+    assert len(nodes) == 2, log[-3000:]  # two nodes, each with its own id
+
+
+def leased(redis_url: str, prefix: str, job: str) -> int:
+    async def read() -> int:
+        client = make_client(redis_url)
+        try:
+            return (await JobFrontier(client, JobKeys.of(prefix, job)).sizes())["leased"]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def started(site: LoopbackSite, proc: subprocess.Popen[bytes], log: Path, pages: int) -> None:
+    deadline = time.monotonic() + 60
+    while sum(site.hits.values()) < pages:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_reaches_every_node_once(
+    how: signal.Signals,
+    redis_server_url: str,
+    key_prefix: str,
+    node_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "nodes.log"
+    with LoopbackSite(slow_endless) as site:
+        proc = command(site, "stopped", redis_server_url, node_env, tmp_path, 2)
+        try:
+            started(site, proc, log, 8)
+            children = psutil.Process(proc.pid).children()
+            assert len(children) == 2
+            proc.send_signal(how)
+            code = proc.wait(40)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    # each node stopped gracefully (a second signal would have forced it: not seen)
+    assert text.count("shutting down gracefully") == 2, text[-3000:]
+    assert "forcing unclean shutdown" not in text, text[-3000:]
+    assert len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", text)) == 2, text[-3000:]
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+    assert leased(redis_server_url, key_prefix, "stopped") == 0  # every lease given back
+
+
+def test_nodes_stop_when_their_command_is_killed(
+    redis_server_url: str, key_prefix: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    log = tmp_path / "nodes.log"
+    with LoopbackSite(slow_endless) as site:
+        proc = command(site, "orphans", redis_server_url, node_env, tmp_path, 2)
+        children: list[psutil.Process] = []
+        try:
+            started(site, proc, log, 8)
+            children = psutil.Process(proc.pid).children()
+            assert len(children) == 2
+            proc.kill()  # no hand-on: Linux sends each node SIGTERM
+            proc.wait(10)
+            _, alive = psutil.wait_procs(children, timeout=40)
+        finally:
+            for child in children:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+    text = log.read_text()
+    assert not alive, text[-3000:]
+    assert len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", text)) == 2, text[-3000:]
+    assert leased(redis_server_url, key_prefix, "orphans") == 0
+
+
+def test_the_worst_exit_status_is_the_commands(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    # the spider refuses its arguments in every node (no start_urls): 1, not 0
+    proc = start_node(
+        SPIDER,
+        job="refused",
+        redis_url=redis_server_url,
+        log=tmp_path / "nodes.log",
+        settings=node_env,
+        processes=2,
+        cwd=ROOT,
+    )
+    assert wait_all([proc], 60) == [1]
+    text = (tmp_path / "nodes.log").read_text()
+    assert text.count("LinkSpider could not start: ValueError") == 2, text[-3000:]
+
+
+@pytest.mark.parametrize("value", ["0", "65", "two"])
+def test_a_wrong_process_count_is_one_line(value: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "crawlfleet.cli.main", "crawl", SPIDER, "--processes", value],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--processes" in lines[0], done.stderr
