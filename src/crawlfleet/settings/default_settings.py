@@ -183,8 +183,10 @@ CRAWLFLEET_SHARDS = 1
 #: Close the node (reason "finished") once the job is finished: queues empty, nothing
 #: leased, no node busy. False: stay up waiting for new seeds.
 CRAWLFLEET_CLOSE_WHEN_FINISHED = True
-#: The job must look finished for this long, on consecutive checks, before nodes close.
-CRAWLFLEET_FINISH_GRACE_SECONDS = 0.3
+#: The job must look finished for this long, on consecutive checks, before nodes close
+#: (what it looks at is exact: each node's busy mark stays up until it has sent what it
+#: holds; the grace only spans one more check).
+CRAWLFLEET_FINISH_GRACE_SECONDS = 0.1
 #: While waiting for work, polling Redis backs off up to this interval.
 CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
 
