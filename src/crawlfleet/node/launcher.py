@@ -138,12 +138,14 @@ _CLASS_PATHS = (
 _SCRAPY_MODULES = ("scrapy.core.engine", "scrapy.core.scraper", "scrapy.core.downloader")
 
 
-def preload(settings: Any) -> int:
+def preload(settings: Any) -> None:
     """Import what a node built from *settings* (a Scrapy ``Settings`` with the add-on
     applied) will import as it starts: its components, handlers and Scrapy's engine.
     Done once before :func:`run_processes` forks, the nodes share that work (and the
     memory it fills) instead of each doing it again. A path that does not import is
-    left to the node, which reports it as it would alone. Returns the objects loaded."""
+    left to the node, which reports it as it would alone. (A module that opens a
+    connection or starts a thread as it is imported does so here, once, before the
+    fork, as under any server that preloads its application.)"""
     import importlib
 
     from scrapy.utils.misc import load_object
@@ -156,7 +158,6 @@ def preload(settings: Any) -> int:
         for suffix in ("", "_BASE"):
             paths += list(settings.getdict(name + suffix).values())
     paths += [settings.get(name) for name in _CLASS_PATHS]
-    loaded = 0
     for path in paths:
         if not isinstance(path, str) or "." not in path:
             continue  # a class given as an object is imported already; None: turned off
@@ -165,12 +166,10 @@ def preload(settings: Any) -> int:
                 importlib.import_module(path.rpartition(".")[0])  # installed by the node
             else:
                 load_object(path)
-            loaded += 1
         except Exception:  # the node says what is wrong, as it would alone
             continue
     for module in _SCRAPY_MODULES:
         importlib.import_module(module)
-    return loaded
 
 
 def numbered(path: str, index: int) -> str:
@@ -198,19 +197,22 @@ def run_processes(count: int, body: Callable[[int], int]) -> int:
     node). If this process dies without handing on (SIGKILL), the nodes get SIGTERM
     (Linux). A node's process can still be stopped alone, by its own pid."""
     children: dict[int, int] = {}
+    parent = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
     for index in range(1, count + 1):
         pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child's exit status is what tests see
+        if pid == 0:  # the node: it never returns into this function
             code = 1
             try:
                 os.setpgid(0, 0)
                 _term_on_parent_death()
+                if os.getppid() != parent:  # it died before the line above: no node
+                    raise SystemExit(1)
                 code = body(index)
             except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # a child never returns into the parent's code
+                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+            except BaseException:  # printed: the node's own log
                 import traceback
 
                 traceback.print_exc()
@@ -221,7 +223,7 @@ def run_processes(count: int, body: Callable[[int], int]) -> int:
         children[pid] = index
 
     def pass_on(signum: int, _frame: object) -> None:
-        for pid in children:
+        for pid in list(children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
