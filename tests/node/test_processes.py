@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -171,7 +173,7 @@ def started(site: LoopbackSite, proc: subprocess.Popen[bytes], log: Path, pages:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_reaches_every_node_once(
     how: signal.Signals,
     redis_server_url: str,
@@ -199,6 +201,40 @@ def test_a_stop_reaches_every_node_once(
     assert len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", text)) == 2, text[-3000:]
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
     assert leased(redis_server_url, key_prefix, "stopped") == 0  # every lease given back
+
+
+def test_a_hang_up_stops_the_nodes_and_then_the_embedded_redis(tmp_path: Path) -> None:
+    # no Redis URL: the command starts the embedded Redis of its data directory, which
+    # it holds for its nodes until the last is done, then shuts down (its last user)
+    env = {k: v for k, v in os.environ.items() if k != "CRAWLFLEET_REDIS_URL"}
+    log = tmp_path / "nodes.log"
+    with LoopbackSite(slow_endless) as site, log.open("wb") as sink:
+        settings = [f"CRAWLFLEET_DATA_DIR={tmp_path / 'data'}", "CONCURRENT_REQUESTS=2"]
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "crawlfleet.cli.main", "crawl", SPIDER, "--job", "hup"),
+                *("--processes", "2", "-a", f"start_urls={site.url}", "-s", "LOG_LEVEL=INFO"),
+                *(arg for setting in settings for arg in ("-s", setting)),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=ROOT,
+        )
+        try:
+            started(site, proc, log, 6)
+            port = int((tmp_path / "data" / "redis" / "port").read_text())
+            proc.send_signal(signal.SIGHUP)
+            code = proc.wait(40)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", text)) == 2, text[-3000:]
+    with pytest.raises(OSError):  # shut down: nobody answers on its port
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
 def test_nodes_stop_when_their_command_is_killed(

@@ -182,8 +182,14 @@ def numbered(path: str, index: int) -> str:
     return f"{head}{sep}{stem}.{index}.{suffix}"
 
 
-#: the signals the first process hands on to the nodes (each once, as it gets them)
-_PASSED_ON = (signal.SIGINT, signal.SIGTERM)
+#: the signals the command hands on to its nodes (each once, as it gets them), as what:
+#: a hang-up stops them as SIGTERM does (the command outlives them, and then releases
+#: what it holds for them, such as the embedded Redis)
+_PASSED_ON = {
+    signal.SIGINT: signal.SIGINT,
+    signal.SIGTERM: signal.SIGTERM,
+    signal.SIGHUP: signal.SIGTERM,
+}
 
 
 def run_processes(count: int, body: Callable[[int], int]) -> int:
@@ -194,8 +200,8 @@ def run_processes(count: int, body: Callable[[int], int]) -> int:
     Each process is a group of its own, so a Ctrl-C at the terminal reaches this one
     only: SIGINT and SIGTERM are handed on to every process still running, once each as
     they come (the first stops the nodes gracefully, a second forces them, as for one
-    node). If this process dies without handing on (SIGKILL), the nodes get SIGTERM
-    (Linux). A node's process can still be stopped alone, by its own pid."""
+    node), and SIGHUP as SIGTERM. If this process dies without handing on (SIGKILL),
+    the nodes get SIGTERM (Linux). A node's process can still be stopped alone, by its own pid."""
     children: dict[int, int] = {}
     parent = os.getpid()
     sys.stdout.flush()
@@ -225,7 +231,7 @@ def run_processes(count: int, body: Callable[[int], int]) -> int:
     def pass_on(signum: int, _frame: object) -> None:
         for pid in list(children):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+                os.kill(pid, _PASSED_ON[signal.Signals(signum)])
 
     previous = {sig: signal.signal(sig, pass_on) for sig in _PASSED_ON}
     codes: list[int] = []
