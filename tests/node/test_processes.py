@@ -57,14 +57,16 @@ def test_each_process_writes_its_own_files() -> None:
             "items.jsonl": {"format": "jsonlines"},
             "s3://bucket/items.jl": {"format": "jsonlines"},
             "file:///tmp/all.xml": {"format": "xml"},
+            "stdout:": {"format": "jsonlines"},
         },
         priority="cmdline",
     )
     own = own_files(settings, probe, 2)
     assert own.getdict("FEEDS") == {
         "items.2.jsonl": {"format": "jsonlines"},
-        "s3://bucket/items.jl": {"format": "jsonlines"},  # not a file here: as it is
+        "s3://bucket/items.2.jl": {"format": "jsonlines"},  # an object of its own too
         "file:///tmp/all.2.xml": {"format": "xml"},
+        "stdout:": {"format": "jsonlines"},  # the one stdout all share
     }
     assert own.get("CRAWLFLEET_STATS_FILE") == "stats.2.json"
     assert settings.get("CRAWLFLEET_STATS_FILE") == "stats.json"  # the command's own: kept
@@ -166,8 +168,9 @@ def leased(redis_url: str, prefix: str, job: str) -> int:
 
 
 def started(site: LoopbackSite, proc: subprocess.Popen[bytes], log: Path, pages: int) -> None:
+    """Both nodes are crawling (each opened its spider) and the site saw *pages*."""
     deadline = time.monotonic() + 60
-    while sum(site.hits.values()) < pages:
+    while sum(site.hits.values()) < pages or log.read_text().count("Spider opened") < 2:
         assert proc.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.1)
@@ -261,7 +264,37 @@ def test_nodes_stop_when_their_command_is_killed(
     assert leased(redis_server_url, key_prefix, "orphans") == 0
 
 
-def test_the_worst_exit_status_is_the_commands(
+@pytest.mark.parametrize(
+    ("bodies", "status"),
+    [
+        ("0, 0, 0", 0),
+        ("0, 1, 0", 1),
+        ("1, 2, 0", 2),  # a setting refused wins over a failure
+        ("0, 'killed', 0", 1),  # a node that died of a signal
+        ("0, 'raised', 0", 1),  # a node whose code raised
+    ],
+)
+def test_the_command_exits_with_the_worst_status_of_its_nodes(bodies: str, status: int) -> None:
+    script = f"""
+import os, signal, sys
+from crawlfleet.node.launcher import run_processes
+def body(index):
+    what = ({bodies})[index - 1]
+    if what == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if what == "raised":
+        raise RuntimeError("node {{}} broke".format(index))
+    return what
+sys.exit(run_processes(3, body))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == status, done.stderr
+    assert ("node 2 broke" in done.stderr) == ("raised" in bodies)
+
+
+def test_a_spider_that_refuses_its_arguments_fails_in_every_node(
     redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
     # the spider refuses its arguments in every node (no start_urls): 1, not 0

@@ -272,10 +272,15 @@ def wait_measured(
 
 
 def kill_left(procs: Iterable[subprocess.Popen[bytes]], wait: float = 10.0) -> None:
-    """Kill every process of *procs* still running, and reap it (at most *wait*
-    seconds each): what a run leaves behind when it ends, or fails."""
+    """Kill every process of *procs* still running, and its own (the nodes of a
+    ``crawlfleet crawl --processes`` command), and reap it (at most *wait* seconds
+    each): what a run leaves behind when it ends, or fails."""
     for p in procs:
         if p.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(p.pid).children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        child.kill()
             p.kill()
             p.wait(wait)
 

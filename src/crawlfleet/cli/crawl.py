@@ -202,12 +202,13 @@ def run(args: argparse.Namespace) -> int:
 
 def own_files(settings: Settings, probe: Settings, index: int) -> Settings:
     """*settings* for node *index* of several started by one command: each writes its
-    own feeds (the local files of FEEDS, ``-o`` among them) and stats file, numbered
-    (``items.jsonl`` -> ``items.2.jsonl``); *probe*: the settings as the node will see
-    them (the spider's own applied), where those files are named."""
+    own feeds (every URI of FEEDS but ``stdout:``, ``-o`` among them: a local file or a
+    remote object) and stats file, numbered (``items.jsonl`` -> ``items.2.jsonl``,
+    ``s3://b/items.jl`` -> ``s3://b/items.2.jl``); *probe*: the settings as the node
+    will see them (the spider's own applied), where those files are named."""
     own = settings.copy()
     feeds = {
-        (numbered(str(uri), index) if _local(uri) else uri): options
+        (uri if str(uri).startswith("stdout:") else numbered(str(uri), index)): options
         for uri, options in probe.getdict("FEEDS").items()
     }
     if feeds:
@@ -216,12 +217,6 @@ def own_files(settings: Settings, probe: Settings, index: int) -> Settings:
     if stats_file:
         own.set("CRAWLFLEET_STATS_FILE", numbered(str(stats_file), index), priority="cmdline")
     return own
-
-
-def _local(uri: Any) -> bool:
-    """A feed URI that names a file on this machine (a path, or file://)."""
-    text = str(uri)
-    return "://" not in text or text.startswith("file://")
 
 
 def crawl(settings: Settings, spidercls: type[Spider], spider_args: dict[str, str]) -> int:

@@ -11,9 +11,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 __all__ = [
     "MAX_PROCESSES",
@@ -200,40 +200,32 @@ def run_processes(count: int, body: Callable[[int], int]) -> int:
     Each process is a group of its own, so a Ctrl-C at the terminal reaches this one
     only: SIGINT and SIGTERM are handed on to every process still running, once each as
     they come (the first stops the nodes gracefully, a second forces them, as for one
-    node), and SIGHUP as SIGTERM. If this process dies without handing on (SIGKILL),
-    the nodes get SIGTERM (Linux). A node's process can still be stopped alone, by its own pid."""
+    node), and SIGHUP as SIGTERM. A signal that comes while the processes are being
+    forked waits until they all are, then is handed on to each. If this process dies
+    without handing on (SIGKILL), the nodes get SIGTERM (Linux). A node's process can
+    still be stopped alone, by its own pid."""
     children: dict[int, int] = {}
     parent = os.getpid()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for index in range(1, count + 1):
-        pid = os.fork()
-        if pid == 0:  # the node: it never returns into this function
-            code = 1
-            try:
-                os.setpgid(0, 0)
-                _term_on_parent_death()
-                if os.getppid() != parent:  # it died before the line above: no node
-                    raise SystemExit(1)
-                code = body(index)
-            except SystemExit as exc:
-                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # printed: the node's own log
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        children[pid] = index
 
     def pass_on(signum: int, _frame: object) -> None:
         for pid in list(children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, _PASSED_ON[signal.Signals(signum)])
 
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _PASSED_ON)
     previous = {sig: signal.signal(sig, pass_on) for sig in _PASSED_ON}
+    try:
+        for index in range(1, count + 1):
+            pid = os.fork()
+            if pid == 0:  # the node: it never returns into this function
+                _run_node(index, body, parent, previous, mask)
+            children[pid] = index
+            with contextlib.suppress(OSError):  # as the node does: whichever runs first
+                os.setpgid(pid, pid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # what came meanwhile: handed on
     codes: list[int] = []
     try:
         while children:
@@ -246,6 +238,38 @@ def run_processes(count: int, body: Callable[[int], int]) -> int:
     if 2 in codes:
         return 2
     return 1 if any(codes) else 0
+
+
+def _run_node(
+    index: int,
+    body: Callable[[int], int],
+    parent: int,
+    handlers: Mapping[signal.Signals, Any],
+    mask: Iterable[int],
+) -> NoReturn:
+    """In a forked process: the signal handlers of a process started alone (not the
+    command's hand-on), a group of its own, SIGTERM when the command dies; then
+    ``body(index)``, and exit with its status."""
+    code = 1
+    try:
+        for sig, handler in handlers.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        os.setpgid(0, 0)
+        _term_on_parent_death()
+        if os.getppid() != parent:  # it died before the line above: no node
+            raise SystemExit(1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        code = body(index)
+    except SystemExit as exc:
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # printed: the node's own log
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _term_on_parent_death() -> None:

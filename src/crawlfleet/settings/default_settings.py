@@ -184,8 +184,8 @@ CRAWLFLEET_SHARDS = 1
 #: leased, no node busy. False: stay up waiting for new seeds.
 CRAWLFLEET_CLOSE_WHEN_FINISHED = True
 #: The job must look finished for this long, on consecutive checks, before nodes close
-#: (what it looks at is exact: each node's busy mark stays up until it has sent what it
-#: holds; the grace only spans one more check).
+#: (a node's busy mark stays up until it has sent what it holds, so work in flight keeps
+#: the job open whatever the grace; see docs/settings.md for what it does not see).
 CRAWLFLEET_FINISH_GRACE_SECONDS = 0.1
 #: While waiting for work, polling Redis backs off up to this interval.
 CRAWLFLEET_IDLE_MAX_SECONDS = 5.0
