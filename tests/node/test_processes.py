@@ -176,6 +176,28 @@ def started(site: LoopbackSite, proc: subprocess.Popen[bytes], log: Path, pages:
         time.sleep(0.1)
 
 
+def signalled(
+    site: LoopbackSite, proc: subprocess.Popen[bytes], log: Path, how: signal.Signals
+) -> tuple[int, list[psutil.Process]]:
+    """Once both nodes of *proc* crawl, send it *how*: its exit status, and its nodes."""
+    try:
+        started(site, proc, log, 6)
+        children = [  # the nodes (the embedded Redis, if the command started it, aside)
+            c for c in psutil.Process(proc.pid).children() if c.name() != "redis-server"
+        ]
+        assert len(children) == 2
+        proc.send_signal(how)
+        return proc.wait(40), children
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def shutdowns(log: str) -> int:
+    """How many nodes closed after a stop, by their summary lines."""
+    return len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", log))
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_reaches_every_node_once(
     how: signal.Signals,
@@ -187,21 +209,13 @@ def test_a_stop_reaches_every_node_once(
     log = tmp_path / "nodes.log"
     with LoopbackSite(slow_endless) as site:
         proc = command(site, "stopped", redis_server_url, node_env, tmp_path, 2)
-        try:
-            started(site, proc, log, 8)
-            children = psutil.Process(proc.pid).children()
-            assert len(children) == 2
-            proc.send_signal(how)
-            code = proc.wait(40)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        code, children = signalled(site, proc, log, how)
     text = log.read_text()
     assert code == 0, text[-3000:]
     # each node stopped gracefully (a second signal would have forced it: not seen)
     assert text.count("shutting down gracefully") == 2, text[-3000:]
     assert "forcing unclean shutdown" not in text, text[-3000:]
-    assert len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", text)) == 2, text[-3000:]
+    assert shutdowns(text) == 2, text[-3000:]
     assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
     assert leased(redis_server_url, key_prefix, "stopped") == 0  # every lease given back
 
@@ -228,14 +242,14 @@ def test_a_hang_up_stops_the_nodes_and_then_the_embedded_redis(tmp_path: Path) -
         try:
             started(site, proc, log, 6)
             port = int((tmp_path / "data" / "redis" / "port").read_text())
-            proc.send_signal(signal.SIGHUP)
-            code = proc.wait(40)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        except BaseException:
+            proc.kill()
+            raise
+        code, _ = signalled(site, proc, log, signal.SIGHUP)
     text = log.read_text()
     assert code == 0, text[-3000:]
-    assert len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", text)) == 2, text[-3000:]
+    assert shutdowns(text) == 2, text[-3000:]
+    assert not (tmp_path / "data" / "redis" / "port").exists()
     with pytest.raises(OSError):  # shut down: nobody answers on its port
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
@@ -260,7 +274,7 @@ def test_nodes_stop_when_their_command_is_killed(
                     child.kill()
     text = log.read_text()
     assert not alive, text[-3000:]
-    assert len(re.findall(r"crawlfleet node \S+ closed \(shutdown\)", text)) == 2, text[-3000:]
+    assert shutdowns(text) == 2, text[-3000:]
     assert leased(redis_server_url, key_prefix, "orphans") == 0
 
 
