@@ -22,6 +22,7 @@ import pytest
 from scrapy import Spider
 from scrapy.settings import Settings
 
+from crawlfleet.benchmark.crawl import kill_left
 from crawlfleet.cli.crawl import own_files
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.launcher import numbered, start_node, wait_all
@@ -189,8 +190,7 @@ def signalled(
         proc.send_signal(how)
         return proc.wait(40), children
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_left([proc])  # and its own: the nodes, an embedded Redis
 
 
 def shutdowns(log: str) -> int:
@@ -243,7 +243,7 @@ def test_a_hang_up_stops_the_nodes_and_then_the_embedded_redis(tmp_path: Path) -
             started(site, proc, log, 6)
             port = int((tmp_path / "data" / "redis" / "port").read_text())
         except BaseException:
-            proc.kill()
+            kill_left([proc])
             raise
         code, _ = signalled(site, proc, log, signal.SIGHUP)
     text = log.read_text()
