@@ -68,7 +68,17 @@ def test_a_node_over_the_bound_leases_nothing_until_the_store_is_back(
         frontier = JobFrontier(client, JobKeys.of(key_prefix, "job"))
         engine = Engine()
         scheduler = node_on(
-            frontier, engine, {"CRAWLFLEET_PREFETCH": 4, "CRAWLFLEET_ITEMS_PENDING_MAX": BOUND}
+            frontier,
+            engine,
+            {
+                "CRAWLFLEET_PREFETCH": 4,
+                "CRAWLFLEET_ITEMS_PENDING_MAX": BOUND,
+                # a heartbeat late by 0.3 s on a loaded machine (the quick timings' node
+                # timeout) made the node dead to its own reclaim, which took back the
+                # leases this test counts: liveness is not what it tests
+                "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
+                "CRAWLFLEET_LEASE_SECONDS": 30,
+            },
         )
         scheduler.sync.backlog.stores.append(sink)
         sink.open()
