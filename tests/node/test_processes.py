@@ -23,7 +23,7 @@ from scrapy import Spider
 from scrapy.settings import Settings
 
 from crawlfleet.benchmark.crawl import kill_left
-from crawlfleet.cli.crawl import own_files
+from crawlfleet.cli.crawl import own_settings
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.launcher import numbered, start_node, wait_all
 from crawlfleet.redis.connection import make_client
@@ -48,7 +48,7 @@ class FeedSpider(Spider):
     custom_settings = {"FEEDS": {"spider.csv": {"format": "csv"}}}  # noqa: RUF012
 
 
-def test_each_process_writes_its_own_files() -> None:
+def test_each_process_writes_its_own_settings() -> None:
     settings = Settings({"CRAWLFLEET_STATS_FILE": "stats.json"})
     settings.set("FEEDS", {"items.jsonl": {"format": "jsonlines"}}, priority="cmdline")
     probe = settings.copy()
@@ -62,7 +62,7 @@ def test_each_process_writes_its_own_files() -> None:
         },
         priority="cmdline",
     )
-    own = own_files(settings, probe, 2)
+    own = own_settings(settings, probe, 2)
     assert own.getdict("FEEDS") == {
         "items.2.jsonl": {"format": "jsonlines"},
         "s3://bucket/items.2.jl": {"format": "jsonlines"},  # an object of its own too
@@ -71,13 +71,21 @@ def test_each_process_writes_its_own_files() -> None:
     }
     assert own.get("CRAWLFLEET_STATS_FILE") == "stats.2.json"
     assert settings.get("CRAWLFLEET_STATS_FILE") == "stats.json"  # the command's own: kept
+    # its log lines say which node wrote them; a format of the user's own is theirs
+    assert own.get("LOG_FORMAT") == "%(asctime)s [node 2] [%(name)s] %(levelname)s: %(message)s"
+    assert settings.get("LOG_FORMAT") == "%(asctime)s [%(name)s] %(levelname)s: %(message)s"
+    mine = Settings({"LOG_FORMAT": "%(process)d %(message)s"})
+    assert own_settings(mine, mine.copy(), 2).get("LOG_FORMAT") == "%(process)d %(message)s"
+    bare = Settings()
+    bare.set("LOG_FORMAT", "%(message)s", priority="default")
+    assert own_settings(bare, bare.copy(), 3).get("LOG_FORMAT") == "[node 3] %(message)s"
 
     # a spider's own FEEDS (in the probe, as check_settings builds it) are numbered too,
     # and win over the spider's custom_settings
     plain = Settings({"FEEDS": {"project.jsonl": {"format": "jsonlines"}}})
     probe = plain.copy()
     FeedSpider.update_settings(probe)
-    own = own_files(plain, probe, 1)
+    own = own_settings(plain, probe, 1)
     FeedSpider.update_settings(own)
     assert own.getdict("FEEDS") == {"spider.1.csv": {"format": "csv"}}
 
@@ -152,9 +160,10 @@ def test_the_nodes_of_one_command_crawl_the_site_once(
     assert not (tmp_path / "items.jsonl").exists()
     stats = [json.loads((tmp_path / f"stats.{i}.json").read_text()) for i in (1, 2)]
     assert [s["finish_reason"] for s in stats] == ["finished", "finished"]
-    closed = [line.split(" node ")[1] for line in log.splitlines() if "crawlfleet node" in line]
-    nodes = {line.split()[0] for line in closed if "closed (finished)" in line}
-    assert len(nodes) == 2, log[-3000:]  # two nodes, each with its own id
+    # two nodes, each with its own id, and each line of the shared log says which
+    closed = re.findall(r"\[node (\d)\] .*crawlfleet node (\S+) closed \(finished\)", log)
+    assert sorted(n for n, _id in closed) == ["1", "2"], log[-3000:]
+    assert len({node_id for _n, node_id in closed}) == 2
 
 
 def leased(redis_url: str, prefix: str, job: str) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from scrapy import Spider, signals
 from scrapy.crawler import CrawlerProcess
-from scrapy.settings import Settings
+from scrapy.settings import SETTINGS_PRIORITIES, Settings
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.misc import load_object
 from twisted.python.failure import Failure
@@ -196,16 +196,18 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()  # what every node shares, out of their collectors' way (copy-on-write)
     return run_processes(
         args.processes,
-        lambda index: crawl(own_files(settings, probe, index), spidercls, spider_args),
+        lambda index: crawl(own_settings(settings, probe, index), spidercls, spider_args),
     )
 
 
-def own_files(settings: Settings, probe: Settings, index: int) -> Settings:
+def own_settings(settings: Settings, probe: Settings, index: int) -> Settings:
     """*settings* for node *index* of several started by one command: each writes its
     own feeds (every URI of FEEDS but ``stdout:``, ``-o`` among them: a local file or a
     remote object) and stats file, numbered (``items.jsonl`` -> ``items.2.jsonl``,
-    ``s3://b/items.jl`` -> ``s3://b/items.2.jl``); *probe*: the settings as the node
-    will see them (the spider's own applied), where those files are named."""
+    ``s3://b/items.jl`` -> ``s3://b/items.2.jl``), and its log lines, which share the
+    terminal or ``LOG_FILE``, carry its number (``[node 2]`` after the time), unless
+    ``LOG_FORMAT`` is set; *probe*: the settings as the node will see them (the
+    spider's own applied), where those files and the format are named."""
     own = settings.copy()
     feeds = {
         (uri if str(uri).startswith("stdout:") else numbered(str(uri), index)): options
@@ -216,7 +218,19 @@ def own_files(settings: Settings, probe: Settings, index: int) -> Settings:
     stats_file = probe.get("CRAWLFLEET_STATS_FILE")
     if stats_file:
         own.set("CRAWLFLEET_STATS_FILE", numbered(str(stats_file), index), priority="cmdline")
+    log_format = probe.get("LOG_FORMAT")
+    if log_format and probe.getpriority("LOG_FORMAT") == SETTINGS_PRIORITIES["default"]:
+        own.set("LOG_FORMAT", _numbered_format(str(log_format), index), priority="default")
     return own
+
+
+def _numbered_format(log_format: str, index: int) -> str:
+    """Scrapy's log format with ``[node INDEX]`` after the time (first if no time)."""
+    mark = f"[node {index}] "
+    time_field = "%(asctime)s "
+    if log_format.startswith(time_field):
+        return time_field + mark + log_format[len(time_field) :]
+    return mark + log_format
 
 
 def crawl(settings: Settings, spidercls: type[Spider], spider_args: dict[str, str]) -> int:
