@@ -4,6 +4,7 @@ accepts the unit."""
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import shutil
 import subprocess
@@ -19,9 +20,10 @@ DEPLOY = Path(__file__).resolve().parents[1] / "examples" / "deploy"
 BUNDLE = "/opt/crawlfleet/crawlfleet-node.pyz"
 
 
-def parses(argv: list[str]) -> None:
-    """*argv* (after the bundle's path) is a crawlfleet command line (SystemExit if not)."""
-    build_parser(argv[0]).parse_args(argv)
+def parses(argv: list[str]) -> argparse.Namespace:
+    """*argv* (after the bundle's path) is a crawlfleet command line (SystemExit if not):
+    what it parses to."""
+    return build_parser(argv[0]).parse_args(argv)
 
 
 def test_the_compose_file_runs_crawlfleet_commands() -> None:
@@ -38,7 +40,11 @@ def test_the_unit_runs_a_crawlfleet_command_and_systemd_accepts_it(tmp_path: Pat
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     argv = shlex.split(start.removeprefix("ExecStart="))
     assert argv[:2] == ["/usr/bin/python3", BUNDLE]
-    parses([a.replace("${SPIDER}", "books").replace("%i", "books") for a in argv[2:]])
+    values = {"${SPIDER}": "books", "%i": "books", "${PROCESSES}": "4"}
+    parsed = parses([values.get(a, a) for a in argv[2:]])
+    assert parsed.processes == 4
+    assert "Environment=PROCESSES=1" in unit.splitlines()  # one node unless told
+    assert "KillMode=mixed" in unit.splitlines()  # the stop goes to the command only
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed: the unit's syntax is not checked")
     shutil.copy(DEPLOY / "crawlfleet-node@.service", tmp_path)
