@@ -71,11 +71,14 @@ def test_each_process_writes_its_own_settings() -> None:
     }
     assert own.get("CRAWLFLEET_STATS_FILE") == "stats.2.json"
     assert settings.get("CRAWLFLEET_STATS_FILE") == "stats.json"  # the command's own: kept
+    assert own.getpriority("LOG_FILE_APPEND") == 0  # no LOG_FILE: left at its default
     # its log lines say which node wrote them; a format of the user's own is theirs
     assert own.get("LOG_FORMAT") == "%(asctime)s [node 2] [%(name)s] %(levelname)s: %(message)s"
     assert settings.get("LOG_FORMAT") == "%(asctime)s [%(name)s] %(levelname)s: %(message)s"
     mine = Settings({"LOG_FORMAT": "%(process)d %(message)s"})
     assert own_settings(mine, mine.copy(), 2).get("LOG_FORMAT") == "%(process)d %(message)s"
+    logged = Settings({"LOG_FILE": "crawl.log", "LOG_FILE_APPEND": False})
+    assert own_settings(logged, logged.copy(), 2).getbool("LOG_FILE_APPEND")  # shared
     bare = Settings()
     bare.set("LOG_FORMAT", "%(message)s", priority="default")
     assert own_settings(bare, bare.copy(), 3).get("LOG_FORMAT") == "[node 3] %(message)s"
@@ -112,6 +115,7 @@ def command(
     node_env: dict[str, str],
     tmp_path: Path,
     processes: int,
+    **settings: object,
 ) -> subprocess.Popen[bytes]:
     return start_node(
         SPIDER,
@@ -126,6 +130,7 @@ def command(
             "CRAWLFLEET_ITEM_STAGES": "",
             "CRAWLFLEET_HEARTBEAT_SECONDS": 0.3,
             "CRAWLFLEET_STATS_FILE": str(tmp_path / "stats.json"),
+            **settings,
         },
         output=tmp_path / "items.jsonl",
         processes=processes,
@@ -164,6 +169,26 @@ def test_the_nodes_of_one_command_crawl_the_site_once(
     closed = re.findall(r"\[node (\d)\] .*crawlfleet node (\S+) closed \(finished\)", log)
     assert sorted(n for n, _id in closed) == ["1", "2"], log[-3000:]
     assert len({node_id for _n, node_id in closed}) == 2
+
+
+def test_a_log_file_not_appended_to_is_emptied_once_for_all_nodes(
+    redis_server_url: str, node_env: dict[str, str], tmp_path: Path
+) -> None:
+    log_file = tmp_path / "crawl.log"
+    log_file.write_text("a line of the last run\n")
+    with LoopbackSite(chain) as site:
+        proc = command(
+            site, "fresh-log", redis_server_url, node_env, tmp_path, 2,
+            LOG_FILE=str(log_file), LOG_FILE_APPEND=False,
+        )  # fmt: skip
+        codes = wait_all([proc], 120)
+    text = log_file.read_text()
+    assert codes == [0], (tmp_path / "nodes.log").read_text()[-3000:]
+    assert "a line of the last run" not in text
+    # neither node emptied it under the other: both started and closed in it
+    for n in (1, 2):
+        assert f"[node {n}] [scrapy.utils.log] INFO: Scrapy" in text, text[-3000:]
+        assert re.search(rf"\[node {n}\] .*closed \(finished\)", text), text[-3000:]
 
 
 def leased(redis_url: str, prefix: str, job: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import gc
 import importlib.util
@@ -193,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if args.processes == 1:
         return crawl(settings, spidercls, spider_args)
     preload(probe)
+    _fresh_log(probe)
     gc.freeze()  # what every node shares, out of their collectors' way (copy-on-write)
     return run_processes(
         args.processes,
@@ -205,9 +207,10 @@ def own_settings(settings: Settings, probe: Settings, index: int) -> Settings:
     own feeds (every URI of FEEDS but ``stdout:``, ``-o`` among them: a local file or a
     remote object) and stats file, numbered (``items.jsonl`` -> ``items.2.jsonl``,
     ``s3://b/items.jl`` -> ``s3://b/items.2.jl``), and its log lines, which share the
-    terminal or ``LOG_FILE``, carry its number (``[node 2]`` after the time), unless
-    ``LOG_FORMAT`` is set; *probe*: the settings as the node will see them (the
-    spider's own applied), where those files and the format are named."""
+    terminal or ``LOG_FILE`` (appended to: see :func:`_fresh_log`), carry its number
+    (``[node 2]`` after the time), unless ``LOG_FORMAT`` is set; *probe*: the settings
+    as the node will see them (the spider's own applied), where those files and the
+    format are named."""
     own = settings.copy()
     feeds = {
         (uri if str(uri).startswith("stdout:") else numbered(str(uri), index)): options
@@ -218,10 +221,23 @@ def own_settings(settings: Settings, probe: Settings, index: int) -> Settings:
     stats_file = probe.get("CRAWLFLEET_STATS_FILE")
     if stats_file:
         own.set("CRAWLFLEET_STATS_FILE", numbered(str(stats_file), index), priority="cmdline")
+    if probe.get("LOG_FILE"):
+        own.set("LOG_FILE_APPEND", True, priority="cmdline")
     log_format = probe.get("LOG_FORMAT")
     if log_format and probe.getpriority("LOG_FORMAT") == SETTINGS_PRIORITIES["default"]:
         own.set("LOG_FORMAT", _numbered_format(str(log_format), index), priority="default")
     return own
+
+
+def _fresh_log(probe: Settings) -> None:
+    """Empty ``LOG_FILE`` once, before the nodes that share it start, if
+    ``LOG_FILE_APPEND`` is off: each node appends (emptying it as it opened it, a node
+    would lose the lines of those that started before it). A file that cannot be opened
+    is left to the nodes, which say why, as one node would."""
+    log_file = probe.get("LOG_FILE")
+    if log_file and not probe.getbool("LOG_FILE_APPEND"):
+        with contextlib.suppress(OSError), open(str(log_file), "w"):
+            pass
 
 
 def _numbered_format(log_format: str, index: int) -> str:
