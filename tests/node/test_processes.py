@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -358,6 +359,28 @@ def test_a_spider_that_refuses_its_arguments_fails_in_every_node(
     assert wait_all([proc], 60) == [1]
     text = (tmp_path / "nodes.log").read_text()
     assert text.count("LinkSpider could not start: ValueError") == 2, text[-3000:]
+
+
+def test_auto_is_one_node_a_usable_cpu(tmp_path: Path) -> None:
+    def parsed(*command: str) -> str:
+        code = (
+            "import sys; from crawlfleet.cli.main import build_parser; "
+            "print(build_parser('crawl').parse_args(sys.argv[1:]).processes)"
+        )
+        done = subprocess.run(
+            [*command, sys.executable, "-c", code, "crawl", SPIDER, "--processes", "auto"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    assert parsed() == str(len(os.sched_getaffinity(0)))
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset is not installed: a narrower affinity is not tried")
+    assert parsed("taskset", "-c", "0") == "1"  # what the command may run on, not the machine
 
 
 @pytest.mark.parametrize("value", ["0", "65", "two"])

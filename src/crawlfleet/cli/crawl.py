@@ -32,7 +32,7 @@ from crawlfleet.cli.options import (
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.frontier.config import FrontierConfig
 from crawlfleet.frontier.records import printable
-from crawlfleet.node.launcher import MAX_PROCESSES, numbered, preload, run_processes
+from crawlfleet.node.launcher import MAX_PROCESSES, numbered, preload, run_processes, usable_cpus
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import redact
 
@@ -69,16 +69,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run N nodes of the job from this command, each a process of its own "
         "(forked once Scrapy and the spider's parts are imported: they start faster and "
         "share that memory); with N > 1 each writes its own -o file (items.jsonl -> "
-        "items.1.jsonl, ...) (default 1)",
+        "items.1.jsonl, ...); 'auto': one a CPU this command may use (default 1)",
     )
     add_fleet_options(parser)
 
 
 def _process_count(text: str) -> int:
+    if text == "auto":
+        return min(usable_cpus(), MAX_PROCESSES)
     try:
         count = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a whole number or 'auto': {text!r}") from None
     if not 1 <= count <= MAX_PROCESSES:
         raise argparse.ArgumentTypeError(f"{count} is not between 1 and {MAX_PROCESSES}")
     return count

@@ -22,6 +22,7 @@ __all__ = [
     "preload",
     "run_processes",
     "start_node",
+    "usable_cpus",
     "wait_all",
 ]
 
@@ -120,6 +121,17 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[i
 
 #: ``crawlfleet crawl --processes``: at most this many nodes from one command
 MAX_PROCESSES = 64
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (``--processes auto``): its affinity, which
+    ``taskset``, a container's ``--cpuset-cpus`` or systemd's ``CPUAffinity=`` narrow.
+    A CPU quota (a container's ``--cpus``, systemd's ``CPUQuota=``) is not read."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this system
+        return max(1, os.cpu_count() or 1)
+
 
 #: Settings that name the classes a node builds (dicts by class path, and one path each;
 #: in DOWNLOAD_HANDLERS, FEED_STORAGES and FEED_EXPORTERS the path is the value)
