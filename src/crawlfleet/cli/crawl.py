@@ -211,8 +211,8 @@ def own_settings(settings: Settings, probe: Settings, index: int) -> Settings:
     ``s3://b/items.jl`` -> ``s3://b/items.2.jl``), and its log lines, which share the
     terminal or ``LOG_FILE`` (appended to: see :func:`_fresh_log`), carry its number
     (``[node 2]`` after the time), unless ``LOG_FORMAT`` is set; *probe*: the settings
-    as the node will see them (the spider's own applied), where those files and the
-    format are named."""
+    as the node will see them (the spider's own applied), where those files are
+    named."""
     own = settings.copy()
     feeds = {
         (uri if str(uri).startswith("stdout:") else numbered(str(uri), index)): options
@@ -225,8 +225,10 @@ def own_settings(settings: Settings, probe: Settings, index: int) -> Settings:
         own.set("CRAWLFLEET_STATS_FILE", numbered(str(stats_file), index), priority="cmdline")
     if probe.get("LOG_FILE"):
         own.set("LOG_FILE_APPEND", True, priority="cmdline")
-    log_format = probe.get("LOG_FORMAT")
-    if log_format and probe.getpriority("LOG_FORMAT") == SETTINGS_PRIORITIES["default"]:
+    # the command's own settings: a spider's LOG_FORMAT still wins once its crawler
+    # applies it, and Scrapy's first lines, logged before, are numbered too
+    log_format = settings.get("LOG_FORMAT")
+    if log_format and settings.getpriority("LOG_FORMAT") == SETTINGS_PRIORITIES["default"]:
         own.set("LOG_FORMAT", _numbered_format(str(log_format), index), priority="default")
     return own
 
