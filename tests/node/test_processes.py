@@ -83,6 +83,12 @@ def test_each_process_writes_its_own_settings() -> None:
     assert settings.get("LOG_FORMAT") == "%(asctime)s [%(name)s] %(levelname)s: %(message)s"
     mine = Settings({"LOG_FORMAT": "%(process)d %(message)s"})
     assert own_settings(mine, mine.copy(), 2).get("LOG_FORMAT") == "%(process)d %(message)s"
+    assert own.get("JOBDIR") is None  # none set, none made up
+    # the spider's state of each node in a directory of its own, under the one given
+    kept = Settings({"JOBDIR": "crawls/books"})
+    assert own_settings(kept, kept.copy(), 2).get("JOBDIR") == os.path.join(
+        "crawls/books", "node-2"
+    )
     logged = Settings({"LOG_FILE": "crawl.log", "LOG_FILE_APPEND": False})
     assert own_settings(logged, logged.copy(), 2).getbool("LOG_FILE_APPEND")  # shared
     # a spider's own format wins once its crawler applies it; Scrapy's first lines,

@@ -208,11 +208,12 @@ def own_settings(settings: Settings, probe: Settings, index: int) -> Settings:
     """*settings* for node *index* of several started by one command: each writes its
     own feeds (every URI of FEEDS but ``stdout:``, ``-o`` among them: a local file or a
     remote object) and stats file, numbered (``items.jsonl`` -> ``items.2.jsonl``,
-    ``s3://b/items.jl`` -> ``s3://b/items.2.jl``), and its log lines, which share the
-    terminal or ``LOG_FILE`` (appended to: see :func:`_fresh_log`), carry its number
-    (``[node 2]`` after the time), unless ``LOG_FORMAT`` is set; *probe*: the settings
-    as the node will see them (the spider's own applied), where those files are
-    named."""
+    ``s3://b/items.jl`` -> ``s3://b/items.2.jl``), keeps its own ``JOBDIR``
+    (``JOBDIR/node-2``: the spider's ``state``, which Scrapy saves at the close), and
+    its log lines, which share the terminal or ``LOG_FILE`` (appended to: see
+    :func:`_fresh_log`), carry its number (``[node 2]`` after the time), unless
+    ``LOG_FORMAT`` is set; *probe*: the settings as the node will see them (the
+    spider's own applied), where those files are named."""
     own = settings.copy()
     feeds = {
         (uri if str(uri).startswith("stdout:") else numbered(str(uri), index)): options
@@ -223,6 +224,9 @@ def own_settings(settings: Settings, probe: Settings, index: int) -> Settings:
     stats_file = probe.get("CRAWLFLEET_STATS_FILE")
     if stats_file:
         own.set("CRAWLFLEET_STATS_FILE", numbered(str(stats_file), index), priority="cmdline")
+    job_dir = probe.get("JOBDIR")
+    if job_dir:  # the spider's state (spider.state), saved by each node as it closes
+        own.set("JOBDIR", os.path.join(str(job_dir), f"node-{index}"), priority="cmdline")
     if probe.get("LOG_FILE"):
         own.set("LOG_FILE_APPEND", True, priority="cmdline")
     # the command's own settings: a spider's LOG_FORMAT still wins once its crawler
