@@ -361,6 +361,7 @@ sys.exit(run_processes(3, body))
     )
     assert done.returncode == status, done.stderr
     assert ("node 2 broke" in done.stderr) == ("raised" in bodies)
+    assert ("crawlfleet: node 2 failed:" in done.stderr) == ("raised" in bodies)
 
 
 def test_a_spider_that_refuses_its_arguments_fails_in_every_node(

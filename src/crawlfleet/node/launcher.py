@@ -274,9 +274,10 @@ def _run_node(
         code = body(index)
     except SystemExit as exc:
         code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # printed: the node's own log
+    except BaseException:  # printed: the node's own log, which its nodes share
         import traceback
 
+        sys.stderr.write(f"crawlfleet: node {index} failed:\n")
         traceback.print_exc()
     finally:
         sys.stdout.flush()
