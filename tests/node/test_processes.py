@@ -26,7 +26,7 @@ from scrapy.settings import Settings
 from crawlfleet.benchmark.crawl import kill_left
 from crawlfleet.cli.crawl import own_settings
 from crawlfleet.frontier.sharded import JobFrontier
-from crawlfleet.node.launcher import numbered, start_node, wait_all
+from crawlfleet.node.launcher import MAX_PROCESSES, numbered, start_node, wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
 from tests.support.loopback import LoopbackSite
@@ -382,7 +382,7 @@ def test_a_spider_that_refuses_its_arguments_fails_in_every_node(
     assert text.count("LinkSpider could not start: ValueError") == 2, text[-3000:]
 
 
-def test_auto_is_one_node_a_usable_cpu(tmp_path: Path) -> None:
+def test_auto_is_one_node_a_usable_cpu() -> None:
     def parsed(*command: str) -> str:
         code = (
             "import sys; from crawlfleet.cli.main import build_parser; "
@@ -399,7 +399,7 @@ def test_auto_is_one_node_a_usable_cpu(tmp_path: Path) -> None:
         return done.stdout.strip()
 
     cpus = os.sched_getaffinity(0)
-    assert parsed() == str(min(len(cpus), 64))
+    assert parsed() == str(min(len(cpus), MAX_PROCESSES))
     if shutil.which("taskset") is None:
         pytest.skip("taskset is not installed: a narrower affinity is not tried")
     # what the command may run on, not the machine
