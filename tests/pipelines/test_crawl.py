@@ -25,6 +25,8 @@ from tests.support.article import PARAGRAPHS, TITLE, article_page
 
 TRADITIONAL = "這是一個關於中文編碼偵測的測試頁面。我們希望偵測器能夠正確地識別出編碼。"
 SIMPLIFIED = "这是一个关于中文编码侦测的测试页面。我们希望侦测器能够正确地识别出编码。"
+# Characters GBK has no code for (CJK extensions A and B): GB18030's four-byte sequences
+BEYOND_GBK = "中文𠀀㐀𪚥"
 
 PAGES: dict[str, tuple[bytes, str]] = {
     "/article": (article_page().encode("utf-8"), "text/html; charset=utf-8"),
@@ -36,6 +38,14 @@ PAGES: dict[str, tuple[bytes, str]] = {
         "text/html; charset=utf-8",
     ),
     "/empty": (b"<html><head><title></title></head><body></body></html>", "text/html"),
+    # labelled gb2312 as many Chinese servers do, written in GB18030: browsers decode
+    # every gb2312/gbk label with the GB18030 decoder (the WHATWG Encoding Standard)
+    "/gb2312": (
+        f"<html><head><title>中文</title></head><body><p>{BEYOND_GBK}</p></body></html>".encode(
+            "gb18030"
+        ),
+        "text/html; charset=gb2312",
+    ),
 }
 
 SPIDER = """
@@ -47,7 +57,7 @@ class PipesSpider(scrapy.Spider):
     custom_settings = json.loads({settings!r})
 
     async def start(self):
-        for path in ("/article", "/big5", "/empty"):
+        for path in ("/article", "/big5", "/empty", "/gb2312"):
             yield scrapy.Request({base!r} + path)
 
     def parse(self, response):
@@ -124,10 +134,10 @@ def test_crawl_through_every_stage_into_sqlite(site: str, tmp_path: Path) -> Non
     ), log
     assert "Dropped invalid page item from " + site + "/empty: title: required, missing" in log
     assert "'crawlfleet/items/invalid/missing_field': 1" in log
-    assert "'crawlfleet/store/sql/written': 2" in log
+    assert "'crawlfleet/store/sql/written': 3" in log
 
     sink = SqlSink(f"sqlite:///{db}")
-    assert sink.count() == 2
+    assert sink.count() == 3
     article = sink.get(make_key("article", [f"{site}/article"]))
     assert article is not None
     assert article.job == "pipes"
@@ -137,3 +147,6 @@ def test_crawl_through_every_stage_into_sqlite(site: str, tmp_path: Path) -> Non
     page = sink.get(make_key("page", [f"{site}/big5"]))
     assert page is not None
     assert page.document == {"url": f"{site}/big5", "title": "繁体标题", "body": SIMPLIFIED}
+    page = sink.get(make_key("page", [f"{site}/gb2312"]))
+    assert page is not None
+    assert page.document == {"url": f"{site}/gb2312", "title": "中文", "body": BEYOND_GBK}

@@ -69,7 +69,7 @@ def test_decode_body_reads_meta_bom_and_ascii() -> None:
     assert decode_body(body, None)[1] == "gb18030"
     text, codec = decode_body("\ufeffhé".encode("utf-16-le").replace(b"\xfe\xff", b""), None)
     assert (text, codec) == ("hé", "utf-16-le")
-    assert decode_body(b"plain", "latin-1") == ("plain", "cp1252")
+    assert decode_body(b"plain", "latin1") == ("plain", "cp1252")
     assert decode_body(b"", None) == ("", "utf-8")
     assert decode_body(b"caf\xe9", "no-such-charset")[0] == "café"
 

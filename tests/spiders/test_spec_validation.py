@@ -214,7 +214,8 @@ def test_invalid_selectors_regexes_and_references(tmp_path: Path) -> None:
         """,
     )
     assert text.splitlines() == [
-        "spec.yaml:2: start_urls[0]: not an http(s) URL: 'ftp://x.example/'",
+        "spec.yaml:2: start_urls[0]: not an http(s) URL: 'ftp://x.example/' "
+        "(must be http or https, not 'ftp')",
         "spec.yaml:3: allowed_domains[0]: expected a domain name such as 'example.com', "
         "got 'http://books.example/'",
         "spec.yaml:4: start_item: unknown item type 'nope'; declared: art, book, empty",
@@ -410,8 +411,11 @@ def test_full_example_in_the_docs_is_valid(tmp_path: Path) -> None:
 
 
 def test_a_start_url_without_a_host_is_refused(tmp_path: Path) -> None:
-    text = GOOD.replace("[http://books.example/]", '["http://:80/", "http://user@/x"]')
+    text = GOOD.replace(
+        "[http://books.example/]", '["http://:80/", "http://user@/x", "https:///path"]'
+    )
     assert problems_of(tmp_path, text).splitlines() == [
-        "spec.yaml:2: start_urls[0]: not an http(s) URL: 'http://:80/'",
-        "spec.yaml:2: start_urls[1]: not an http(s) URL: 'http://user@/x'",
+        "spec.yaml:2: start_urls[0]: not an http(s) URL: 'http://:80/' (has no host)",
+        "spec.yaml:2: start_urls[1]: not an http(s) URL: 'http://user@/x' (has no host)",
+        "spec.yaml:2: start_urls[2]: not an http(s) URL: 'https:///path' (has no host)",
     ]

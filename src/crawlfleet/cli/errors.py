@@ -96,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
             result = await recrawl_errors(frontier, db, reason=args.reason, limit=args.limit)
             by_url = f" ({len(result.by_url)} by URL only)" if result.by_url else ""
             _say(console, f"job {job}: {result.queued} failed request(s) queued again{by_url}")
+            if result.invalid:
+                _say(
+                    console,
+                    f"job {job}: {len(result.invalid)} failed request(s) left open: no stored "
+                    "request, and a URL that is not http(s) with a host",
+                )
             if args.wait and result.ids:
                 await _wait(frontier, db, result.ids, every, half_life_ms, console)
             return result

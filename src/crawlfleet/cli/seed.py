@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from crawlfleet.cli.options import (
     add_fleet_options,
@@ -71,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     result = SeedResult()
     requests = parse_entries(_entries(args), result)
     for n, entry, why in result.invalid:
-        console.print(f"[yellow]seed {n} skipped[/]: {entry!r}: {why}")
+        console.print(
+            f"[yellow]seed {n} skipped[/]: {escape(repr(entry))}: {escape(why)}", soft_wrap=True
+        )
     if not requests and not result.invalid:
         console.print("[red]no seeds given[/] (URL arguments or --file)")
         return 2

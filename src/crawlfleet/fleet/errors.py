@@ -25,6 +25,7 @@ from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.meta import BAN_META, ERROR_META, IDENTITY_META
 from crawlfleet.state.db import StateDB
 from crawlfleet.state.errors import recrawl_progress, reopen_errors, take_for_recrawl
+from crawlfleet.urls import is_http_url
 
 __all__ = ["ERROR_META", "FRESH_META", "RecrawlResult", "recrawl_errors", "recrawl_standing"]
 
@@ -55,13 +56,21 @@ class RecrawlResult:
     by_url: list[int] = field(default_factory=list)
     #: ids of the errors queued (marked ``queued`` and in the frontier)
     ids: list[int] = field(default_factory=list)
+    #: ids of errors left open: no stored request, and a URL that is no http(s) URL with
+    #: a host (:func:`crawlfleet.urls.check_http_url`)
+    invalid: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        return {"queued": self.queued, "queued_by_url": len(self.by_url)}
+        return {
+            "queued": self.queued,
+            "queued_by_url": len(self.by_url),
+            "invalid_url": len(self.invalid),
+        }
 
 
-def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Outgoing, bool]:
-    """The request that re-crawls error *eid*, and whether its stored payload served."""
+def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Outgoing | None, bool]:
+    """The request that re-crawls error *eid* (None: it has no stored request and its URL
+    is no http(s) URL with a host), and whether its stored payload served."""
     if payload is not None:
         try:
             again = with_meta(
@@ -70,6 +79,8 @@ def _outgoing(eid: int, url: str, payload: bytes | None, site: str) -> tuple[Out
             return Outgoing(b"", site, payload_priority(payload), again), True
         except MalformedEntry:
             pass
+    if not is_http_url(url):
+        return None, False
     request = Request(url, meta={ERROR_META: eid}, dont_filter=True)
     return Outgoing(b"", site, 0, RequestCodec(None).encode(request)), False
 
@@ -96,20 +107,25 @@ async def recrawl_errors(
         if rows:
             await frontier.register_job()
         for i in range(0, len(rows), BATCH):
-            out = []
-            for eid, url, _status, payload, site in rows[i : i + BATCH]:
+            out: list[Outgoing] = []
+            at: list[int] = []  # the index in rows of each request of out
+            for n, (eid, url, _status, payload, site) in enumerate(rows[i : i + BATCH], i):
                 request, stored = _outgoing(eid, url, payload, site)
+                if request is None:
+                    result.invalid.append(eid)
+                    continue
                 out.append(request)
+                at.append(n)
                 if not stored:
                     result.by_url.append(eid)
             try:
                 committed = await frontier.commit("recrawl", out)
             except PartialCommit as part:  # some shards queued their part
-                queued.update(i + j for j in part.requests)
+                queued.update(at[j] for j in part.requests)
                 result.queued += part.result.queued
                 raise
             result.queued += committed.queued
-            queued.update(range(i, i + len(out)))
+            queued.update(at)
     finally:
         result.ids = [r[0] for n, r in enumerate(rows) if n in queued]
         if len(queued) < len(rows):

@@ -18,6 +18,7 @@ from crawlfleet.frontier.records import FINGERPRINT_BYTES, Outgoing
 from crawlfleet.frontier.serialization import RequestCodec
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.frontier.sites import SiteKeyer
+from crawlfleet.settings.config import redact_url
 from crawlfleet.spiders.seeding import parse_seed
 
 __all__ = ["BATCH", "EXCERPT", "INVALID_SHOWN", "SeedResult", "parse_entries", "queue_seeds"]
@@ -38,8 +39,8 @@ class SeedResult:
     created: bool = False
     #: an existing job whose name is close to a new job's (a typo?)
     similar: str | None = None
-    #: (1-based position, entry and why, each cut to EXCERPT characters) of each
-    #: entry skipped
+    #: (1-based position, entry (passwords left out) and why, each cut to EXCERPT
+    #: characters) of each entry skipped
     invalid: list[tuple[int, str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
@@ -63,7 +64,7 @@ def parse_entries(entries: Iterable[str], result: SeedResult) -> list[Request]:
         try:
             requests.append(parse_seed(entry))
         except ValueError as exc:
-            result.invalid.append((n, entry[:EXCERPT], str(exc)[:EXCERPT]))
+            result.invalid.append((n, redact_url(entry)[:EXCERPT], str(exc)[:EXCERPT]))
     return requests
 
 

@@ -22,7 +22,7 @@ from crawlfleet.frontier.records import SEED_KINDS
 from crawlfleet.node.core import NodeCore
 from crawlfleet.node.ledger import Outbound
 from crawlfleet.redis.keys import seed_keys
-from crawlfleet.spiders.seeding import parse_seed
+from crawlfleet.spiders.seeding import check_seed_url, parse_seed
 
 __all__ = ["BUSY_RETRY_SECONDS", "SeedReader", "requests_from_seed"]
 
@@ -57,7 +57,9 @@ def requests_from_seed(spider: Spider | None, raw: bytes) -> list[Request]:
     ``make_request_from_data`` where it has one (a scrapy-redis spider decides itself:
     a request, several, or none), else :func:`parse_seed`. A JSON entry's integer
     ``"priority"`` is kept: given to requests made at priority 0 (scrapy-redis's own
-    method does not see it: it would send it as form data)."""
+    method does not see it: it would send it as form data). Every URL is judged by
+    crawlfleet's rule (:func:`~crawlfleet.spiders.seeding.check_seed_url`): the entry
+    as given where scrapy-redis's own method reads it, and each request made."""
     make = getattr(spider, "make_request_from_data", None)
     if spider is None or not callable(make):
         return [parse_seed(raw)]
@@ -66,7 +68,12 @@ def requests_from_seed(spider: Spider | None, raw: bytes) -> list[Request]:
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise ValueError("seed 'priority' must be an integer")
     data = raw
-    if entry is not None and priority is not None and _scrapy_redis_own(spider):
+    own = _scrapy_redis_own(spider)
+    if own:  # its entries are URLs: judged as given, before Scrapy normalises them
+        url = entry.get("url") if entry is not None else raw.decode("utf-8")
+        if isinstance(url, str):
+            check_seed_url(url)
+    if entry is not None and priority is not None and own:
         data = json.dumps({k: v for k, v in entry.items() if k != "priority"}).encode()
     made = make(data)
     if isinstance(made, Request):
@@ -80,6 +87,7 @@ def requests_from_seed(spider: Spider | None, raw: bytes) -> list[Request]:
     for request in requests:
         if not isinstance(request, Request):
             raise TypeError(f"make_request_from_data gave a {type(request).__name__}")
+        check_seed_url(request.url)  # a spider's own method may make any URL
     if not requests:
         raise ValueError("make_request_from_data made no request of it")
     if priority is not None:

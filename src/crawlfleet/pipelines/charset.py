@@ -3,8 +3,10 @@
 - :func:`decode_body` picks the codec of a body: a byte-order mark, else valid UTF-8
   (whatever was declared: non-ASCII bytes that form valid UTF-8 are UTF-8 in practice),
   else the declared charset (HTTP header or ``<meta>``) if the body decodes with it, else
-  charset-normalizer's guess. Legacy names map to their web supersets (GBK -> GB18030,
-  Big5 -> Big5-HKSCS, Shift_JIS -> cp932, Latin-1 -> cp1252), as browsers do.
+  charset-normalizer's guess. Labels are read with the WHATWG Encoding Standard's table,
+  as browsers read them (:mod:`crawlfleet.pipelines.labels`): legacy names map to their
+  web supersets (GB2312/GBK -> GB18030, Big5 -> Big5-HKSCS, Shift_JIS -> cp932,
+  Latin-1 -> cp1252).
 - :func:`fix_mojibake` repairs UTF-8 text that was decoded as Latin-1/cp1252
   (``"cafÃ©"`` -> ``"café"``), also when that happened twice.
 - :func:`to_valid_utf8` returns a string that encodes to UTF-8 without error and has no
@@ -14,11 +16,11 @@
 
 from __future__ import annotations
 
-import codecs
 import re
 
 from charset_normalizer import from_bytes
-from w3lib.encoding import html_body_declared_encoding, read_bom, resolve_encoding
+
+from crawlfleet.pipelines.labels import body_label, bom_codec, codec_for_label, detected_codec
 
 __all__ = ["decode_body", "fix_mojibake", "resolve_codec", "to_valid_utf8"]
 
@@ -37,11 +39,9 @@ _CHAOS_TIE = 0.01
 
 
 def resolve_codec(name: str | None) -> str | None:
-    """The Python codec for a charset label, mapped to its web superset; None if unknown."""
-    if not name:
-        return None
-    resolved = resolve_encoding(name.strip().strip("\"'"))
-    return codecs.lookup(resolved).name if resolved else None
+    """The Python codec for a charset label, as a browser reads it (the WHATWG table:
+    :func:`~crawlfleet.pipelines.labels.codec_for_label`); None if unknown."""
+    return codec_for_label(name)
 
 
 def _try_decode(body: bytes, codec: str) -> str | None:
@@ -65,12 +65,12 @@ def _detect(body: bytes) -> tuple[str, str] | None:
     if not matches:
         return None
     best = matches[0]
-    codec = resolve_codec(best.encoding) or best.encoding
+    codec = detected_codec(best.encoding)
     text = str(best)
     if codec != "cp1252" and codec not in _MULTI_BYTE:
         western = _try_decode(body, "cp1252")
         ties = [m for m in matches if m.chaos <= best.chaos + _CHAOS_TIE]
-        tied = len(ties) >= 3 or any(resolve_codec(m.encoding) == "cp1252" for m in ties)
+        tied = len(ties) >= 3 or any(detected_codec(m.encoding) == "cp1252" for m in ties)
         if western is not None and (tied or western == text):
             return western, "cp1252"
     return text, codec
@@ -86,11 +86,10 @@ def decode_body(body: bytes, declared: str | None) -> tuple[str, str]:
     """
     if not body:
         return "", resolve_codec(declared) or "utf-8"
-    bom_codec, bom = read_bom(body)
-    if bom_codec and bom:
-        bom_name = codecs.lookup(bom_codec).name
-        return body[len(bom) :].decode(bom_name, "replace"), bom_name
-    codec = resolve_codec(declared) or resolve_codec(html_body_declared_encoding(body))
+    bom = bom_codec(body)
+    if bom is not None:
+        return body[bom[1] :].decode(bom[0], "replace"), bom[0]
+    codec = resolve_codec(declared) or resolve_codec(body_label(body))
     if codec not in _UTF16_32:
         if body.isascii():
             return body.decode("ascii"), codec or "utf-8"

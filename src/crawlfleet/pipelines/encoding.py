@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import codecs
 import logging
 import re
 from collections.abc import Callable
@@ -26,11 +27,11 @@ from scrapy import Request, Spider
 from scrapy.crawler import Crawler
 from scrapy.http import Response, TextResponse
 from scrapy.statscollectors import StatsCollector
-from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines._util import is_internal, map_strings
-from crawlfleet.pipelines.charset import decode_body, fix_mojibake, resolve_codec, to_valid_utf8
+from crawlfleet.pipelines.charset import decode_body, fix_mojibake, to_valid_utf8
+from crawlfleet.pipelines.labels import body_label, header_label
 from crawlfleet.settings.access import get_bool, get_choice
 
 __all__ = [
@@ -70,11 +71,9 @@ class CharsetMiddleware:
         if not isinstance(response, TextResponse) or response.body.isascii():
             return response  # every ASCII-compatible codec reads ASCII alike
         content_type = response.headers.get(b"Content-Type") or b""
-        declared = http_content_type_encoding(content_type.decode("latin-1")) or (
-            html_body_declared_encoding(response.body)
-        )
+        declared = header_label(content_type.decode("latin-1")) or body_label(response.body)
         _, codec = decode_body(response.body, declared)
-        current = resolve_codec(response.encoding)
+        current = _python_codec(response.encoding)
         if codec == current or (current == "ascii" and codec == "utf-8"):
             return response
         logger.debug(
@@ -87,6 +86,15 @@ class CharsetMiddleware:
         if self.stats is not None:
             self.stats.inc_value("crawlfleet/encoding/responses_fixed")
         return response.replace(encoding=codec)
+
+
+def _python_codec(name: str) -> str | None:
+    """The codec Python decodes with for *name* (Scrapy's choice for a response, which
+    follows its w3lib release: ``gbk`` for a page labelled gb2312 under w3lib 2.6)."""
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
 
 
 def _chinese_converter(conversion: str) -> Callable[[str], str] | None:

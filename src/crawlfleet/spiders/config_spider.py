@@ -41,6 +41,7 @@ from scrapy.http import Response, TextResponse
 from scrapy.utils.response import get_meta_refresh
 
 from crawlfleet.exceptions import ConfigError
+from crawlfleet.settings.config import redact_url
 from crawlfleet.spiders.extraction import (
     ERRORS_FIELD,
     WARNINGS_FIELD,
@@ -48,6 +49,7 @@ from crawlfleet.spiders.extraction import (
     SpecExtractor,
 )
 from crawlfleet.spiders.spec import Spec, load_spec
+from crawlfleet.urls import check_http_url
 
 __all__ = ["SpecSpider"]
 
@@ -132,6 +134,11 @@ class SpecSpider(Spider):
         self.allowed_domains = list(loaded.allowed_domains)
         if isinstance(start_urls, str):
             start_urls = [url.strip() for url in start_urls.split(",") if url.strip()]
+        for url in start_urls or ():  # a spec's own were judged when it was loaded
+            try:
+                check_http_url(url)
+            except ValueError as exc:
+                raise ConfigError(f"start_urls: {redact_url(url)!r} {exc}") from None
         self.start_urls = list(loaded.start_urls if start_urls is None else start_urls)
         self.extractor = SpecExtractor(loaded)
 

@@ -9,19 +9,22 @@ seed files (one entry per line).
 from __future__ import annotations
 
 import json
-from urllib.parse import urlsplit
 
 from scrapy import Request
 
-__all__ = ["SEED_KEYS", "parse_seed"]
+from crawlfleet.settings.config import redact_url
+from crawlfleet.urls import check_http_url
+
+__all__ = ["SEED_KEYS", "check_seed_url", "parse_seed"]
 
 SEED_KEYS = frozenset({"url", "meta", "priority"})
 
 
 def parse_seed(raw: bytes | str) -> Request:
-    """The request for one seed entry: an http(s) URL with a host. Raises ValueError
-    saying what is wrong (a seed that is not UTF-8 text, not a URL, not http(s), with no
-    host, or a JSON entry of the wrong shape)."""
+    """The request for one seed entry: an http(s) URL with a host, judged as given
+    (:func:`crawlfleet.urls.check_http_url`) before Scrapy normalises it. Raises
+    ValueError saying what is wrong (a seed that is not UTF-8 text, not a URL, not
+    http(s), with no host, or a JSON entry of the wrong shape)."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     text = text.strip()
     if not text:
@@ -42,12 +45,16 @@ def parse_seed(raw: bytes | str) -> Request:
         priority = data.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise ValueError("seed 'priority' must be an integer")
-        request = Request(data["url"], meta=meta, priority=priority)
-    else:
-        request = Request(text)
-    parts = urlsplit(request.url)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"seed URL must be http or https: {request.url}")
-    if not parts.hostname:
-        raise ValueError(f"seed URL has no host: {request.url}")
-    return request
+        check_seed_url(data["url"])
+        return Request(data["url"], meta=meta, priority=priority)
+    check_seed_url(text)
+    return Request(text)
+
+
+def check_seed_url(url: str) -> None:
+    """Raise ValueError ("seed URL has no host: https:///path") unless *url* is an
+    http(s) URL with a host as crawlfleet reads it; a password in it is not repeated."""
+    try:
+        check_http_url(url)
+    except ValueError as exc:
+        raise ValueError(f"seed URL {exc}: {redact_url(url.strip())}") from None

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from cssselect import SelectorError
 from parsel import Selector
 
+from crawlfleet.settings.config import redact_url
 from crawlfleet.spiders.schema import CONVERSIONS
 from crawlfleet.spiders.validation import (
     LineMap,
@@ -32,6 +32,7 @@ from crawlfleet.spiders.validation import (
     schema_problems,
     suggest,
 )
+from crawlfleet.urls import check_http_url
 
 __all__ = [
     "FieldSpec",
@@ -285,8 +286,12 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[Problem]:
     out: list[Problem] = []
     items: Mapping[str, Any] = data["items"]
     for i, url in enumerate(data.get("start_urls", ())):
-        if not _is_http_url(url):
-            out.append(Problem(("start_urls", i), f"not an http(s) URL: {url!r}"))
+        try:
+            check_http_url(url)
+        except ValueError as exc:
+            out.append(
+                Problem(("start_urls", i), f"not an http(s) URL: {redact_url(url)!r} ({exc})")
+            )
     for i, domain in enumerate(data.get("allowed_domains", ())):
         if "/" in domain or ":" in domain or " " in domain:
             out.append(
@@ -304,12 +309,6 @@ def _semantic_problems(data: Mapping[str, Any]) -> list[Problem]:
     for name, item in items.items():
         out.extend(_item_problems(("items", name), item))
     return out
-
-
-def _is_http_url(url: str) -> bool:
-    """An http(s) URL with a host (as seeds must be: crawlfleet.spiders.seeding)."""
-    parts = urlsplit(url)
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _item_types_problems(
