@@ -1,6 +1,6 @@
 """What crawlfleet relies on in the libraries it installs, one behaviour a test.
 
-A fresh install takes what ``requirements/lock.txt`` pins; ``./dev.sh test --latest``
+A fresh install takes what ``requirements/test.lock`` pins; ``./dev.sh test --latest``
 takes the newest releases. When a release changes one of these behaviours, its test
 fails first and names the package and the version that changed, so the failures further
 down the suite have a cause to point at (docs/operations.md, "Dependencies").
@@ -114,3 +114,27 @@ def test_charset_normalizer_reads_the_bundled_sites_undeclared_shift_jis() -> No
         f"an undeclared Shift_JIS page is cp932 (not {guess})",
         guess == "cp932",
     )
+
+
+def test_the_lock_pins_what_pyproject_asks_for() -> None:
+    # a dependency added to pyproject.toml without ./dev.sh lock would not be installed
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from crawlfleet.bundle.builder import locked
+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    for lock, names in (("test.lock", wanted), ("demo.lock", project["dependencies"])):
+        pins = locked(root / "requirements" / lock)
+        for text in names:
+            req = Requirement(text)
+            version = pins.get(canonicalize_name(req.name), ("",))[0]
+            assert version and req.specifier.contains(version, prereleases=True), (
+                f"requirements/{lock} pins {req.name} {version or 'not at all'}, "
+                f"pyproject.toml asks for {req}: run ./dev.sh lock"
+            )

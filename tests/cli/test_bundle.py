@@ -237,3 +237,25 @@ def test_the_fleets_own_tags_are_not_job_names() -> None:
         with pytest.raises(ConfigError, match="reserved"):
             validate_job_name(name)
     assert validate_job_name("polite-news") == "polite-news"
+
+
+def test_the_checkouts_lock_is_what_a_bundle_downloads(tmp_path: Path) -> None:
+    from crawlfleet.bundle.builder import LOCK, locked
+
+    assert LOCK == Path(__file__).resolve().parents[2] / "requirements" / "test.lock"
+    pins = locked()
+    assert "scrapy" in pins and "w3lib" in pins and "crawlfleet" not in pins
+    for name, (version, hashes) in pins.items():
+        assert version and hashes, name  # every pin has its files' hashes
+        assert all(h.startswith("sha256:") and len(h) == 71 for h in hashes), name
+    lock = tmp_path / "x.lock"
+    lock.write_text(
+        "# comment\nfoo-bar==1.2 ; python_version < '3.13' \\\n"
+        f"    --hash=sha256:{'a' * 64} \\\n    --hash=sha256:{'b' * 64}\n    # via x\n"
+        f"baz==3 \\\n    --hash=sha256:{'c' * 64}\n"
+    )
+    assert locked(lock) == {
+        "foo-bar": ("1.2", (f"sha256:{'a' * 64}", f"sha256:{'b' * 64}")),
+        "baz": ("3", (f"sha256:{'c' * 64}",)),
+    }
+    assert locked(tmp_path / "none.lock") == {}

@@ -13,6 +13,7 @@ import importlib.metadata as metadata
 import json
 import logging
 import py_compile
+import re
 import shutil
 import subprocess
 import sys
@@ -109,16 +110,52 @@ def needed_on(marker: Marker | None, extra: str = "") -> tuple[int, ...]:
     return tuple(patches)
 
 
+#: The lock of a source checkout (``./dev.sh`` installs from it): what a bundle built
+#: from that checkout downloads for other patch releases of Python.
+LOCK = Path(__file__).resolve().parents[3] / "requirements" / "test.lock"
+_PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;\\]+)")
+_HASH = re.compile(r"--hash=(sha256:[0-9a-f]{64})")
+
+
+def locked(lock: Path = LOCK) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Name (canonical) -> (version, hashes) of each package *lock* pins; empty when
+    there is no lock (crawlfleet installed from a package index, not a checkout)."""
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    pins: dict[str, tuple[str, tuple[str, ...]]] = {}
+    name = ""
+    for line in text.splitlines():
+        pin = _PIN.match(line)
+        if pin is not None:
+            name = canonicalize_name(pin.group(1))
+            pins[name] = (pin.group(2), ())
+        elif name and line.startswith(" "):
+            version, hashes = pins[name]
+            pins[name] = (version, hashes + tuple(_HASH.findall(line)))
+    return pins
+
+
 def _download(req: Requirement, into: Path) -> metadata.Distribution | None:
     """*req* (no dependencies: they are followed like any other) installed from the
     package index into a directory of *into* by this Python's pip, as a wheel for this
-    Python and platform; None if that fails (no pip, no network, no such wheel)."""
+    Python and platform, at the version and with the hashes the checkout's lock pins
+    where it pins one; None if that fails (no pip, no network, no such wheel)."""
     spec = req.name + (f"[{','.join(sorted(req.extras))}]" if req.extras else "")
-    spec += str(req.specifier)
+    pin = locked().get(canonicalize_name(req.name))
     target = into / canonicalize_name(req.name)
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     command += ["--no-deps", "--only-binary=:all:", "--no-compile", "--retries", "1"]
-    command += ["--target", str(target), spec]
+    command += ["--target", str(target)]
+    if pin is not None:
+        spec += f"=={pin[0]}"
+        pinned = into / f"{canonicalize_name(req.name)}.lock"
+        pinned.write_text(spec + "".join(f" --hash={h}" for h in pin[1]) + "\n")
+        command += ["--require-hashes", "-r", str(pinned)]
+    else:
+        spec += str(req.specifier)
+        command.append(spec)
     logger.info("downloading %s (needed on other patch releases of Python)", spec)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
