@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from crawlfleet.redis.connection import REDIS_ERRORS, redact
 
-__all__ = ["Backoff", "GaveUp", "Outage", "until_reachable"]
+__all__ = ["Backoff", "Failures", "GaveUp", "Outage", "until_reachable"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +212,51 @@ class Outage:
             self.describe(exc),
             self.holding(),
         )
+
+
+class Failures:
+    """What a loop says of its unexpected failures (a bug, odd input: not an outage,
+    which :class:`Outage` reports): the first with its traceback, then at most one line
+    every *every* seconds with how many failed since and the last error, and one line
+    when a turn succeeds again. Never a traceback a second.
+
+    Call :meth:`failed` inside the ``except`` block (it reads the exception being
+    handled), :meth:`succeeded` after a turn that went through."""
+
+    def __init__(self, what: str, log: logging.Logger, every: float = 60.0) -> None:
+        self.what = what
+        self.log = log
+        self.every = every
+        #: failures since the last success
+        self.count = 0
+        self._unsaid = 0
+        self._said_at = -math.inf
+
+    def failed(self) -> None:
+        """Count the exception being handled; say it when it is due."""
+        self.count += 1
+        self._unsaid += 1
+        now = time.monotonic()
+        if self.count == 1:
+            self.log.exception("%s failed", self.what)
+        elif now - self._said_at >= self.every:
+            exc = sys.exc_info()[1]
+            self.log.error(
+                "%s failed %d more times since it was last said; the last: %s",
+                self.what,
+                self._unsaid,
+                _described(exc) if exc is not None else "?",
+            )
+        else:
+            return
+        self._said_at, self._unsaid = now, 0
+
+    def succeeded(self) -> None:
+        """A turn went through: say so if failures were said."""
+        if self.count:
+            self.log.info("%s works again after %d failures", self.what, self.count)
+        self.count = self._unsaid = 0
+        self._said_at = -math.inf
 
 
 def _described(exc: BaseException) -> str:

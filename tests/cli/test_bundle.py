@@ -242,7 +242,7 @@ def test_the_fleets_own_tags_are_not_job_names() -> None:
 def test_the_checkouts_lock_is_what_a_bundle_downloads(tmp_path: Path) -> None:
     from crawlfleet.bundle.builder import LOCK, locked
 
-    assert LOCK == Path(__file__).resolve().parents[2] / "requirements" / "test.lock"
+    assert Path(__file__).resolve().parents[2] / "requirements" / "test.lock" == LOCK
     pins = locked()
     assert "scrapy" in pins and "w3lib" in pins and "crawlfleet" not in pins
     for name, (version, hashes) in pins.items():

@@ -115,6 +115,9 @@ def test_429_answers_back_the_site_off_for_every_node(
     assert stats["never_fetched"] == []
     logs = "".join(p.read_text() for p in (tmp_path / "on").glob("node*.log"))
     assert "Backing off 127.0.0." in logs and "(it answered 429)" in logs
+    # a node whose every site is backed off waits, without a failure (a crash of the
+    # sync loop each second, once)
+    assert "failed" not in logs and "Traceback" not in logs, logs[-3000:]
     # hammering a defending site without back-off draws many more 429s than with it
     assert with_backoff * 3 < without, (with_backoff, without)
 

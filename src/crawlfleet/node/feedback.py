@@ -48,6 +48,7 @@ from scrapy.http import Response
 
 from crawlfleet.node.scheduler import Scheduler
 from crawlfleet.node.telemetry import LoopLagProbe
+from crawlfleet.outage import Failures
 from crawlfleet.parts import parts_of
 from crawlfleet.settings.access import get_bool, get_float, get_int
 
@@ -243,12 +244,15 @@ class Feedback:
         self._errors0 = self._stat("downloader/exception_count")
 
     async def _run(self) -> None:
+        failures = Failures("feedback step", logger)
         while True:
             await asyncio.sleep(self.interval)
             try:
                 self.tick()
             except Exception:
-                logger.exception("feedback step failed")
+                failures.failed()
+            else:
+                failures.succeeded()
 
     def tick(self) -> None:
         """Close the current interval: sample, step the controller, apply the limit."""

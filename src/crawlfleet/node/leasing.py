@@ -273,9 +273,13 @@ class Leaser:
         if result is not None and not result.entries and result.ready_in_us >= 0:
             # rate-limited sites only: come back once the first one is ready, and a few
             # slots later, for several in one call
+            # (no interval at all: every site asked is backed off, which paces by time
+            # alone, not by slots)
             intervals = [i for i in (ask.options.get("intervals") or ()) if i > 0] if ask else []
-            gather = min(PACED_GATHER_SECONDS, PACED_GATHER_SLOTS * min(intervals) / 1_000_000)
-            wait = result.ready_in_us / 1_000_000 + (gather if intervals else 0.0)
+            gather = 0.0
+            if intervals:
+                gather = min(PACED_GATHER_SECONDS, PACED_GATHER_SLOTS * min(intervals) / 1e6)
+            wait = result.ready_in_us / 1_000_000 + gather
             self.next_at = time.monotonic() + wait
             return result.control_seq
         if result is not None and not result.entries and free is not None and free <= 0:

@@ -11,7 +11,8 @@ in order (a later key wins):
 - what it did: ``pages``, ``items``, ``done`` (acknowledged); ``sites``: per-site
   figures of the sites it holds leases of;
 - the dict of every status provider, in order (telemetry, feedback, the item stores,
-  ...: ``parts_of(crawler).status_providers``); one that fails is logged and skipped;
+  ...: ``parts_of(crawler).status_providers``); one that fails is skipped, and logged
+  with its traceback once, then once a minute;
 - its steering: ``state`` and concurrency; the state reads
   :data:`~crawlfleet.node.backlog.WAITING_FOR_STORE` instead of ``running`` while the
   node waits for its item stores.
@@ -33,11 +34,16 @@ from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.siterates import SiteRates
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.steering import Steering
+from crawlfleet.outage import Failures
 from crawlfleet.parts import StatusProvider
 
 __all__ = ["node_status"]
 
 logger = logging.getLogger(__name__)
+
+#: the failures of each status provider that failed (by name): said once, then once a
+#: minute, whatever heartbeat asks
+_PROVIDER_FAILURES: dict[str, Failures] = {}
 
 
 def node_status(
@@ -75,10 +81,17 @@ def node_status(
         "failures_waiting": len(ledger.recorded),
     }
     for provider in providers:
+        name = getattr(provider, "__qualname__", type(provider).__qualname__)
+        failures = _PROVIDER_FAILURES.get(name)
         try:
             status.update(provider())
         except Exception:
-            logger.exception("node status provider %r failed", provider)
+            if failures is None:
+                failures = _PROVIDER_FAILURES[name] = Failures(f"status provider {name}", logger)
+            failures.failed()
+        else:
+            if failures is not None:
+                failures.succeeded()
     status.update(steering.status())
     if status["state"] == "running" and backlog.waiting_for_store:
         status["state"] = WAITING_FOR_STORE

@@ -51,7 +51,7 @@ from crawlfleet.node.leaving import Leaving
 from crawlfleet.node.outbox import Outbox
 from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.seeds import SeedReader
-from crawlfleet.outage import Backoff, Outage
+from crawlfleet.outage import Backoff, Failures, Outage
 from crawlfleet.redis.config import RedisConfig
 
 __all__ = ["SyncLoop"]
@@ -118,6 +118,7 @@ class SyncLoop:
         )
         self.backoff = Backoff(redis_config.retry_min_seconds, redis_config.retry_max_seconds)
         self.outage = Outage("Redis", self._waiting, OUTAGE_LOG_SECONDS)
+        self._failures = Failures("crawlfleet sync loop (retrying every second)", logger)
         #: the close: everything handed back or in
         self.leaving = Leaving(
             core, outbox=self.outbox, heartbeat=self.heartbeat, backoff=self.backoff
@@ -205,9 +206,10 @@ class SyncLoop:
                     wait=self._wait_out,
                 )
             except Exception:
-                logger.exception("crawlfleet sync loop failed; retrying in 1s")
+                self._failures.failed()  # once, then once a minute: never a second
                 await self._sleep(1.0)
                 continue
+            self._failures.succeeded()
             if answered:
                 await self._sleep(self._pause_seconds())
 
