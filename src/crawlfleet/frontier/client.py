@@ -93,6 +93,7 @@ def _lease_result(
     ready_in: Any,
     control_seq: Any,
     ended: Sequence[Any],
+    epoch: Any,
 ) -> LeaseResult:
     """A LeaseResult from the parts of a lease script's reply (entries in the hash
     *where*)."""
@@ -105,6 +106,7 @@ def _lease_result(
         int(ready_in),
         int(control_seq),
         [text(s) for s in ended],
+        epoch=text(epoch),
     )
 
 
@@ -300,9 +302,9 @@ class Frontier(Committer):
 
     def _leased(self, reply: Sequence[Any]) -> LeaseResult:
         """The LeaseResult of lease.lua's *reply*."""
-        now, flat, offer, queued, leased, ready_in, control_seq, ended = reply
+        now, flat, offer, queued, leased, ready_in, control_seq, ended, epoch = reply
         return _lease_result(
-            self.keys.req, now, flat, offer, queued, leased, ready_in, control_seq, ended
+            self.keys.req, now, flat, offer, queued, leased, ready_in, control_seq, ended, epoch
         )
 
     async def commit_lease(
@@ -340,7 +342,7 @@ class Frontier(Committer):
         for site, (take, first, interval, late, *_rest) in zip(sites, paced, strict=True):
             args += [site, take, first, interval, late]
         self.round_trips += 1
-        flat, taken, offer, queued, leased, control_seq = await self.scripts(
+        flat, taken, offer, queued, leased, control_seq, epoch = await self.scripts(
             "lease_paced", k.for_lease_paced(sites), args
         )
         unused: list[Any] = []
@@ -358,7 +360,9 @@ class Frontier(Committer):
             # failing, the slots stay lost to the budget; what was leased is the node's
             with contextlib.suppress(*REDIS_ERRORS):
                 await self.scripts("pace_return", k.fleet.for_pace_return(), unused)
-        return _lease_result(k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended)
+        return _lease_result(
+            k.req, now, flat, offer, queued, leased, ready_in, control_seq, ended, epoch
+        )
 
     async def peek(self, size: int) -> LeaseResult:
         """What a lease of nothing replies: up to *size* sites with queued requests, the
@@ -368,11 +372,11 @@ class Frontier(Committer):
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.zrange(k.sites, 0, size - 1)
-        pipe.hmget(k.counters, "queued", "control_seq")
+        pipe.hmget(k.counters, "queued", "control_seq", "epoch")
         pipe.zcard(k.leases)
         pipe.zcard(k.waiting)
         self.round_trips += 1
-        sites, (queued, control_seq), leased, waiting = await pipe.execute()
+        sites, (queued, control_seq, epoch), leased, waiting = await pipe.execute()
         return LeaseResult(
             0,
             [],
@@ -381,6 +385,7 @@ class Frontier(Committer):
             int(leased) + int(waiting),
             -1,
             counter_value(control_seq),
+            epoch=text(epoch) if epoch is not None else "",
         )
 
     async def changes(self, count: int = 100) -> list[tuple[str, bytes]]:

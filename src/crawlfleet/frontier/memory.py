@@ -393,6 +393,7 @@ class MemoryFrontier(Committer):
             ready_in,
             j.counters.get("control_seq", 0),
             ended,
+            epoch=str(j.counters.get("epoch", "")),
         )
 
     def _share_out(self, site: str, take: int, revisits: int, news: int) -> list[bool]:

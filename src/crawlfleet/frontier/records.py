@@ -350,6 +350,9 @@ class LeaseResult:
     #: Redis's clock at the lease (µs) on each clock an entry names other than ""
     #: (the shards of a sharded frontier, each its own Redis)
     clocks: dict[str, int] = field(default_factory=dict)
+    #: the job's epoch (shard 0's; "": none yet, or not read), as a commit names it:
+    #: a node whose seen cache is of another epoch forgets it before it takes *entries*
+    epoch: str = ""
 
 
 @dataclass(frozen=True)

@@ -536,8 +536,9 @@ class JobFrontier(Committer):
         of *offer_size* from each), shards that may be ready first, the others in turn
         from one lease to the next, so that every shard is leased from and a lease
         calls a few shards, not all. Counts are the job's (as last heard from each
-        shard); the control sequence is shard 0's. *ready_in_us* is 0 when a shard not
-        tried may be ready (lease again), else when the first known one is."""
+        shard); the control sequence and the epoch are shard 0's. *ready_in_us* is 0
+        when a shard not tried may be ready (lease again), else when the first known
+        one is."""
         parts = await self.shards(create=True)
         if len(parts) == 1:
             return await self.home.lease(node, n, sites, **options)
@@ -579,6 +580,8 @@ class JobFrontier(Committer):
             view.control_seq,
             [site for _, r in heard for site in r.backoff_ended],
             {str(s): r.now_us for s, r in heard},
+            # shard 0's (the job's), which every lease asks, unless it failed
+            epoch=next((r.epoch for s, r in heard if s == 0), ""),
         )
 
     def _rotation(self, count: int) -> list[int]:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 
 from crawlfleet.exceptions import MalformedEntry
 from crawlfleet.frontier.limits import LATE_SHARE, SENT_SHARE, Budgets, RateLimits
@@ -108,6 +109,9 @@ class Leaser:
         self.paced = False
         #: a lease call is on its way (set by the sync loop around it)
         self.asking = False
+        #: told the job's epoch each lease names, before it takes the lease's requests
+        #: (the outbox: the node's seen cache must not outlive a reset of the job)
+        self.epoch_seen: Callable[[str], None] | None = None
         #: requests the engine took a second between the last leases (0: not known yet)
         self.pace = 0.0
         #: event-loop time of the last lease that took requests, and the ready requests
@@ -265,6 +269,8 @@ class Leaser:
         no lease was made)."""
         received = asyncio.get_event_loop().time()
         if result is not None:
+            if self.epoch_seen is not None:
+                self.epoch_seen(result.epoch)  # before its requests reach the engine
             self.offer = result.offer
             self.job_queued = result.queued
             for site in result.backoff_ended:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from scrapy import Request, Spider
 
@@ -232,25 +232,7 @@ class Outbox:
         if not result.epoch:
             return  # not read (a sharded commit without shard 0): they wait
         if seen.epoch and result.epoch != seen.epoch:
-            stale, unsent = ledger.forget_known()
-            seen.clear(result.epoch)
-            for fp in committed:  # in the filter of this epoch now
-                seen.add(fp)
-            logger.warning(
-                "Job %s was reset while this node ran: its cache of seen fingerprints "
-                "starts over, %d requests it held for duplicates are sent%s",
-                self.core.config.job,
-                len(stale),
-                f" ({unsent} dropped where the spider yielded them are not)" if unsent else "",
-            )
-            for request in stale:
-                request.meta.pop(DELAY_META, None)  # a back-off is not kept across a reset
-                try:
-                    payload = self.leaser.codec.encode(request)
-                except SerializationError as exc:
-                    logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
-                    continue
-                ledger.add_out(request, self.fingerprint(request), payload)
+            self.job_was_reset(result.epoch, committed)
         elif seen.epoch:
             confirmed = ledger.settle_known(result.known_counted)
             # the scheduler said "dropped" to the engine already
@@ -258,6 +240,41 @@ class Outbox:
         else:
             seen.epoch = result.epoch  # the first commit: the next one counts them
         seen.fed(result.feed_place, result.feed)
+
+    def leased_in(self, epoch: str) -> None:
+        """A lease came from the job's *epoch* ("": not read): if the seen cache is of
+        another one, the job was reset under this node, which forgets the cache before
+        it takes the lease's requests, so that no link of a page of the new epoch is
+        judged by what the old one had seen."""
+        seen = self.core.ledger.seen
+        if epoch and seen.epoch and epoch != seen.epoch:
+            self.job_was_reset(epoch)
+
+    def job_was_reset(self, epoch: str, committed: Sequence[bytes] = ()) -> None:
+        """The job is in *epoch* now, not the seen cache's: the cache starts over (with
+        the fingerprints *committed* to the new epoch), and the requests it held as
+        known duplicates are sent to be judged by the new epoch's seen-filter (not those
+        dropped where the spider yielded them: they skipped the spider middlewares)."""
+        ledger, seen = self.core.ledger, self.core.ledger.seen
+        stale, unsent = ledger.forget_known()
+        seen.clear(epoch)
+        for fp in committed:  # in the filter of this epoch now
+            seen.add(fp)
+        logger.warning(
+            "Job %s was reset while this node ran: its cache of seen fingerprints "
+            "starts over, %d requests it held for duplicates are sent%s",
+            self.core.config.job,
+            len(stale),
+            f" ({unsent} dropped where the spider yielded them are not)" if unsent else "",
+        )
+        for request in stale:
+            request.meta.pop(DELAY_META, None)  # a back-off is not kept across a reset
+            try:
+                payload = self.leaser.codec.encode(request)
+            except SerializationError as exc:
+                logger.error("Dropped request: %s", exc, extra={"spider": self.spider})
+                continue
+            ledger.add_out(request, self.fingerprint(request), payload)
 
     def count_duplicates(self, requests: list[Request]) -> None:
         """*requests* were duplicates (known here, or to the shared seen-filter)."""

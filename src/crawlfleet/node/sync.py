@@ -116,6 +116,7 @@ class SyncLoop:
             fingerprint=fingerprint,
             reclaim_by=self.heartbeat.reclaim_by,
         )
+        self.leaser.epoch_seen = self.outbox.leased_in
         self.backoff = Backoff(redis_config.retry_min_seconds, redis_config.retry_max_seconds)
         self.outage = Outage("Redis", self._waiting, OUTAGE_LOG_SECONDS)
         self._failures = Failures("crawlfleet sync loop (retrying every second)", logger)

@@ -61,7 +61,9 @@
 -- included),
 -- µs until the first site skipped here is ready (-1: none skipped), the job's control
 -- command sequence (a node seeing it change reads its commands at once), {sites whose
--- back-off ended (decayed) in this call}}
+-- back-off ended (decayed) in this call}, the job's epoch ("": none yet; see
+-- _commit.lua: a node whose seen cache is of another epoch forgets it before it takes
+-- these requests)}
 -- where slot is the request's send time in µs after now (-1: any time) and late how
 -- many µs after its slot it may still be sent.
 
@@ -108,5 +110,6 @@ local function lease_run(KEYS, ARGV)
   local queued = counter(counters_key, 'queued')
   local control_seq = counter(counters_key, 'control_seq')
   local leased = redis.call('ZCARD', leases_key) + redis.call('ZCARD', waiting_key)
-  return {now, out, hint, queued, leased, PACE.ready_in, control_seq, PACE.ended}
+  local epoch = redis.call('HGET', counters_key, 'epoch') or ''
+  return {now, out, hint, queued, leased, PACE.ready_in, control_seq, PACE.ended, epoch}
 end

@@ -16,7 +16,7 @@
 -- Returns {{rid, entry, slot, late, ...} (slot in µs after the pace's now; -1: any
 -- time), {requests taken per offered site}, {next offer}, requests still queued,
 -- requests leased (all nodes; waiting ones included), the job's control command
--- sequence}
+-- sequence, the job's epoch ("": none yet; see _commit.lua)}
 
 local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -49,4 +49,5 @@ if got > 0 then
 end
 local leased = redis.call('ZCARD', leases_key) + redis.call('ZCARD', waiting_key)
 return {out, taken, redis.call('ZRANGE', sites_key, 0, hint_n - 1), counter(counters_key, 'queued'),
-        leased, counter(counters_key, 'control_seq')}
+        leased, counter(counters_key, 'control_seq'),
+        redis.call('HGET', counters_key, 'epoch') or ''}
