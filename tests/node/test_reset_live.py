@@ -32,17 +32,21 @@ def crawled(site: TestSite, procs: list[subprocess.Popen[bytes]], seconds: float
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("how", ["separate", "processes"])
+@pytest.mark.parametrize("how", ["separate", "processes", "sharded"])
 def test_a_reset_under_live_nodes_then_a_reseed_fetches_every_page_again(
     how: str, redis_server_url: str, node_env: dict[str, str], tmp_path: Path
 ) -> None:
     job = f"reset-{how}"
     common = ["--redis-url", redis_server_url]
     common += ["-s", f"CRAWLFLEET_KEY_PREFIX={node_env['CRAWLFLEET_KEY_PREFIX']}"]
-    model = SiteModel(pages=150, hosts=1, problems=False, menu_pages=20)
+    stay = dict(STAY)
+    if how == "sharded":  # 3 sites over 2 shards, the reseed's job too
+        stay["CRAWLFLEET_SHARDS"] = 2
+        common += ["-s", "CRAWLFLEET_SHARDS=2"]
+    model = SiteModel(pages=150, hosts=3 if how == "sharded" else 1, problems=False, menu_pages=20)
     with TestSite(model) as site:
-        if how == "separate":
-            procs = nodes(2, site, redis_server_url, node_env, tmp_path, job, settings=STAY)
+        if how != "processes":
+            procs = nodes(2, site, redis_server_url, node_env, tmp_path, job, settings=stay)
         else:
             procs = [
                 start_node(
@@ -51,7 +55,7 @@ def test_a_reset_under_live_nodes_then_a_reseed_fetches_every_page_again(
                     redis_url=redis_server_url,
                     log=tmp_path / "node0.log",
                     spider_args={"start_urls": ",".join(site.seed_urls)},
-                    settings={**node_env, **STAY},
+                    settings={**node_env, **stay},
                     processes=2,
                     cwd=ROOT,
                 )
