@@ -182,6 +182,8 @@ def test_exports_jsonl_and_csv(manager: ItemsManager) -> None:
             item("e1", colour="red", dims={"w": 2}, formula='=HYPERLINK("http://evil")'),
             item("e2", colour="blue", note="-1+2", n=-3, **{"key": "not-the-key"}),
             item("e3", url="https://shop.test/x", colour="red"),
+            # field names come from crawled pages too
+            item("e4", **{'=HYPERLINK("http://evil")': "x", "@SUM(1+1)": "y"}),
         ],
     )
     headers = manager.as_("viewer")
@@ -194,7 +196,7 @@ def test_exports_jsonl_and_csv(manager: ItemsManager) -> None:
     assert r.headers["content-type"].startswith("application/x-ndjson")
     assert r.headers["content-disposition"] == f'attachment; filename="{JOB}-items.jsonl"'
     lines = [json.loads(line) for line in r.text.splitlines()]
-    assert sorted(x["key"] for x in lines) == ["e1", "e3"]
+    assert sorted(x["key"] for x in lines) == ["e1", "e3"]  # e4 has no colour
     assert {x["key"]: x["document"] for x in lines}["e1"]["dims"] == {"w": 2}
 
     r = manager.client.get(
@@ -203,8 +205,11 @@ def test_exports_jsonl_and_csv(manager: ItemsManager) -> None:
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(r.text)))
-    assert sorted(row["key"] for row in rows) == ["e1", "e2", "e3"]
+    assert sorted(row["key"] for row in rows) == ["e1", "e2", "e3", "e4"]
     header = next(csv.reader(io.StringIO(r.text)))
+    # a formula in the header row is neutralised as in any other
+    assert '\'=HYPERLINK("http://evil")' in header and "'@SUM(1+1)" in header
+    assert not any(title.startswith(("=", "@", "+", "-")) for title in header)
     assert header[:3] == ["key", "url", "stored_at"]
     assert "url" not in header[3:] and "document.url" not in header  # same as the column
     assert "document.key" in header  # e2's own "key" field differs from its key

@@ -305,7 +305,8 @@ async def export(
 
     async def csv_rows() -> AsyncIterator[bytes]:
         columns = await _csv_columns(_every_item(ctx, job, source, filters, first))
-        yield _csv_text([[*CSV_FIXED, *(title for title, _ in columns)]])
+        # the header too: field names come from the crawled pages' items
+        yield _csv_text([[*CSV_FIXED, *(csv_cell(title) for title, _ in columns)]])
         batch: list[list[str]] = []
         async for item in _every_item(ctx, job, source, filters, first):
             fixed = _fixed(item)
