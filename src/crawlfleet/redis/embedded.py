@@ -169,8 +169,8 @@ class EmbeddedRedis:
         return f
 
     def _held(self, name: str) -> bool:
-        """Whether another process holds a lock on *name* (only asked under start.lock,
-        so that nobody takes or drops a share meanwhile, but a process that dies)."""
+        """Whether another process holds a lock on *name* (asked under start.lock, so
+        that no process takes a share meanwhile)."""
         try:
             self._lock(name, fcntl.LOCK_EX | fcntl.LOCK_NB).close()
         except BlockingIOError:
@@ -232,22 +232,28 @@ class EmbeddedRedis:
         if every user is killed) and wait until it watches. It runs in a session of its
         own: no signal sent to this process's terminal or group reaches it."""
         argv = [sys.executable, "-m", "crawlfleet.redis.watchdog", str(self.dir.parent)]
-        with open(self.dir / "watchdog.log", "ab") as log:
-            proc = subprocess.Popen(
-                [*argv, str(self.port)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                cwd=self.dir,
-            )
-        assert proc.stdout is not None
-        with proc.stdout:
-            answered, _, _ = select.select([proc.stdout], [], [], WATCHDOG_START_SECONDS)
-            ready = bool(answered) and proc.stdout.readline() == WATCHDOG_READY
+        try:
+            with open(self.dir / "watchdog.log", "ab") as log:
+                proc = subprocess.Popen(
+                    [*argv, str(self.port)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,
+                    cwd=self.dir,
+                )
+        except OSError as exc:
+            logger.warning("could not start the embedded Redis's watchdog: %s", exc)
+            proc = None
+        ready = False
+        if proc is not None and proc.stdout is not None:
+            with proc.stdout:
+                answered, _, _ = select.select([proc.stdout], [], [], WATCHDOG_START_SECONDS)
+                ready = bool(answered) and proc.stdout.readline() == WATCHDOG_READY
         if not ready:
-            proc.kill()
-            proc.wait()
+            if proc is not None:
+                proc.kill()
+                proc.wait()
             logger.warning(
                 "The embedded Redis on 127.0.0.1:%s has no watchdog (see %s): if every "
                 "process using it is killed, it runs on until another one uses it",
