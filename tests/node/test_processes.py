@@ -29,8 +29,11 @@ from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.node.launcher import MAX_PROCESSES, numbered, start_node, wait_all
 from crawlfleet.redis.connection import make_client
 from crawlfleet.redis.keys import JobKeys
+from tests.redis.test_embedded_stop import kill_if_left, running
+from tests.redis.test_watchdog import pid_of
 from tests.support.loopback import LoopbackSite
 from tests.support.paths import ROOT
+from tests.support.waiting import poll
 
 SPIDER = "crawlfleet.benchmark.linkspider:LinkSpider"
 PAGES = 40
@@ -232,15 +235,22 @@ def started(site: LoopbackSite, proc: subprocess.Popen[bytes], log: Path, pages:
         time.sleep(0.1)
 
 
+def nodes(proc: subprocess.Popen[bytes]) -> list[psutil.Process]:
+    """The nodes of *proc* (the embedded Redis and its watchdog, if it started them, aside)."""
+    return [
+        c
+        for c in psutil.Process(proc.pid).children()
+        if c.name() != "redis-server" and "crawlfleet.redis.watchdog" not in c.cmdline()
+    ]
+
+
 def signalled(
     site: LoopbackSite, proc: subprocess.Popen[bytes], log: Path, how: signal.Signals
 ) -> tuple[int, list[psutil.Process]]:
     """Once both nodes of *proc* crawl, send it *how*: its exit status, and its nodes."""
     try:
         started(site, proc, log, 6)
-        children = [  # the nodes (the embedded Redis, if the command started it, aside)
-            c for c in psutil.Process(proc.pid).children() if c.name() != "redis-server"
-        ]
+        children = nodes(proc)
         assert len(children) == 2
         proc.send_signal(how)
         return proc.wait(40), children
@@ -275,16 +285,16 @@ def test_a_stop_reaches_every_node_once(
     assert leased(redis_server_url, key_prefix, "stopped") == 0  # every lease given back
 
 
-def test_a_hang_up_stops_the_nodes_and_then_the_embedded_redis(tmp_path: Path) -> None:
-    # no Redis URL: the command starts the embedded Redis of its data directory, which
-    # it holds for its nodes until the last is done, then shuts down (its last user)
+def on_embedded_redis(site: LoopbackSite, tmp_path: Path, job: str) -> subprocess.Popen[bytes]:
+    """``crawlfleet crawl --processes 2`` of *site* with no Redis URL: the command starts
+    the embedded Redis of its data directory (``tmp_path / "data"``) and holds it for
+    its nodes; their log is ``tmp_path / "nodes.log"``."""
     env = {k: v for k, v in os.environ.items() if k != "CRAWLFLEET_REDIS_URL"}
-    log = tmp_path / "nodes.log"
-    with LoopbackSite(slow_endless) as site, log.open("wb") as sink:
-        settings = [f"CRAWLFLEET_DATA_DIR={tmp_path / 'data'}", "CONCURRENT_REQUESTS=2"]
-        proc = subprocess.Popen(
+    settings = [f"CRAWLFLEET_DATA_DIR={tmp_path / 'data'}", "CONCURRENT_REQUESTS=2"]
+    with (tmp_path / "nodes.log").open("wb") as sink:
+        return subprocess.Popen(
             [
-                *(sys.executable, "-m", "crawlfleet.cli.main", "crawl", SPIDER, "--job", "hup"),
+                *(sys.executable, "-m", "crawlfleet.cli.main", "crawl", SPIDER, "--job", job),
                 *("--processes", "2", "-a", f"start_urls={site.url}", "-s", "LOG_LEVEL=INFO"),
                 *(arg for setting in settings for arg in ("-s", setting)),
             ],
@@ -294,6 +304,14 @@ def test_a_hang_up_stops_the_nodes_and_then_the_embedded_redis(tmp_path: Path) -
             env=env,
             cwd=ROOT,
         )
+
+
+def test_a_hang_up_stops_the_nodes_and_then_the_embedded_redis(tmp_path: Path) -> None:
+    # the command holds the embedded Redis for its nodes until the last is done, then
+    # shuts it down (its last user)
+    log = tmp_path / "nodes.log"
+    with LoopbackSite(slow_endless) as site:
+        proc = on_embedded_redis(site, tmp_path, "hup")
         try:
             started(site, proc, log, 6)
             port = int((tmp_path / "data" / "redis" / "port").read_text())
@@ -307,6 +325,34 @@ def test_a_hang_up_stops_the_nodes_and_then_the_embedded_redis(tmp_path: Path) -
     assert not (tmp_path / "data" / "redis" / "port").exists()
     with pytest.raises(OSError):  # shut down: nobody answers on its port
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_the_embedded_redis_goes_with_the_nodes_of_a_killed_command(tmp_path: Path) -> None:
+    # kill -9: the command releases nothing; its nodes (SIGTERM from Linux) stop, and
+    # then the Redis that nobody uses any more is shut down by its watchdog
+    log = tmp_path / "nodes.log"
+    with LoopbackSite(slow_endless) as site:
+        proc = on_embedded_redis(site, tmp_path, "killed")
+        redis_pid = 0
+        try:
+            started(site, proc, log, 6)
+            port = int((tmp_path / "data" / "redis" / "port").read_text())
+            redis_pid = pid_of(port)
+            children = nodes(proc)
+            assert len(children) == 2
+            proc.kill()
+            proc.wait(10)
+            _, alive = psutil.wait_procs(children, timeout=40)
+            assert not alive, log.read_text()[-3000:]
+            assert poll(lambda: not running(redis_pid), 10), log.read_text()[-3000:]
+        finally:
+            kill_left([proc])
+            if redis_pid:
+                kill_if_left(redis_pid)
+    text = log.read_text()
+    assert shutdowns(text) == 2, text[-3000:]
+    assert not (tmp_path / "data" / "redis" / "port").exists()
+    assert "Stopped embedded Redis" in (tmp_path / "data" / "redis" / "watchdog.log").read_text()
 
 
 def test_nodes_stop_when_their_command_is_killed(
