@@ -241,6 +241,8 @@ class EmbeddedRedis:
                     stderr=log,
                     start_new_session=True,
                     cwd=self.dir,
+                    # this process's import path (a bundle puts its packages on it)
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
                 )
         except OSError as exc:
             logger.warning("could not start the embedded Redis's watchdog: %s", exc)
