@@ -424,3 +424,25 @@ def test_a_real_node_says_where_it_stores_and_the_manager_compares(
             if wait_all([proc], 20) == [None]:
                 proc.kill()
                 proc.wait()
+
+
+def test_the_manager_reads_its_item_store_from_the_environment_as_nodes_do(
+    redis_server_url: str,
+    key_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'env-items.sqlite3'}"
+    store(url, [item("from-env")])
+    monkeypatch.setenv("CRAWLFLEET_SQL_URL", url)
+    monkeypatch.setenv("CRAWLFLEET_SQL_TABLE", TABLE)
+    monkeypatch.setenv("CRAWLFLEET_SQL_ULR", "sqlite:///typo.sqlite3")  # said, not read
+    with caplog.at_level("WARNING"), _manager(redis_server_url, key_prefix, tmp_path) as manager:
+        assert [i["key"] for i in manager.items()["items"]] == ["from-env"]
+    assert (
+        "The environment variable CRAWLFLEET_SQL_ULR is no crawlfleet setting: not read "
+        "(did you mean CRAWLFLEET_SQL_URL?)"
+    ) in caplog.text
+    # -s (the command line) still wins over the environment
+    assert manager_settings(key_prefix, CRAWLFLEET_SQL_URL="x")["CRAWLFLEET_SQL_URL"] == "x"

@@ -13,6 +13,7 @@ setting.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 from typing import Any
@@ -31,6 +32,8 @@ __all__ = [
     "redact_url",
     "settings_with_defaults",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 _SECRET_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", re.IGNORECASE)
@@ -53,23 +56,38 @@ def settings_with_defaults(values: dict[str, Any] | None = None) -> Settings:
     return settings
 
 
-#: Where the environment's ``CRAWLFLEET_REDIS_URL`` goes: above settings files
+#: Where the environment's ``CRAWLFLEET_*`` variables go: above settings files
 #: ("project", 20), below spiders' custom_settings (30) and the command line (40).
 ENV_PRIORITY = 25
-#: Settings that the environment variable of the same name sets.
-ENV_SETTINGS = ("CRAWLFLEET_REDIS_URL", "CRAWLFLEET_STATE_DB_URL", "CRAWLFLEET_SECRET_KEY")
+#: Environment variables named ``CRAWLFLEET_*`` that are no setting (the test suite's,
+#: ./dev.sh's): not said to be unknown.
+_NOT_SETTINGS = re.compile(r"CRAWLFLEET_(TEST_.*|NO_APT|CHROMIUM)$")
+_said_unknown: set[str] = set()
 
 
 def apply_defaults(settings: BaseSettings) -> None:
     """Install crawlfleet's defaults below a project's own settings ("addon" priority)
-    and the environment's ENV_SETTINGS (``CRAWLFLEET_REDIS_URL``,
-    ``CRAWLFLEET_STATE_DB_URL``) above them: the one rule that the add-on and every
-    command follow."""
+    and every ``CRAWLFLEET_*`` setting the environment sets (a variable of the same
+    name, not empty) above them: the one rule that the add-on (every node) and every
+    command (the manager included) follow. An environment variable that is no setting
+    but close to one's name is said once (a warning: it is not read)."""
     settings.setmodule(default_settings, priority="addon")
-    for name in ENV_SETTINGS:
-        value = os.environ.get(name)
-        if value:
+    known = defaults()
+    for name, value in os.environ.items():
+        if not name.startswith("CRAWLFLEET_") or not value:
+            continue
+        if name in known:
             settings.set(name, value, priority=ENV_PRIORITY)
+        elif name not in _said_unknown and not _NOT_SETTINGS.match(name):
+            _said_unknown.add(name)
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+            if close:
+                logger.warning(
+                    "The environment variable %s is no crawlfleet setting: not read "
+                    "(did you mean %s?)",
+                    name,
+                    close[0],
+                )
 
 
 def check_unknown(settings: BaseSettings) -> None:
