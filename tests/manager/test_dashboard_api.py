@@ -18,6 +18,7 @@ from crawlfleet.fleet.snapshot import JobSnapshot
 from crawlfleet.manager.callers import CALLER_SECONDS
 from crawlfleet.manager.routes.jobs import live_figures, site_figures
 from crawlfleet.manager.shared import FRESH_SECONDS, Shared
+from crawlfleet.manager.signin import FIRST_WAIT_SECONDS, FREE_FAILURES
 from crawlfleet.manager.web import ASSETS
 from crawlfleet.state.sessions import session_of, start_session
 from crawlfleet.state.tokens import revoke_token
@@ -88,6 +89,41 @@ def test_sign_in_sets_a_strict_http_only_session_cookie(manager: Manager) -> Non
         assert r.status_code in (401, 400) and "set-cookie" not in r.headers
         assert set(r.json()) == {"error"}
     assert Browser(manager.client).get("/session").status_code == 401
+
+
+def test_failed_sign_ins_are_slowed_per_client_and_said(
+    manager: Manager, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 300 wrong tokens in a burst: the first FREE_FAILURES get their 401, then the client
+    # waits longer and longer, refused at once (429 and Retry-After) while it waits
+    guard = manager.app.state.ctx.sign_ins
+    statuses: list[int] = []
+    with caplog.at_level("WARNING", logger="crawlfleet.manager.signin"):
+        for n in range(300):
+            r = Browser(manager.client).post("/session", json={"token": f"cft_guess{n}"})
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                assert int(r.headers["Retry-After"]) >= 1
+                assert r.json()["error"]["code"] == "too_many_requests"
+    assert statuses[:FREE_FAILURES] == [401] * FREE_FAILURES
+    assert statuses.count(401) == FREE_FAILURES + 1  # then one guess a wait
+    assert statuses.count(429) == 300 - FREE_FAILURES - 1
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == "Failed sign-in from testclient (a token that is unknown or revoked)"
+    assert said[1].startswith("6 failed sign-ins from testclient") and len(said) == 2
+    # a wrong bearer token counts alike, and the right one waits too
+    r = manager.client.get("/api/v1/jobs", headers={"Authorization": "Bearer cft_x"})
+    assert r.status_code == 429
+    r = Browser(manager.client).post("/session", json={"token": manager.tokens["viewer"]})
+    assert r.status_code == 429
+    # once the wait is over, the right token signs in and the client is forgiven
+    assert guard.wait_left("testclient") <= FIRST_WAIT_SECONDS
+    time.sleep(guard.wait_left("testclient"))
+    r = Browser(manager.client).post("/session", json={"token": manager.tokens["viewer"]})
+    assert r.status_code == 200
+    assert guard.wait_left("testclient") == 0
+    r = Browser(manager.client).post("/session", json={"token": "cft_again"})
+    assert r.status_code == 401
 
 
 def test_changes_through_a_session_need_its_csrf_token_and_origin(manager: Manager) -> None:

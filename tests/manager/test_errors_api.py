@@ -74,7 +74,7 @@ def test_errors_are_listed_counted_and_recrawled(manager: Manager) -> None:
         json={"reason": "exception"},
         headers=manager.as_("operator"),
     )
-    assert r.json() == {"job": "e-job", "queued": 1, "queued_by_url": 1}  # payload unreadable
+    assert r.json() == {"job": "e-job", "queued": 1, "queued_by_url": 1, "invalid_url": 0}
     r = manager.client.post(
         "/api/v1/jobs/e-job/errors/recrawl", json={}, headers=manager.as_("operator")
     )

@@ -20,6 +20,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from crawlfleet.manager.context import ManagerContext
+from crawlfleet.manager.signin import check_waiting, client_of
 from crawlfleet.state.sessions import SessionInfo, session_of
 from crawlfleet.state.tokens import ROLES, TokenInfo, authenticate, role_allows
 
@@ -114,11 +115,15 @@ async def identify(request: Request) -> Caller:
     else:
         if not credentials:
             raise HTTPException(401, "an API token is needed: Authorization: Bearer TOKEN")
+        client = client_of(request)
+        check_waiting(ctx.sign_ins, client)  # a wrong bearer token is a failed sign-in too
         found = await ctx.callers.lookup(
             "token", credentials, lambda: ctx.in_db(authenticate, ctx.db, credentials)
         )
         if found is None:
+            ctx.sign_ins.failed(client)
             raise HTTPException(401, "the API token is not valid (unknown or revoked)")
+        ctx.sign_ins.succeeded(client)
         token = found
     caller = Caller(token, session)
     request.scope[CALLER_SCOPE_KEY] = caller

@@ -19,6 +19,7 @@ from crawlfleet.frontier.limits import RateLimits
 from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.manager.callers import RecentCallers
 from crawlfleet.manager.shared import Shared
+from crawlfleet.manager.signin import SignInGuard
 from crawlfleet.pipelines.browse import SqlItemReader
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.keys import JobKeys
@@ -64,6 +65,8 @@ class ManagerContext:
     figures: Shared = field(default_factory=Shared)
     #: callers (tokens, sessions) looked up in the last seconds (crawlfleet.manager.auth)
     callers: RecentCallers = field(default_factory=RecentCallers)
+    #: failed sign-ins by client, slowed (crawlfleet.manager.signin)
+    sign_ins: SignInGuard = field(default_factory=SignInGuard)
     #: one point a watch, oldest first: {"at": Redis time (ms), "jobs": {job: pages/s}}
     history: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
 

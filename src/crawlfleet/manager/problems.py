@@ -4,7 +4,7 @@ that fits. Messages never carry a secret (URLs are redacted)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,6 +35,7 @@ _CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "too_large",
+    429: "too_many_requests",
     500: "internal_error",
     502: "scrapyd_error",
     503: "unavailable",
@@ -46,12 +47,19 @@ _CODES = {
 MESSAGE_MAX_CHARS = 500
 
 
-def error_response(status: int, message: str, code: str | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    message: str,
+    code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
     if len(message) > MESSAGE_MAX_CHARS:
         message = message[: MESSAGE_MAX_CHARS - 1] + "…"
     body = {"error": {"code": code or _CODES.get(status, "error"), "message": message}}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    sent = dict(headers or {})
+    if status == 401:
+        sent["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=status, headers=sent or None)
 
 
 def _one_line(text: str) -> str:
@@ -82,7 +90,7 @@ def _said_as_is(
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 
 from crawlfleet.manager.auth import SESSION_COOKIE, Ctx, check_csrf, session_from
 from crawlfleet.manager.routes.models import SignInBody
+from crawlfleet.manager.signin import check_waiting, client_of
 from crawlfleet.state.sessions import SessionInfo, end_session, start_session
 
 __all__ = ["router"]
@@ -26,9 +27,13 @@ def _who(info: SessionInfo) -> dict[str, Any]:
 async def sign_in(
     body: SignInBody, request: Request, response: Response, ctx: Ctx
 ) -> dict[str, Any]:
+    client = client_of(request)
+    check_waiting(ctx.sign_ins, client)
     started = await ctx.in_db(start_session, ctx.db, body.token.strip(), ctx.session_hours)
     if started is None:
+        ctx.sign_ins.failed(client)
         raise HTTPException(401, "the token is not valid (unknown or revoked)")
+    ctx.sign_ins.succeeded(client)
     sid, info = started
     response.set_cookie(
         SESSION_COOKIE,
