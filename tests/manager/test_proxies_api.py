@@ -6,14 +6,15 @@ import asyncio
 
 from crawlfleet.fleet.proxies import ProxyPool
 from crawlfleet.redis.connection import make_client
-from tests.support.manager import Manager
+from crawlfleet.state.sealing import Sealer
+from tests.support.manager import SECRET_KEY, Manager
 
 
 def test_the_pool_through_the_api(manager: Manager) -> None:
     async def fill() -> None:
         client = make_client(manager.redis_url)
         try:
-            await ProxyPool(client, manager.prefix).add(
+            await ProxyPool(client, manager.prefix, Sealer([SECRET_KEY], "the manager's")).add(
                 ["http://u:s3cr3t@127.0.0.1:3128", "http://127.0.0.2:3128"]
             )
         finally:

@@ -14,9 +14,10 @@ from typing import Any, TypeVar
 import pytest
 
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.fleet.proxies import ProxyPool, parse_provider_answer, parse_sources
+from crawlfleet.fleet.proxies import ProxyPool, parse_provider_answer, parse_sources, proxy_id
 from crawlfleet.node.launcher import start_node
 from crawlfleet.redis.connection import make_client
+from crawlfleet.state.sealing import Sealer, new_key
 from crawlfleet.testsite import SiteModel, TestSite
 from tests.support.loopback import LoopbackSite
 from tests.support.proxy import ProxyFarm
@@ -25,13 +26,21 @@ from tests.support.session_site import SessionSite
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 P = [f"http://user:s3cr3t@127.0.0.1:{8000 + i}" for i in range(4)]
+#: the key the tests' nodes and pools share (CRAWLFLEET_SECRET_KEY)
+KEY = new_key()
+SEALER = Sealer([KEY], "the tests' key")
 
 
-def on_pool(redis_url: str, prefix: str, fn: Callable[[ProxyPool], Awaitable[T]]) -> T:
+def on_pool(
+    redis_url: str,
+    prefix: str,
+    fn: Callable[[ProxyPool], Awaitable[T]],
+    sealer: Sealer | None = SEALER,
+) -> T:
     async def main() -> T:
         client = make_client(redis_url)
         try:
-            return await fn(ProxyPool(client, prefix))
+            return await fn(ProxyPool(client, prefix, sealer))
         finally:
             await client.aclose()
 
@@ -63,6 +72,7 @@ def run_node(
             **node_env,
             "ROBOTSTXT_OBEY": False,
             "CRAWLFLEET_FINISH_GRACE_SECONDS": 1,
+            "CRAWLFLEET_SECRET_KEY": KEY,
             **settings,
         },
         cwd=ROOT,
@@ -116,6 +126,46 @@ def test_the_pool_rotates_retires_cools_evicts_and_bans_per_site(
         assert {s["state"] for s in status.values()} == {"used", "failed"}
 
     on_pool(redis_server_url, key_prefix, body)
+
+
+def test_credentials_are_sealed_in_redis_and_need_the_shared_key(
+    redis_server_url: str, key_prefix: str, sync_redis: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    all_key = f"{key_prefix}:{{proxies}}:all"
+    plain = "http://127.0.0.9:3128"
+    # a proxy kept in the clear by an earlier crawlfleet
+    sync_redis.hset(all_key, proxy_id(P[1]), P[1])
+    sync_redis.zadd(f"{key_prefix}:{{proxies}}:live", {proxy_id(P[1]): 0})
+
+    async def body(pool: ProxyPool) -> None:
+        assert await pool.add([P[0], P[1], plain]) == (2, 3)
+        stored = {k.decode(): v.decode() for k, v in sync_redis.hgetall(all_key).items()}
+        assert not any("s3cr3t" in v for v in stored.values()), stored  # resealed too
+        assert stored[proxy_id(P[0])].startswith("sealed:v1:")
+        assert stored[proxy_id(plain)] == plain  # nothing to hide
+        picked = {(await pool.pick("a.test", max_uses=0)).url for _ in range(3)}  # type: ignore[union-attr]
+        assert picked == {P[0], P[1], plain}
+
+    on_pool(redis_server_url, key_prefix, body)
+
+    async def other_key(pool: ProxyPool) -> None:
+        # a node with another key cannot read the sealed ones: said, and not used
+        got = [await pool.pick("b.test", max_uses=0) for _ in range(6)]
+        assert {p.url for p in got if p is not None} == {plain}
+        shown_ = {s["proxy"] for s in await pool.status()}
+        assert shown_ == {plain, "(sealed with another key)"}
+
+    with caplog.at_level("ERROR"):
+        on_pool(redis_server_url, key_prefix, other_key, Sealer([new_key()], "another key"))
+    assert "set the same CRAWLFLEET_SECRET_KEY on the manager and every node" in caplog.text
+
+    async def no_key(pool: ProxyPool) -> None:
+        with pytest.raises(ConfigError, match="holds credentials") as caught:
+            await pool.add([P[2]])
+        assert "s3cr3t" not in str(caught.value)
+        assert await pool.add(["http://127.0.0.8:3128"]) == (1, 4)
+
+    on_pool(redis_server_url, key_prefix, no_key, None)
 
 
 def test_sources(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from crawlfleet.cli.options import add_fleet_options, run_on_redis
+from crawlfleet.cli.options import add_fleet_options, command_settings, run_on_redis
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.proxies import ProxyPool, parse_sources
+from crawlfleet.state.sealing import Sealer
 
 NAME = "proxies"
 HELP = "show, add or remove the proxies of the fleet's shared pool"
@@ -40,8 +41,11 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("proxies add: a provider is a node's source, not a proxy")
         urls = sources.urls
 
+    # the key the nodes and the manager share (CRAWLFLEET_SECRET_KEY, else the key file)
+    sealer = Sealer.from_settings(command_settings(args))
+
     async def action(client: Redis, prefix: str) -> Any:
-        pool = ProxyPool(client, prefix)
+        pool = ProxyPool(client, prefix, sealer)
         if args.action == "add":
             return await pool.add(urls)
         if args.action == "remove":

@@ -8,8 +8,14 @@ taken back by a refill.
 Sources (``CRAWLFLEET_PROXIES``): a list of proxy URLs, a file (``@path`` or an existing
 path: one URL a line, ``#`` comments), or a provider's HTTP endpoint
 (``provider+http://...``: its body lists proxy URLs, one a line or as a JSON list),
-fetched again, by one node at a time, whenever the pool runs low. Credentials in proxy
-URLs are kept in Redis to be used, and never logged or shown (:func:`shown`).
+fetched again, by one node at a time, whenever the pool runs low.
+
+Credentials in proxy URLs (a user and password, an API key as the user or in the query)
+are never logged or shown (:func:`shown`), and never kept in Redis in the clear: a URL
+that holds any is sealed (:class:`~crawlfleet.state.sealing.Sealer`, the key of
+``CRAWLFLEET_SECRET_KEY``, which the manager and every node must share, else the key
+file under ``CRAWLFLEET_DATA_DIR``) before it goes to the pool, and unsealed by the node
+that picks it. A pool without a sealer refuses such URLs.
 """
 
 from __future__ import annotations
@@ -30,8 +36,17 @@ from crawlfleet.redis.connection import redact
 from crawlfleet.redis.keys import ProxyKeys
 from crawlfleet.redis.replies import text
 from crawlfleet.redis.scripts import script_source
+from crawlfleet.state.sealing import PREFIX, Sealer
 
-__all__ = ["PickedProxy", "ProxyPool", "ProxySources", "parse_sources", "proxy_id", "shown"]
+__all__ = [
+    "PickedProxy",
+    "ProxyPool",
+    "ProxySources",
+    "has_secret",
+    "parse_sources",
+    "proxy_id",
+    "shown",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -155,11 +170,22 @@ class PickedProxy:
     left: int
 
 
-class ProxyPool:
-    """The fleet's proxy pool on *client* (see the module docstring)."""
+def has_secret(url: str) -> bool:
+    """Whether proxy URL *url* holds credentials (a user, a password, a query)."""
+    parts = urlsplit(url.strip())
+    return "@" in parts.netloc or bool(parts.query)
 
-    def __init__(self, client: Redis, prefix: str) -> None:
+
+class ProxyPool:
+    """The fleet's proxy pool on *client* (see the module docstring); *sealer* seals
+    the URLs with credentials that go to Redis and unseals those picked (None: only
+    proxies without credentials may be added)."""
+
+    def __init__(self, client: Redis, prefix: str, sealer: Sealer | None = None) -> None:
         self.client = client
+        self.sealer = sealer
+        #: proxy ids whose URL this pool's key could not unseal (said once each)
+        self._unreadable: set[str] = set()
         self.keys = ProxyKeys.of(prefix)
         self._pick = client.register_script(script_source("proxy_pick"))
         self._report = client.register_script(script_source("proxy_report"))
@@ -171,9 +197,40 @@ class ProxyPool:
             return 0, int(await self.client.zcard(self.keys.live))
         args: list[str] = []
         for url in urls:
-            args += [proxy_id(url), url]
+            args += [proxy_id(url), self._stored(url)]
         added, size = await self._add(keys=self.keys.for_proxy_add(), args=args)
         return int(added), int(size)
+
+    def _stored(self, url: str) -> str:
+        """*url* as the pool keeps it: sealed when it holds credentials."""
+        if not has_secret(url):
+            return url
+        if self.sealer is None:
+            raise ConfigError(
+                f"{shown(url)!r} holds credentials, which are sealed before they go to "
+                "Redis: this pool has no key (CRAWLFLEET_SECRET_KEY)"
+            )
+        return self.sealer.seal(url)
+
+    def _readable(self, pid: str, stored: str) -> str | None:
+        """The URL of *stored* (unsealed), or None when this pool's key cannot open it
+        (said once a proxy)."""
+        if not stored.startswith(PREFIX):
+            return stored
+        try:
+            if self.sealer is None:
+                raise ConfigError("no key")
+            return self.sealer.unseal(stored)
+        except ConfigError:
+            if pid not in self._unreadable:
+                self._unreadable.add(pid)
+                logger.error(
+                    "Proxy %s of the pool was sealed with a key this process does not hold "
+                    "(%s): set the same CRAWLFLEET_SECRET_KEY on the manager and every node",
+                    pid,
+                    self.sealer.source if self.sealer is not None else "no key",
+                )
+            return None
 
     async def pick(self, site: str, *, max_uses: int) -> PickedProxy | None:
         """The least used proxy that may serve *site* now (its use counted), or None."""
@@ -182,7 +239,10 @@ class ProxyPool:
         )
         if not pid:
             return None
-        return PickedProxy(text(pid), text(url), int(uses), int(left))
+        readable = self._readable(text(pid), text(url))
+        if readable is None:
+            return None  # another node may open it; this one's requests wait
+        return PickedProxy(text(pid), readable, int(uses), int(left))
 
     async def report(
         self,
@@ -234,12 +294,17 @@ class ProxyPool:
         gone = {text(k): text(v) for k, v in (await self.client.hgetall(self.keys.gone)).items()}
         stats = {text(k): int(v) for k, v in (await self.client.hgetall(self.keys.stats)).items()}
         out = []
-        for pid, url in sorted(urls.items(), key=lambda kv: shown(kv[1])):
+        readable = {pid: self._readable(pid, url) for pid, url in urls.items()}
+        named = {
+            pid: shown(url) if url is not None else "(sealed with another key)"
+            for pid, url in readable.items()
+        }
+        for pid in sorted(named, key=named.__getitem__):
             state = "cooling" if pid in cool else "live" if pid in live else gone.get(pid, "?")
             out.append(
                 {
                     "id": pid,
-                    "proxy": shown(url),
+                    "proxy": named[pid],
                     "state": state,
                     "uses": live.get(pid),
                     "ok": stats.get(f"{pid}:ok", 0),

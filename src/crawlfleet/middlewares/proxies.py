@@ -73,6 +73,7 @@ from crawlfleet.fleet.proxies import (
 from crawlfleet.meta import DELAY_META, POOL_PROXY_META, PROXY_WAITS_META, SESSION_META
 from crawlfleet.middlewares.common import is_robots, site_of
 from crawlfleet.parts import node_of, parts_of
+from crawlfleet.state.sealing import Sealer
 
 __all__ = ["GATEWAY_STATUSES", "NoProxy", "ProxyRotation"]
 
@@ -135,6 +136,7 @@ class ProxyRotation:
                 "CRAWLFLEET_PROXY_WAIT_SECONDS > 0"
             )
         self.pool: ProxyPool | None = None
+        self.sealer = Sealer.from_settings(crawler.settings)
         self.stats = crawler.stats
         self._tasks: set[asyncio.Future[Any]] = set()
         self._said_none = 0.0
@@ -160,7 +162,8 @@ class ProxyRotation:
             # sent directly
             logger.error("CRAWLFLEET_PROXY_ENABLED needs the crawlfleet scheduler on Redis")
             return
-        pool = ProxyPool(*shared)
+        # credentials go to Redis sealed, with the key the manager and every node share
+        pool = ProxyPool(*shared, self.sealer)
         added, size = await pool.add(self.sources.urls)
         self.pool = pool
         if self.sources.provider and size < max(self.min_pool, 1):

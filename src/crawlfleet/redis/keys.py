@@ -104,8 +104,8 @@ outside this schema. Two keys of crawlfleet's sit in its hash slot (see
 The fleet's proxy pool (crawlfleet.fleet.proxies), every job's, under the hash tag
 ``{proxies}``::
 
-    <prefix>:{proxies}:all             hash   proxy id -> proxy URL (credentials included:
-                                              never shown)
+    <prefix>:{proxies}:all             hash   proxy id -> proxy URL, sealed when it holds
+                                              credentials (crawlfleet.state.sealing)
     <prefix>:{proxies}:live            zset   proxy id -> uses so far: the pool
     <prefix>:{proxies}:cool            zset   proxy id -> end of its rest after a failure
                                               (ms, Redis clock)

@@ -1,7 +1,8 @@
 -- proxy_add: proxies into the fleet's pool; one that left it (used up, failed, removed)
--- is not taken back.
+-- is not taken back. One in the pool whose URL is kept in the clear (by an earlier
+-- crawlfleet) takes the given form when that is sealed ("sealed:v1:...").
 --
--- KEYS[1] all    hash  proxy id -> proxy URL
+-- KEYS[1] all    hash  proxy id -> proxy URL (sealed where it holds credentials)
 -- KEYS[2] live   zset  proxy id -> uses
 -- KEYS[3] gone   hash  proxy id -> why it left the pool
 -- ARGV pairs: proxy id, proxy URL
@@ -15,6 +16,11 @@ for i = 1, #ARGV, 2 do
     redis.call('HSET', all_key, id, url)
     redis.call('ZADD', live_key, 0, id)
     added = added + 1
+  elseif string.sub(url, 1, 7) == 'sealed:' then
+    local kept = redis.call('HGET', all_key, id)
+    if kept and string.sub(kept, 1, 7) ~= 'sealed:' then
+      redis.call('HSET', all_key, id, url)
+    end
   end
 end
 return {added, redis.call('ZCARD', live_key)}
