@@ -258,3 +258,59 @@ def test_kill_9_of_a_node_mid_crawl_loses_no_tracked_page(
     counters, _events = job_state(redis_server_url, key_prefix, "killed")
     assert counters.get("tracked") == len(TRACKED), counters
     assert counters.get("queued", 0) + counters.get("leased", 0) == len(TRACKED), counters
+
+
+@pytest.mark.slow
+def test_a_lost_frontier_continues_each_pages_versions_in_the_sql_store(
+    site: ChangingSite,
+    redis_server_url: str,
+    node_env: dict[str, str],
+    key_prefix: str,
+    sync_redis: Any,
+    tmp_path: Path,
+) -> None:
+    import sqlalchemy as sa
+
+    from crawlfleet.pipelines.sql import SqlSink
+
+    def json_of(document: Any) -> dict[str, Any]:
+        return json.loads(document) if isinstance(document, str) else dict(document)
+
+    url = f"sqlite:///{tmp_path / 'items.sqlite3'}"
+    env = {**node_env, "CRAWLFLEET_STORES": "sql", "CRAWLFLEET_SQL_URL": url}
+
+    def held() -> dict[str, dict[str, Any]]:
+        sink = SqlSink(url)
+        try:
+            with sink.engine.connect() as conn:
+                rows = conn.execute(sa.select(sink.table.c.url, sink.table.c.document))
+                return {str(u).rsplit("/", 1)[1]: json_of(d) for u, d in rows}
+        finally:
+            sink.teardown()
+
+    log = tmp_path / "first.log"
+    proc = node(site, "lost", redis_server_url, env, log)
+    try:  # /stamp's new title at its third visit: its version 2
+        wait_for(lambda: site.visits("/stamp") >= 4, proc, log, 40)
+        time.sleep(0.5)
+    finally:
+        stop(proc)
+    before = held()
+    assert before["stamp"]["version"] == 2 and before["etag"]["version"] == 1
+    # Redis restarted empty: every key of the job is gone
+    for key in sync_redis.scan_iter(f"{key_prefix}:*"):
+        sync_redis.delete(key)
+    visits = site.visits("/stamp")
+    log = tmp_path / "again.log"
+    proc = node(site, "lost", redis_server_url, env, log)
+    try:  # the job rebuilt from its seed: every page fetched and judged afresh
+        wait_for(lambda: site.visits("/stamp") >= visits + 2, proc, log, 40)
+        time.sleep(0.5)
+    finally:
+        stop(proc)
+    after = held()
+    # the same fields as stored: the same version, first seen when it first was
+    for path in ("stamp", "etag", "lm", "plain"):
+        assert after[path]["version"] == before[path]["version"], (path, after[path])
+        assert after[path]["first_seen"] == before[path]["first_seen"], path
+    assert "Traceback" not in log.read_text()

@@ -18,7 +18,7 @@ from scrapy.utils.test import get_crawler
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.pipelines.buffered import StoreOptions
 from crawlfleet.pipelines.key import make_key
-from crawlfleet.pipelines.sinks import StoredItem, to_document
+from crawlfleet.pipelines.sinks import ItemMark, StoredItem, to_document
 from crawlfleet.pipelines.sql import SqlSink, SqlStorePipeline
 from tests.support.databases import require_server, unique_table
 from tests.support.waiting import poll
@@ -228,3 +228,53 @@ def test_postgres_connections_killed_mid_crawl_lose_nothing(table: str, sql_url:
     admin.dispose()
     assert killed >= 1
     assert sink.count() == 300
+
+
+# --- versions across a lost frontier ---------------------------------------------------
+
+
+def test_a_lost_frontier_does_not_start_a_pages_versions_over(sql_url: str, table: str) -> None:
+    sink = SqlSink(sql_url, table=table, versions=True)
+    sink.setup()
+    first, later = "2026-01-01T00:00:00Z", "2026-03-01T00:00:00Z"
+
+    def write(version: int, title: str, seen: str, changed: str, key: str = "p1") -> None:
+        stamps = {"first_seen": seen, "changed_at": changed, "version": version}
+        sink.write_batch([_record(key, title=title, **stamps)])
+
+    def held(key: str = "p1") -> dict[str, Any]:
+        got = sink.get(key)
+        assert got is not None
+        return got.document
+
+    try:
+        write(1, "a", first, first)
+        write(2, "b", first, "2026-02-01T00:00:00Z")
+        write(3, "c", first, "2026-02-15T00:00:00Z")
+        # the frontier is lost: the page comes back as version 1, first seen now
+        write(1, "c", later, later)  # the same fields: the same version, its stamps kept
+        assert held() == {
+            "title": "c",
+            "first_seen": first,
+            "changed_at": "2026-02-15T00:00:00Z",
+            "version": 3,
+        }
+        write(1, "d", later, later)  # changed since: the next version, first seen then
+        assert held() == {"title": "d", "first_seen": first, "changed_at": later, "version": 4}
+        write(2, "e", later, "2026-03-02T00:00:00Z")  # the frontier counts on from 1
+        assert held()["version"] == 5 and held()["first_seen"] == first
+        write(6, "f", first, "2026-03-03T00:00:00Z")  # a frontier ahead of the store
+        assert held()["version"] == 6
+        # a page back after it was gone is a new version, whatever its fields
+        sink.write_batch([], [ItemMark("p1", "job", "u", "2026-03-04T00:00:00Z")])
+        write(1, "f", later, "2026-03-05T00:00:00Z")
+        assert held()["version"] == 7 and "gone_at" not in held()
+        # items without versions (an item's own "version" is no stamp), and new keys, are
+        # written as they come
+        sink.write_batch([_record("plain", title="x", version=2)])
+        sink.write_batch([_record("plain", title="x", version=1)])
+        assert held("plain") == {"title": "x", "version": 1}
+        write(1, "n", later, later, key="new")
+        assert held("new")["version"] == 1 and held("new")["first_seen"] == later
+    finally:
+        sink.teardown()

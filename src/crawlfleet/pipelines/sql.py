@@ -33,7 +33,7 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,8 @@ from crawlfleet.pipelines.buffered import BufferedSink, StoreOptions
 from crawlfleet.pipelines.key import MAX_KEY_LENGTH
 from crawlfleet.pipelines.sinks import GONE_AT, ItemMark, StoredItem
 from crawlfleet.pipelines.store import StorePipeline
+from crawlfleet.pipelines.versions import continued, is_stamped
+from crawlfleet.revisit.config import revisit_mode, revisit_policy
 from crawlfleet.settings.access import get_path, get_str
 from crawlfleet.state.url import state_db_identity
 
@@ -81,6 +83,8 @@ def check_dialect(url: URL) -> str:
 
 _TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _UPDATED = ("job", "item_type", "url", "document", "updated_at")
+#: keys read in one query when a batch's versions are continued
+_READ_KEYS = 500
 
 
 def row_document(row: Any) -> Any:
@@ -159,6 +163,9 @@ class SqlSink(BufferedSink):
 
     *engine_options* are extra ``sqlalchemy.create_engine`` arguments; its
     ``connect_args`` are merged over the defaults (timeouts, keepalives, utf8mb4).
+    *versions*: continue the versions of the pages of a continuous crawl (on when
+    ``CRAWLFLEET_REVISIT`` is), *unversioned* the item fields that make no new version
+    (``CRAWLFLEET_REVISIT_IGNORE_FIELDS``): :mod:`crawlfleet.pipelines.versions`.
     """
 
     name = "sql"
@@ -171,8 +178,12 @@ class SqlSink(BufferedSink):
         options: StoreOptions | None = None,
         stats: StatsCollector | None = None,
         engine_options: Mapping[str, Any] | None = None,
+        versions: bool = False,
+        unversioned: Collection[str] = (),
     ) -> None:
         super().__init__(options, stats=stats)
+        self.versions = versions
+        self.unversioned = frozenset(unversioned)
         try:
             self.url = make_url(url)
         except sa_exc.ArgumentError as exc:
@@ -285,12 +296,31 @@ class SqlSink(BufferedSink):
         ]
         with self.engine.begin() as conn:
             if rows:
+                self._continue_versions(conn, rows)
                 conn.execute(self._statement, rows)
             if marks:
                 conn.execute(
                     self._mark_statement,
                     [{"mark_key": m.key, "gone_at": m.gone_at, "now": now} for m in marks],
                 )
+
+    def _continue_versions(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+        """The documents of *rows* that carry a page's ``version`` continue the history
+        of the items stored under their keys (:func:`~crawlfleet.pipelines.versions.
+        continued`: a lost frontier starts no page over), read in the same transaction."""
+        stamped = [r for r in rows if self.versions and is_stamped(r["document"])]
+        if not stamped:
+            return
+        t = self.table
+        stored: dict[str, Any] = {}
+        for i in range(0, len(stamped), _READ_KEYS):
+            keys = [r["key"] for r in stamped[i : i + _READ_KEYS]]
+            found = conn.execute(sa.select(t.c.key, t.c.document).where(t.c.key.in_(keys)))
+            stored.update((row.key, row_document(row._mapping)) for row in found)
+        for row in stamped:
+            held = stored.get(row["key"])
+            if isinstance(held, dict):
+                row["document"] = continued(row["document"], held, self.unversioned)
 
     def is_transient(self, exc: BaseException) -> bool:
         """Connection trouble, timeouts and locks are transient; data errors are not."""
@@ -351,5 +381,7 @@ class SqlStorePipeline(StorePipeline):
             table=get_str(settings, "CRAWLFLEET_SQL_TABLE"),
             options=StoreOptions.from_settings(settings),
             stats=crawler.stats,
+            versions=revisit_mode(settings) != "off",
+            unversioned=revisit_policy(settings).ignore_fields,
         )
         return sink
