@@ -15,7 +15,7 @@ from scrapy import Request
 from crawlfleet.settings.config import redact_url
 from crawlfleet.urls import check_http_url
 
-__all__ = ["SEED_KEYS", "check_seed_url", "parse_seed"]
+__all__ = ["SEED_KEYS", "check_seed_url", "judge_seed", "parse_seed"]
 
 SEED_KEYS = frozenset({"url", "meta", "priority"})
 
@@ -25,6 +25,15 @@ def parse_seed(raw: bytes | str) -> Request:
     (:func:`crawlfleet.urls.check_http_url`) before Scrapy normalises it. Raises
     ValueError saying what is wrong (a seed that is not UTF-8 text, not a URL, not
     http(s), with no host, or a JSON entry of the wrong shape)."""
+    seed = judge_seed(raw)
+    return Request(seed) if isinstance(seed, str) else seed
+
+
+def judge_seed(raw: bytes | str) -> str | Request:
+    """Seed entry *raw* judged as :func:`parse_seed` judges it (the same ValueError),
+    without building a request for a plain URL: the URL (stripped), whose request is
+    ``Request(url)``; a JSON entry's request. For callers that queue plain URLs by the
+    million (:mod:`crawlfleet.fleet.seedform`)."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     text = text.strip()
     if not text:
@@ -48,7 +57,7 @@ def parse_seed(raw: bytes | str) -> Request:
         check_seed_url(data["url"])
         return Request(data["url"], meta=meta, priority=priority)
     check_seed_url(text)
-    return Request(text)
+    return text
 
 
 def check_seed_url(url: str) -> None:

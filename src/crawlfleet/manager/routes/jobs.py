@@ -12,7 +12,7 @@ from starlette.responses import Response
 from crawlfleet.fleet.control import Sent, await_acks, send_command
 from crawlfleet.fleet.jobs import list_jobs, require_job, reset_job, runs_total
 from crawlfleet.fleet.limits import read_limits, set_limits, unset_limits
-from crawlfleet.fleet.seeds import SeedResult, parse_entries, queue_seeds
+from crawlfleet.fleet.seeds import SeedResult, queue_seeds, seed_batches
 from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
@@ -181,16 +181,16 @@ async def seeds(
 ) -> dict[str, Any]:
     frontier = ctx.frontier(job)  # a job is made by its first seeds
     result = SeedResult()
-    requests = parse_entries(body.seeds, result)
-    if not requests:
+    batches = seed_batches(body.seeds, result)
+    if batches is None:
         first = result.invalid[0]
         raise HTTPException(400, f"no valid seed: entry {first[0]}: {first[2]}")
-    await queue_seeds(frontier, requests, ctx.frontier_config.site_key, result)
+    await queue_seeds(frontier, batches, ctx.frontier_config.site_key, result)
     await ctx.record(
         token.name,
         "job.seeds",
         job,
-        {"queued": result.queued, "duplicates": result.duplicates, "invalid": len(result.invalid)},
+        {"queued": result.queued, "duplicates": result.duplicates, "invalid": result.invalid_count},
     )
     return {"job": job, **result.as_dict()}
 
