@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import math
 import re
 import time
 from typing import Any
@@ -98,6 +99,7 @@ def test_failed_sign_ins_are_slowed_per_client_and_said(
     # waits longer and longer, refused at once (429 and Retry-After) while it waits
     guard = manager.app.state.ctx.sign_ins
     statuses: list[int] = []
+    started = time.monotonic()
     with caplog.at_level("WARNING", logger="crawlfleet.manager.signin"):
         for n in range(300):
             r = Browser(manager.client).post("/session", json={"token": f"cft_guess{n}"})
@@ -105,19 +107,22 @@ def test_failed_sign_ins_are_slowed_per_client_and_said(
             if r.status_code == 429:
                 assert int(r.headers["Retry-After"]) >= 1
                 assert r.json()["error"]["code"] == "too_many_requests"
-    assert statuses[:FREE_FAILURES] == [401] * FREE_FAILURES
-    assert statuses.count(401) == FREE_FAILURES + 1  # then one guess a wait
-    assert statuses.count(429) == 300 - FREE_FAILURES - 1
+    took = time.monotonic() - started
+    assert statuses[: FREE_FAILURES + 2] == [401] * (FREE_FAILURES + 1) + [429]
+    # then one guess a wait: 1 s, 2 s, 4 s ... (a slow machine may see a wait end)
+    assert statuses.count(401) <= FREE_FAILURES + 1 + math.ceil(math.log2(took + 1)), took
+    assert statuses.count(429) >= 300 - FREE_FAILURES - 1 - math.ceil(math.log2(took + 1))
     said = [r.getMessage() for r in caplog.records]
     assert said[0] == "Failed sign-in from testclient (a token that is unknown or revoked)"
-    assert said[1].startswith("6 failed sign-ins from testclient") and len(said) == 2
+    assert said[1].startswith("6 failed sign-ins from testclient")
+    assert len(said) == 2  # then once a minute at most
     # a wrong bearer token counts alike, and the right one waits too
     r = manager.client.get("/api/v1/jobs", headers={"Authorization": "Bearer cft_x"})
     assert r.status_code == 429
     r = Browser(manager.client).post("/session", json={"token": manager.tokens["viewer"]})
     assert r.status_code == 429
     # once the wait is over, the right token signs in and the client is forgiven
-    assert guard.wait_left("testclient") <= FIRST_WAIT_SECONDS
+    assert guard.wait_left("testclient") <= 8 * FIRST_WAIT_SECONDS  # a few waits at most
     time.sleep(guard.wait_left("testclient"))
     r = Browser(manager.client).post("/session", json={"token": manager.tokens["viewer"]})
     assert r.status_code == 200

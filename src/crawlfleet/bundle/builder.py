@@ -151,6 +151,7 @@ def _download(req: Requirement, into: Path) -> metadata.Distribution | None:
     if pin is not None:
         spec += f"=={pin[0]}"
         pinned = into / f"{canonicalize_name(req.name)}.lock"
+        into.mkdir(parents=True, exist_ok=True)
         pinned.write_text(spec + "".join(f" --hash={h}" for h in pin[1]) + "\n")
         command += ["--require-hashes", "-r", str(pinned)]
     else:

@@ -14,8 +14,7 @@ from redis.asyncio import Redis
 
 from crawlfleet.cli.options import add_fleet_options, command_settings, run_on_redis
 from crawlfleet.exceptions import ConfigError
-from crawlfleet.fleet.proxies import ProxyPool, parse_sources
-from crawlfleet.state.sealing import Sealer
+from crawlfleet.fleet.proxies import ProxyPool, has_secret, parse_sources, proxy_sealer
 
 NAME = "proxies"
 HELP = "show, add or remove the proxies of the fleet's shared pool"
@@ -41,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("proxies add: a provider is a node's source, not a proxy")
         urls = sources.urls
 
-    # the key the nodes and the manager share (CRAWLFLEET_SECRET_KEY, else the key file)
-    sealer = Sealer.from_settings(command_settings(args))
+    # the key the nodes and the manager share (CRAWLFLEET_SECRET_KEY, else the key
+    # file: made for an added URL with credentials, never only to look)
+    sealer = proxy_sealer(command_settings(args), create=any(has_secret(u) for u in urls))
 
     async def action(client: Redis, prefix: str) -> Any:
         pool = ProxyPool(client, prefix, sealer)

@@ -30,13 +30,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
+from scrapy.settings import BaseSettings
 
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.redis.connection import redact
 from crawlfleet.redis.keys import ProxyKeys
 from crawlfleet.redis.replies import text
 from crawlfleet.redis.scripts import script_source
-from crawlfleet.state.sealing import PREFIX, Sealer
+from crawlfleet.settings.access import get_path, get_str
+from crawlfleet.state.sealing import KEY_FILE, PREFIX, Sealer
 
 __all__ = [
     "PickedProxy",
@@ -45,6 +47,7 @@ __all__ = [
     "has_secret",
     "parse_sources",
     "proxy_id",
+    "proxy_sealer",
     "shown",
 ]
 
@@ -168,6 +171,17 @@ class PickedProxy:
     uses: int
     #: proxies left in the pool (after this pick)
     left: int
+
+
+def proxy_sealer(settings: BaseSettings, *, create: bool) -> Sealer | None:
+    """The sealer of the proxy pool: of ``CRAWLFLEET_SECRET_KEY``, else of the key file
+    under ``CRAWLFLEET_DATA_DIR``, made when missing only if *create* (URLs with
+    credentials are about to be added). None: no key (the pool takes no credentials)."""
+    configured = get_str(settings, "CRAWLFLEET_SECRET_KEY").strip()
+    key_file = get_path(settings, "CRAWLFLEET_DATA_DIR") / KEY_FILE
+    if not create and not configured and not key_file.exists():
+        return None
+    return Sealer.from_settings(settings)
 
 
 def has_secret(url: str) -> bool:

@@ -66,14 +66,15 @@ from crawlfleet.fleet.proxies import (
     PickedProxy,
     ProxyPool,
     ProxySources,
+    has_secret,
     parse_provider_answer,
     parse_sources,
+    proxy_sealer,
     shown,
 )
 from crawlfleet.meta import DELAY_META, POOL_PROXY_META, PROXY_WAITS_META, SESSION_META
 from crawlfleet.middlewares.common import is_robots, site_of
 from crawlfleet.parts import node_of, parts_of
-from crawlfleet.state.sealing import Sealer
 
 __all__ = ["GATEWAY_STATUSES", "NoProxy", "ProxyRotation"]
 
@@ -136,7 +137,9 @@ class ProxyRotation:
                 "CRAWLFLEET_PROXY_WAIT_SECONDS > 0"
             )
         self.pool: ProxyPool | None = None
-        self.sealer = Sealer.from_settings(crawler.settings)
+        # a provider's proxies may come with credentials: the key is made for them too
+        may_hold = bool(sources.provider) or any(has_secret(u) for u in sources.urls)
+        self.sealer = proxy_sealer(crawler.settings, create=may_hold)
         self.stats = crawler.stats
         self._tasks: set[asyncio.Future[Any]] = set()
         self._said_none = 0.0
