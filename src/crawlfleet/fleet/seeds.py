@@ -8,6 +8,7 @@ frontier stores (:mod:`crawlfleet.fleet.seedform`)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import difflib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
@@ -140,11 +141,16 @@ async def queue_seeds(
             progress(result)
 
     source = iter(batches)
+    loop = asyncio.get_running_loop()
+    # one reader thread for the whole seeding: the default executor may start a new
+    # thread for a call whose predecessor's thread is not idle yet (a busy machine),
+    # and each thread's allocations take memory of their own
+    reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="seed-reader")
     try:
         while True:
             # the next batch is read in a thread while this loop sends the last one and
             # reads its reply: the seeds are parsed while Redis runs the script
-            batch = await asyncio.to_thread(next, source, None)
+            batch = await loop.run_in_executor(reader, next, source, None)
             if batch is None:
                 break
             if keyer.mode == "ip":
@@ -161,6 +167,7 @@ async def queue_seeds(
             sent, pending = pending, None
             count(await sent)
     finally:
+        reader.shutdown(wait=False)
         if pending is not None:  # reading the next batch failed: the one sent stands
             await _settle(pending, count)
     return result
