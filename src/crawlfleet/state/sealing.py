@@ -1,6 +1,7 @@
-"""Secrets the state DB keeps, sealed at rest: Scrapyd passwords, alert webhook URLs (a
-path or query often holds a token) and signing secrets, and the parameters of timers
-(a run's settings may hold a Redis URL with its password).
+"""Secrets kept sealed at rest: those the state DB keeps (Scrapyd passwords, alert
+webhook URLs (a path or query often holds a token) and signing secrets, and the
+parameters of timers: a run's settings may hold a Redis URL with its password), and the
+credentials of the proxy pool's URLs in Redis (crawlfleet.fleet.proxies).
 
 A sealed value is ``sealed:v1:`` and a Fernet token (AES-128-CBC and HMAC-SHA256, from
 the ``cryptography`` package). The keys come from ``CRAWLFLEET_SECRET_KEY`` (the
@@ -104,7 +105,10 @@ class Sealer:
             if not create:
                 raise ConfigError(f"no key file {path} (and {SETTING} is empty)")
             _write_key_file(path, [new_key()], exclusive=True)
-            logger.info("made the key that seals the state DB's secrets: %s (0600)", path)
+            logger.info(
+                "made the key that seals the state DB's secrets and proxy credentials: %s (0600)",
+                path,
+            )
         return cls(_read_key_file(path), f"the key file {path}", path)
 
     def seal(self, value: str) -> str:
