@@ -20,6 +20,7 @@ that picks it. A pool without a sealer refuses such URLs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -231,20 +232,18 @@ class ProxyPool:
         (said once a proxy)."""
         if not stored.startswith(PREFIX):
             return stored
-        try:
-            if self.sealer is None:
-                raise ConfigError("no key")
-            return self.sealer.unseal(stored)
-        except ConfigError:
-            if pid not in self._unreadable:
-                self._unreadable.add(pid)
-                logger.error(
-                    "Proxy %s of the pool was sealed with a key this process does not hold "
-                    "(%s): set the same CRAWLFLEET_SECRET_KEY on the manager and every node",
-                    pid,
-                    self.sealer.source if self.sealer is not None else "no key",
-                )
-            return None
+        if self.sealer is not None:
+            with contextlib.suppress(ConfigError):  # sealed with another key
+                return self.sealer.unseal(stored)
+        if pid not in self._unreadable:
+            self._unreadable.add(pid)
+            logger.error(
+                "Proxy %s of the pool was sealed with a key this process does not hold "
+                "(%s): set the same CRAWLFLEET_SECRET_KEY on the manager and every node",
+                pid,
+                self.sealer.source if self.sealer is not None else "no key",
+            )
+        return None
 
     async def pick(self, site: str, *, max_uses: int) -> PickedProxy | None:
         """The least used proxy that may serve *site* now (its use counted), or None."""
