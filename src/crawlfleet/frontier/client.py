@@ -120,6 +120,7 @@ def _pace_args(sites: Sequence[str], options: LeaseOptions) -> tuple[list[Any], 
         p.horizon_us,
         repr(float(p.late_share)),
         p.max_slots,
+        p.lead_us,
     ]
     return pacing, [value for site in offered_sites(sites, options) for value in site]
 
