@@ -43,6 +43,7 @@ __all__ = [
     "backoff_left",
     "check_share",
     "counter_value",
+    "counter_values",
     "entry_fault",
     "entry_revisit",
     "offered_sites",
@@ -394,6 +395,11 @@ def counter_value(raw: Any) -> int:
         return int(raw) if raw is not None else 0
     except (TypeError, ValueError):
         return 0
+
+
+def counter_values(reply: Mapping[Any, Any]) -> dict[str, int]:
+    """A job's counters hash as HGETALL returns it: name -> :func:`counter_value`."""
+    return {text(k): counter_value(v) for k, v in reply.items()}
 
 
 def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:
