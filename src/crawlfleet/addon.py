@@ -60,6 +60,9 @@ RECRAWL_PHASE = "crawlfleet.node.recrawl.RecrawlPhase"
 UNIT_META_MW = "crawlfleet.node.campaign.UnitMeta"
 SITE_THROTTLE = "crawlfleet.middlewares.throttle.SiteThrottle"
 SEND_TIME = "crawlfleet.middlewares.sendtime.SendTime"
+SEND_TIME_HANDLER = "crawlfleet.middlewares.sendtime.SendTimeHandler"
+#: the schemes whose download handler the add-on replaces with SEND_TIME_HANDLER
+WIRE_SCHEMES = ("http", "https")
 GIVE_WAY = "crawlfleet.middlewares.sendtime.GiveWay"
 KNOWN_DUPLICATES = "crawlfleet.middlewares.duplicates.KnownDuplicates"
 FAILURES = "crawlfleet.middlewares.failures.FailureRegistry"
@@ -197,6 +200,13 @@ class Addon:
         # last before the downloader (after HttpCacheMiddleware, 900): a rate-limited
         # request that cannot go out at its slot goes back for a new one
         self._component(settings, "DOWNLOADER_MIDDLEWARES", SEND_TIME, 950)
+        # and at the wire, a slotted request's bytes leave at its slot (unless the
+        # project named its own handler, scrapy-playwright's say, or turned SendTime
+        # off: a request that missed its slot at the wire comes back through it)
+        if _enabled(settings, "DOWNLOADER_MIDDLEWARES", SEND_TIME):
+            for scheme in WIRE_SCHEMES:
+                if not settings["DOWNLOAD_HANDLERS"].get(scheme):
+                    settings["DOWNLOAD_HANDLERS"][scheme] = SEND_TIME_HANDLER
         # last before the engine (Scrapy's own start at 25): a page's output pauses for
         # the node's slots
         self._component(settings, "SPIDER_MIDDLEWARES", GIVE_WAY, 5)
@@ -246,6 +256,24 @@ class Addon:
     def _component(settings: BaseSettings, setting: str, path: str, order: int) -> None:
         if not _placed(settings, setting, path):
             settings[setting][path] = order
+
+
+def waits_at_wire(settings: BaseSettings) -> bool:
+    """Whether the node's http and https requests go through SEND_TIME_HANDLER (the
+    add-on put it there: the project named no handler of its own), and SEND_TIME takes
+    back what misses its slot there."""
+    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
+    return _enabled(settings, "DOWNLOADER_MIDDLEWARES", SEND_TIME) and all(
+        component_path(handlers.get(s) or "") == SEND_TIME_HANDLER for s in WIRE_SCHEMES
+    )
+
+
+def _enabled(settings: BaseSettings, setting: str, path: str) -> bool:
+    """Whether the component *path* is in *setting* with an order (not None)."""
+    return any(
+        component_path(key) == path and order is not None
+        for key, order in settings.getwithbase(setting).items()
+    )
 
 
 def _placed(settings: BaseSettings, setting: str, path: str) -> bool:

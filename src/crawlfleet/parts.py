@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from redis.asyncio import Redis
 from scrapy import Request
@@ -42,6 +42,14 @@ ATTRIBUTE = "crawlfleet_parts"
 
 #: A callable returning a JSON-able dict, merged into the node's status at each heartbeat.
 StatusProvider = Callable[[], dict[str, Any]]
+
+
+class SendWindow(NamedTuple):
+    """When a slotted request may leave for the wire: not before *at* (its slot), not
+    after *by* (event-loop times, s)."""
+
+    at: float
+    by: float
 
 
 class NodeHandle(Protocol):
@@ -85,6 +93,13 @@ class NodeHandle(Protocol):
     def send_by(self, request: Request) -> float | None:
         """The event-loop time by which a request leased with a send time (a slot of a
         rate-limited site) must be on its way; None for a request without one."""
+
+    def send_window(self, request: Request) -> SendWindow | None:
+        """When a request leased with a send time may leave for the wire (None: any
+        time)."""
+
+    def connected(self, seconds: float) -> None:
+        """A new connection for a slotted request took *seconds* to open."""
 
     def starts_now(self, request: Request) -> bool:
         """Whether the downloader would start *request* at once (not queue it)."""

@@ -160,3 +160,25 @@ def test_components_that_are_off_are_not_loaded_unless_their_setting_is_on() -> 
     placed.set("DOWNLOADER_MIDDLEWARES", {cookies: 701}, priority="project")
     Addon().update_settings(placed)
     assert placed.getwithbase("DOWNLOADER_MIDDLEWARES")[cookies] == 701  # the project's
+
+
+def test_the_addon_holds_slotted_requests_at_the_wire_unless_the_project_says_otherwise() -> None:
+    """Its download handler for http and https (slotted requests leave at their slots),
+    not where the project named its own (scrapy-playwright's) or turned SendTime off
+    (what misses its slot at the wire comes back through it)."""
+    from crawlfleet.addon import SEND_TIME, SEND_TIME_HANDLER, waits_at_wire
+
+    settings = Settings()
+    Addon().update_settings(settings)
+    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
+    assert handlers["http"] == handlers["https"] == SEND_TIME_HANDLER
+    assert waits_at_wire(settings)
+    playwright = "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"
+    own = Settings({"DOWNLOAD_HANDLERS": {"http": playwright, "https": playwright}})
+    Addon().update_settings(own)
+    assert own.getwithbase("DOWNLOAD_HANDLERS")["https"] == playwright
+    assert not waits_at_wire(own)
+    off = Settings({"DOWNLOADER_MIDDLEWARES": {SEND_TIME: None}})
+    Addon().update_settings(off)
+    assert "http" not in off["DOWNLOAD_HANDLERS"]
+    assert not waits_at_wire(off)

@@ -269,10 +269,10 @@ def delayed_run(
     delay: float,
     latencies: tuple[float, ...],
     send_time: bool = True,
-) -> tuple[list[float], dict[str, int], list[int | None], int]:
+) -> tuple[list[float], dict[str, int], list[int | None], dict[str, int]]:
     """*nodes* nodes of a project with DOWNLOAD_DELAY *delay* and
     CONCURRENT_REQUESTS_PER_DOMAIN 1 on a site of one page per latency: (arrival times,
-    hits by path, exit codes, requests given back for a new slot)."""
+    hits by path, exit codes, the nodes' crawlfleet/scheduler/* stats summed)."""
     arrivals: list[float] = []
 
     def answer(path: str, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -310,11 +310,12 @@ def delayed_run(
         ]
         codes = wait_all(procs, 120)
         hits = dict(site.hits)
-    late = sum(
-        json.loads((tmp_path / f"node{i}.json").read_text()).get("crawlfleet/scheduler/late", 0)
-        for i in range(nodes)
-    )
-    return sorted(arrivals), hits, codes, late
+    summed: dict[str, int] = {}
+    for i in range(nodes):
+        for name, value in json.loads((tmp_path / f"node{i}.json").read_text()).items():
+            if name.startswith("crawlfleet/scheduler/"):
+                summed[name] = summed.get(name, 0) + value
+    return sorted(arrivals), hits, codes, summed
 
 
 @pytest.mark.slow
@@ -324,7 +325,7 @@ def test_one_node_sends_at_the_budgets_times_not_after_its_own_delay(
     """The per-process delay is off: with it (DOWNLOAD_DELAY 0.25, jittered by ±50 %)
     a node would hold requests past their slots, and the next one, on time, would
     follow within the delay."""
-    arrivals, hits, codes, _late = delayed_run(
+    arrivals, hits, codes, stats = delayed_run(
         redis_server_url, node_env, tmp_path, nodes=1, delay=0.25, latencies=(0.0,) * 16
     )
     assert codes == [0], (tmp_path / "node0.log").read_text()[-3000:]
@@ -334,6 +335,9 @@ def test_one_node_sends_at_the_budgets_times_not_after_its_own_delay(
     print(f"\none node, 1 per 0.25 s: {rate:.2f}/s, gaps {min(gaps):.3f} s and up")
     assert min(gaps) >= 0.25, [round(g, 3) for g in gaps]
     assert rate >= 0.8 * 4, [round(g, 3) for g in gaps]
+    # each request reached the wire before its slot and waited there for it (a first
+    # request on a new connection, too: it opened before the slot)
+    assert stats.get("crawlfleet/scheduler/wire_held", 0) >= 12, stats
 
 
 @pytest.mark.slow
@@ -343,9 +347,10 @@ def test_a_slot_that_would_wait_behind_a_slow_request_goes_back(
     """With CONCURRENT_REQUESTS_PER_DOMAIN = 1 a node's next slot can come while its
     last request to a slow site is still in flight: Scrapy would queue it and send it
     late, into another node's window. It goes back for a new slot instead."""
-    arrivals, hits, codes, late = delayed_run(
+    arrivals, hits, codes, stats = delayed_run(
         redis_server_url, node_env, tmp_path, nodes=2, delay=0.5, latencies=LATENCIES
     )
+    late = stats.get("crawlfleet/scheduler/late", 0)
     assert codes == [0, 0], (tmp_path / "node0.log").read_text()[-3000:]
     assert hits == {f"/p/{n}": 1 for n in range(len(LATENCIES))}, hits
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]

@@ -16,6 +16,18 @@ acknowledgement, as a retry is), and counted in ``crawlfleet/scheduler/late``.
 Robots.txt is read ahead when a slotted request is leased
 (:func:`crawlfleet.node.engine.engine_hooks`), so it seldom costs a slot.
 
+Then, at the wire: the add-on puts :class:`SendTimeHandler` (Scrapy's HTTP/1.1 download
+handler, its connection pool gated) in the place of Scrapy's for http and https, unless
+the project named its own (scrapy-playwright's, say). A slotted request then goes to the
+engine a little before its slot (the longest a new connection lately took to open: see
+:data:`crawlfleet.node.slots.WIRE_EARLY_MIN`), passes the middlewares, gets its
+connection (a new one opens meanwhile), and waits there: its bytes leave when its slot
+comes, not a connection's opening after it (a node's first request to a site came 35
+ms late, and the next slot on time: 3 requests in 0.995 s at 2/1s). Found past its
+send-by time with its connection in hand (the node had no core for that long), it is
+not sent: its connection goes back to the pool and the request comes back here, given
+back as above.
+
 On their way back, responses are held while the node's slots would come due during
 their parse (:meth:`crawlfleet.node.scheduler.Scheduler.parse_hold`): parsing a large
 page blocks the event loop for tens of milliseconds (a page of megabytes, for most of a
@@ -37,16 +49,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Hashable
+from contextvars import ContextVar
 from typing import Any
 
 from scrapy import Request, Spider
+from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.crawler import Crawler
 from scrapy.http import Response
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.web._newclient import HTTP11ClientProtocol
+from twisted.web.client import HTTPConnectionPool
 
-from crawlfleet.parts import node_of
+from crawlfleet.parts import SendWindow, node_of
 
-__all__ = ["GiveWay", "SendTime"]
+__all__ = ["GiveWay", "SendTime", "SendTimeHandler", "SlotMissed"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +90,22 @@ class SendTime:
         late = asyncio.get_event_loop().time() > send_by
         if not late and node.starts_now(request):
             return None
+        return self._given_back(
+            request, "missed its slot" if late else "would wait in a full download slot"
+        )
+
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> Request | None:
+        if isinstance(exception, SlotMissed):
+            return self._given_back(request, "missed its slot at the wire")
+        return None
+
+    def _given_back(self, request: Request, why: str) -> Request:
+        """A copy of *request* for the frontier, to get a new slot."""
         if self.stats is not None:
             self.stats.inc_value("crawlfleet/scheduler/late")
-        logger.debug(
-            "%s %s: given back for a new slot",
-            request,
-            "missed its slot" if late else "would wait in a full download slot",
-        )
+        logger.debug("%s %s: given back for a new slot", request, why)
         meta = {k: v for k, v in request.meta.items() if k != "is_start_request"}
         return request.replace(dont_filter=True, meta=meta)
 
@@ -133,3 +160,95 @@ class GiveWay:
                 await asyncio.sleep(pause)
             asked = loop.time()
         node.parsed(len(response.body), longest)
+
+
+class SlotMissed(Exception):
+    """A slotted request found its connection past its send-by time: not sent."""
+
+
+#: the send window of the request whose connection is asked for (set by
+#: SendTimeHandler around Scrapy's download, read by the pool as it is asked)
+_WINDOW: ContextVar[SendWindow | None] = ContextVar("crawlfleet_send_window", default=None)
+
+
+class _GatedPool(HTTPConnectionPool):
+    """Scrapy's connection pool, whose connections for a slotted request are handed
+    over at its slot: not before, and not after its send-by time (then it is put back
+    and the request fails with :class:`SlotMissed`). *handler* hears how long each new
+    connection took to open, and of each connection held for its slot."""
+
+    def __init__(self, reactor: Any, handler: SendTimeHandler) -> None:
+        super().__init__(reactor, persistent=True)  # type: ignore[no-untyped-call]
+        self._handler = handler
+
+    def getConnection(
+        self, key: Hashable, endpoint: IStreamClientEndpoint
+    ) -> Deferred[HTTP11ClientProtocol]:
+        window = _WINDOW.get()
+        fresh = not self._connections.get(key)
+        asked = asyncio.get_event_loop().time()
+        got: Deferred[HTTP11ClientProtocol] = super().getConnection(key, endpoint)
+        if window is None:
+            return got
+        if fresh:
+            got.addCallback(self._measured, asked)
+        return got.addCallback(self._at_slot, key, window)
+
+    def _measured(self, connection: HTTP11ClientProtocol, asked: float) -> HTTP11ClientProtocol:
+        self._handler.opened(asyncio.get_event_loop().time() - asked)
+        return connection
+
+    def _at_slot(
+        self, connection: HTTP11ClientProtocol, key: Hashable, window: SendWindow
+    ) -> HTTP11ClientProtocol | Deferred[HTTP11ClientProtocol]:
+        loop = asyncio.get_event_loop()
+        now = loop.time()
+        if now > window.by:
+            # unused: kept for the next request
+            self._putConnection(key, connection)  # type: ignore[no-untyped-call]
+            raise SlotMissed(f"{(now - window.by) * 1000:.1f} ms past its send-by time")
+        if now >= window.at:
+            return connection
+        self._handler.held()
+        waited: Deferred[HTTP11ClientProtocol] = Deferred()
+        loop.call_at(window.at, waited.callback, connection)
+        return waited.addCallback(self._at_slot, key, window)  # the timer may fire late
+
+
+class SendTimeHandler(HTTP11DownloadHandler):
+    """Scrapy's HTTP/1.1 download handler whose slotted requests leave at their slots
+    (see the module docstring); the add-on enables it for http and https."""
+
+    lazy = False
+
+    def __init__(self, crawler: Crawler) -> None:
+        super().__init__(crawler)
+        from twisted.internet import reactor
+
+        pool = _GatedPool(reactor, self)
+        pool.maxPersistentPerHost = self._pool.maxPersistentPerHost
+        pool._factory = self._pool._factory  # Scrapy's lenient parser
+        self._pool = pool
+
+    def opened(self, seconds: float) -> None:
+        """A new connection for a slotted request took *seconds* to open."""
+        node = node_of(self._crawler)
+        if node is not None:
+            node.connected(seconds)
+
+    def held(self) -> None:
+        """A slotted request's connection is held until its slot."""
+        if self._crawler.stats is not None:
+            self._crawler.stats.inc_value("crawlfleet/scheduler/wire_held")
+
+    async def download_request(self, request: Request) -> Response:
+        node = node_of(self._crawler)
+        window = node.send_window(request) if node is not None else None
+        if window is None:
+            return await super().download_request(request)
+        # the pool is asked for a connection before the download's first pause
+        token = _WINDOW.set(window)
+        try:
+            return await super().download_request(request)
+        finally:
+            _WINDOW.reset(token)

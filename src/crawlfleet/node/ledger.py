@@ -10,8 +10,8 @@ to the frontier and records what the frontier hands out. A request is in exactly
   (else they are sent after all);
 - ``buffer``: leased, ready for the engine; ``slotted``: leased requests of
   rate-limited sites, each waiting for its send time;
-- ``handed``: given to the engine, not finished (``send_by``: the time by which a
-  slotted one must be on its way, else it goes back: see
+- ``handed``: given to the engine, not finished (``send_by``: the window in which a
+  slotted one must go out, else it goes back: see
   :mod:`crawlfleet.middlewares.sendtime`);
 - ``recorded``: finished, but a final failure of theirs is still on its way to the
   error registry: held (leased, renewed) until it is durable;
@@ -48,6 +48,7 @@ from scrapy import Request
 from crawlfleet.frontier.records import Revisit, Untrack
 from crawlfleet.node.seencache import SeenCache
 from crawlfleet.node.slots import SlotQueue
+from crawlfleet.parts import SendWindow
 
 __all__ = ["Keeper", "Ledger", "Outbound"]
 
@@ -83,7 +84,7 @@ class Ledger:
         self.handed: dict[Request, str] = {}
         #: slotted requests (waiting or handed): the loop time by which each must have
         #: passed the downloader middlewares
-        self.send_by: dict[Request, float] = {}
+        self.send_by: dict[Request, SendWindow] = {}
         self.unstored: set[Request] = set()
         #: requests (handed or finished) -> failure records not yet settled
         self.records: dict[Request, int] = {}
@@ -166,7 +167,9 @@ class Ledger:
         """Hold *request* until *at*; the engine may take it up to *late* s after, and
         it must be on its way by *send_by* (default: *at* + *late*)."""
         self.slotted.add(at, late, (request, rid))
-        self.send_by[request] = at + late if send_by is None else max(send_by, at + late)
+        self.send_by[request] = SendWindow(
+            at, at + late if send_by is None else max(send_by, at + late)
+        )
 
     def set_aside(self, rid: str) -> None:
         """A leased entry that cannot be decoded: no longer held, reported as bad."""

@@ -44,7 +44,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 from twisted.internet.defer import Deferred
 
-from crawlfleet.addon import fail_command
+from crawlfleet.addon import fail_command, waits_at_wire
 from crawlfleet.exceptions import (
     ConfigError,
     ItemNotDurable,
@@ -68,13 +68,13 @@ from crawlfleet.node.lifecycle import Lifecycle
 from crawlfleet.node.redisspider import adopt, seed_source
 from crawlfleet.node.reports import SiteReports
 from crawlfleet.node.siterates import SiteRates
-from crawlfleet.node.slots import ParseCost
+from crawlfleet.node.slots import ParseCost, WireEarly
 from crawlfleet.node.stats import NodeStats
 from crawlfleet.node.status import node_status
 from crawlfleet.node.steering import Steering
 from crawlfleet.node.summary import log_summary, run_summary
 from crawlfleet.node.sync import SyncLoop
-from crawlfleet.parts import StatusProvider, node_of, parts_of
+from crawlfleet.parts import SendWindow, StatusProvider, node_of, parts_of
 from crawlfleet.redis.config import RedisConfig
 from crawlfleet.redis.connection import shared_client
 from crawlfleet.redis.keys import JobKeys
@@ -227,6 +227,9 @@ class Scheduler(BaseScheduler):
         #: scrapy-redis's SCHEDULER_FLUSH_ON_START: reset the job before joining it
         #: (refused while other nodes work on it)
         self.flush_on_start = False
+        #: how far ahead slotted requests go to the engine (None: at their slots, as
+        #: nothing holds them at the wire)
+        self._wire: WireEarly | None = None
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -276,6 +279,8 @@ class Scheduler(BaseScheduler):
         crawler.signals.connect(scheduler.spider_opened, signal=signals.spider_opened)
         scheduler.robots_probe_ms = robots_probe_ms(settings)
         scheduler.flush_on_start = settings.getbool("SCHEDULER_FLUSH_ON_START")
+        if waits_at_wire(settings):
+            scheduler.wait_at_wire()
         parts.node = scheduler  # middlewares and extensions find the node here
         return scheduler
 
@@ -430,9 +435,9 @@ class Scheduler(BaseScheduler):
                 self.stats.inc("crawlfleet/scheduler/starved")
             return None
         self.stats.inc("crawlfleet/scheduler/dequeued")
-        send_by = self.ledger.send_by.get(leased[0])
-        if send_by is not None:  # taken on its slot: on its way to the downloader
-            self._sending_until = max(self._sending_until, send_by)
+        window = self.ledger.send_by.get(leased[0])
+        if window is not None:  # taken on its slot: on its way to the downloader
+            self._sending_until = max(self._sending_until, window.by)
         return leased[0]
 
     def __len__(self) -> int:
@@ -521,7 +526,24 @@ class Scheduler(BaseScheduler):
     def send_by(self, request: Request) -> float | None:
         """The event-loop time by which slotted *request* must be on its way (None: it
         has no slot)."""
+        window = self.ledger.send_by.get(request)
+        return None if window is None else window.by
+
+    def send_window(self, request: Request) -> SendWindow | None:
+        """When slotted *request* may leave for the wire (None: it has no slot)."""
         return self.ledger.send_by.get(request)
+
+    def wait_at_wire(self) -> None:
+        """Slotted requests wait for their slots at the wire (the download handler holds
+        their connection until then): hand them to the engine ahead of their slots
+        (:class:`~crawlfleet.node.slots.WireEarly`)."""
+        self._wire = WireEarly()
+        self.ledger.slotted.early = self._wire.lead()
+
+    def connected(self, seconds: float) -> None:
+        """A new connection for a slotted request took *seconds* to open."""
+        if self._wire is not None:
+            self.ledger.slotted.early = self._wire.opened(seconds)
 
     def starts_now(self, request: Request) -> bool:
         """Whether the downloader would start *request* at once (not queue it)."""

@@ -30,11 +30,15 @@ from typing import Generic, TypeVar
 __all__ = [
     "BLOCKS_KEPT",
     "CLOCK_DRIFT",
+    "CONNECTS_KEPT",
     "PARSE_COSTS_KEPT",
     "PARSE_COST_MIN_BYTES",
+    "WIRE_EARLY_MAX",
+    "WIRE_EARLY_MIN",
     "ParseCost",
     "RedisClock",
     "SlotQueue",
+    "WireEarly",
 ]
 
 T = TypeVar("T")
@@ -45,6 +49,15 @@ BLOCKS_KEPT = 64
 PARSE_COST_MIN_BYTES = 32_768
 #: Pages whose cost :class:`ParseCost` keeps (the newest).
 PARSE_COSTS_KEPT = 16
+#: A node whose requests wait at the wire for their slots (crawlfleet's HTTP download
+#: handler, :mod:`crawlfleet.middlewares.sendtime`) hands a slotted request to its
+#: engine this long before its slot at least, so that it passes the middlewares and
+#: finds its connection before its time: the longest of the last CONNECTS_KEPT new
+#: connections took to open (a first request to a site, or one after the site closed
+#: its idle connection, went out 35 ms late for that), at most WIRE_EARLY_MAX.
+WIRE_EARLY_MIN = 0.02
+WIRE_EARLY_MAX = 0.25
+CONNECTS_KEPT = 16
 #: How fast Redis's clock and this process's may drift apart, at most (NTP slews a clock
 #: by up to 500 ppm): what :class:`RedisClock` learned from a lease loses in precision,
 #: a second.
@@ -53,10 +66,14 @@ CLOCK_DRIFT = 0.0005
 
 class SlotQueue(Generic[T]):
     """Items (leased requests) ordered by send time; *wake* is called (on the event
-    loop) when the earliest one is due and nobody asked since it was added."""
+    loop) when the earliest one is due and nobody asked since it was added. An item is
+    due :attr:`early` seconds before its time (0 unless the node holds it at the wire
+    until its time: see :mod:`crawlfleet.middlewares.sendtime`)."""
 
     def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
+        #: how long before its time an item is due (s)
+        self.early = 0.0
         self._heap: list[tuple[float, int, float, T]] = []  # at, seq, late, item
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
@@ -76,7 +93,7 @@ class SlotQueue(Generic[T]):
         late on the way (to give back). Arms the timer for the next one."""
         missed: list[T] = []
         due: T | None = None
-        while self._heap and self._heap[0][0] <= now:
+        while self._heap and self._heap[0][0] - self.early <= now:
             at, _seq, late, item = heapq.heappop(self._heap)
             if now - at > late:
                 missed.append(item)
@@ -91,7 +108,7 @@ class SlotQueue(Generic[T]):
         if not self._heap:
             self._cancel()
             return
-        at = self._heap[0][0]
+        at = self._heap[0][0] - self.early
         if self._timer is not None and self._timer_at <= at:
             return
         self._cancel()
@@ -128,6 +145,23 @@ class SlotQueue(Generic[T]):
         if self._timer is not None:
             self._timer.cancel()
         self._timer, self._timer_at = None, float("inf")
+
+
+class WireEarly:
+    """How long before its slot a slotted request goes to the engine, where requests
+    wait at the wire for their slots (see :data:`WIRE_EARLY_MIN`)."""
+
+    def __init__(self) -> None:
+        self._opened: deque[float] = deque(maxlen=CONNECTS_KEPT)
+
+    def opened(self, seconds: float) -> float:
+        """A new connection took *seconds* to open: the new lead (s)."""
+        self._opened.append(seconds)
+        return self.lead()
+
+    def lead(self) -> float:
+        """How long before its slot a slotted request goes to the engine (s)."""
+        return min(WIRE_EARLY_MAX, max((WIRE_EARLY_MIN, *self._opened)))
 
 
 class ParseCost:
