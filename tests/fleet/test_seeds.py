@@ -9,9 +9,12 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scrapy.utils.request import RequestFingerprinter
+from w3lib.url import canonicalize_url, safe_url_string
 
-from crawlfleet.fleet.seedform import SeedForm, seed_form, short_way_agrees
+from crawlfleet.fleet.seedform import PLAIN, SeedForm, seed_form, short_way_agrees
 from crawlfleet.fleet.seeds import INVALID_KEPT, SeedResult, queue_seeds, seed_batches
 from crawlfleet.frontier.records import FINGERPRINT_BYTES
 from crawlfleet.frontier.serialization import RequestCodec
@@ -59,6 +62,44 @@ def scrapy_form(entry: str) -> SeedForm:
 @pytest.mark.parametrize("url", URLS)
 def test_a_plain_url_seed_is_stored_as_scrapy_would_store_it(url: str) -> None:
     assert short_way_agrees()
+    assert seed_form(url) == scrapy_form(url)
+
+
+#: URLs close to plain ones (crawlfleet.fleet.seedform.PLAIN) that are not: each
+#: differs from its safe or canonical form, or is read another way (an IPv4 number, an
+#: IDNA label); they take the long way
+NEAR_PLAIN = [
+    "http://h.example",
+    "http://H.example/",
+    "http://h.example/./a",
+    "http://h.example/a/../b",
+    "http://h.example//a",
+    "http://h.example/.a",
+    "http://h.example:80/",
+    "http://h.example/a%7Eb",
+    "http://h.example/a?",
+    "http://h.example/a#",
+    "http://1.2.3.4/",
+    "http://h.example/a;b",
+    "http://xn--bcher-kva.example/",
+    "http://ab--cd.example/",
+    "http://-a.example/",
+    "http://a-.example/",
+    "http://a.example./",
+    "http://a.example/a b",
+]
+
+
+@pytest.mark.parametrize("url", NEAR_PLAIN)
+def test_a_url_close_to_plain_takes_the_long_way_as_scrapy_does(url: str) -> None:
+    assert not (PLAIN.fullmatch(url) and "--" not in url)
+    assert seed_form(url) == scrapy_form(url)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.from_regex(PLAIN, fullmatch=True).filter(lambda u: "--" not in u))
+def test_a_plain_url_is_its_own_safe_and_canonical_form(url: str) -> None:
+    assert safe_url_string(url) == url and canonicalize_url(url) == url
     assert seed_form(url) == scrapy_form(url)
 
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Unpack
 
+import msgpack
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
@@ -67,6 +68,14 @@ BLOOM_SPARES = 4
 _STALE = re.compile(r"CFSTALE (\d+)")
 #: Builds a script's KEYS and ARGV from the seen-filter's keys and arguments.
 _Build = Callable[[list[str], list[Any]], tuple[list[str], list[Any]]]
+
+
+def pack_requests(items: Sequence[str | bytes | int]) -> bytes:
+    """A commit's sites and requests (*items*, as ``_commit.lua`` lists them) as its one
+    packed argument: a MessagePack array whose strings are raw, not bin (Redis 7.0's
+    cmsgpack reads no bin type)."""
+    packed: bytes = msgpack.packb(items, use_bin_type=False)
+    return packed
 
 
 def _leased(flat: Sequence[Any], where: str) -> list[Leased]:
@@ -213,10 +222,14 @@ class Frontier(Committer):
         tail: list[Any] = []
         for r in batch.requests:
             qi = qindex.setdefault(r.site, len(qindex) + 1)
-            prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
-            delay = max(0, int(r.delay_ms))
-            # the common request's queue index alone: three arguments, not six
-            tail += [r.fp, f"{qi}:{prio}:{delay}" if prio or delay else qi, r.payload]
+            if r.priority or r.delay_ms:
+                prio = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, r.priority))
+                delay = max(0, int(r.delay_ms))
+                tail += [r.fp, f"{qi}:{prio}:{delay}" if prio or delay else qi, r.payload]
+            else:  # the common request: its queue index alone
+                tail += [r.fp, qi, r.payload]
+        # the sites and requests in one argument (see _commit.lua)
+        packed = pack_requests([*qindex, *tail])
         kept: list[Any] = []
         for v in batch.revisits:
             kept += [v.rid, max(0, int(v.delay_ms)), v.payload, "1" if v.new else "0", v.event]
@@ -243,11 +256,10 @@ class Frontier(Committer):
                 FEED_READ,
                 FEED_KEPT,
                 *seen_args,
-                *qindex,
                 *batch.acks,
                 *batch.bad,
                 *kept,
-                *tail,
+                packed,
             ]
             return keys, args
 

@@ -40,17 +40,20 @@
 -- ARGV[14] the node's place in the feed (what it has read so far; -1: it keeps no
 --          cache of seen fingerprints: the commit neither reads nor feeds the feed)
 -- ARGV[15] most fingerprints read from the feed    ARGV[16] most kept in the feed
--- then P seen parameters, Q site names (in queue index order), A rids to acknowledge,
--- B rids to set aside,
+-- then P seen parameters, A rids to acknowledge, B rids to set aside,
 -- then V groups of 5 (revisits): rid, delay (ms), new payload, "1" if first kept
 -- (counter "tracked") else "0", event ("": none),
 -- then U groups of 2 (untracks): rid, event ("": none),
--- then R groups of 3: fingerprint ("" = bypass the seen-filter), queue index (1-based
--- among the sites: its keys are the (2i-1)-th and 2i-th queue keys; its site the i-th
--- site name), payload. The queue index is "<index>:<priority>:<delay ms>" for a
--- request at a priority other than 0 or with a delay, the plain index for the common
--- one (priority 0, no delay: three arguments a request, not six, for a cost that is
--- mostly per argument).
+-- then one argument, the requests: a MessagePack array (strings as raw, not bin: the
+-- cmsgpack of Redis 7.0 reads no bin) of the Q site names (in queue index order), then
+-- R groups of 3: fingerprint ("" = bypass the seen-filter), queue index (1-based among
+-- the sites: its keys are the (2i-1)-th and 2i-th queue keys; its site the i-th site
+-- name), payload. The queue index is "<index>:<priority>:<delay ms>" for a request at a
+-- priority other than 0 or with a delay, the plain index (a number) for the common one
+-- (priority 0, no delay). One argument for the batch, not a few per request: what a
+-- client spends on a call is mostly per argument (a seeding's was most of its time).
+-- A packed array that is not as said is refused whole before anything is written
+-- (error "CFBADREQUESTS <what is wrong>").
 -- A request with a delay waits before it is queued (a retry's back-off): its req entry
 -- is written and its rid joins the waiting set at now + delay, so that the reclaim
 -- (expired.lua, requeue.lua) queues it once its time has come; it counts as "leased"
@@ -88,6 +91,39 @@
 -- A revisit whose entry is gone or malformed ends its lease instead (a malformed one
 -- set aside, as B's are).
 
+-- The requests' packed array *blob* (see above) of *Q* site names and *R* requests,
+-- decoded and checked: an error "CFBADREQUESTS ..." if it is not that (the caller
+-- has written nothing yet).
+local function commit_requests(blob, Q, R)
+  local function refuse(what)
+    error('CFBADREQUESTS ' .. what, 0)
+  end
+  if type(blob) ~= 'string' then refuse('the packed requests are missing') end
+  local ok, t = pcall(cmsgpack.unpack, blob)
+  if not ok or type(t) ~= 'table' then refuse('the packed requests are not a MessagePack array') end
+  if #t ~= Q + 3 * R then
+    refuse(string.format('%d items packed, not %d (%d sites, %d requests)', #t, Q + 3 * R, Q, R))
+  end
+  for i = 1, Q do
+    if type(t[i]) ~= 'string' then refuse(string.format('site %d is not a string', i)) end
+  end
+  for i = 1, R do
+    local at = Q + 3 * i - 2
+    local fp, q, payload = t[at], t[at + 1], t[at + 2]
+    local qi = q
+    if type(q) == 'string' then
+      qi = tonumber(string.match(q, '^(%d+):%-?%d+:%d+$'))
+    elseif type(q) ~= 'number' or q % 1 ~= 0 then
+      qi = nil
+    end
+    if type(fp) ~= 'string' or type(payload) ~= 'string' or not qi or qi < 1 or qi > Q then
+      refuse(string.format('request %d is not (fingerprint, queue index of 1 to %d, payload)',
+                           i, Q))
+    end
+  end
+  return t
+end
+
 local function commit_run(KEYS, ARGV)
   local sites_key, req_key, leases_key, owner_key, counters_key, waiting_key, bad_key,
         changes_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -100,11 +136,12 @@ local function commit_run(KEYS, ARGV)
   for i = 1, S do seen_keys[i] = KEYS[9 + i] end
   for i = 1, P do seen_args[i] = ARGV[16 + i] end
   local Q = tonumber(ARGV[13])
+  local pos = 17 + P
+  local packed = commit_requests(ARGV[pos + A + B + 5 * V + 2 * U], Q, R)
   local site_of = {}
-  for i = 1, Q do site_of[i] = ARGV[16 + P + i] end
+  for i = 1, Q do site_of[i] = packed[i] end
   seen_init(seen_keys, seen_args)
   local qbase = 9 + S
-  local pos = 17 + P + Q
 
   local head = redis.call('HMGET', counters_key, 'epoch', 'fed', 'seq')
   local epoch, fed = head[1], tonumber(head[2] or '0') or 0
@@ -219,11 +256,12 @@ local function commit_run(KEYS, ARGV)
   -- lean items by queue index, pushed one RPUSH per site queue after the loop (in
   -- order within each site), the site registered once
   local lean, lean_order = {}, {}
+  pos = Q + 1
   for i = 1, R do
-    local fp, q, payload = ARGV[pos], ARGV[pos + 1], ARGV[pos + 2]
+    local fp, q, payload = packed[pos], packed[pos + 1], packed[pos + 2]
     pos = pos + 3
-    local qi, prio, delay = tonumber(q), 0, 0
-    if not qi then
+    local qi, prio, delay = q, 0, 0
+    if type(q) ~= 'number' then
       local a, b, c = string.match(q, '^(%d+):(-?%d+):(%d+)$')
       qi, prio, delay = tonumber(a), tonumber(b), tonumber(c)
     end
@@ -261,10 +299,15 @@ local function commit_run(KEYS, ARGV)
     end
   end
   seen_finish()
+  -- the sites registered in one variadic call, not one a site (a seeding's batch has
+  -- hundreds)
+  local registered = {}
   for _, qi in ipairs(lean_order) do
     call_batched(lean[qi], 'RPUSH', KEYS[qbase + 2 * qi])
-    redis.call('ZADD', sites_key, 'NX', '0', site_of[qi])
+    registered[#registered + 1] = '0'
+    registered[#registered + 1] = site_of[qi]
   end
+  call_batched(registered, 'ZADD', sites_key, 'NX')
 
   if #added > 0 then
     local length = call_batched(added, 'RPUSH', feed_key)
