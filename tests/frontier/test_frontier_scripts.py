@@ -579,6 +579,27 @@ def test_jobs_share_a_sites_budget_and_back_off_unless_given_their_own(
     run_jobs(body)
 
 
+def test_a_lease_grants_an_idle_budgets_first_slot_a_lead_ahead(
+    run: Callable[..., Any],
+) -> None:
+    """A node far from Redis asks for its first slot a reply's way ahead (lead_us): a
+    slot granted for "now" reached it already missed. A budget in use lies ahead by
+    more: the lead does not move its schedule."""
+
+    async def body(f: Frontier) -> None:
+        await f.commit("n1", [out(f"s{i}", "s") for i in range(4)])
+        kw: dict[str, Any] = {"lease_ms": 60000, "per_site": 2, "offer_size": 10}
+        paced: dict[str, Any] = {"intervals": [300_000], "horizon_us": 700_000}
+        r = await f.lease("n1", 2, ["s"], lead_us=40_000, **paced, **kw)
+        assert [e.slot_us for e in r.entries] == [40_000, 340_000]
+        start = r.now_us
+        await asyncio.sleep(0.35)  # the budget's next slots within the horizon
+        r = await f.lease("n2", 2, ["s"], lead_us=40_000, **paced, **kw)
+        assert [r.now_us + e.slot_us - start for e in r.entries] == [640_000, 940_000]
+
+    run(body)
+
+
 def test_priority_zero_requests_queue_lean_and_keep_their_order(
     run: Callable[..., Any],
 ) -> None:

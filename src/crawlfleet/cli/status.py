@@ -23,7 +23,7 @@ from crawlfleet.cli.options import add_fleet_options, command_settings, run_on_r
 from crawlfleet.cli.watch import watch
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.fleet.freshness import Freshness
-from crawlfleet.fleet.snapshot import JobSnapshot, configured_limits, job_names, snapshot
+from crawlfleet.fleet.snapshot import JobSnapshot, configured_limits, job_names, snapshots
 from crawlfleet.frontier.config import validate_job_name
 from crawlfleet.redis.keys import JobKeys
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def collect(client: Redis, prefix: str) -> list[JobSnapshot]:
         names = await job_names(client, prefix, args.job)
-        return [await snapshot(client, JobKeys.of(prefix, n), limits) for n in names]
+        return await snapshots(client, [JobKeys.of(prefix, n) for n in names], limits)
 
     async def main(client: Redis, prefix: str) -> int:
         if not args.watch:

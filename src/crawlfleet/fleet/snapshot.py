@@ -10,10 +10,14 @@ its rate limit).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from scrapy.settings import BaseSettings
 
 from crawlfleet.fleet.freshness import Freshness, job_freshness
@@ -21,10 +25,15 @@ from crawlfleet.fleet.jobs import list_jobs, require_job
 from crawlfleet.frontier.config import rate_limit_margin
 from crawlfleet.frontier.control import ALL_NODES, desired
 from crawlfleet.frontier.limits import Budgets, RateLimits
-from crawlfleet.frontier.records import MAX_SHARDS, counter_value, parse_throttle
-from crawlfleet.frontier.sharded import JobFrontier, interleave, shard_of
+from crawlfleet.frontier.records import (
+    MAX_SHARDS,
+    counter_value,
+    counter_values,
+    parse_throttle,
+)
+from crawlfleet.frontier.sharded import JobFrontier, interleave, shard_of, sum_counters
 from crawlfleet.redis.keys import JobKeys
-from crawlfleet.redis.replies import node_statuses, text
+from crawlfleet.redis.replies import json_objects, node_statuses, text
 from crawlfleet.settings.access import get_dict
 
 __all__ = [
@@ -34,8 +43,10 @@ __all__ = [
     "JobSnapshot",
     "configured_limits",
     "job_names",
+    "job_nodes",
     "redis_now_ms",
     "snapshot",
+    "snapshots",
 ]
 
 #: Site queues shown, longest first.
@@ -83,6 +94,10 @@ class JobSnapshot:
     waiting_due: int = 0
     #: a continuous job's freshness (None: it tracks no page for revisits)
     freshness: Freshness | None = None
+    #: the job's counters, summed over its shards as :meth:`JobFrontier.counters` sums them
+    counters: dict[str, int] = field(default_factory=dict)
+    #: node id -> the summary its closed run left (None: not read, see :func:`snapshot`)
+    runs: dict[str, dict[str, Any]] | None = None
 
     @property
     def live_nodes(self) -> list[str]:
@@ -201,28 +216,100 @@ async def job_names(client: Redis, prefix: str, job: str | None) -> list[str]:
     return (await list_jobs(client, prefix))[:JOBS_MAX]
 
 
-async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = None) -> JobSnapshot:
+async def snapshot(
+    client: Redis, keys: JobKeys, limits: RateLimits | None = None, *, runs: bool = False
+) -> JobSnapshot:
     """Read one job's state: a few round trips, nothing written. *limits*: the
-    configured rate limits (the job's run-time ones are read and applied over them)."""
-    t = await client.time()  # apart: a cluster's pipelines take keyed commands only
-    pipe = client.pipeline(transaction=False)
-    pipe.hget(keys.counters, "queued")
-    pipe.hget(keys.counters, "tracked")
-    pipe.zcard(keys.leases)
-    pipe.zrange(keys.leases, 0, 0, withscores=True)
-    pipe.zcard(keys.waiting)
-    pipe.zcard(keys.sites)
-    pipe.zrange(keys.sites, 0, SITES_SCANNED - 1)
-    pipe.llen(keys.bad)
-    pipe.zrange(keys.nodes, 0, -1, withscores=True)
-    pipe.hgetall(keys.nodeinfo)
-    pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
-    pipe.hgetall(keys.limits)
-    pipe.hgetall(keys.fleet.limits)
-    pipe.get(keys.shards_key)
+    configured rate limits (the job's run-time ones are read and applied over them);
+    *runs*: read the summaries its closed node runs left too."""
+    return (await snapshots(client, [keys], limits, runs=runs))[0]
+
+
+async def snapshots(
+    client: Redis,
+    jobs: Sequence[JobKeys],
+    limits: RateLimits | None = None,
+    *,
+    runs: bool = False,
+) -> list[JobSnapshot]:
+    """Read the state of each of *jobs* (as :func:`snapshot`), in as many round trips
+    for many jobs as for one: each step of every job's read goes in one pipeline, two
+    steps (the first beside Redis's clock), three when a job is sharded. A continuous
+    job's freshness is read after, every such job's at once (its own round trips)."""
+    read = await _in_lockstep(client, [_read(keys, limits, runs=runs) for keys in jobs])
+    tracking = [(i, snap) for i, (snap, tracked) in enumerate(read) if tracked > 0]
+    found = await asyncio.gather(
+        *(job_freshness(JobFrontier(client, jobs[i])) for i, _ in tracking)
+    )
+    out = [snap for snap, _ in read]
+    for (i, snap), fresh in zip(tracking, found, strict=True):
+        fresh.add_nodes(snap.nodes)
+        out[i] = dataclasses.replace(snap, freshness=fresh)
+    return out
+
+
+#: A step of a job's read: queues its commands on the step's pipeline (shared by every
+#: job read at once).
+_Step = Callable[[Pipeline], object]
+#: What a step's commands answered (its own replies only), and Redis's clock (ms)
+_Replies = tuple[list[Any], int]
+#: One job's read: its steps, then its snapshot (freshness not read yet) and how many
+#: pages it tracks for revisits
+_Read = Generator[_Step, _Replies, tuple[JobSnapshot, int]]
+
+
+async def _in_lockstep(client: Redis, reads: Sequence[_Read]) -> list[tuple[JobSnapshot, int]]:
+    """Run *reads* side by side, one pipeline a step for all of them; Redis's clock is
+    read beside the first (apart: a cluster's pipelines take keyed commands only)."""
+    done: dict[int, tuple[JobSnapshot, int]] = {}
+    steps = {i: next(r) for i, r in enumerate(reads)}
+    now: int | None = None
+    while steps:
+        pipe = client.pipeline(transaction=False)
+        spans: dict[int, tuple[int, int]] = {}
+        for i, step in steps.items():
+            start = len(pipe)
+            step(pipe)
+            spans[i] = (start, len(pipe))
+        if now is None:
+            now, replies = await asyncio.gather(redis_now_ms(client), pipe.execute())
+        else:
+            replies = await pipe.execute() if len(pipe) else []
+        after: dict[int, _Step] = {}
+        for i, (start, end) in spans.items():
+            try:
+                after[i] = reads[i].send((replies[start:end], now))
+            except StopIteration as stop:
+                done[i] = stop.value
+        steps = after
+    return [done[i] for i in range(len(reads))]
+
+
+def _read(keys: JobKeys, limits: RateLimits | None, *, runs: bool) -> _Read:
+    """One job's read, in steps (see :func:`_in_lockstep`): its own keys; then what
+    needs Redis's clock or its shard count (its other shards); then its sites' queues
+    (a step of their own only when it is sharded: its sites are known then)."""
+
+    def first(pipe: Pipeline) -> None:
+        pipe.hgetall(keys.counters)
+        pipe.zcard(keys.leases)
+        pipe.zrange(keys.leases, 0, 0, withscores=True)
+        pipe.zcard(keys.waiting)
+        pipe.zcard(keys.sites)
+        pipe.zrange(keys.sites, 0, SITES_SCANNED - 1)
+        pipe.llen(keys.bad)
+        pipe.zrange(keys.nodes, 0, -1, withscores=True)
+        pipe.hgetall(keys.nodeinfo)
+        pipe.hmget(keys.control, f"{ALL_NODES}:state", f"{ALL_NODES}:concurrency")
+        pipe.hgetall(keys.limits)
+        pipe.hgetall(keys.fleet.limits)
+        pipe.get(keys.shards_key)
+        if runs:
+            pipe.hgetall(keys.summaries)
+
+    replies, now = yield first
     (
-        queued,
-        tracked,
+        home,
         leased,
         oldest,
         waiting,
@@ -235,70 +322,72 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         run_time_limits,
         fleet_limits,
         shards,
-    ) = await pipe.execute()
-    now = int(t[0]) * 1000 + int(t[1]) // 1000
+        *summaries,
+    ) = replies
     count = min(max(1, counter_value(shards)), MAX_SHARDS)
-    queued, leased, waiting = counter_value(queued), int(leased), int(waiting)
-    tracked = counter_value(tracked)
-    overdue = int(await client.zcount(keys.leases, "-inf", f"({now}")) if leased else 0
-    due = int(await client.zcount(keys.waiting, "-inf", f"({now}")) if waiting else 0
+    each = [counter_values(home)]
+    queued, tracked = each[0].get("queued", 0), each[0].get("tracked", 0)
+    leased, waiting = int(leased), int(waiting)
+    parts = [keys.in_shard(shard, count) for shard in range(1, count)]
     site_names = [text(s) for s in sites]
-    if count > 1:  # the other shards' queues and leases (the registry is shard 0's)
-        more = client.pipeline(transaction=False)
-        for shard in range(1, count):
-            part = keys.in_shard(shard, count)
-            more.hget(part.counters, "queued")
-            more.hget(part.counters, "tracked")
-            more.zcard(part.leases)
-            more.zrange(part.leases, 0, 0, withscores=True)
-            more.zcount(part.leases, "-inf", f"({now}")
-            more.zcard(part.waiting)
-            more.zcount(part.waiting, "-inf", f"({now}")
-            more.zcard(part.sites)
-            more.zrange(part.sites, 0, SITES_SCANNED - 1)
-            more.llen(part.bad)
-        found = await more.execute()
+    # the fleet's throttle hash holds every site of every job: this job's sites only
+    # (those with queued requests, as scanned), read with their queues' sizes
+    fields: list[str] = []
+
+    def sizes(pipe: Pipeline) -> None:
+        fields[:] = [f"{kind}:{site}" for site in site_names for kind in ("b", "r")]
+        if not site_names:
+            return
+        for site in site_names:
+            part = keys.in_shard(shard_of(site, count), count)
+            pipe.zcard(part.queue(site))
+            pipe.llen(part.fifo(site))
+            pipe.llen(part.revisits(site))
+        pipe.hmget(keys.fleet.throttle, fields)
+
+    def second(pipe: Pipeline) -> None:
+        if leased:
+            pipe.zcount(keys.leases, "-inf", f"({now}")
+        if waiting:
+            pipe.zcount(keys.waiting, "-inf", f"({now}")
+        for part in parts:  # the other shards' queues and leases (the registry is shard 0's)
+            pipe.hgetall(part.counters)
+            pipe.zcard(part.leases)
+            pipe.zrange(part.leases, 0, 0, withscores=True)
+            pipe.zcount(part.leases, "-inf", f"({now}")
+            pipe.zcard(part.waiting)
+            pipe.zcount(part.waiting, "-inf", f"({now}")
+            pipe.zcard(part.sites)
+            pipe.zrange(part.sites, 0, SITES_SCANNED - 1)
+            pipe.llen(part.bad)
+        if not parts:  # its sites are known already
+            sizes(pipe)
+
+    found, _ = yield second
+    overdue = int(found.pop(0)) if leased else 0
+    due = int(found.pop(0)) if waiting else 0
+    if parts:
         scanned = [site_names]
-        for i in range(0, len(found), 10):
-            q, t, n, first, late, w, came, ns, names, b = found[i : i + 10]
-            queued, leased = queued + max(0, counter_value(q)), leased + int(n)
-            tracked += max(0, counter_value(t))
+        for i in range(len(parts)):
+            counted, n, first_lease, late, w, came, ns, names, b = found[i * 9 : i * 9 + 9]
+            each.append(counter_values(counted))
+            queued += max(0, each[-1].get("queued", 0))
+            tracked += max(0, each[-1].get("tracked", 0))
+            leased += int(n)
             overdue += int(late)
             waiting, due = waiting + int(w), due + int(came)
-            oldest = sorted([*oldest, *first], key=lambda pair: pair[1])[:1]
+            oldest = sorted([*oldest, *first_lease], key=lambda pair: pair[1])[:1]
             nsites, bad = int(nsites) + int(ns), int(bad) + int(b)
             scanned.append([text(s) for s in names])
         site_names = interleave(scanned, SITES_SCANNED)
+        found, _ = yield sizes
     counts: list[int] = []
-    # the fleet's throttle hash holds every site of every job: this job's sites only
-    # (those with queued requests, as scanned), read with their queues' sizes
-    fields = [f"{kind}:{site}" for site in site_names for kind in ("b", "r")]
     values: list[Any] = []
     if site_names:
-        sizes = client.pipeline(transaction=False)
-        for site in site_names:
-            part = keys.in_shard(shard_of(site, count), count)
-            sizes.zcard(part.queue(site))
-            sizes.llen(part.fifo(site))
-            sizes.llen(part.revisits(site))
-        sizes.hmget(keys.fleet.throttle, fields)
-        *found, values = await sizes.execute()
-        counts = [sum(int(n) for n in found[i : i + 3]) for i in range(0, len(found), 3)]
+        *lengths, values = found
+        counts = [sum(int(n) for n in lengths[i : i + 3]) for i in range(0, len(lengths), 3)]
     top = sorted(zip(site_names, counts, strict=True), key=lambda p: (-p[1], p[0]))[:TOP_SITES]
-    statuses = node_statuses(info)
-    node_view: dict[str, dict[str, Any]] = {}
-    for raw, expires in nodes:
-        node = text(raw)
-        view: dict[str, Any] = {
-            "alive": int(expires) >= now,
-            "expires_in_s": round((int(expires) - now) / 1000.0, 1),
-        }
-        published = statuses.get(node, {})
-        view.update({k: v for k, v in published.items() if k not in view})
-        node_view[node] = view
-    fresh = await job_freshness(JobFrontier(client, keys)) if tracked > 0 else None
-    if fresh is not None:
-        fresh.add_nodes(node_view)
+    node_view = _node_view(nodes, info, now)
     job_control: dict[str, str] = {}
     wanted = desired({f"{ALL_NODES}:state": control[0], f"{ALL_NODES}:concurrency": control[1]})
     if wanted.state_seq:
@@ -317,7 +406,7 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         limit = merged.limit(site)
         if limit is not None:
             site_limits[site] = round(limit.per_second, 3)
-    return JobSnapshot(
+    snap = JobSnapshot(
         job=keys.job,
         now_ms=now,
         queued=queued,
@@ -338,9 +427,44 @@ async def snapshot(client: Redis, keys: JobKeys, limits: RateLimits | None = Non
         shards=count,
         waiting=waiting,
         waiting_due=due,
-        # a continuous job's: read only when it tracks pages (a few more round trips)
-        freshness=fresh,
+        counters=sum_counters(each),
+        runs=json_objects(summaries[0]) if runs else None,
     )
+    # a continuous job's freshness: read only when it tracks pages (a few more round
+    # trips, see snapshots)
+    return snap, tracked
+
+
+async def job_nodes(client: Redis, jobs: Sequence[JobKeys]) -> list[dict[str, dict[str, Any]]]:
+    """The nodes of each of *jobs* as its snapshot has them (:attr:`JobSnapshot.nodes`),
+    read alone: one round trip beside Redis's clock, whatever the number of jobs."""
+    if not jobs:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for keys in jobs:
+        pipe.zrange(keys.nodes, 0, -1, withscores=True)
+        pipe.hgetall(keys.nodeinfo)
+    now, found = await asyncio.gather(redis_now_ms(client), pipe.execute())
+    return [_node_view(found[i], found[i + 1], now) for i in range(0, len(found), 2)]
+
+
+def _node_view(
+    nodes: list[tuple[bytes, float]], info: dict[Any, Any], now: int
+) -> dict[str, dict[str, Any]]:
+    """Node id -> {"alive", "expires_in_s", **its published status}, of a job's
+    registry (ZRANGE WITHSCORES) and ``nodeinfo`` hash (HGETALL) at *now* (ms)."""
+    statuses = node_statuses(info)
+    out: dict[str, dict[str, Any]] = {}
+    for raw, expires in nodes:
+        node = text(raw)
+        view: dict[str, Any] = {
+            "alive": int(expires) >= now,
+            "expires_in_s": round((int(expires) - now) / 1000.0, 1),
+        }
+        published = statuses.get(node, {})
+        view.update({k: v for k, v in published.items() if k not in view})
+        out[node] = view
+    return out
 
 
 def _valid_limits(raw: dict[Any, Any]) -> RateLimits:

@@ -45,6 +45,7 @@ from crawlfleet.frontier.records import (
     backoff_left,
     check_share,
     counter_value,
+    counter_values,
     entry_fault,
     offered_sites,
     parse_throttle,
@@ -53,7 +54,7 @@ from crawlfleet.frontier.records import (
 )
 from crawlfleet.redis.connection import REDIS_ERRORS, refuse_cluster
 from crawlfleet.redis.keys import JobKeys, jobs_key, seed_keys
-from crawlfleet.redis.replies import json_object, text
+from crawlfleet.redis.replies import json_objects, text
 from crawlfleet.redis.scripts import ScriptSet
 
 __all__ = ["Frontier"]
@@ -120,6 +121,7 @@ def _pace_args(sites: Sequence[str], options: LeaseOptions) -> tuple[list[Any], 
         p.horizon_us,
         repr(float(p.late_share)),
         p.max_slots,
+        p.lead_us,
     ]
     return pacing, [value for site in offered_sites(sites, options) for value in site]
 
@@ -413,12 +415,7 @@ class Frontier(Committer):
         """Field -> the JSON object stored there, of the hash *key* (fields that are not
         a JSON object skipped)."""
         self.round_trips += 1
-        out: dict[str, dict[str, Any]] = {}
-        for field_name, raw in (await self.client.hgetall(key)).items():
-            doc = json_object(raw)
-            if doc is not None:
-                out[text(field_name)] = doc
-        return out
+        return json_objects(await self.client.hgetall(key))
 
     async def control_seq(self) -> int:
         """The sequence number of the job's newest control command (0: none yet)."""
@@ -617,8 +614,7 @@ class Frontier(Committer):
 
     async def counters(self) -> dict[str, int]:
         self.round_trips += 1
-        raw = await self.client.hgetall(self.keys.counters)
-        return {text(k): counter_value(v) for k, v in raw.items()}
+        return counter_values(await self.client.hgetall(self.keys.counters))
 
     async def register_job(self) -> None:
         """List the job in this Redis (a node's first call: CommandFailed when its

@@ -336,8 +336,9 @@ class MemoryFrontier(Committer):
                     take = 1
             elif interval > 0:
                 last = f.pace.get(budget)
+                first = now + p.lead_us
                 if last is not None:
-                    first = max(now, last + interval)
+                    first = max(first, last + interval)
                 if robots is not None:
                     first = max(first, known_ms * 1000 + interval)
                 if first > now + p.horizon_us:

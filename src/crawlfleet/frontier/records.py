@@ -43,6 +43,7 @@ __all__ = [
     "backoff_left",
     "check_share",
     "counter_value",
+    "counter_values",
     "entry_fault",
     "entry_revisit",
     "offered_sites",
@@ -216,7 +217,9 @@ class LeaseOptions(TypedDict, total=False):
     (halving every *backoff_half_life_ms*) widen it. A request of a paced site comes with
     its slot (``Leased.slot_us``), at most *horizon_us* ahead, and how late it may be
     sent (``Leased.late_us``: *late* of its site, or *late_share* of a widened
-    interval); at most *max_slots* per site (None: *per_site*). *budgets*: per site, the
+    interval); at most *max_slots* per site (None: *per_site*), the first no sooner
+    than *lead_us* from now (the node needs that long to receive and place it: its
+    reply's way back, its event loop's lag). *budgets*: per site, the
     name of the budget it is paced in (absent: the site itself; a scope adds to it, see
     :mod:`crawlfleet.frontier.limits`). *robots_probe_ms* > 0 (the node obeys
     robots.txt): a site whose robots.txt is not known yet gives one request per that
@@ -234,6 +237,7 @@ class LeaseOptions(TypedDict, total=False):
     horizon_us: int
     late_share: float
     max_slots: int | None
+    lead_us: int
 
 
 @dataclass(frozen=True)
@@ -256,6 +260,7 @@ class Pacing:
     horizon_us: int
     late_share: float
     max_slots: int
+    lead_us: int
 
     @classmethod
     def of(cls, options: LeaseOptions) -> Pacing:
@@ -266,6 +271,7 @@ class Pacing:
             options.get("horizon_us", 1_000_000),
             options.get("late_share", 0.0125),
             options["per_site"] if max_slots is None else max_slots,
+            options.get("lead_us", 0),
         )
 
 
@@ -389,6 +395,11 @@ def counter_value(raw: Any) -> int:
         return int(raw) if raw is not None else 0
     except (TypeError, ValueError):
         return 0
+
+
+def counter_values(reply: Mapping[Any, Any]) -> dict[str, int]:
+    """A job's counters hash as HGETALL returns it: name -> :func:`counter_value`."""
+    return {text(k): counter_value(v) for k, v in reply.items()}
 
 
 def parse_throttle(raw: Mapping[Any, Any]) -> dict[str, dict[str, int]]:

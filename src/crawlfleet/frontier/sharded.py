@@ -67,7 +67,7 @@ from crawlfleet.redis.connection import REDIS_ERRORS
 from crawlfleet.redis.keys import JobKeys
 from crawlfleet.redis.replies import text
 
-__all__ = ["JobFrontier", "interleave", "shard_of"]
+__all__ = ["JobFrontier", "interleave", "shard_of", "sum_counters"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,17 @@ def shard_of(site: str, shards: int) -> int:
     """The shard that holds *site* among *shards* (stable across processes and
     versions: CRC-32 of its UTF-8 name)."""
     return zlib.crc32(site.encode("utf-8", "surrogatepass")) % shards if shards > 1 else 0
+
+
+def sum_counters(each: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    """A sharded job's counters from its shards' (shard 0 first): summed, but for its
+    times and sequences (shard 0's)."""
+    total = dict(each[0])
+    for more in each[1:]:
+        for name, value in more.items():
+            if name not in _JOB_COUNTERS:
+                total[name] = total.get(name, 0) + counter_value(value)
+    return total
 
 
 def _shard_rid(rid: str, count: int) -> tuple[int, str]:
@@ -701,13 +712,7 @@ class JobFrontier(Committer):
     async def counters(self) -> dict[str, int]:
         """The job's counters: summed over its shards (times and sequences: shard 0's)."""
         parts = await self.shards()
-        each = await self._each([p.counters() for p in parts])
-        total = dict(each[0])
-        for more in each[1:]:
-            for name, value in more.items():
-                if name not in _JOB_COUNTERS:
-                    total[name] = total.get(name, 0) + counter_value(value)
-        return total
+        return sum_counters(await self._each([p.counters() for p in parts]))
 
     async def sizes(self) -> dict[str, int]:
         """The job's leased requests (nodes' leases and requests waiting for their

@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 
 from crawlfleet.fleet.snapshot import JobSnapshot
-from crawlfleet.frontier.sharded import JobFrontier
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.state.alerts import (
     OPERATORS,
@@ -116,7 +115,7 @@ def sign(secret: str, body: bytes) -> str:
 
 
 async def _figures(ctx: ManagerContext, job: str, snap: JobSnapshot) -> JobFigures:
-    counters = await JobFrontier(ctx.redis, ctx.keys(job)).counters()
+    counters = snap.counters  # read with the snapshot
     done, now = counters.get("acked", 0), time.monotonic()
     last = ctx.progress.get(job)
     if last is None or last[0] != done or not (snap.queued or snap.leased):

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from crawlfleet.addon import check_given
 from crawlfleet.exceptions import NotFound
 from crawlfleet.fleet.jobs import list_jobs
-from crawlfleet.fleet.snapshot import JOBS_MAX, snapshot
+from crawlfleet.fleet.snapshot import JOBS_MAX, job_nodes
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.models import RunBody
 from crawlfleet.manager.scrapyd import ScrapydClient, ScrapydError, least_loaded, loads
@@ -23,9 +23,9 @@ __all__ = ["cpu_by_host", "process_settings", "scrapyd_nodes", "start_processes"
 async def cpu_by_host(ctx: ManagerContext) -> dict[str, float]:
     """Summed CPU (100 = one core) of the live crawlfleet nodes of each host."""
     cpu: dict[str, float] = {}
-    for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
-        snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
-        for info in snap.nodes.values():
+    jobs = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
+    for nodes in await job_nodes(ctx.redis, [ctx.keys(job) for job in jobs]):
+        for info in nodes.values():
             value = info.get("cpu_percent")
             if info.get("alive") and isinstance(value, int | float) and info.get("host"):
                 cpu[str(info["host"])] = cpu.get(str(info["host"]), 0.0) + float(value)

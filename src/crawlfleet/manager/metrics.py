@@ -18,8 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from crawlfleet.fleet.jobs import list_jobs
-from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
-from crawlfleet.frontier.sharded import JobFrontier
+from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshots
 from crawlfleet.manager.auth import Ctx, Viewer
 from crawlfleet.manager.context import ManagerContext
 
@@ -169,11 +168,9 @@ def _errors(info: dict[str, Any]) -> dict[str, int]:
 
 async def collect_fleet(ctx: ManagerContext) -> bytes:
     """The fleet's figures now, in Prometheus's text format."""
-    jobs = []
-    for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
-        keys = ctx.keys(job)
-        snap = await snapshot(ctx.redis, keys, ctx.limits)
-        jobs.append((snap, await JobFrontier(ctx.redis, keys).counters()))
+    names = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
+    snaps = await snapshots(ctx.redis, [ctx.keys(job) for job in names], ctx.limits)
+    jobs = [(snap, snap.counters) for snap in snaps]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Fleet(jobs))
     return generate_latest(registry)

@@ -114,6 +114,14 @@ class Shared:
         self._made[key] = made
         return made
 
+    def peek(self, key: str) -> Made | None:
+        """*key*'s figure if :meth:`get` would serve it at once (made within
+        :attr:`stale_seconds`), else None; nothing is made."""
+        made = self._made.get(key)
+        if made is None or time.monotonic() - made.at >= self.stale_seconds:
+            return None
+        return made
+
     def making(self) -> list[asyncio.Task[Made]]:
         """The figures being made now (the manager cancels them when it stops)."""
         return list(self._making.values())

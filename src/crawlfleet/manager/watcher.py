@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from crawlfleet.exceptions import CrawlfleetError
 from crawlfleet.fleet.control import send_command
 from crawlfleet.fleet.jobs import list_jobs, runs_total
-from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
+from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshots
 from crawlfleet.manager.alerts import evaluate
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.launch import start_processes
@@ -61,7 +61,8 @@ def run_state(snap: JobSnapshot) -> str:
 async def fleet_snapshots(ctx: ManagerContext) -> dict[str, JobSnapshot]:
     """Every job's snapshot now (at most JOBS_MAX jobs): read once per watch."""
     jobs = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
-    return {job: await snapshot(ctx.redis, ctx.keys(job), ctx.limits) for job in jobs}
+    snaps = await snapshots(ctx.redis, [ctx.keys(job) for job in jobs], ctx.limits)
+    return dict(zip(jobs, snaps, strict=True))
 
 
 def note_history(ctx: ManagerContext, snaps: dict[str, JobSnapshot]) -> None:

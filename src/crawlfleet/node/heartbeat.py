@@ -189,7 +189,7 @@ class Heartbeat:
             status=status,
             busy=not idle,
             lease_ms=int(config.lease_seconds * 1000),
-            renew=list(self.core.ledger.held) if renewing else [],
+            renew=self.core.ledger.kept() if renewing else [],
         )
         if renewing:
             self._renewed_at = sent
@@ -240,7 +240,7 @@ class Heartbeat:
                 status=json.dumps(self.status(), default=str),
                 busy=True,
                 lease_ms=int(self.core.config.lease_seconds * 1000),
-                renew=list(self.core.ledger.held),
+                renew=self.core.ledger.kept(),
             )
         except REDIS_ERRORS as exc:  # one try: the close does not wait for Redis here
             logger.debug("Heartbeat while closing failed: %s", redact(str(exc)))

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 
 from crawlfleet.exceptions import MalformedEntry
@@ -32,6 +33,8 @@ from crawlfleet.node.slots import RedisClock
 __all__ = [
     "AHEAD_QUEUE_SHARE",
     "BUSY_POLL_MAX_SECONDS",
+    "LEAD_EXTRA_SECONDS",
+    "LEAD_KEPT",
     "LOW_SHARE_PLENTY",
     "MIN_IDLE_SECONDS",
     "PACED_GATHER_SECONDS",
@@ -62,6 +65,14 @@ SLOT_HORIZON_SECONDS = 0.5
 #: it parses the pages of the first.)
 PACED_GATHER_SLOTS = 6
 PACED_GATHER_SECONDS = SLOT_HORIZON_SECONDS / 4
+#: A rate-limited site's first slot in a lease comes no sooner than the longest of the
+#: last LEAD_KEPT leases' replies took to come back and be read (from when Redis ran
+#: the script, on its clock as RedisClock places it), plus LEAD_EXTRA_SECONDS: with
+#: Redis 50 ms away a reply is 25 ms on its way, and a slot granted for "now" reached
+#: the node already missed. A budget that is in use lies ahead by more than that
+#: anyway: the lead costs only the first slot after the budget was idle.
+LEAD_KEPT = 16
+LEAD_EXTRA_SECONDS = 0.002
 #: While the job has plenty queued (see Leaser.plenty) and the node's work is not
 #: paced, it leases once its ready requests fall to this fraction (1/LOW_SHARE_PLENTY) of
 #: its configured prefetch, not half its current one.
@@ -101,10 +112,10 @@ class Leaser:
         #: requests queued in the job and its live nodes, as last read (-1: not yet)
         self.job_queued = -1
         self.live_nodes = 1
-        #: sites whose slots were found too late on arrival (said once each)
-        self._warned_late: set[str] = set()
         #: Redis's clock against the event loop's, learned from the leases
         self.clock = RedisClock()
+        #: how long the last leases' replies took from their script to being read (s)
+        self._ways_back: deque[float] = deque(maxlen=LEAD_KEPT)
         #: the last lease that took requests brought slots of rate-limited sites
         self.paced = False
         #: a lease call is on its way (set by the sync loop around it)
@@ -243,11 +254,19 @@ class Leaser:
             "late": [p.late_us for p in paces],
             "backoff_half_life_ms": int(config.backoff.half_life_seconds * 1000),
             "robots_probe_ms": self.robots_probe_ms,
-            "horizon_us": int(SLOT_HORIZON_SECONDS * 1_000_000),
+            "horizon_us": int((SLOT_HORIZON_SECONDS + self.lead()) * 1_000_000),
             "late_share": config.rate_limit_margin * LATE_SHARE,
             "max_slots": max(0, free),
+            "lead_us": int(self.lead() * 1_000_000),
         }
         return LeaseAsk(want, offer, options)
+
+    def lead(self) -> float:
+        """How far ahead of Redis's now a lease's first slot must lie to reach this
+        node in time (s; see LEAD_KEPT): 0 before any lease came back."""
+        if not self._ways_back:
+            return 0.0
+        return min(SLOT_HORIZON_SECONDS, max(self._ways_back) + LEAD_EXTRA_SECONDS)
 
     async def lease(self) -> int | None:
         """Lease what the node lacks; the job's control sequence as the lease read it
@@ -268,7 +287,9 @@ class Leaser:
         from) sent at event-loop time *asked*: the job's control sequence it read (None:
         no lease was made)."""
         received = asyncio.get_event_loop().time()
+        offsets: dict[str, tuple[int, float]] = {}
         if result is not None:
+            offsets = self._learn_clocks(result, asked, received)
             if self.epoch_seen is not None:
                 self.epoch_seen(result.epoch)  # before its requests reach the engine
             self.offer = result.offer
@@ -305,7 +326,7 @@ class Leaser:
         self.idle_delay = 0.0
         self.paced = any(entry.slot_us is not None for entry in result.entries)
         self._measure_pace(received)
-        self._take(result, asked, received)
+        self._take(result, offsets)
         self._leased_at, self._ready_after = received, self.core.ledger.ready
         return result.control_seq
 
@@ -321,10 +342,23 @@ class Leaser:
         rate = taken / (now - self._leased_at)
         self.pace = rate if self.pace <= 0 else (self.pace + rate) / 2
 
-    def _take(self, result: LeaseResult, asked: float, received: float) -> None:
+    def _learn_clocks(
+        self, result: LeaseResult, asked: float, received: float
+    ) -> dict[str, tuple[int, float]]:
+        """Where each clock of *result* (asked at *asked*, read at *received*) stands
+        against the event loop's: clock -> (Redis's time at the lease (µs), the offset
+        (s), see RedisClock); and how long its reply took to come back (for lead)."""
+        offsets: dict[str, tuple[int, float]] = {}
+        # a lease over several shards names each one's clock (its now_us is theirs mixed)
+        for clock, redis_us in (result.clocks or {"": result.now_us}).items():
+            offset = self.clock.offset(clock, redis_us, asked, received)[0]
+            offsets[clock] = (redis_us, offset)
+            ran = redis_us / 1_000_000 - offset  # when the script ran, on our clock
+            self._ways_back.append(max(0.0, received - ran))
+        return offsets
+
+    def _take(self, result: LeaseResult, offsets: dict[str, tuple[int, float]]) -> None:
         ledger = self.core.ledger
-        # where each clock the slots are on stands against ours: learned once a lease
-        placed: dict[str, tuple[int, float, float]] = {}
         for entry in result.entries:
             ledger.hold(entry.rid, entry.site)
             try:
@@ -338,34 +372,15 @@ class Leaser:
                 ledger.add_ready(request, entry.rid)
             else:
                 # Redis's "now" lies between asking and the reply: where its clock stands
-                # against ours is known as closely as the quickest lease lately told it
-                # (RedisClock); a slot is never early, and what is not known of the
-                # offset comes off how late it may be sent
-                if entry.clock not in placed:
-                    redis_us = result.clocks.get(entry.clock, result.now_us)
-                    placed[entry.clock] = (
-                        redis_us,
-                        *self.clock.offset(entry.clock, redis_us, asked, received),
-                    )
-                redis_us, offset, unsure = placed[entry.clock]
+                # against ours is known as closely as the quickest lease lately told it,
+                # and taken at the middle of that (RedisClock)
+                redis_us, offset = offsets[entry.clock]
                 at = (redis_us + entry.slot_us) / 1_000_000 - offset
-                late = entry.late_us / 1_000_000 - unsure
-                if late < 0 and entry.site not in self._warned_late:
-                    self._warned_late.add(entry.site)
-                    logger.warning(
-                        "Leases of %s take %.1f ms at best, more than its slots may be "
-                        "late (%.1f ms): its requests miss their slots and go back. For a "
-                        "configured limit, raise CRAWLFLEET_RATE_LIMIT_MARGIN (slots may "
-                        "be late by 30%% of the margin's share of the window); else bring "
-                        "Redis closer",
-                        entry.site,
-                        unsure * 1000,
-                        entry.late_us / 1000,
-                    )
+                late = entry.late_us / 1_000_000
                 # the margin a slot has (late is LATE_SHARE of it), SENT_SHARE of it to
                 # pass the downloader middlewares
-                sent_by = at + entry.late_us / 1_000_000 / LATE_SHARE * SENT_SHARE
-                ledger.add_slotted(at, late, request, entry.rid, sent_by - unsure)
+                sent_by = at + late / LATE_SHARE * SENT_SHARE
+                ledger.add_slotted(at, late, request, entry.rid, sent_by)
                 if self.robots_probe_ms:
                     # robots.txt read before the slot, not between the slot and the wire
                     self.core.engine.warm_robots(request)

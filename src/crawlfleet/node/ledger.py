@@ -22,8 +22,11 @@ to the frontier and records what the frontier hands out. A request is in exactly
   gave up, slots missed, failures the registry could not write); ``bad``: malformed
   entries to set aside.
 
-``held`` maps every lease this node holds (rid -> site) until it is acknowledged or
-given back: heartbeats renew exactly these.
+``held`` maps every lease this node holds (rid -> site) until its request is finished
+or given back; heartbeats renew :meth:`Ledger.kept`: these, and the finished ones whose
+acknowledgement has not left yet (with plenty of links to send, it waits behind them:
+a lease not renewed meanwhile lapsed under a live node, and its page was fetched
+again).
 
 A request whose final failure is being recorded (:meth:`Ledger.recording`, called by
 the error registry as it queues the record) is acknowledged only once the registry's
@@ -97,6 +100,16 @@ class Ledger:
         self.release: list[tuple[str, str]] = []
         self.bad: list[str] = []
         self.held: dict[str, str] = {}
+
+    def kept(self) -> list[str]:
+        """Every lease this node must keep alive: held, or finished with its
+        acknowledgement (or revisit) still to send."""
+        return [
+            *self.held,
+            *self.acks,
+            *(r.rid for r in self.revisits),
+            *(u.rid for u in self.untracked),
+        ]
 
     # -- new requests ---------------------------------------------------------------
     def known_duplicate(self, request: Request, fp: bytes, *, early: bool = False) -> bool:

@@ -2,9 +2,9 @@
 
 The lease script grants every request of a rate-limited site a slot on its budget's
 schedule (Redis's clock; see :mod:`crawlfleet.frontier.limits`). The scheduler turns
-each slot into a time on this process's event-loop clock (:class:`RedisClock`: never
-early), and keeps the requests here until then. One timer on the event loop wakes the
-engine at the earliest slot: nothing polls.
+each slot into a time on this process's event-loop clock (:class:`RedisClock`), and
+keeps the requests here until then. One timer on the event loop wakes the engine at the
+earliest slot: nothing polls.
 
 A request the engine takes too late (more than its ``late`` seconds after its slot:
 the node was busy) must not be sent on that slot, or it could land in the same window
@@ -157,15 +157,18 @@ class RedisClock:
 
     A lease's reply carries Redis's time when its script ran: somewhere between sending
     the call (*asked*) and reading the reply (*received*), so the offset between the
-    clocks lies in an interval that wide. Counted from the reply alone, a slot is never
-    early, but up to the whole round trip late, and that much comes off how late it may
-    still be sent: a lease whose reply was slow (Redis busy, or this process without a
-    core for a moment: 15 ms and more on a loaded machine) brought slots that were all
-    missed, however far ahead. Here the intervals are intersected, each widened by
-    :data:`CLOCK_DRIFT` for its age, so the offset is known as closely as the quickest
-    lease lately told it: slots are never early, and late by that much at most. Intervals
-    that do not meet mean a clock stepped: the newest alone counts from there. Each clock
-    (a shard's Redis) has its own."""
+    clocks lies in an interval as wide as the round trip. The intervals of the leases
+    are intersected, each widened by :data:`CLOCK_DRIFT` for its age, so the offset is
+    known as closely as the quickest lease lately told it; intervals that do not meet
+    mean a clock stepped, and the newest alone counts from there. Each clock (a shard's
+    Redis) has its own.
+
+    The offset taken is the middle of that interval, as NTP takes it: exact when the
+    way to Redis and the way back take equal time, wherever Redis is. (Taken at the
+    interval's edge, never early, slots came late by the whole round trip: with Redis
+    5 ms away every slot was missed, and the site was never crawled.) On a path whose
+    two directions differ by D, a node's slots are off by D / 2; a node busy when a
+    reply arrives only widens its interval, and the quick leases narrow it again."""
 
     def __init__(self) -> None:
         #: clock -> (lowest offset, highest offset, event-loop time they were known at)
@@ -175,9 +178,10 @@ class RedisClock:
         self, clock: str, redis_us: int, asked: float, received: float
     ) -> tuple[float, float]:
         """Learn from a lease that read *redis_us* on *clock* between event-loop times
-        *asked* and *received*. The smallest offset the clocks may have (Redis's time
-        minus the event loop's, s): a slot at Redis time T is due at T minus it here,
-        never early; and how much larger the offset may be (s): how late that may be."""
+        *asked* and *received*. The offset of the clocks (Redis's time minus the event
+        loop's, s): a slot at Redis time T is due at T minus it here; and how far it
+        may be off either way if the two directions of the way were not equal (s: half
+        the interval the offset is known in)."""
         redis_now = redis_us / 1_000_000
         low, high = redis_now - received, redis_now - asked
         known = self._known.get(clock)
@@ -188,4 +192,4 @@ class RedisClock:
             if known_low <= high and low <= known_high:
                 low, high = max(low, known_low), min(high, known_high)
         self._known[clock] = (low, high, received)
-        return low, high - low
+        return (low + high) / 2, (high - low) / 2

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["json_object", "node_status", "node_statuses", "text"]
+__all__ = ["json_object", "json_objects", "node_status", "node_statuses", "text"]
 
 
 def text(value: Any) -> str:
@@ -28,6 +28,17 @@ def json_object(raw: bytes | str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def json_objects(reply: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
+    """A hash of JSON objects as HGETALL returns it: field -> :func:`json_object`, the
+    fields that hold no JSON object left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for field_name, raw in reply.items():
+        doc = json_object(raw)
+        if doc is not None:
+            out[text(field_name)] = doc
+    return out
 
 
 def node_status(raw: bytes | str) -> dict[str, Any]:

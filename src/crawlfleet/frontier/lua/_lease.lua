@@ -46,9 +46,12 @@
 --         decays)
 -- ARGV[10] most slots granted per rate-limited site (the node's free download
 --          capacity: a node never takes more slots than it can send on time)
--- ARGV[11] the revisit share, from 0 to 1: when a site has both revisits and new URLs
+-- ARGV[11] lead (µs): a rate-limited site's first slot comes no sooner than this after
+--          now (the node needs that long to receive and place it: the reply's way back
+--          and its event loop's lag; a slot that reached it late would be given back)
+-- ARGV[12] the revisit share, from 0 to 1: when a site has both revisits and new URLs
 --          queued, the share of its requests taken from its revisits (_pop.lua)
--- ARGV[12 ..] the offer: quadruples of site name, its configured interval (µs) between
+-- ARGV[13 ..] the offer: quadruples of site name, its configured interval (µs) between
 --            requests (0: no rate limit), its budget (pace field) and how late (µs)
 --            a request may be sent after its configured slot
 --
@@ -76,12 +79,12 @@ local function lease_run(KEYS, ARGV)
   local node, lease_ms = ARGV[1], tonumber(ARGV[2])
   local want, per_site, hint_n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
   pace_init(fleet_pace_key, fleet_throttle_key, now, tonumber(ARGV[6]), tonumber(ARGV[7]),
-            tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]))
-  pop_init(credit_key, tonumber(ARGV[11]), (#ARGV - 11) / 4)
+            tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]))
+  pop_init(credit_key, tonumber(ARGV[12]), (#ARGV - 12) / 4)
   local deadline = digits(math.floor(now / 1000) + lease_ms)  -- once a call (_pace.lua)
   local out, got = {}, 0
 
-  for i = 12, #ARGV - 3, 4 do
+  for i = 13, #ARGV - 3, 4 do
     if got >= want then break end
     local site = ARGV[i]
     local take, first, interval, late, probing, budget =
@@ -89,7 +92,7 @@ local function lease_run(KEYS, ARGV)
                 math.min(per_site, want - got))
     if take > 0 and redis.call('ZSCORE', sites_key, site) then
       local n = 0
-      local k = 10 + 3 * (i - 12) / 4
+      local k = 10 + 3 * (i - 13) / 4
       pop_site(sites_key, req_key, counters_key, site, KEYS[k], KEYS[k + 1], KEYS[k + 2], take,
                function(rid, entry)
         local slot = pace_slot(first, interval, probing, n)

@@ -3,8 +3,9 @@
 -- robots.txt Crawl-delay and its current back-off; while a delay or back-off widens
 -- it, a job's own budget ("...|job=<job>") is paced in the budget every job shares
 -- (the name without it). Its slots follow one another by that interval on the
--- budget's schedule (the last slot granted, in the pace hash), starting now at the
--- earliest, so a changed interval applies to the very next slot; a site whose next
+-- budget's schedule (the last slot granted, in the pace hash), starting at the
+-- earliest a lead after now (the node's way to receive and place them), so a changed
+-- interval applies to the very next slot; a site whose next
 -- slot lies beyond the horizon is not ready. A site whose robots.txt no node has read
 -- yet gives one request per robots probe. Call pace_init() first.
 --
@@ -20,11 +21,11 @@ local function digits(x) return string.format('%.0f', x) end
 
 -- now: µs on the Redis clock; the rest as lease.lua's ARGV says
 local function pace_init(pace_key, throttle_key, now, half_life, probe_ms, horizon,
-                         late_share, max_slots)
+                         late_share, max_slots, lead)
   PACE = {pace = pace_key, throttle = throttle_key, now = now,
           now_ms = math.floor(now / 1000), half_life = half_life, probe_ms = probe_ms,
           horizon = horizon, late_share = late_share, max_slots = max_slots,
-          ready_in = -1, ended = {}}
+          lead = lead, ready_in = -1, ended = {}}
 end
 
 local function pace_not_ready(wait)
@@ -71,8 +72,9 @@ local function pace_site(site, configured, budget, late, take)
       take = math.min(take, 1)  -- one probe at a time, and none for a lease that is full
     end
   elseif interval > 0 then
+    first = now + PACE.lead
     local last = redis.call('HGET', PACE.pace, budget)
-    if last then first = math.max(now, tonumber(last) + interval) end
+    if last then first = math.max(first, tonumber(last) + interval) end
     if known_ms and known_ms ~= '' then
       first = math.max(first, tonumber(known_ms) * 1000 + interval)
     end

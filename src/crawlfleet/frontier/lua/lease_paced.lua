@@ -10,7 +10,7 @@
 --
 -- ARGV[1] node id     ARGV[2] lease length (ms)     ARGV[3] H, sites to return as the
 -- next offer
--- ARGV[4] the revisit share (as lease.lua's ARGV[11])
+-- ARGV[4] the revisit share (as lease.lua's ARGV[12])
 -- ARGV[5 ..] per offered site, quintuples: site, take (its reserved slots), first slot
 --            (µs after the pace's now; -1: any time), interval (µs), late (µs)
 -- Returns {{rid, entry, slot, late, ...} (slot in µs after the pace's now; -1: any

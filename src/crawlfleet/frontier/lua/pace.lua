@@ -9,9 +9,9 @@
 -- KEYS[2] throttle  hash  (see _pace.lua)
 --
 -- ARGV[1] N, most requests in all      ARGV[2] most requests per site
--- ARGV[3 .. 7] as lease.lua's ARGV[6 .. 10]: back-off half-life (ms), robots probe
---         (ms), horizon (µs), late share, most slots per rate-limited site
--- ARGV[8 ..] the offer, as lease.lua's: quadruples of site, configured interval (µs),
+-- ARGV[3 .. 8] as lease.lua's ARGV[6 .. 11]: back-off half-life (ms), robots probe
+--         (ms), horizon (µs), late share, most slots per rate-limited site, lead (µs)
+-- ARGV[9 ..] the offer, as lease.lua's: quadruples of site, configured interval (µs),
 --            budget, lateness (µs)
 -- Returns {now (µs), {take, first slot (µs after now; -1: any time), interval (µs),
 -- late (µs), budget, last slot reserved ("" when none), what was there before ("":
@@ -24,9 +24,9 @@ local pace_key, throttle_key = KEYS[1], KEYS[2]
 local now = now_us()
 local want, per_site = tonumber(ARGV[1]), tonumber(ARGV[2])
 pace_init(pace_key, throttle_key, now, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-          tonumber(ARGV[6]), tonumber(ARGV[7]))
+          tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
 local out, reserved = {}, 0
-for i = 8, #ARGV - 3, 4 do
+for i = 9, #ARGV - 3, 4 do
   local site = ARGV[i]
   local take, first, interval, late, probing, budget =
     pace_site(site, tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]),

@@ -13,7 +13,7 @@ from crawlfleet.fleet.control import Sent, await_acks, send_command
 from crawlfleet.fleet.jobs import list_jobs, require_job, reset_job, runs_total
 from crawlfleet.fleet.limits import read_limits, set_limits, unset_limits
 from crawlfleet.fleet.seeds import SeedResult, queue_seeds, seed_batches
-from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshot
+from crawlfleet.fleet.snapshot import JOBS_MAX, JobSnapshot, snapshots
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.models import ControlBody, JobPath, LimitsBody, ResetBody, SeedsBody
@@ -25,6 +25,7 @@ __all__ = [
     "fleet_figure",
     "job_figure",
     "job_view",
+    "job_views",
     "live_figures",
     "router",
     "sent_json",
@@ -47,16 +48,14 @@ def job_state(snap: JobSnapshot, runs: int) -> str:
     return "finished" if runs else "idle"
 
 
-async def job_view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, Any]:
-    """What the API and the dashboard show of *job*: its snapshot, state, counters and
-    run totals; *full* adds its nodes, per-site figures and the runs of its nodes."""
-    # the snapshot has the nodes, leases and queues: only counters and summaries to add
-    snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
-    frontier = ctx.frontier(job)
-    runs = await frontier.summaries()
+def job_view(snap: JobSnapshot, *, full: bool) -> dict[str, Any]:
+    """What the API and the dashboard show of a job, from its snapshot (read with its
+    runs): state, counters and run totals; *full* adds its nodes, per-site figures and
+    the runs of its nodes."""
+    runs = snap.runs or {}
     view = snap.to_json()
     view["state"] = job_state(snap, len(runs))
-    view["counters"] = await frontier.counters()
+    view["counters"] = snap.counters
     view["runs_total"] = runs_total(runs)
     view["live"] = live_figures(snap)
     if full:
@@ -66,6 +65,16 @@ async def job_view(ctx: ManagerContext, job: str, *, full: bool) -> dict[str, An
         for detail in ("nodes", "top_sites", "backoff_ms", "robots_delay_ms", "site_limits_per_s"):
             view.pop(detail, None)
     return view
+
+
+async def job_views(ctx: ManagerContext, jobs: list[str], *, full: bool) -> list[dict[str, Any]]:
+    """:func:`job_view` of each of *jobs*, read together (as many round trips for many
+    jobs as for one, :func:`snapshots`)."""
+    keys = [ctx.keys(job) for job in jobs]
+    return [
+        job_view(snap, full=full)
+        for snap in await snapshots(ctx.redis, keys, ctx.limits, runs=True)
+    ]
 
 
 def live_figures(snap: JobSnapshot) -> dict[str, float | int]:
@@ -141,14 +150,18 @@ async def fleet_figure(ctx: ManagerContext) -> Made:
 
     async def make() -> dict[str, Any]:
         names = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
-        return {"jobs": [await job_view(ctx, name, full=False) for name in names]}
+        return {"jobs": await job_views(ctx, names, full=False)}
 
     return await ctx.figures.get("fleet", make)
 
 
 async def job_figure(ctx: ManagerContext, job: str) -> Made:
     """*job*'s full view, made once for everyone."""
-    return await ctx.figures.get(f"job:{job}", lambda: job_view(ctx, job, full=True))
+
+    async def make() -> dict[str, Any]:
+        return (await job_views(ctx, [job], full=True))[0]
+
+    return await ctx.figures.get(f"job:{job}", make)
 
 
 @router.get(
@@ -166,8 +179,9 @@ async def jobs(ctx: Ctx, _: Viewer) -> Response:
     response_model=dict[str, Any],
 )
 async def job(job: JobPath, ctx: Ctx, _: Viewer) -> Response:
-    fleet = await fleet_figure(ctx)
-    if not any(j["job"] == job for j in fleet.value["jobs"]):
+    # the fleet's figure, if one is at hand, knows the job without asking Redis
+    fleet = ctx.figures.peek("fleet")
+    if fleet is None or not any(j["job"] == job for j in fleet.value["jobs"]):
         await require_job(ctx.redis, ctx.key_prefix, job)  # a job newer than the figures?
     return (await job_figure(ctx, job)).response()
 

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from crawlfleet.fleet.control import await_acks, send_command, valid_node_id
 from crawlfleet.fleet.jobs import list_jobs
-from crawlfleet.fleet.snapshot import JOBS_MAX, snapshot
+from crawlfleet.fleet.snapshot import JOBS_MAX, job_nodes
 from crawlfleet.manager.auth import Ctx, Operator, Viewer
 from crawlfleet.manager.context import ManagerContext
 from crawlfleet.manager.routes.jobs import sent_json
@@ -24,10 +24,11 @@ router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
 
 async def node_rows(ctx: ManagerContext) -> list[dict[str, Any]]:
     """Every node of every job (at most JOBS_MAX jobs), by job then node id."""
+    jobs = (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]
+    each = await job_nodes(ctx.redis, [ctx.keys(job) for job in jobs])
     out = []
-    for job in (await list_jobs(ctx.redis, ctx.key_prefix))[:JOBS_MAX]:
-        snap = await snapshot(ctx.redis, ctx.keys(job), ctx.limits)
-        out += [{"job": job, "node": node, **info} for node, info in sorted(snap.nodes.items())]
+    for job, nodes in zip(jobs, each, strict=True):
+        out += [{"job": job, "node": node, **info} for node, info in sorted(nodes.items())]
     return out
 
 
