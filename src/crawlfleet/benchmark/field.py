@@ -133,6 +133,8 @@ class FieldHost:
     never_fetched: int
     #: the site's longest event-loop stall that overlapped its busiest window (ms)
     stall_in_window_ms: float
+    #: over the budget: the arrivals of its first busiest window (s after the first)
+    busiest_window: list[float] = field(default_factory=list)
 
     @property
     def achieved(self) -> float:
@@ -348,6 +350,7 @@ def _host_figures(
         fetched_twice=sum(1 for u in urls if counts.get(u, 0) > 1),
         never_fetched=sum(1 for u in urls if not counts.get(u)),
         stall_in_window_ms=_stall_in(stalls, end - window, end) if most else 0.0,
+        busiest_window=[t for t in times if end - window < t <= end] if most > allowed else [],
     )
 
 
