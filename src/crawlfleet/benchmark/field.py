@@ -22,9 +22,10 @@ in a fleet, run before both.
   told from a node's early send. Slots given back (``crawlfleet/scheduler/late``) are
   counted by the nodes for the run, not by host.
 - CPU-bound (:func:`run_field_cpu`): N nodes crawl the bundled site with its parsing
-  spider, no limit: pages/s (as the site counts them) against the 0-ms run beside as
-  many hogs (:func:`set_ratios`), and pages fetched twice (a live node's lease
-  re-issued) or never.
+  spider, no limit: pages/s (as the site counts them) against the faster of two 0-ms
+  runs beside as many hogs, one before the other delays and one after
+  (:func:`set_ratios`), and pages fetched twice (a live node's lease re-issued) or
+  never.
 
 Every process a run starts (proxy, hogs, nodes, site) ends with it, on Ctrl-C and
 failures too (and on SIGTERM inside :func:`interrupt_on_sigterm`); a hog also ends on
@@ -131,7 +132,11 @@ class FieldHost:
     min_gap_ms: float  #: the shortest time between two requests
     fetched_twice: int
     never_fetched: int
-    #: the site's longest event-loop stall that overlapped its busiest window (ms)
+    #: how much closer than the window the closest ``allowed + 1`` requests came (ms;
+    #: 0: never over the budget)
+    over_by_ms: float
+    #: the site's longest event-loop stall that overlapped those requests (ms): the
+    #: most its own stalls can have bunched them by
     stall_in_window_ms: float
     #: over the budget: the arrivals of its first busiest window (s after the first)
     busiest_window: list[float] = field(default_factory=list)
@@ -149,8 +154,19 @@ class FieldHost:
     def over(self) -> bool:
         return self.most_in_window > self.allowed
 
+    @property
+    def beyond_stall_ms(self) -> float:
+        """How much over the budget the site's own stalls do not explain (ms): a node's
+        early or late send."""
+        return max(0.0, self.over_by_ms - self.stall_in_window_ms) if self.over else 0.0
+
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "achieved": self.achieved, "use": self.use}
+        return {
+            **asdict(self),
+            "achieved": self.achieved,
+            "use": self.use,
+            "beyond_stall_ms": self.beyond_stall_ms,
+        }
 
 
 @dataclass
@@ -335,6 +351,9 @@ def _host_figures(
     name = host_address(host)
     times = stats["arrivals"][name]
     most, end = most_in_window(times, window)
+    # the closest allowed + 1 requests: over the budget when they span less than window
+    spans = [(times[i + allowed] - times[i], i) for i in range(len(times) - allowed)]
+    tightest, first = min(spans, default=(window, 0))
     counts = stats["requests"]
     stalls = (stats.get("loop_stalls") or {}).get("stalls", [])
     return FieldHost(
@@ -349,7 +368,10 @@ def _host_figures(
         min_gap_ms=round(1000 * min((b - a for a, b in itertools.pairwise(times)), default=0.0), 3),
         fetched_twice=sum(1 for u in urls if counts.get(u, 0) > 1),
         never_fetched=sum(1 for u in urls if not counts.get(u)),
-        stall_in_window_ms=_stall_in(stalls, end - window, end) if most else 0.0,
+        over_by_ms=round(max(0.0, window - tightest) * 1000, 3),
+        stall_in_window_ms=(
+            _stall_in(stalls, times[first], times[first + allowed]) if spans else 0.0
+        ),
         busiest_window=[t for t in times if end - window < t <= end] if most > allowed else [],
     )
 
@@ -471,8 +493,13 @@ def run_field_cpu(
 
 
 def set_ratios(runs: list[FieldCpuResult]) -> None:
-    """Each run's pages/s against the 0-ms run beside as many hogs."""
+    """Each run's pages/s against the fastest 0-ms run beside as many hogs (the part
+    runs one before the other delays and one after: a machine busy with something
+    else during one of them does not flatter the others)."""
     for r in runs:
-        base = next((b for b in runs if b.delay_ms == 0 and b.hogs == r.hogs), None)
-        if base is not None and base.pages_per_second > 0:
-            r.ratio = round(r.pages_per_second / base.pages_per_second, 3)
+        base = max(
+            (b.pages_per_second for b in runs if b.delay_ms == 0 and b.hogs == r.hogs),
+            default=0.0,
+        )
+        if base > 0:
+            r.ratio = round(r.pages_per_second / base, 3)

@@ -251,7 +251,7 @@ def _field(out: Results, args: argparse.Namespace, url: str, prefix: str) -> Non
     out.add("field_polite", polite, field_polite_report(out.console, polite))
     cpu: list[FieldCpuResult] = []
     for h in hogs:
-        for delay in delays:
+        for delay in [*delays, 0.0] if len(delays) > 1 else delays:  # 0 ms before and after
             out.note(
                 f"field: cpu-bound, {nodes} nodes, {args.field_pages} pages, Redis {delay:g} "
                 f"ms away, {h} hogs ..."

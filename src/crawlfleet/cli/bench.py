@@ -342,11 +342,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         choices=PARTS,
         help="run only this part (repeat for several); 'field' (polite and CPU-bound "
-        "crawls with Redis behind a delaying proxy and beside CPU hogs: about 8 minutes "
-        "at its defaults), 'scale' (about 25 minutes and 3 GB of memory at its "
-        "defaults, on a Redis of its own), 'cluster' (a few minutes, on a 3-master Redis "
-        "Cluster of its own) and 'real' (with --real-url) run only when named here; "
-        "'redis-cpu' runs on Redis servers of its own too",
+        "crawls with Redis behind a delaying proxy and beside CPU hogs: 15 minutes at "
+        "its defaults on a loaded 2-core machine), 'scale' (about 25 minutes and 3 GB of "
+        "memory at its defaults, on a Redis of its own), 'cluster' (a few minutes, on a "
+        "3-master Redis Cluster of its own) and 'real' (with --real-url) run only when "
+        "named here; 'redis-cpu' runs on Redis servers of its own too",
     )
     parser.add_argument(
         "--quick",

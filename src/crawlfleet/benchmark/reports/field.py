@@ -51,8 +51,8 @@ def field_polite_report(console: Console, runs: list[FieldPoliteResult]) -> dict
         "field: polite crawls, Redis a delay away, beside CPU hogs (as the site counts them)",
         (
             "delay ms", "hogs", "host", "budget", "requests", "use", "target",
-            "most in a window", "shortest gap ms", "site stall ms (window / run)",
-            "given back/page (run)", "twice", "never",
+            "most in a window", "over by ms", "site stall ms (there / run)",
+            "shortest gap ms", "given back/page (run)", "twice", "never",
         ),
         left=("host", "budget"),
     )  # fmt: skip
@@ -68,8 +68,10 @@ def field_polite_report(console: Console, runs: list[FieldPoliteResult]) -> dict
                 f">= {_use_target(r):.0%}",
                 f"{'[red]' if h.over else ''}{h.most_in_window} of <= {h.allowed}"
                 f"{'[/]' if h.over else ''} in {h.window_seconds:g} s",
-                f"{h.min_gap_ms:.1f}",
+                f"{'[red]' if h.beyond_stall_ms else ''}{h.over_by_ms:.1f}"
+                f"{'[/]' if h.beyond_stall_ms else ''}",
                 f"{h.stall_in_window_ms:.1f} / {r.site_stall_max_ms:.1f}",
+                f"{h.min_gap_ms:.1f}",
                 f"{r.late_per_page:.1%} ({r.late})" if k == 0 else "",
                 str(h.fetched_twice),
                 str(h.never_fetched),
@@ -82,13 +84,18 @@ def field_polite_report(console: Console, runs: list[FieldPoliteResult]) -> dict
         mine = [r for r in runs if r.hogs == hogs]
         label = f"field polite, {_hogs(hogs)}"
         hosts = [(r, h) for r in mine for h in r.hosts]
-        r, h = max(hosts, key=lambda rh: rh[1].most_in_window / rh[1].allowed)
-        over = [(r, h) for r, h in hosts if h.over]
-        worst = f"{h.most_in_window} of {h.allowed} in {h.window_seconds:g} s at {_where(r, h)}"
+        over = [h for _r, h in hosts if h.over]
+        beyond = [h for _r, h in hosts if h.beyond_stall_ms > 0]
+        r, h = max(hosts, key=lambda rh: (rh[1].beyond_stall_ms, rh[1].over_by_ms))
+        worst = (
+            f"{h.most_in_window} of {h.allowed} in {h.window_seconds:g} s at {_where(r, h)}, "
+            f"{h.over_by_ms:.1f} ms too close, site stall {h.stall_in_window_ms:.1f} ms"
+        )
         targets[
-            f"{label}: never over the budget in any window ({len(over)} host runs over; "
-            f"most: {worst})"
-        ] = not over
+            f"{label}: never over the budget in any window beyond what the site's own "
+            f"stalls explain ({len(over)} host runs over as counted, {len(beyond)} beyond; "
+            f"worst: {worst})"
+        ] = not beyond
         if hogs:
             groups = [("at every delay", mine, USE_HOGS)]
         else:
