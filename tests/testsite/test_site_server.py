@@ -228,3 +228,32 @@ def test_site_in_a_child_process() -> None:
         assert fetch_stats(port)["total_requests"] == 0
     finally:
         assert stop_site_process(proc) == 0
+
+
+def test_arrival_times_on_request_and_the_sites_own_stalls() -> None:
+    """Arrivals per host on the log's clock (first request at 0); a ticker's lateness
+    is the site's own stall, kept with its time, largest first when space runs out."""
+    now = [100.0]
+    log = RequestLog(MODEL, 8080, clock=lambda: now[0])
+    for t, host in ((100.0, 0), (100.25, 1), (100.5, 0)):
+        now[0] = t
+        log.record(host, MODEL.path_of(host))
+    assert "arrivals" not in log.snapshot() and log.snapshot()["loop_stalls"] is None
+    snap = log.snapshot(arrivals=True)
+    assert snap["arrivals"] == {"127.0.0.1": [0.0, 0.5], "127.0.0.2": [0.25], "127.0.0.3": []}
+    log.watch_stalls(0.002)
+    log.record_tick(100.1, 0.0005)  # under a millisecond: counted, not kept
+    log.record_tick(100.3, 0.040)
+    stalls = log.snapshot()["loop_stalls"]
+    assert stalls == {"tick_ms": 2.0, "ticks": 2, "max_ms": 40.0, "stalls": [[0.3, 40.0]]}
+    log.reset()
+    assert log.snapshot()["loop_stalls"]["ticks"] == 0  # still watched, counted anew
+
+
+def test_a_ticking_site_reports_its_stalls_over_http() -> None:
+    with TestSite(MODEL, stall_tick_seconds=0.002) as site:
+        get(site.url(1))
+        time.sleep(0.05)
+        stats = fetch_stats(site.port, arrivals=True)
+    assert stats["loop_stalls"]["ticks"] > 5 and stats["loop_stalls"]["tick_ms"] == 2.0
+    assert stats["arrivals"]["127.0.0.2"] == [0.0] and stats["arrivals_kept"] > 0

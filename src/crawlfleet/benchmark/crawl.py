@@ -42,7 +42,10 @@ __all__ = [
     "crawl_settings",
     "kill_left",
     "read_node_stats",
+    "renice",
     "run_crawl",
+    "seed_job",
+    "set_job_state",
     "start_vanilla",
     "wait_measured",
 ]
@@ -139,10 +142,13 @@ def run_crawl(
     key_prefix: str = "cfbench",
     timeout: float = 900,
     cap_seconds: float | None = None,
+    node_redis_url: str = "",
 ) -> CrawlResult:
     """Crawl a fresh site once; *contender* is "scrapy" (vanilla), "crawlfleet" or
     "scrapy-redis" (its scheduler and dupefilter, state kept on close). With
-    *cap_seconds*, each process is stopped after that long (CLOSESPIDER_TIMEOUT)."""
+    *cap_seconds*, each process is stopped after that long (CLOSESPIDER_TIMEOUT).
+    crawlfleet's nodes reach Redis at *node_redis_url* (a delaying proxy in front of
+    it) when given; seeding and control use *redis_url*."""
     if scenario.jobs > 1 and not scenario.preseed:
         raise ValueError(f"scenario {scenario.name}: several jobs need preseed")
     model = SiteModel(pages=scenario.pages, hosts=scenario.hosts, problems=False)
@@ -150,6 +156,7 @@ def run_crawl(
     site, port = start_site_process(
         model, latency_seconds=scenario.latency_seconds, stderr=subprocess.DEVNULL
     )
+    procs: list[subprocess.Popen[bytes]] = []  # every one is killed on the way out
     try:
         seeds = ",".join(model.seed_urls(port))
         jobs: list[str] = []
@@ -157,7 +164,7 @@ def run_crawl(
         if cap_seconds:
             settings["CLOSESPIDER_TIMEOUT"] = cap_seconds
         if contender == "scrapy":
-            procs = [start_vanilla(seeds, settings, workdir)]
+            procs.append(start_vanilla(seeds, settings, workdir))
         elif contender == "scrapy-redis":
             tag = f"{key_prefix}-scrapy-redis-{int(time.time() * 1000)}"
             settings.update(
@@ -170,7 +177,8 @@ def run_crawl(
                     "SCHEDULER_DUPEFILTER_KEY": f"{tag}:dupefilter",
                 }
             )
-            procs = [start_vanilla(seeds, settings, workdir, i) for i in range(nodes)]
+            for i in range(nodes):
+                procs.append(start_vanilla(seeds, settings, workdir, i))
         else:
             base = f"bench-{scenario.name}-{nodes}-{int(time.time() * 1000)}"
             jobs = [base] if scenario.jobs == 1 else [f"{base}-j{k}" for k in range(scenario.jobs)]
@@ -185,36 +193,37 @@ def run_crawl(
             if scenario.preseed:
                 urls = sorted(model.expected_urls(port))
                 for k, job in enumerate(jobs):
-                    _seed(job, urls[k :: len(jobs)], redis_url, key_prefix, workdir)
+                    seed_job(job, urls[k :: len(jobs)], redis_url, key_prefix, workdir)
             for job in jobs:
-                asyncio.run(_control(redis_url, key_prefix, job, "paused"))
-            procs = [
-                start_node(
-                    scenario.spider,
-                    job=jobs[i % len(jobs)],
-                    redis_url=redis_url,
-                    log=workdir / f"node{i}.log",
-                    spider_args={"start_urls": seeds, **dict(scenario.spider_args)},
-                    settings={
-                        **settings,
-                        **_job_label(i, len(jobs)),
-                        "CRAWLFLEET_KEY_PREFIX": key_prefix,
-                        "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
-                        "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5,
-                    },
+                asyncio.run(set_job_state(redis_url, key_prefix, job, "paused"))
+            for i in range(nodes):
+                procs.append(
+                    start_node(
+                        scenario.spider,
+                        job=jobs[i % len(jobs)],
+                        redis_url=node_redis_url or redis_url,
+                        log=workdir / f"node{i}.log",
+                        spider_args={"start_urls": seeds, **dict(scenario.spider_args)},
+                        settings={
+                            **settings,
+                            **_job_label(i, len(jobs)),
+                            "CRAWLFLEET_KEY_PREFIX": key_prefix,
+                            "CRAWLFLEET_STATS_FILE": str(workdir / f"stats{i}.json"),
+                            "CRAWLFLEET_FINISH_GRACE_SECONDS": 0.5,
+                        },
+                    )
                 )
-                for i in range(nodes)
-            ]
         for p in procs:
-            _renice(p.pid)
+            renice(p.pid)
         for k, job in enumerate(jobs):
             joining = len(range(k, nodes, len(jobs)))
-            asyncio.run(_control(redis_url, key_prefix, job, "running", wait_nodes=joining))
+            asyncio.run(set_job_state(redis_url, key_prefix, job, "running", wait_nodes=joining))
         startup = _cpu_at_first_request(procs, port, timeout)
         codes, cpu = wait_measured(procs, timeout)
         kill_left(procs)
         stats = fetch_stats(port, brief=True)
     finally:
+        kill_left(procs)
         stop_site_process(site)
     requests = int(stats["total_requests"])
     seconds = float(stats["active_seconds"]) or 1e-9
@@ -309,13 +318,13 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _renice(pid: int) -> None:
+def renice(pid: int) -> None:
     """Give process *pid* CRAWLER_NICENESS (a process already gone is left alone)."""
     with contextlib.suppress(ProcessLookupError):
         os.setpriority(os.PRIO_PROCESS, pid, CRAWLER_NICENESS)
 
 
-async def _control(
+async def set_job_state(
     redis_url: str, key_prefix: str, job: str, state: str, *, wait_nodes: int = 0
 ) -> None:
     """Set *job*'s nodes to *state*, once *wait_nodes* nodes have joined it (at most
@@ -349,7 +358,7 @@ def _done_at(clients: dict[str, dict[str, Any]], jobs: int) -> list[float]:
     return [round((c["last"] - start) / span, 3) if span > 0 else 1.0 for c in labels]
 
 
-def _seed(job: str, urls: list[str], redis_url: str, key_prefix: str, workdir: Path) -> None:
+def seed_job(job: str, urls: list[str], redis_url: str, key_prefix: str, workdir: Path) -> None:
     """Queue *urls* in *job* with ``crawlfleet seed``."""
     seeds = workdir / f"seeds-{job}.txt"
     seeds.write_text("\n".join(urls) + "\n", encoding="utf-8")

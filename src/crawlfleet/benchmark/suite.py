@@ -18,6 +18,16 @@ from crawlfleet.benchmark.balance import BalanceResult, run_balance
 from crawlfleet.benchmark.cluster import run_cluster
 from crawlfleet.benchmark.crawl import CrawlResult, Scenario, run_crawl
 from crawlfleet.benchmark.faults import FAULTS, FaultResult, run_fault_trial
+from crawlfleet.benchmark.field import (
+    FieldCpuResult,
+    FieldPoliteResult,
+    field_delays,
+    field_hogs,
+    interrupt_on_sigterm,
+    run_field_cpu,
+    run_field_polite,
+    set_ratios,
+)
 from crawlfleet.benchmark.freshness import POLICIES, FreshnessResult, run_freshness
 from crawlfleet.benchmark.items import find_postgres, run_items
 from crawlfleet.benchmark.manager import run_manager_bench
@@ -30,6 +40,8 @@ from crawlfleet.benchmark.reports import (
     cluster_report,
     crawl_report,
     faults_report,
+    field_cpu_report,
+    field_polite_report,
     freshness_report,
     items_report,
     manager_report,
@@ -74,6 +86,9 @@ def run_parts(out: Results, args: argparse.Namespace, url: str, prefix: str) -> 
                     )
                 )
         out.add("polite", polite, polite_report(out.console, polite))
+    if "field" not in args.skip:
+        with interrupt_on_sigterm():
+            _field(out, args, url, prefix)
     if "balance" not in args.skip:
         balance: list[BalanceResult] = []
         for case in ("equal", "uneven", "join", "kill"):
@@ -203,6 +218,54 @@ def run_parts(out: Results, args: argparse.Namespace, url: str, prefix: str) -> 
                 )
             )
         out.add("real", real, real_report(out.console, real))
+
+
+def _field(out: Results, args: argparse.Namespace, url: str, prefix: str) -> None:
+    """The field part: polite crawls, then a CPU-bound one, at each delay of Redis and
+    each number of hogs (the 0-ms run first: the others are read against it)."""
+    delays, hogs = field_delays(args.field_delays), field_hogs(args.field_hogs)
+    nodes = args.field_nodes
+    polite: list[FieldPoliteResult] = []
+    for h in hogs:
+        for delay in delays:
+            out.note(
+                f"field: polite, {nodes} nodes, Redis {delay:g} ms away, {h} hogs, "
+                f"{args.field_seconds:g} s ..."
+            )
+            r = run_field_polite(
+                delay,
+                hogs=h,
+                nodes=nodes,
+                seconds=args.field_seconds,
+                redis_url=url,
+                key_prefix=prefix,
+            )
+            polite.append(r)
+            uses = ", ".join(
+                f"{x.host} {x.use:.1%} ({x.most_in_window}/{x.allowed})" for x in r.hosts
+            )
+            stopped = ", stopped at its time limit" if r.stopped else ""
+            out.note(f"field polite {delay:g} ms, {h} hogs: {uses}, {r.late} given back{stopped}")
+            out.report["field_polite"] = [x.as_dict() for x in polite]
+            out.write()
+    out.add("field_polite", polite, field_polite_report(out.console, polite))
+    cpu: list[FieldCpuResult] = []
+    for h in hogs:
+        for delay in [*delays, 0.0] if len(delays) > 1 else delays:  # 0 ms before and after
+            out.note(
+                f"field: cpu-bound, {nodes} nodes, {args.field_pages} pages, Redis {delay:g} "
+                f"ms away, {h} hogs ..."
+            )
+            c = run_field_cpu(
+                delay, hogs=h, nodes=nodes, pages=args.field_pages, redis_url=url, key_prefix=prefix
+            )
+            cpu.append(c)
+            out.note(
+                f"field cpu-bound {delay:g} ms, {h} hogs: {c.pages_per_second:.0f} pages/s, "
+                f"{c.fetched_twice} twice, {c.never_fetched} never"
+            )
+    set_ratios(cpu)
+    out.add("field_cpu", cpu, field_cpu_report(out.console, cpu))
 
 
 def _redis_cpu(out: Results, args: argparse.Namespace) -> list[RedisCpuResult]:

@@ -13,7 +13,9 @@ again). The redis-cpu part measures Redis's main-thread CPU per crawled page, wi
 nodes' seen cache on and off, on a Redis of its own, crawling a test site whose pages
 repeat navigation links (or a real site: --redis-cpu-url). The real part (named with
 --only and --real-url) crawls a real site with vanilla Scrapy, then with N nodes: CPU a
-page, and with --real-rate the wall time against the bound pages/limit.
+page, and with --real-rate the wall time against the bound pages/limit. The field part
+(named with --only) runs polite crawls and a CPU-bound one with the nodes' Redis behind
+a delaying proxy and beside CPU hogs, and reports what the site saw.
 Each run's figures are printed as it ends, each part's table and targets when the part
 ends, and the JSON file is rewritten after each part (``"complete": false`` until the
 end), so a long run can be watched. ``--quick`` is a first look in about two minutes.
@@ -35,6 +37,7 @@ from typing import Any
 from rich.console import Console
 
 import crawlfleet
+from crawlfleet.benchmark.field import field_delays, field_hogs
 from crawlfleet.benchmark.items import POSTGRES_URL_ENV
 from crawlfleet.benchmark.results import Results
 from crawlfleet.benchmark.suite import run_parts, whole_numbers
@@ -53,12 +56,12 @@ from crawlfleet.settings.config import redact_url
 NAME = "bench"
 #: The parts of the benchmark, in the order they run.
 PARTS = [
-    "cpu", "near", "latency", "polite", "balance", "seen", "redis-cpu", "items", "faults",
+    "cpu", "near", "latency", "polite", "field", "balance", "seen", "redis-cpu", "items", "faults",
     "manager", "freshness", "scale", "cluster", "real",
 ]  # fmt: skip
-#: Parts that run only when named with --only (long; scale and cluster on Redis servers
-#: of their own; real needs a site: --real-url).
-OPT_IN = ("freshness", "scale", "cluster", "real")
+#: Parts that run only when named with --only (long; field starts CPU hogs; scale and
+#: cluster on Redis servers of their own; real needs a site: --real-url).
+OPT_IN = ("field", "freshness", "scale", "cluster", "real")
 #: Parts that run on Redis servers of their own (the fleet's is not needed for them).
 OWN_REDIS = ("scale", "cluster", "redis-cpu", "real")
 #: How long the real part's site may take to answer a first request before the run.
@@ -136,6 +139,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "1,2",
             "how many jobs share the site's budget, one politeness run each per rate "
             "(default 1,2: the nodes in one job, then split over two)",
+        ),
+        Option(
+            "--field-delays",
+            str,
+            "0,1,5,20,50",
+            "field part: ms added per round trip between the nodes and Redis, one run "
+            "each, 0 among them (default 0,1,5,20,50)",
+        ),
+        Option(
+            "--field-hogs",
+            str,
+            "0,2x",
+            "field part: busy-loop processes beside the nodes, one set of runs each: whole "
+            "numbers, or kx for k times the cores (default 0,2x)",
+        ),
+        Option("--field-nodes", int, 4, "field part: nodes (default 4)"),
+        Option(
+            "--field-seconds",
+            float,
+            12.0,
+            "field part: how long each polite run lasts at its budgets (default 12)",
+        ),
+        Option(
+            "--field-pages",
+            int,
+            3000,
+            "field part: pages of the CPU-bound crawl (default 3000)",
         ),
         Option("--balance-pages", int, 1500, "pages of each load-balancing run (default 1500)"),
         Option(
@@ -311,10 +341,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         choices=PARTS,
-        help="run only this part (repeat for several); 'scale' (about 25 minutes and 3 GB "
-        "of memory at its defaults, on a Redis of its own), 'cluster' (a few minutes, "
-        "on a 3-master Redis Cluster of its own) and 'real' (with --real-url) run only "
-        "when named here; 'redis-cpu' runs on Redis servers of its own too",
+        help="run only this part (repeat for several); 'field' (polite and CPU-bound "
+        "crawls with Redis behind a delaying proxy and beside CPU hogs: 15 minutes at "
+        "its defaults on a loaded 2-core machine), 'scale' (about 25 minutes and 3 GB of "
+        "memory at its defaults, on a Redis of its own), 'cluster' (a few minutes, on a "
+        "3-master Redis Cluster of its own) and 'real' (with --real-url) run only when "
+        "named here; 'redis-cpu' runs on Redis servers of its own too",
     )
     parser.add_argument(
         "--quick",
@@ -353,6 +385,9 @@ QUICK: dict[str, Any] = {
     "redis_cpu_pages": 400,
     "freshness_seconds": 40.0,
     "freshness_warmup": 20.0,
+    "field_delays": "0,5,50",
+    "field_seconds": 5.0,
+    "field_pages": 1000,
 }
 #: Parts --quick leaves out (their shortest run is long), and the comparison it drops.
 QUICK_SKIPS = ("near", "balance")
@@ -366,7 +401,8 @@ RECORDED = (
     "manager_seconds", "freshness_seconds", "freshness_warmup", "freshness_nodes",
     "freshness_pages", "freshness_time_scale", "redis_cpu_pages", "redis_cpu_menu",
     "redis_cpu_nodes", "redis_cpu_url", "redis_cpu_cache", "redis_cpu_profile", "real_url",
-    "real_prefixes", "real_nodes", "real_rate", "real_launch", "only", "quick",
+    "real_prefixes", "real_nodes", "real_rate", "real_launch", "field_delays", "field_hogs",
+    "field_nodes", "field_seconds", "field_pages", "only", "quick",
 )  # fmt: skip
 
 
@@ -444,6 +480,13 @@ def run(args: argparse.Namespace) -> int:
         server = args.scale_redis_server
         if server and not (Path(server).is_file() and os.access(server, os.X_OK)):
             raise ConfigError(f"--scale-redis-server {server}: not an executable file")
+    if "field" not in args.skip:
+        field_delays(args.field_delays)
+        field_hogs(args.field_hogs)
+        if args.field_nodes < 1 or args.field_pages < 1 or args.field_seconds <= 0:
+            raise ConfigError(
+                "--field-nodes and --field-pages must be at least 1, --field-seconds above 0"
+            )
     if "polite" not in args.skip:
         whole_numbers(args.polite_rates)
         if max(whole_numbers(args.polite_jobs, "--polite-jobs")) > args.polite_nodes:

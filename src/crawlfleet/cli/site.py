@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         Option("--articles", int, None, "article pages (default: a tenth)"),
         Option("--latency", float, 0.0, "seconds added to every response"),
         Option("--timeout-seconds", float, 30.0, "seconds before /slow answers (default: 30)"),
+        Option(
+            "--stall-tick-ms",
+            float,
+            0.0,
+            "run a ticker of this period that notes how late it fires: the site's own "
+            "event-loop stalls, in /_stats as loop_stalls (default: 0, none)",
+        ),
     )
     parser.add_argument(
         "--no-problems",
@@ -201,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_seconds=args.timeout_seconds,
             hostile=hostile,
             changing=changing,
+            stall_tick_seconds=args.stall_tick_ms / 1000,
         )
     except ValueError as exc:
         logger.error("invalid option: %s", exc)

@@ -48,6 +48,7 @@ def site_command(
     python: str | None = None,
     hostile: Hostile | None = None,
     changing: Changing | None = None,
+    stall_tick_seconds: float = 0.0,
 ) -> list[str]:
     """The argv that serves ``model`` (its archive too) with these options."""
     argv = [
@@ -94,6 +95,8 @@ def site_command(
             f"--validators={changing.validators!r}",
             f"--change-mix={changing.spec}",
         ]
+    if stall_tick_seconds:
+        argv.append(f"--stall-tick-ms={stall_tick_seconds * 1000!r}")
     if port_file is not None:
         argv.append(f"--port-file={port_file}")
     return argv
@@ -109,6 +112,7 @@ def start_site_process(
     python: str | None = None,
     hostile: Hostile | None = None,
     changing: Changing | None = None,
+    stall_tick_seconds: float = 0.0,
     stdout: _File = subprocess.DEVNULL,
     stderr: _File = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -119,7 +123,8 @@ def start_site_process(
     :class:`RuntimeError` if the process exits first and :class:`TimeoutError` (after
     killing it) if it is not serving within ``startup_timeout`` seconds. Stop it with
     :func:`stop_site_process`. The child's logs go to ``stderr`` (inherited by default).
-    ``changing`` (default: none) makes its content pages change.
+    ``changing`` (default: none) makes its content pages change;
+    ``stall_tick_seconds`` > 0 has it note its own event-loop stalls (``loop_stalls``).
     """
     model = model if model is not None else SiteModel()
     workdir = Path(tempfile.mkdtemp(prefix="crawlfleet-site-"))
@@ -133,6 +138,7 @@ def start_site_process(
         python=python,
         hostile=hostile,
         changing=changing,
+        stall_tick_seconds=stall_tick_seconds,
     )
     proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr)
     try:
@@ -167,10 +173,17 @@ def stop_site_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> i
 
 
 def fetch_stats(
-    port: int, *, host: int = 0, brief: bool = False, timeout: float = 30.0
+    port: int,
+    *,
+    host: int = 0,
+    brief: bool = False,
+    arrivals: bool = False,
+    timeout: float = 30.0,
 ) -> dict[str, Any]:
-    """``GET /_stats`` of the site on ``port`` (shape: :mod:`crawlfleet.testsite.server`)."""
-    query = "?brief=1" if brief else ""
+    """``GET /_stats`` of the site on ``port`` (shape: :mod:`crawlfleet.testsite.server`);
+    *arrivals*: with each host's arrival times."""
+    flags = [name for name, on in (("brief", brief), ("arrivals", arrivals)) if on]
+    query = "?" + "&".join(f"{name}=1" for name in flags) if flags else ""
     url = f"http://{host_address(host)}:{port}/_stats{query}"
     with _OPENER.open(url, timeout=timeout) as response:
         result: dict[str, Any] = json.load(response)

@@ -22,8 +22,9 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
   content pages change on known schedules, some send ``ETag`` / ``Last-Modified`` and
   answer conditional requests with 304 (see :mod:`crawlfleet.testsite.changing`); the
   site clock is ``clock`` (injectable) times ``time_scale``;
-- ``GET /_stats`` (``?brief=1`` leaves out ``requests``) and ``POST /_reset``, never
-  counted. ``/_stats`` returns (URLs are ``http://127.0.0.X:PORT/path``)::
+- ``GET /_stats`` (``?brief=1`` leaves out ``requests``, ``?arrivals=1`` adds each
+  host's arrival times) and ``POST /_reset``, never counted. ``/_stats`` returns (URLs
+  are ``http://127.0.0.X:PORT/path``)::
 
     {"port": int, "total_requests": int, "max_rate_1s": int, "rate_window": str,
      "active_seconds": float,            # first to last counted request
@@ -61,7 +62,14 @@ at start-up; a request costs a dict lookup and a counter update. Every host answ
          "clients": int, "total": FIGURES,
          "classes": {"minute" | "hourly" | "never" | "stamp": FIGURES},
          "validators": {"etag" | "none": FIGURES}},
-     "requests": {url: int}}             # every counted URL (archive ones too)
+     "loop_stalls": None | {             # with stall_tick_seconds: the site's own stalls
+         "tick_ms": float, "ticks": int, # its ticker's period, ticks so far
+         "max_ms": float,                # the latest a tick fired
+         "stalls": [[float, float], ...]},  # [seconds after the first counted request,
+                                         # ms late] of the largest (>= 1 ms), by time
+     "requests": {url: int},             # every counted URL (archive ones too)
+     "arrivals_kept": int,               # ?arrivals=1 only: the first N a host, and
+     "arrivals": {"127.0.0.1": [float, ...], ...}}  # their times, as peak_window's
 
 FIGURES (:class:`~crawlfleet.testsite.changelog.ChangeCounts`, read them with
 :class:`~crawlfleet.testsite.changelog.ChangeStats`)::
@@ -94,6 +102,7 @@ import json
 import socket
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -161,6 +170,8 @@ class SiteServer:
     (default: nothing hostile) makes the site push back; ``changing`` (default: a
     static site) makes its content pages change. ``clock`` (real seconds, never
     decreasing) times requests and, times ``changing.time_scale``, the site clock.
+    ``stall_tick_seconds`` > 0 runs a ticker of that period that notes how late each
+    tick fires: the site's own event-loop stalls (``loop_stalls`` in the stats).
     """
 
     def __init__(
@@ -175,6 +186,7 @@ class SiteServer:
         hostile: Hostile | None = None,
         changing: Changing | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stall_tick_seconds: float = 0.0,
     ) -> None:
         if hostile is not None and not isinstance(hostile, Hostile):
             raise ValueError(f"hostile must be a Hostile, got {hostile!r}")
@@ -190,6 +202,10 @@ class SiteServer:
             raise ValueError(f"ban_above_rate must be >= 0, got {ban_above_rate}")
         if robots_crawl_delay < 0:
             raise ValueError(f"robots_crawl_delay must be >= 0, got {robots_crawl_delay}")
+        if stall_tick_seconds < 0:
+            raise ValueError(f"stall_tick_seconds must be >= 0, got {stall_tick_seconds}")
+        self.stall_tick_seconds = stall_tick_seconds
+        self._ticker: asyncio.Task[None] | None = None
         self.model = model
         self.latency_seconds = latency_seconds
         self.ban_above_rate = ban_above_rate
@@ -243,6 +259,9 @@ class SiteServer:
                 self._changes = ChangeLog(self.schedule, clock=self._clock)
             self._guard = HostileGuard(self.hostile, self.hostile.flaky_locs(self.model))
             self._closing = asyncio.Event()
+            if self.stall_tick_seconds:
+                self._log.watch_stalls(self.stall_tick_seconds)
+                self._ticker = asyncio.ensure_future(self._tick(self._log))
             for host, sock in enumerate(socks):
                 server = web.Server(
                     self._handler(host, by_host[host]), handler_cancellation=True, access_log=None
@@ -263,16 +282,21 @@ class SiteServer:
         """Stop serving; pending ``/slow`` requests are answered at once. Idempotent."""
         if self._closing is not None:
             self._closing.set()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
         runners, self._runners = self._runners, []
         for runner in runners:
             await runner.cleanup()
 
-    def stats(self, *, brief: bool = False) -> dict[str, Any]:
+    def stats(self, *, brief: bool = False, arrivals: bool = False) -> dict[str, Any]:
         """The request counters (see the module docstring); ``brief`` drops
-        ``requests``."""
+        ``requests``, ``arrivals`` adds each host's arrival times."""
         if self._log is None or self._guard is None:
             raise RuntimeError("the site is not started")
-        snapshot = self._log.snapshot()
+        snapshot = self._log.snapshot(arrivals=arrivals)
         snapshot["hostile"] = self._guard.snapshot()
         snapshot["changing"] = None if self._changes is None else self._changes.snapshot()
         if brief:
@@ -288,6 +312,17 @@ class SiteServer:
             self._guard.reset()
         if self._changes is not None:
             self._changes.reset()
+
+    async def _tick(self, log: RequestLog) -> None:
+        """Every ``stall_tick_seconds``, note how late this tick fired (the loop was
+        busy, or this process had no core, that long)."""
+        tick, clock = self.stall_tick_seconds, self._clock
+        due = clock() + tick
+        while True:
+            await asyncio.sleep(max(0.0, due - clock()))
+            now = clock()
+            log.record_tick(due, max(0.0, now - due))
+            due = now + tick
 
     def _handler(self, host: int, resources: dict[str, Resource]) -> _Handler:
         log, guard = self._log, self._guard
@@ -383,9 +418,13 @@ class SiteServer:
         if name == "/_stats":
             if request.method not in ("GET", "HEAD"):
                 return web.Response(status=405, text="use GET\n")
-            brief = query in ("brief=1", "brief=true")
+            flags = urllib.parse.parse_qs(query)
+            brief, arrivals = (
+                flags.get(flag, [""])[-1] in ("1", "true") for flag in ("brief", "arrivals")
+            )
             return web.Response(
-                text=json.dumps(self.stats(brief=brief)), content_type="application/json"
+                text=json.dumps(self.stats(brief=brief, arrivals=arrivals)),
+                content_type="application/json",
             )
         if name == "/_reset":
             if request.method != "POST":
@@ -439,6 +478,7 @@ class SiteOptions(TypedDict, total=False):
     hostile: Hostile | None
     changing: Changing | None
     clock: Callable[[], float]
+    stall_tick_seconds: float
 
 
 class TestSite:
@@ -502,9 +542,9 @@ class TestSite:
         finally:
             self._halt()
 
-    def stats(self, *, brief: bool = False) -> dict[str, Any]:
+    def stats(self, *, brief: bool = False, arrivals: bool = False) -> dict[str, Any]:
         """The counters, read in-process (same shape as ``GET /_stats``)."""
-        return self._call(lambda: self.server.stats(brief=brief))
+        return self._call(lambda: self.server.stats(brief=brief, arrivals=arrivals))
 
     def reset(self) -> None:
         """Clear all counters."""

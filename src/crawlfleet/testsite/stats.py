@@ -5,20 +5,40 @@ the arrival times of the last second, so the highest number of requests in any w
 ``(t - 1 s, t]`` is updated in O(1) amortised time per request, with memory bounded by
 the peak rate rather than by the number of requests. A busiest window always ends at
 some request's arrival, so checking the window at each arrival finds the true maximum.
+
+For windows of other lengths, each host's first :data:`ARRIVALS_KEPT` arrival times are
+kept too (8 bytes each). With a ticker on (the server's ``stall_tick_seconds``), the
+site also notes how late each tick fired: its own event loop's stalls, during which
+arrivals are counted late and bunched together (:class:`LoopStalls`).
 """
 
 from __future__ import annotations
 
+import heapq
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from crawlfleet.testsite.model import ODD_FILES, Loc, SiteModel, host_address
 
-__all__ = ["RATE_WINDOW_SECONDS", "RateWindow", "RequestLog", "is_problem_path"]
+__all__ = [
+    "ARRIVALS_KEPT",
+    "RATE_WINDOW_SECONDS",
+    "STALLS_KEPT",
+    "LoopStalls",
+    "RateWindow",
+    "RequestLog",
+    "is_problem_path",
+]
 
 RATE_WINDOW_SECONDS = 1.0
+#: Arrival times kept per host (the first ones): 0.8 MB a host at most.
+ARRIVALS_KEPT = 100_000
+#: Loop stalls kept (the largest ones), and the least a stall lasts to be kept (s).
+STALLS_KEPT = 1000
+STALL_KEPT_MIN = 0.001
 _PROBLEM_PREFIXES = ("/status/", "/r/")
 _PROBLEM_PATHS = frozenset(("/slow", *ODD_FILES))
 
@@ -56,6 +76,41 @@ class RateWindow:
             self.peak = len(times)
             if self._keep:
                 self.peak_window = tuple(times)
+
+
+class LoopStalls:
+    """How late the site's ticker fired: the largest lateness, and the
+    :data:`STALLS_KEPT` largest stalls of at least :data:`STALL_KEPT_MIN` (time, seconds)."""
+
+    __slots__ = ("kept", "largest", "tick", "ticks")
+
+    def __init__(self, tick: float) -> None:
+        self.tick = tick
+        self.ticks = 0
+        self.largest = 0.0
+        self.kept: list[tuple[float, float]] = []  # a min-heap of (seconds, time)
+
+    def add(self, at: float, late: float) -> None:
+        """The tick due at *at* fired *late* seconds after it."""
+        self.ticks += 1
+        self.largest = max(self.largest, late)
+        if late < STALL_KEPT_MIN:
+            return
+        if len(self.kept) < STALLS_KEPT:
+            heapq.heappush(self.kept, (late, at))
+        elif late > self.kept[0][0]:
+            heapq.heapreplace(self.kept, (late, at))
+
+    def snapshot(self, start: float) -> dict[str, Any]:
+        return {
+            "tick_ms": round(self.tick * 1000, 3),
+            "ticks": self.ticks,
+            "max_ms": round(self.largest * 1000, 3),
+            "stalls": [
+                [round(at - start, 4), round(late * 1000, 3)]
+                for late, at in sorted(self.kept, key=lambda k: k[1])
+            ],
+        }
 
 
 #: A host's robots.txt arrivals kept (the first ones).
@@ -108,6 +163,7 @@ class RequestLog:
         self._port = port
         self._clock = clock
         self._content = model.content_locs()
+        self._stalls: LoopStalls | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -118,7 +174,9 @@ class RequestLog:
         self._banned = [0] * self._model.hosts
         self._host_requests = [0] * self._model.hosts
         self._host_rates = [RateWindow(keep_window=True) for _ in range(self._model.hosts)]
+        self._arrivals = [array("d") for _ in range(self._model.hosts)]
         self._site_rate = RateWindow()
+        self._stalls = None if self._stalls is None else LoopStalls(self._stalls.tick)
         self._first: float | None = None
         self._last: float | None = None
         self._clients: dict[str, _Client] = {}
@@ -133,6 +191,9 @@ class RequestLog:
         self._counts[key] = self._counts.get(key, 0) + 1
         self._host_requests[host] += 1
         self._host_rates[host].add(now, (path, client))
+        arrivals = self._arrivals[host]
+        if len(arrivals) < ARRIVALS_KEPT:
+            arrivals.append(now)
         self._site_rate.add(now)
         if self._first is None:
             self._first = now
@@ -159,11 +220,21 @@ class RequestLog:
         if len(self._robots_at[host]) < ROBOTS_KEPT:
             self._robots_at[host].append(self._clock())
 
+    def watch_stalls(self, tick: float) -> None:
+        """From now on, note the ticker's lateness (see :meth:`record_tick`)."""
+        self._stalls = LoopStalls(tick)
+
+    def record_tick(self, due: float, late: float) -> None:
+        """The ticker's tick due at *due* (this log's clock) fired *late* s after it."""
+        if self._stalls is not None:
+            self._stalls.add(due, late)
+
     def count(self, loc: Loc) -> int:
         return self._counts.get(loc, 0)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The counters as a JSON-ready dict (shape documented in the server module)."""
+    def snapshot(self, *, arrivals: bool = False) -> dict[str, Any]:
+        """The counters as a JSON-ready dict (shape documented in the server module);
+        with *arrivals*, each host's arrival times too."""
         url = self._model.loc_url
         port = self._port
         archive = self._model.archive
@@ -228,5 +299,16 @@ class RequestLog:
                 "fetched_twice": archive_twice,
                 "requests": archived,
             },
+            "loop_stalls": None if self._stalls is None else self._stalls.snapshot(start),
             "requests": requests,
-        }
+        } | (
+            {
+                "arrivals_kept": ARRIVALS_KEPT,
+                "arrivals": {
+                    host_address(h): [round(t - start, 6) for t in times]
+                    for h, times in enumerate(self._arrivals)
+                },
+            }
+            if arrivals
+            else {}
+        )

@@ -12,6 +12,7 @@ from crawlfleet.benchmark.reports.crawling import (
     versus_report,
 )
 from crawlfleet.benchmark.reports.durability import faults_report, outage_report
+from crawlfleet.benchmark.reports.field import field_cpu_report, field_polite_report
 from crawlfleet.benchmark.reports.redis import (
     cluster_report,
     redis_cpu_report,
@@ -25,6 +26,8 @@ __all__ = [
     "cluster_report",
     "crawl_report",
     "faults_report",
+    "field_cpu_report",
+    "field_polite_report",
     "freshness_report",
     "items_report",
     "manager_report",
