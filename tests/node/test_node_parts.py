@@ -667,6 +667,24 @@ def test_a_node_measures_its_pace_between_leases_and_leases_seconds_of_it() -> N
     run(body)
 
 
+async def node_with_a_lease(store: dict[str, Any]) -> tuple[Any, Any]:
+    """A node (leases of 30 s, heartbeats every 2 s) on the in-memory frontier of
+    *store*, and a lease of one request made to it (1 s long), not yet held."""
+    frontier = MemoryFrontier("job", store)
+    settings = {
+        "CRAWLFLEET_LEASE_SECONDS": 30,
+        "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
+        "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
+    }
+    scheduler = node_on(frontier, Engine(), settings)
+    await frontier.commit("other", [out("http://a.test/")])
+    leased = await frontier.lease(
+        scheduler.node_id, 1, ["a"], lease_ms=1000, per_site=1, offer_size=10
+    )
+    (entry,) = leased.entries
+    return scheduler, entry
+
+
 def test_leases_are_renewed_a_third_of_their_time_apart_not_at_every_heartbeat() -> None:
     """A heartbeat renews the node's leases only once RENEW_SHARE of the lease's time,
     less a heartbeat period, has passed since the last renewal that got through: each
@@ -675,18 +693,7 @@ def test_leases_are_renewed_a_third_of_their_time_apart_not_at_every_heartbeat()
 
     async def body() -> None:
         store: dict[str, Any] = {}
-        frontier = MemoryFrontier("job", store)
-        settings = {
-            "CRAWLFLEET_LEASE_SECONDS": 30,
-            "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
-            "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
-        }
-        scheduler = node_on(frontier, Engine(), settings)
-        await frontier.commit("other", [out("http://a.test/")])
-        leased = await frontier.lease(
-            scheduler.node_id, 1, ["a"], lease_ms=1000, per_site=1, offer_size=10
-        )
-        (entry,) = leased.entries
+        scheduler, entry = await node_with_a_lease(store)
         scheduler.ledger.hold(entry.rid, entry.site)
         heartbeat, leases = scheduler.sync.heartbeat, store["job"].leases
         await heartbeat.beat()  # the first renews
@@ -709,18 +716,7 @@ def test_a_finished_lease_is_renewed_until_its_acknowledgement_leaves() -> None:
 
     async def body() -> None:
         store: dict[str, Any] = {}
-        frontier = MemoryFrontier("job", store)
-        settings = {
-            "CRAWLFLEET_LEASE_SECONDS": 30,
-            "CRAWLFLEET_HEARTBEAT_SECONDS": 2,
-            "CRAWLFLEET_NODE_TIMEOUT_SECONDS": 10,
-        }
-        scheduler = node_on(frontier, Engine(), settings)
-        await frontier.commit("other", [out("http://a.test/")])
-        leased = await frontier.lease(
-            scheduler.node_id, 1, ["a"], lease_ms=1000, per_site=1, offer_size=10
-        )
-        (entry,) = leased.entries
+        scheduler, entry = await node_with_a_lease(store)
         ledger = scheduler.ledger
         ledger.hold(entry.rid, entry.site)
         ledger.add_ready(Request("http://a.test/"), entry.rid)
