@@ -210,8 +210,14 @@ class _GatedPool(HTTPConnectionPool):
         if now >= window.at:
             return connection
         self._handler.held()
-        waited: Deferred[HTTP11ClientProtocol] = Deferred()
-        loop.call_at(window.at, waited.callback, connection)
+
+        def cancel(_: Deferred[HTTP11ClientProtocol]) -> None:
+            # the download was cancelled meanwhile (its timeout, the crawl's close)
+            timer.cancel()
+            self._putConnection(key, connection)  # type: ignore[no-untyped-call]
+
+        waited: Deferred[HTTP11ClientProtocol] = Deferred(cancel)
+        timer = loop.call_at(window.at, waited.callback, connection)
         return waited.addCallback(self._at_slot, key, window)  # the timer may fire late
 
 
