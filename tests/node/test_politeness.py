@@ -357,6 +357,8 @@ def test_a_slot_that_would_wait_behind_a_slow_request_goes_back(
     print(f"\nslow site, 2 nodes, 1 per 0.5 s: {late} given back, gaps {min(gaps):.3f} s and up")
     assert min(gaps) >= 0.5, [round(g, 3) for g in gaps]
     assert late >= 1  # the situation arose, and was handled
+    # ... and was told by its cause (crawlfleet.node.lateness)
+    assert stats.get("crawlfleet/scheduler/late/download_slot", 0) >= 1, stats
 
 
 @pytest.mark.slow

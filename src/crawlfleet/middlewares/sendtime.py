@@ -90,21 +90,23 @@ class SendTime:
         late = asyncio.get_event_loop().time() > send_by
         if not late and node.starts_now(request):
             return None
-        return self._given_back(
-            request, "missed its slot" if late else "would wait in a full download slot"
-        )
+        if late:
+            return self._given_back(request, "way", "missed its slot")
+        return self._given_back(request, "download_slot", "would wait in a full download slot")
 
     def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None
     ) -> Request | None:
         if isinstance(exception, SlotMissed):
-            return self._given_back(request, "missed its slot at the wire")
+            return self._given_back(request, "wire", "missed its slot at the wire")
         return None
 
-    def _given_back(self, request: Request, why: str) -> Request:
-        """A copy of *request* for the frontier, to get a new slot."""
+    def _given_back(self, request: Request, cause: str, why: str) -> Request:
+        """A copy of *request* for the frontier, to get a new slot; *cause* as
+        :mod:`crawlfleet.node.lateness` counts it."""
         if self.stats is not None:
             self.stats.inc_value("crawlfleet/scheduler/late")
+            self.stats.inc_value(f"crawlfleet/scheduler/late/{cause}")
         logger.debug("%s %s: given back for a new slot", request, why)
         meta = {k: v for k, v in request.meta.items() if k != "is_start_request"}
         return request.replace(dont_filter=True, meta=meta)

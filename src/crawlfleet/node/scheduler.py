@@ -62,6 +62,7 @@ from crawlfleet.node.core import NodeCore
 from crawlfleet.node.engine import EngineHooks, engine_hooks, no_process_delay, spider_delay
 from crawlfleet.node.fingerprints import FingerprintMemo, node_fingerprint
 from crawlfleet.node.joining import say_joined
+from crawlfleet.node.lateness import Lateness
 from crawlfleet.node.leasing import SLOT_HORIZON_SECONDS
 from crawlfleet.node.ledger import Ledger
 from crawlfleet.node.lifecycle import Lifecycle
@@ -272,6 +273,14 @@ class Scheduler(BaseScheduler):
         )
         parts = parts_of(crawler)
         scheduler.bind_engine(engine_hooks(crawler), parts.status_providers)
+        parts.status_providers.append(
+            Lateness(
+                scheduler.stats,
+                blocked=scheduler.ledger.slotted.blocked,
+                reply=scheduler.sync.leaser.lead,
+                per_domain=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"),
+            )
+        )
         if revisit_mode(settings) != "off":  # off: nothing of it is loaded
             scheduler.keep_revisits(revisit_policy(settings))
         scheduler.sync.backlog.stores = parts.item_stores
@@ -427,6 +436,7 @@ class Scheduler(BaseScheduler):
         leased, late = self.ledger.take(asyncio.get_event_loop().time())
         if late:
             self.stats.inc("crawlfleet/scheduler/late", late)
+            self.stats.inc("crawlfleet/scheduler/late/loop", late)
             self.sync.kick()
         if self.sync.leaser.low():
             self.sync.kick_for_work()
