@@ -206,8 +206,7 @@ class _GatedPool(HTTPConnectionPool):
         loop = asyncio.get_event_loop()
         now = loop.time()
         if now > window.by:
-            # unused: kept for the next request
-            self._putConnection(key, connection)  # type: ignore[no-untyped-call]
+            self._unused(key, connection)
             raise SlotMissed(f"{(now - window.by) * 1000:.1f} ms past its send-by time")
         if now >= window.at:
             return connection
@@ -216,11 +215,21 @@ class _GatedPool(HTTPConnectionPool):
         def cancel(_: Deferred[HTTP11ClientProtocol]) -> None:
             # the download was cancelled meanwhile (its timeout, the crawl's close)
             timer.cancel()
-            self._putConnection(key, connection)  # type: ignore[no-untyped-call]
+            self._unused(key, connection)
 
         waited: Deferred[HTTP11ClientProtocol] = Deferred(cancel)
         timer = loop.call_at(window.at, waited.callback, connection)
         return waited.addCallback(self._at_slot, key, window)  # the timer may fire late
+
+    def _unused(self, key: Hashable, connection: Any) -> None:
+        """*connection* was not used: back to the pool for the next request if it is
+        still open and idle, else closed. (A cached one comes wrapped to retry a
+        request once on a connection the server closed: the pool keeps what it wraps.)"""
+        protocol = getattr(connection, "_clientProtocol", connection)
+        if getattr(protocol, "state", None) == "QUIESCENT":
+            self._putConnection(key, protocol)  # type: ignore[no-untyped-call]
+        elif protocol.transport is not None:
+            protocol.transport.loseConnection()
 
 
 class SendTimeHandler(HTTP11DownloadHandler):
