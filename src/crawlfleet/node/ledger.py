@@ -82,8 +82,8 @@ class Ledger:
         self.buffer: deque[tuple[Request, str]] = deque()
         self.slotted: SlotQueue[tuple[Request, str]] = SlotQueue(slot_due)
         self.handed: dict[Request, str] = {}
-        #: slotted requests (waiting or handed): the loop time by which each must have
-        #: passed the downloader middlewares
+        #: slotted requests (waiting or handed): their slot, and the loop time by which
+        #: each must have passed the downloader middlewares
         self.send_by: dict[Request, SendWindow] = {}
         self.unstored: set[Request] = set()
         #: requests (handed or finished) -> failure records not yet settled
