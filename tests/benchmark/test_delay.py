@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from crawlfleet.benchmark.delay import DelayProxy, start_delay_proxy
+from crawlfleet.benchmark.delay import DelayProxy, start_delay_proxy, stop_delay_proxy
 
 
 @pytest.fixture
@@ -37,8 +37,7 @@ def delayed(redis_port: int) -> Iterator[int]:
     try:
         yield port
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_delay_proxy(proc)
 
 
 def test_a_round_trip_takes_the_delay_more_and_data_pass_whole(delayed: int) -> None:

@@ -20,7 +20,7 @@ import contextlib
 import subprocess
 import sys
 
-__all__ = ["DelayProxy", "start_delay_proxy"]
+__all__ = ["DelayProxy", "start_delay_proxy", "stop_delay_proxy"]
 
 _CHUNK = 65536
 
@@ -107,7 +107,7 @@ class DelayProxy:
 
 def start_delay_proxy(target_port: int, delay_ms: float) -> tuple[subprocess.Popen[str], int]:
     """A :class:`DelayProxy` in a process of its own: (the process, its port). The caller
-    terminates the process."""
+    ends it with :func:`stop_delay_proxy`."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "crawlfleet.benchmark.delay", str(target_port), str(delay_ms)],
         stdout=subprocess.PIPE,
@@ -119,6 +119,19 @@ def start_delay_proxy(target_port: int, delay_ms: float) -> tuple[subprocess.Pop
         proc.kill()
         raise RuntimeError(f"the delay proxy did not start (it printed {line!r})")
     return proc, int(line)
+
+
+def stop_delay_proxy(proc: subprocess.Popen[str]) -> None:
+    """End a proxy :func:`start_delay_proxy` started: terminated, killed if it lingers,
+    reaped, its pipe closed."""
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 async def _serve(target_port: int, delay_ms: float) -> None:

@@ -66,7 +66,7 @@ from crawlfleet.benchmark.crawl import (
     set_job_state,
     wait_measured,
 )
-from crawlfleet.benchmark.delay import start_delay_proxy
+from crawlfleet.benchmark.delay import start_delay_proxy, stop_delay_proxy
 from crawlfleet.exceptions import ConfigError
 from crawlfleet.node.launcher import start_node
 from crawlfleet.testsite.model import SiteModel, host_address
@@ -287,14 +287,7 @@ def delayed_redis(redis_url: str, delay_ms: float) -> Iterator[str]:
         netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
         yield urllib.parse.urlunsplit(parts._replace(netloc=netloc))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop_delay_proxy(proc)
 
 
 @contextlib.contextmanager
